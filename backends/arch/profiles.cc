@@ -1,0 +1,243 @@
+// backends/arch/profiles.cc: the architecture profile table and its lookups.
+//
+// One row per product or fallback. Every row names the public sources of its
+// numbers, both in a comment and in ArchProfile::sources, so a report can show
+// where a tuning decision came from. `description` holds the marketing name the
+// simulator prints ("simulated NVIDIA H200 (h200)").
+//
+// The table is built once, on first use, into a heap array that is never
+// destroyed: pointers returned by the lookups stay valid for the whole program,
+// including during static destruction.
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "gpualloc/arch.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc {
+namespace {
+
+constexpr std::uint64_t kKiB = std::uint64_t{1} << 10;
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+// Numbers shared by every NVIDIA row (sm_80 and sm_90 alike).
+//  - Granularity: cuMemGetAllocationGranularity reports 2 MiB for both the
+//    minimum and the recommended granularity of pinned device memory (CUDA
+//    Driver API reference; vAttention, Prabhu et al. 2024, section 6: "CUDA
+//    supports only 2MB" physical pages for cuMemCreate).
+//  - Alignment: "any address of a variable residing in global memory or
+//    returned by one of the memory allocation routines from the driver or
+//    runtime API is always aligned to at least 256 bytes" (CUDA C++
+//    Programming Guide, Device Memory Accesses).
+//  - Pages: the GMMU maps 4 KiB, 64 KiB ("big"), 2 MiB ("huge") and, from
+//    Ampere on, 512 MiB pages (NVIDIA open-gpu-kernel-modules,
+//    kernel-open/nvidia-uvm: UVM_PAGE_SIZE_4K/64K/2M/512M). Large allocations
+//    prefer 2 MiB boundaries, the page size the driver uses for device memory.
+ArchProfile NvidiaProfile() {
+  ArchProfile p;
+  p.vendor = Vendor::kNvidia;
+  p.min_granularity = 2 * kMiB;
+  p.recommended_granularity = 2 * kMiB;
+  p.allocation_alignment = 256;
+  p.page_sizes = {4 * kKiB, 64 * kKiB, 2 * kMiB, 512 * kMiB};
+  p.min_block_size = 256;
+  p.large_page_size = 2 * kMiB;
+  return p;
+}
+
+// Numbers shared by every AMD row (CDNA2 gfx90a and CDNA3 gfx942).
+//  - Granularity: hipMemGetAllocationGranularity and rocminfo ("Alloc
+//    Granule: 4KB", "Alloc Recommended Granule: 2048KB") report 4 KiB minimum
+//    and 2 MiB recommended; virtual memory is functional from ROCm 6.1 (ROCm
+//    release notes; HIP virtual memory management guide).
+//  - Alignment: ROCr rounds every device allocation up to whole 4 KiB pages;
+//    requests under 2 MiB are carved out of 2 MiB blocks (ROCr
+//    runtime/hsa-runtime/core/runtime/amd_memory_region.cpp, KFD).
+//  - Pages: 4 KiB base pages; the amdgpu driver groups contiguous pages into
+//    2 MiB fragments by default (amdgpu.vm_fragment_size = 9, i.e. 4 KiB << 9;
+//    Linux drivers/gpu/drm/amd/amdgpu/amdgpu_vm.c). 4 KiB TLB entries cost
+//    about 15% on MI300A (LLNL, El Capitan early-access notes), so large
+//    allocations prefer 2 MiB fragment boundaries.
+ArchProfile AmdProfile() {
+  ArchProfile p;
+  p.vendor = Vendor::kAmd;
+  p.min_granularity = 4 * kKiB;
+  p.recommended_granularity = 2 * kMiB;
+  p.allocation_alignment = 4 * kKiB;
+  p.page_sizes = {4 * kKiB, 2 * kMiB};
+  p.min_block_size = 256;
+  p.large_page_size = 2 * kMiB;
+  return p;
+}
+
+constexpr absl::string_view kNvidiaSources =
+    "CUDA Driver API cuMemGetAllocationGranularity (2 MiB min/recommended); "
+    "vAttention (Prabhu et al. 2024) section 6; CUDA C++ Programming Guide "
+    "(256 B alignment); NVIDIA open-gpu-kernel-modules nvidia-uvm page sizes "
+    "(4K/64K/2M/512M)";
+constexpr absl::string_view kAmdSources =
+    "rocminfo and hipMemGetAllocationGranularity (4 KiB min, 2 MiB "
+    "recommended, ROCm >= 6.1); ROCr amd_memory_region (4 KiB rounding, 2 MiB "
+    "blocks); amdgpu vm_fragment_size default 9 (2 MiB fragments)";
+
+std::vector<ArchProfile> BuildProfiles() {
+  std::vector<ArchProfile> profiles;
+
+  // NVIDIA H100 80GB HBM3 (SXM5), Hopper, compute capability 9.0.
+  // Memory: nvidia-smi reports "81559MiB" total (NVIDIA H100 datasheet: 80 GB).
+  {
+    ArchProfile p = NvidiaProfile();
+    p.name = "h100";
+    p.description = "NVIDIA H100 80GB HBM3";
+    p.arch_ids = {"sm_90"};
+    p.memory_bytes = 81559 * kMiB;
+    p.sources = kNvidiaSources;
+    profiles.push_back(std::move(p));
+  }
+  // NVIDIA H200 (SXM), Hopper, compute capability 9.0.
+  // Memory: 141 GB HBM3e (NVIDIA H200 datasheet); nvidia-smi reports
+  // "143771MiB" total.
+  {
+    ArchProfile p = NvidiaProfile();
+    p.name = "h200";
+    p.description = "NVIDIA H200";
+    p.arch_ids = {"sm_90"};
+    p.memory_bytes = 143771 * kMiB;
+    p.sources = kNvidiaSources;
+    profiles.push_back(std::move(p));
+  }
+  // NVIDIA A100 80GB (SXM4), Ampere, compute capability 8.0.
+  // Memory: nvidia-smi reports "81920MiB" total (NVIDIA A100 datasheet: 80 GB;
+  // the 40 GB part reports 40960MiB and maps here too, closest by memory).
+  {
+    ArchProfile p = NvidiaProfile();
+    p.name = "a100";
+    p.description = "NVIDIA A100 80GB";
+    p.arch_ids = {"sm_80"};
+    p.memory_bytes = 81920 * kMiB;
+    p.sources = kNvidiaSources;
+    profiles.push_back(std::move(p));
+  }
+  // AMD Instinct MI250X, CDNA2, gfx90a. Each of the two graphics compute dies
+  // (GCDs) is its own device with 64 GiB of HBM2e (AMD Instinct MI250X
+  // datasheet: 128 GB per module; ROCm docs: one GCD per HIP device).
+  {
+    ArchProfile p = AmdProfile();
+    p.name = "mi250x";
+    p.description = "AMD Instinct MI250X (one GCD)";
+    p.arch_ids = {"gfx90a"};
+    p.memory_bytes = 64 * kGiB;
+    p.sources = kAmdSources;
+    profiles.push_back(std::move(p));
+  }
+  // AMD Instinct MI300X, CDNA3, gfx942. 192 GiB HBM3 and 256 MiB Infinity
+  // Cache (AMD Instinct MI300X datasheet; ROCm docs, MI300 microarchitecture).
+  {
+    ArchProfile p = AmdProfile();
+    p.name = "mi300x";
+    p.description = "AMD Instinct MI300X";
+    p.arch_ids = {"gfx942"};
+    p.memory_bytes = 192 * kGiB;
+    p.sources = kAmdSources;
+    profiles.push_back(std::move(p));
+  }
+  // Fallback for an NVIDIA architecture not in the table: the shared NVIDIA
+  // numbers above (same sources); the memory size comes from the device.
+  {
+    ArchProfile p = NvidiaProfile();
+    p.name = "generic-nvidia";
+    p.description = "generic NVIDIA GPU";
+    p.sources = kNvidiaSources;
+    profiles.push_back(std::move(p));
+  }
+  // Fallback for an AMD architecture not in the table: the shared AMD numbers
+  // above (same sources); the memory size comes from the device.
+  {
+    ArchProfile p = AmdProfile();
+    p.name = "generic-amd";
+    p.description = "generic AMD GPU";
+    p.sources = kAmdSources;
+    profiles.push_back(std::move(p));
+  }
+  return profiles;
+}
+
+// The table, built on first use and never destroyed.
+const std::vector<ArchProfile>& Profiles() {
+  static const std::vector<ArchProfile>* const profiles =
+      new std::vector<ArchProfile>(BuildProfiles());
+  return *profiles;
+}
+
+// AMD devices report their architecture with target features, e.g.
+// "gfx90a:sramecc+:xnack-" (hipDeviceProp_t::gcnArchName); the profile table
+// keys on the processor name alone.
+absl::string_view ProcessorName(absl::string_view arch_id) {
+  return arch_id.substr(0, arch_id.find(':'));
+}
+
+std::uint64_t Distance(std::uint64_t a, std::uint64_t b) {
+  return a > b ? a - b : b - a;
+}
+
+}  // namespace
+
+absl::Span<const ArchProfile> AllArchProfiles() { return Profiles(); }
+
+absl::StatusOr<const ArchProfile*> FindArchProfile(absl::string_view name) {
+  for (const ArchProfile& profile : Profiles()) {
+    if (absl::EqualsIgnoreCase(profile.name, name)) return &profile;
+  }
+  std::vector<absl::string_view> names;
+  for (const ArchProfile& profile : Profiles()) names.push_back(profile.name);
+  return absl::NotFoundError(
+      absl::StrCat("unknown architecture profile \"", name,
+                   "\"; valid names: ", absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<const ArchProfile*> FindArchProfile(Vendor vendor,
+                                                   absl::string_view arch_id,
+                                                   std::uint64_t memory_bytes) {
+  if (vendor == Vendor::kUnknown) {
+    return absl::NotFoundError(absl::StrCat(
+        "no architecture profile for a device of unknown vendor (arch id \"",
+        arch_id, "\")"));
+  }
+  const absl::string_view processor = ProcessorName(arch_id);
+  const ArchProfile* best = nullptr;
+  for (const ArchProfile& profile : Profiles()) {
+    if (profile.vendor != vendor) continue;
+    const bool matches =
+        std::any_of(profile.arch_ids.begin(), profile.arch_ids.end(),
+                    [&](absl::string_view id) {
+                      return absl::EqualsIgnoreCase(id, processor);
+                    });
+    if (!matches) continue;
+    // Without a memory size the first listed product wins; otherwise the
+    // closest memory size, the first listed on ties.
+    if (best == nullptr ||
+        (memory_bytes != 0 && Distance(profile.memory_bytes, memory_bytes) <
+                                  Distance(best->memory_bytes, memory_bytes))) {
+      best = &profile;
+    }
+  }
+  if (best != nullptr) return best;
+  for (const ArchProfile& profile : Profiles()) {
+    if (profile.vendor == vendor && profile.arch_ids.empty()) return &profile;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no generic architecture profile for ", VendorName(vendor)));
+}
+
+}  // namespace gpualloc

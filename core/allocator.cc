@@ -1,0 +1,334 @@
+// core/allocator.cc: the BFC allocator facade: the lock, growth, garbage
+// collection, statistics and out-of-memory reports around core::BfcCore.
+//
+// The facade is the only place that holds the lock and the only place in core/
+// that calls the backend (through the abstract Backend, never a vendor API).
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_format.h"
+#include "core/bfc.h"
+#include "core/growth.h"
+#include "core/lock.h"
+#include "core/options.h"
+#include "core/size_class.h"
+#include "core/status_macros.h"
+#include "gpualloc/allocator.h"
+
+namespace gpualloc {
+namespace {
+
+std::string Bytes(std::uint64_t b) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  if (b >= (std::uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / kGiB);
+  if (b >= (std::uint64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1024.0 * 1024));
+  if (b >= 1024) return absl::StrFormat("%.2f KiB", b / 1024.0);
+  return absl::StrFormat("%d B", b);
+}
+
+class BfcAllocator final : public Allocator {
+ public:
+  BfcAllocator(core::ResolvedOptions resolved, std::shared_ptr<Backend> backend)
+      : resolved_(std::move(resolved)),
+        backend_(std::move(backend)),
+        core_(core::BfcConfig{resolved_.min_block_size,
+                              resolved_.options.max_internal_fragmentation}),
+        next_region_size_(resolved_.granularity) {}
+
+  ~BfcAllocator() override {
+    core::LockGuard lock(&mu_);
+    // Return every region. Live allocations die with the allocator (as with
+    // any caching allocator); their memory still goes back to the device.
+    for (const auto& region : all_regions_) {
+      (void)backend_->Free(region);
+    }
+  }
+
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
+                                 std::size_t alignment) override {
+    const std::uint64_t min_block = resolved_.min_block_size;
+    if (alignment != 0 && !core::IsPowerOfTwo(alignment)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Allocate(%d bytes): alignment %d is not a power of two", bytes,
+                          alignment));
+    }
+    if (alignment > resolved_.max_alignment) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Allocate(%d bytes): alignment %d exceeds the largest supported alignment %d "
+          "(one growth granule)",
+          bytes, alignment, resolved_.max_alignment));
+    }
+    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
+    // Sizes beyond the limit are rejected before any arithmetic can overflow.
+    if (bytes > resolved_.limit) return RejectTooLarge(bytes);
+    const std::uint64_t size = core::RoundUp(bytes == 0 ? 1 : bytes, min_block);
+    const std::uint64_t needed = size + (align - min_block);
+    if (needed > resolved_.limit) return RejectTooLarge(bytes);
+
+    core::LockGuard lock(&mu_);
+    std::optional<DeviceAddress> address = core_.Allocate(size, bytes, align, stream.handle);
+    if (!address.has_value()) {
+      absl::StatusOr<DeviceAddress> grown = AllocateSlow(size, bytes, align, needed, stream);
+      if (!grown.ok()) return grown.status();
+      address = *grown;
+    }
+    MaybeValidate();
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+  }
+
+  absl::Status Deallocate(void* ptr, Stream stream) override {
+    if (ptr == nullptr) return absl::OkStatus();  // like free(NULL) and cudaFree(0)
+    core::LockGuard lock(&mu_);
+    absl::Status status =
+        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr), stream.handle);
+    MaybeValidate();
+    return status;
+  }
+
+  Stats GetStats() const override {
+    core::LockGuard lock(&mu_);
+    return StatsLocked();
+  }
+
+  void ResetPeakStats() override {
+    core::LockGuard lock(&mu_);
+    core_.ResetPeaks();
+  }
+
+  Snapshot GetSnapshot() const override {
+    core::LockGuard lock(&mu_);
+    Snapshot s;
+    core_.AppendSnapshot(&s.regions);
+    s.stats = StatsLocked();
+    return s;
+  }
+
+  absl::Status Trim() override {
+    core::LockGuard lock(&mu_);
+    absl::Status status = ReleaseFreeRegions();
+    MaybeValidate();
+    return status;
+  }
+
+  absl::Status Validate() const override {
+    core::LockGuard lock(&mu_);
+    return ValidateLocked();
+  }
+
+  const DeviceInfo& device() const override { return backend_->info(); }
+  const Options& options() const override { return resolved_.options; }
+
+ private:
+  absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_RETURN_IF_ERROR(core_.Validate());
+    // F1: the facade's list of backend regions matches the core's regions.
+    if (all_regions_.size() != core_.num_regions() ||
+        backend_allocs_ - backend_frees_ != all_regions_.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant F1 broken: %d regions in the core, %d held from the backend, %d "
+          "backend allocations minus %d frees",
+          core_.num_regions(), all_regions_.size(), backend_allocs_, backend_frees_));
+    }
+    // F2: never more reserved than the limit.
+    if (core_.counters().bytes_reserved > resolved_.limit) {
+      return absl::InternalError(
+          absl::StrFormat("invariant F2 broken: %d bytes reserved, limit %d",
+                          core_.counters().bytes_reserved, resolved_.limit));
+    }
+    return absl::OkStatus();
+  }
+
+  void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+#if GPUALLOC_DEBUG_CHECKS >= 2
+    absl::Status status = ValidateLocked();
+    if (!status.ok()) {
+      std::fprintf(stderr, "gpualloc: %s\n", std::string(status.message()).c_str());
+      std::abort();
+    }
+#endif
+  }
+
+  Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const core::CoreCounters& k = core_.counters();
+    Stats s;
+    s.num_allocs = k.num_allocs;
+    s.bytes_in_use = k.bytes_in_use;
+    s.peak_bytes_in_use = k.peak_bytes_in_use;
+    s.largest_alloc_size = k.largest_alloc_size;
+    s.bytes_limit = resolved_.limit;
+    s.bytes_reserved = k.bytes_reserved;
+    s.peak_bytes_reserved = k.peak_bytes_reserved;
+    s.largest_free_block_bytes = core_.LargestFreeBlock();
+    s.bytes_requested = k.bytes_requested;
+    s.peak_bytes_requested = k.peak_bytes_requested;
+    const std::uint64_t free_bytes = core_.FreeBytes();
+    s.fragmentation =
+        free_bytes == 0 ? 0.0
+                        : 1.0 - static_cast<double>(s.largest_free_block_bytes) /
+                                    static_cast<double>(free_bytes);
+    s.num_ooms = num_ooms_;
+    s.backend_allocs = backend_allocs_;
+    s.backend_frees = backend_frees_;
+    return s;
+  }
+
+  absl::Status RejectTooLarge(std::size_t bytes) {
+    core::LockGuard lock(&mu_);
+    ++num_ooms_;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "out of memory: Allocate(%d bytes) can never succeed: it exceeds the allocator's "
+        "limit of %d bytes (%s) on %s. Hint: raise memory_fraction (now %g) or set "
+        "memory_limit.",
+        bytes, resolved_.limit, Bytes(resolved_.limit), backend_->info().name,
+        resolved_.options.memory_fraction));
+  }
+
+  // Asks the backend for a region of `size` bytes; on success the core gets it.
+  absl::Status AddRegion(std::uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<DeviceAddress> base = backend_->Allocate(size);
+    if (!base.ok()) return base.status();
+    if (*base % resolved_.min_block_size != 0) {
+      (void)backend_->Free(*base);
+      return absl::InternalError(absl::StrFormat(
+          "backend %s returned %#x for %d bytes, not aligned to the minimum block size %d",
+          backend_->info().backend, *base, size, resolved_.min_block_size));
+    }
+    ++backend_allocs_;
+    all_regions_.push_back(*base);
+    core_.AddRegion(*base, size);
+    return absl::OkStatus();
+  }
+
+  // Tries the growth candidates, largest first. OK when a region was added.
+  absl::Status Grow(std::uint64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    core::GrowthRequest request;
+    request.needed = needed;
+    request.reserved = core_.counters().bytes_reserved;
+    request.limit = resolved_.limit;
+    request.granularity = resolved_.granularity;
+    request.policy = resolved_.options.growth_policy;
+    request.next_region_size = next_region_size_;
+    const std::vector<std::uint64_t> sizes = core::GrowthCandidates(request);
+    if (sizes.empty()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "growing by %d bytes would pass the limit of %d bytes (%d reserved)",
+          core::RoundUpToMultiple(needed, resolved_.granularity), resolved_.limit,
+          request.reserved));
+    }
+    absl::Status last;
+    for (std::uint64_t size : sizes) {
+      last = AddRegion(size);
+      if (last.ok()) {
+        next_region_size_ = core::NextRegionSize(size, next_region_size_);
+        return last;
+      }
+      if (!absl::IsResourceExhausted(last)) break;  // a driver error: do not retry
+    }
+    return last;
+  }
+
+  // Returns every fully free region to the backend.
+  absl::Status ReleaseFreeRegions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status first_error;
+    for (core::RegionId id : core_.FreeRegions()) {
+      const DeviceAddress base = core_.region_base(id);
+      absl::Status freed = backend_->Free(base);
+      if (!freed.ok()) {
+        if (first_error.ok()) first_error = freed;
+        continue;  // the region stays usable
+      }
+      ++backend_frees_;
+      core_.RemoveRegion(id);
+      all_regions_.erase(std::find(all_regions_.begin(), all_regions_.end(), base));
+    }
+    return first_error;
+  }
+
+  absl::StatusOr<DeviceAddress> AllocateSlow(std::uint64_t size, std::uint64_t bytes,
+                                             std::uint64_t align, std::uint64_t needed,
+                                             Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status why;
+    if (resolved_.options.preallocate) {
+      if (core_.num_regions() == 0) {
+        why = AddRegion(resolved_.limit);
+        if (!why.ok()) {
+          why = absl::Status(why.code(), absl::StrFormat("preallocating %d bytes: %s",
+                                                         resolved_.limit, why.message()));
+        }
+      } else {
+        why = absl::ResourceExhaustedError("the preallocated region has no free chunk large "
+                                           "enough");
+      }
+    } else {
+      why = Grow(needed);
+      if (absl::IsResourceExhausted(why) && resolved_.options.garbage_collection &&
+          !core_.FreeRegions().empty()) {
+        GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
+        why = Grow(needed);
+      }
+    }
+    if (why.ok()) {
+      std::optional<DeviceAddress> address = core_.Allocate(size, bytes, align, stream.handle);
+      if (address.has_value()) return *address;
+      why = absl::ResourceExhaustedError("no free chunk fits even after growing");
+    }
+    if (!absl::IsResourceExhausted(why)) return why;  // a driver error, not OOM
+    ++num_ooms_;
+    return OutOfMemory(bytes, size, why);
+  }
+
+  absl::Status OutOfMemory(std::uint64_t bytes, std::uint64_t size, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Stats s = StatsLocked();
+    const std::uint64_t free_bytes = core_.FreeBytes();
+    std::string hint;
+    if (free_bytes >= size) {
+      hint = absl::StrFormat(
+          "%s are free but in pieces (largest %s): fragmentation; try preallocate=false "
+          "with growth, or free long-lived blocks earlier",
+          Bytes(free_bytes), Bytes(s.largest_free_block_bytes));
+    } else if (s.bytes_reserved + size <= s.bytes_limit) {
+      hint = "the device refused more memory (other processes may hold it); lower the "
+             "limit or free device memory elsewhere";
+    } else {
+      hint = absl::StrFormat("the limit is reached; raise memory_fraction (now %g) or "
+                             "memory_limit, or lower the batch size",
+                             resolved_.options.memory_fraction);
+    }
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. limit %d, in use %d, "
+        "reserved %d, largest free block %d, fragmentation %.1f%%. Hint: %s",
+        bytes, size, backend_->info().name,
+        resolved_.options.name.empty() ? "" : " (" + resolved_.options.name + ")",
+        why.message(), s.bytes_limit, s.bytes_in_use, s.bytes_reserved,
+        s.largest_free_block_bytes, 100 * s.fragmentation, hint));
+  }
+
+  const core::ResolvedOptions resolved_;
+  const std::shared_ptr<Backend> backend_;
+
+  mutable core::Lock mu_;
+  core::BfcCore core_ ABSL_GUARDED_BY(mu_);
+  std::vector<DeviceAddress> all_regions_ ABSL_GUARDED_BY(mu_);  // backend addresses
+  std::uint64_t next_region_size_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(const Options& options,
+                                                           std::shared_ptr<Backend> backend) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("CreateAllocator: backend is null");
+  }
+  GPUALLOC_ASSIGN_OR_RETURN(core::ResolvedOptions resolved,
+                            core::ResolveOptions(options, backend->info()));
+  return std::unique_ptr<Allocator>(new BfcAllocator(std::move(resolved), std::move(backend)));
+}
+
+}  // namespace gpualloc

@@ -1,0 +1,362 @@
+// core/bfc.cc: best-fit with coalescing over regions.
+#include "core/bfc.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace gpualloc::core {
+namespace {
+
+absl::Status Broken(absl::string_view invariant, absl::string_view detail) {
+  return absl::InternalError(absl::StrFormat("invariant %s broken: %s", invariant, detail));
+}
+
+}  // namespace
+
+BfcCore::BfcCore(const BfcConfig& config) : config_(config), bins_(&chunks_) {
+  GPUALLOC_DCHECK(IsPowerOfTwo(config_.min_block_size));
+}
+
+void BfcCore::InsertFree(ChunkId id) { bins_.Insert(id); }
+
+void BfcCore::RemoveFree(ChunkId id) { bins_.Remove(id); }
+
+RegionId BfcCore::AddRegion(DeviceAddress base, std::uint64_t size) {
+  GPUALLOC_DCHECK(size > 0 && size % config_.min_block_size == 0);
+  GPUALLOC_DCHECK(base % config_.min_block_size == 0);
+  RegionId id;
+  if (!free_region_ids_.empty()) {
+    id = free_region_ids_.back();
+    free_region_ids_.pop_back();
+  } else {
+    id = static_cast<RegionId>(regions_.size());
+    regions_.emplace_back();
+  }
+  const ChunkId chunk = chunks_.New();
+  Chunk& c = chunks_[chunk];
+  c.address = base;
+  c.size = size;
+  c.region = id;
+  regions_[id] = Region{base, size, chunk, true};
+  region_index_.emplace(base, id);
+  InsertFree(chunk);
+  counters_.bytes_reserved += size;
+  counters_.peak_bytes_reserved =
+      std::max(counters_.peak_bytes_reserved, counters_.bytes_reserved);
+  return id;
+}
+
+bool BfcCore::IsRegionFree(RegionId id) const {
+  const Region& r = regions_[id];
+  const Chunk& c = chunks_[r.first];
+  return !c.in_use && c.size == r.size;
+}
+
+std::vector<RegionId> BfcCore::FreeRegions() const {
+  std::vector<RegionId> ids;
+  for (const auto& [base, id] : region_index_) {
+    if (IsRegionFree(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
+void BfcCore::RemoveRegion(RegionId id) {
+  GPUALLOC_DCHECK(id < regions_.size() && regions_[id].live && IsRegionFree(id));
+  Region& r = regions_[id];
+  RemoveFree(r.first);
+  chunks_.Delete(r.first);
+  region_index_.erase(r.base);
+  counters_.bytes_reserved -= r.size;
+  r = Region();
+  free_region_ids_.push_back(id);
+}
+
+ChunkId BfcCore::Split(ChunkId id, std::uint64_t offset) {
+  const ChunkId tail = chunks_.New();  // may move the table: index afresh below
+  Chunk& c = chunks_[id];
+  Chunk& t = chunks_[tail];
+  GPUALLOC_DCHECK(offset > 0 && offset < c.size);
+  t.address = c.address + offset;
+  t.size = c.size - offset;
+  t.region = c.region;
+  t.prev = id;
+  t.next = c.next;
+  t.stream = c.stream;
+  if (c.next != kNoChunk) chunks_[c.next].prev = tail;
+  c.next = tail;
+  c.size = offset;
+  return tail;
+}
+
+void BfcCore::MergeNext(ChunkId id) {
+  Chunk& c = chunks_[id];
+  const ChunkId next = c.next;
+  Chunk& n = chunks_[next];
+  c.size += n.size;
+  c.next = n.next;
+  if (n.next != kNoChunk) chunks_[n.next].prev = id;
+  chunks_.Delete(next);
+}
+
+std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size, std::uint64_t requested,
+                                               std::uint64_t alignment,
+                                               std::uintptr_t stream) {
+  const std::uint64_t min_block = config_.min_block_size;
+  // With a stricter alignment, any chunk of size + (alignment - min_block)
+  // holds an aligned start followed by `size` bytes.
+  const std::uint64_t search = size + (alignment - min_block);
+  ChunkId id = bins_.FindBestFit(search);
+  if (id == kNoChunk) return std::nullopt;
+  RemoveFree(id);
+
+  const std::uint64_t misalignment = chunks_[id].address & (alignment - 1);
+  if (misalignment != 0) {
+    // Cut the front padding off as a free chunk of its own. Its predecessor is
+    // in use (I4), so it has nothing to merge with.
+    const ChunkId aligned = Split(id, alignment - misalignment);
+    InsertFree(id);
+    id = aligned;
+  }
+  const std::uint64_t surplus = chunks_[id].size - size;
+  if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
+    // The tail's successor is in use (I4): nothing to merge with either.
+    InsertFree(Split(id, size));
+  }
+
+  Chunk& c = chunks_[id];
+  c.in_use = true;
+  c.requested = requested;
+  c.stream = stream;
+  in_use_.emplace(c.address, id);
+
+  CoreCounters& k = counters_;
+  ++k.num_allocs;
+  ++k.num_chunks_in_use;
+  k.bytes_in_use += c.size;
+  k.bytes_requested += requested;
+  k.peak_bytes_in_use = std::max(k.peak_bytes_in_use, k.bytes_in_use);
+  k.peak_bytes_requested = std::max(k.peak_bytes_requested, k.bytes_requested);
+  k.largest_alloc_size = std::max(k.largest_alloc_size, c.size);
+  return c.address;
+}
+
+absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream) {
+  auto it = in_use_.find(address);
+  if (it == in_use_.end()) return DiagnoseBadFree(address);
+  ChunkId id = it->second;
+  in_use_.erase(it);
+
+  Chunk& c = chunks_[id];
+  c.in_use = false;
+  c.stream = stream;
+  counters_.bytes_in_use -= c.size;
+  counters_.bytes_requested -= c.requested;
+  --counters_.num_chunks_in_use;
+  c.requested = 0;
+
+  if (c.next != kNoChunk && !chunks_[c.next].in_use) {
+    RemoveFree(c.next);
+    MergeNext(id);
+  }
+  const ChunkId prev = chunks_[id].prev;
+  if (prev != kNoChunk && !chunks_[prev].in_use) {
+    RemoveFree(prev);
+    MergeNext(prev);
+    id = prev;
+  }
+  InsertFree(id);
+  return absl::OkStatus();
+}
+
+absl::Status BfcCore::DiagnoseBadFree(DeviceAddress address) const {
+  // Cold path: find the region, then walk its chunks.
+  auto it = region_index_.upper_bound(address);
+  if (it != region_index_.begin()) {
+    --it;
+    const Region& r = regions_[it->second];
+    if (address < r.base + r.size) {
+      for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
+        const Chunk& c = chunks_[id];
+        if (address >= c.address + c.size) continue;
+        if (c.in_use) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "Deallocate(%#x): interior pointer, %d bytes into the allocation at %#x of "
+              "%d bytes; pass the pointer Allocate returned",
+              address, address - c.address, c.address, c.requested));
+        }
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "Deallocate(%#x): not a live allocation: the address lies in free memory "
+            "[%#x, %#x); double free, or a pointer that was never allocated",
+            address, c.address, c.address + c.size));
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "Deallocate(%#x): pointer was not allocated by this allocator (it lies in none of "
+      "its %d regions)",
+      address, region_index_.size()));
+}
+
+std::uint64_t BfcCore::AllocatedSize(DeviceAddress address) const {
+  auto it = in_use_.find(address);
+  return it == in_use_.end() ? 0 : chunks_[it->second].size;
+}
+
+void BfcCore::ResetPeaks() {
+  counters_.peak_bytes_in_use = counters_.bytes_in_use;
+  counters_.peak_bytes_requested = counters_.bytes_requested;
+  counters_.peak_bytes_reserved = counters_.bytes_reserved;
+  counters_.largest_alloc_size = 0;
+}
+
+std::uint64_t BfcCore::LargestFreeBlock() const {
+  const ChunkId id = bins_.Largest();
+  return id == kNoChunk ? 0 : chunks_[id].size;
+}
+
+absl::Status BfcCore::Validate() const {
+  const std::uint64_t min_block = config_.min_block_size;
+  // I1: disjoint regions, index == live regions.
+  std::size_t live_regions = 0;
+  for (const Region& r : regions_) live_regions += r.live;
+  if (live_regions != region_index_.size()) {
+    return Broken("I1", absl::StrFormat("%d live regions but %d in the index", live_regions,
+                                        region_index_.size()));
+  }
+  DeviceAddress previous_end = 0;
+  std::uint64_t reserved = 0, in_use = 0, requested = 0, free_chunks = 0, in_use_chunks = 0,
+                reachable = 0;
+  for (const auto& [base, rid] : region_index_) {
+    if (rid >= regions_.size() || !regions_[rid].live || regions_[rid].base != base) {
+      return Broken("I1", absl::StrFormat("index entry %#x names region %d, which is not "
+                                          "a live region at that base",
+                                          base, rid));
+    }
+    const Region& r = regions_[rid];
+    if (base < previous_end) {
+      return Broken("I1", absl::StrFormat("region at %#x overlaps the previous one ending "
+                                          "at %#x",
+                                          base, previous_end));
+    }
+    previous_end = base + r.size;
+    reserved += r.size;
+    // I2-I6 over the region's chunks.
+    DeviceAddress expected = base;
+    ChunkId prev = kNoChunk;
+    bool prev_free = false;
+    for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
+      if (!chunks_.IsLive(id)) {
+        return Broken("I2", absl::StrFormat("region %#x links to dead chunk record %d",
+                                            base, id));
+      }
+      const Chunk& c = chunks_[id];
+      ++reachable;
+      if (reachable > chunks_.live_count()) {
+        return Broken("I2", absl::StrFormat("region %#x: chunk list loops", base));
+      }
+      if (c.address != expected || c.prev != prev || c.region != rid) {
+        return Broken("I2", absl::StrFormat(
+                                "region %#x: chunk %d at %#x (prev %d, region %d) should be "
+                                "at %#x (prev %d, region %d)",
+                                base, id, c.address, c.prev, c.region, expected, prev, rid));
+      }
+      if (c.size == 0 || c.size % min_block != 0 || c.address % min_block != 0) {
+        return Broken("I3", absl::StrFormat("chunk %d at %#x has size %d; sizes and addresses "
+                                            "must be non-zero multiples of %d",
+                                            id, c.address, c.size, min_block));
+      }
+      if (!c.in_use) {
+        if (prev_free) {
+          return Broken("I4", absl::StrFormat("free chunks %d and %d at %#x are neighbours "
+                                              "and did not merge",
+                                              prev, id, c.address));
+        }
+        if (!bins_.Contains(id)) {
+          return Broken("I5", absl::StrFormat("free chunk %d (%#x, %d bytes) is not in its bin",
+                                              id, c.address, c.size));
+        }
+        if (in_use_.contains(c.address)) {
+          return Broken("I6", absl::StrFormat("free chunk %d at %#x is in the in-use map", id,
+                                              c.address));
+        }
+        ++free_chunks;
+      } else {
+        auto it = in_use_.find(c.address);
+        if (it == in_use_.end() || it->second != id) {
+          return Broken("I6", absl::StrFormat("in-use chunk %d at %#x is not in the in-use "
+                                              "map under its id",
+                                              id, c.address));
+        }
+        if (bins_.Contains(id)) {
+          return Broken("I6", absl::StrFormat("in-use chunk %d at %#x is in a bin", id,
+                                              c.address));
+        }
+        if (c.requested > c.size) {
+          return Broken("I6", absl::StrFormat("chunk %d at %#x: requested %d > size %d", id,
+                                              c.address, c.requested, c.size));
+        }
+        in_use += c.size;
+        requested += c.requested;
+        ++in_use_chunks;
+      }
+      prev_free = !c.in_use;
+      expected = c.address + c.size;
+      prev = id;
+    }
+    if (expected != base + r.size) {
+      return Broken("I2", absl::StrFormat("region %#x of %d bytes: chunks end at %#x", base,
+                                          r.size, expected));
+    }
+  }
+  if (free_chunks != bins_.size()) {
+    return Broken("I5", absl::StrFormat("%d free chunks but %d bin entries", free_chunks,
+                                        bins_.size()));
+  }
+  GPUALLOC_RETURN_IF_ERROR(bins_.Validate());
+  if (in_use_chunks != in_use_.size()) {
+    return Broken("I6", absl::StrFormat("%d in-use chunks but %d entries in the in-use map",
+                                        in_use_chunks, in_use_.size()));
+  }
+  const CoreCounters& k = counters_;
+  if (k.bytes_in_use != in_use || k.bytes_requested != requested ||
+      k.bytes_reserved != reserved || k.num_chunks_in_use != in_use_chunks) {
+    return Broken("I7", absl::StrFormat(
+                            "counters say in use %d, requested %d, reserved %d, chunks %d; "
+                            "the chunks sum to %d, %d, %d, %d",
+                            k.bytes_in_use, k.bytes_requested, k.bytes_reserved,
+                            k.num_chunks_in_use, in_use, requested, reserved, in_use_chunks));
+  }
+  if (k.peak_bytes_in_use < k.bytes_in_use || k.peak_bytes_requested < k.bytes_requested ||
+      k.peak_bytes_reserved < k.bytes_reserved) {
+    return Broken("I7", "a peak is below its current value");
+  }
+  if (reachable != chunks_.live_count()) {
+    return Broken("I8", absl::StrFormat("%d live chunk records but %d reachable from regions",
+                                        chunks_.live_count(), reachable));
+  }
+  return absl::OkStatus();
+}
+
+void BfcCore::AppendSnapshot(std::vector<RegionSnapshot>* regions) const {
+  for (const auto& [base, rid] : region_index_) {
+    const Region& r = regions_[rid];
+    RegionSnapshot rs;
+    rs.base = base;
+    rs.size = r.size;
+    for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      rs.chunks.push_back(ChunkSnapshot{c.address, c.size, c.requested, c.in_use, c.stream});
+    }
+    regions->push_back(std::move(rs));
+  }
+}
+
+std::size_t BfcCore::MetadataBytes() const {
+  const std::size_t bins = FreeBins::MemoryBytes();  // nodes live in the chunk table
+  const std::size_t map = in_use_.capacity() * (sizeof(DeviceAddress) + sizeof(ChunkId) + 1);
+  return sizeof(*this) + chunks_.MemoryBytes() + bins + map +
+         regions_.capacity() * sizeof(Region) + region_index_.size() * 64;
+}
+
+}  // namespace gpualloc::core

@@ -1,0 +1,154 @@
+// core/bfc.h: best-fit with coalescing over regions: the allocator's algorithm.
+//
+// Model. The core is given regions: contiguous device address ranges that some
+// backend produced. Each region is tiled by chunks linked in address order. A
+// free chunk sits in the free bins (core/free_bins.h); an in-use chunk sits in
+// a hash map from its address, so Deallocate finds it in O(1) and host memory
+// grows with the number of chunks, never with the size of a region.
+//   Allocate: take the best-fitting free chunk (smallest that fits, lowest
+//     address on ties), cut front padding off for alignment, and split the
+//     surplus off as a new free chunk unless it is within the split bound.
+//   Deallocate: mark the chunk free and merge it with free neighbours.
+// The core makes no device calls and takes no locks: the allocator facade
+// (core/allocator.cc) holds the lock and talks to the backend, telling the core
+// when a region arrives (AddRegion) or leaves (RemoveRegion).
+//
+// Invariants (numbered; Validate() checks each and names the broken one):
+//   I1. Regions are disjoint; the region index holds exactly the live regions.
+//   I2. A region's chunks tile it: the first starts at the base, each next one
+//       starts where its predecessor ends, the last ends at the region's end,
+//       prev/next links agree, and every chunk names its region.
+//   I3. Chunk sizes are non-zero multiples of the minimum block size and
+//       addresses are multiples of it.
+//   I4. No two neighbouring chunks are both free (they would have merged).
+//   I5. Every free chunk is in the bins exactly once, under its own size and
+//       address, and the bins hold nothing else (plus FreeBins' B1-B4).
+//   I6. Every in-use chunk is in the in-use map under its address, in no bin,
+//       with requested <= size; the map holds nothing else.
+//   I7. The counters equal the sums they summarize (bytes in use, requested,
+//       reserved), and each peak is at least its current value.
+//   I8. No chunk record is leaked: the live records are exactly those reachable
+//       from the regions.
+//
+// Thread safety: none. REQUIRES external synchronization (the facade's lock).
+#ifndef GPUALLOC_CORE_BFC_H_
+#define GPUALLOC_CORE_BFC_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "core/chunk_table.h"
+#include "core/free_bins.h"
+#include "gpualloc/allocator.h"
+
+namespace gpualloc::core {
+
+struct BfcConfig {
+  // Power of two; every chunk size and address is a multiple of it.
+  std::uint64_t min_block_size = 256;
+  // A surplus of at most this many bytes stays with the allocation (no split).
+  std::uint64_t max_internal_fragmentation = 0;
+};
+
+// Counters maintained on every operation (the rest of Stats is derived).
+struct CoreCounters {
+  std::uint64_t num_allocs = 0;
+  std::uint64_t bytes_in_use = 0;
+  std::uint64_t peak_bytes_in_use = 0;
+  std::uint64_t largest_alloc_size = 0;
+  std::uint64_t bytes_requested = 0;
+  std::uint64_t peak_bytes_requested = 0;
+  std::uint64_t bytes_reserved = 0;
+  std::uint64_t peak_bytes_reserved = 0;
+  std::uint64_t num_chunks_in_use = 0;
+};
+
+class BfcCore {
+ public:
+  explicit BfcCore(const BfcConfig& config);
+
+  BfcCore(const BfcCore&) = delete;
+  BfcCore& operator=(const BfcCore&) = delete;
+
+  const BfcConfig& config() const { return config_; }
+
+  // Adds [base, base + size) as a region made of one free chunk.
+  // REQUIRES: base and size are non-zero multiples of min_block_size and the
+  // range overlaps no region.
+  RegionId AddRegion(DeviceAddress base, std::uint64_t size);
+
+  // Removes a fully free region; the caller returns its memory to the device.
+  // REQUIRES: IsRegionFree(id).
+  void RemoveRegion(RegionId id);
+
+  bool IsRegionFree(RegionId id) const;
+  // Ids of the regions whose memory is entirely free, in address order.
+  std::vector<RegionId> FreeRegions() const;
+  DeviceAddress region_base(RegionId id) const { return regions_[id].base; }
+  std::uint64_t region_size(RegionId id) const { return regions_[id].size; }
+  std::size_t num_regions() const { return region_index_.size(); }
+
+  // Best fit for `size` bytes at `alignment`. Returns the address, or nullopt
+  // when no free chunk can hold it (nothing changes then).
+  // REQUIRES: size is a non-zero multiple of min_block_size; alignment is a
+  // power of two >= min_block_size; size + alignment does not overflow.
+  std::optional<DeviceAddress> Allocate(std::uint64_t size, std::uint64_t requested,
+                                        std::uint64_t alignment, std::uintptr_t stream);
+
+  // Frees the chunk that starts at `address`. InvalidArgument for an address
+  // no region contains or that points inside a chunk; FailedPrecondition for a
+  // chunk that is already free. Nothing changes on error.
+  absl::Status Deallocate(DeviceAddress address, std::uintptr_t stream);
+
+  // Size of the in-use chunk starting at `address`, or 0.
+  std::uint64_t AllocatedSize(DeviceAddress address) const;
+
+  const CoreCounters& counters() const { return counters_; }
+  void ResetPeaks();
+  std::uint64_t LargestFreeBlock() const;
+  std::uint64_t FreeBytes() const {
+    return counters_.bytes_reserved - counters_.bytes_in_use;
+  }
+  std::uint64_t num_free_chunks() const { return bins_.size(); }
+
+  absl::Status Validate() const;
+  void AppendSnapshot(std::vector<RegionSnapshot>* regions) const;
+
+  // Host memory held by the core's own data structures (approximate).
+  std::size_t MetadataBytes() const;
+
+ private:
+  struct Region {
+    DeviceAddress base = 0;
+    std::uint64_t size = 0;
+    ChunkId first = kNoChunk;
+    bool live = false;
+  };
+
+  void InsertFree(ChunkId id);
+  void RemoveFree(ChunkId id);
+  // Splits `id` at `offset` bytes: `id` keeps the front, the new chunk (returned)
+  // takes the rest and inherits id's state.
+  ChunkId Split(ChunkId id, std::uint64_t offset);
+  // Merges `next` (which must follow `id` and be free and out of the bins)
+  // into `id`.
+  void MergeNext(ChunkId id);
+  absl::Status DiagnoseBadFree(DeviceAddress address) const;
+
+  BfcConfig config_;
+  ChunkTable chunks_;
+  FreeBins bins_;
+  absl::flat_hash_map<DeviceAddress, ChunkId> in_use_;
+  std::vector<Region> regions_;
+  std::vector<RegionId> free_region_ids_;
+  absl::btree_map<DeviceAddress, RegionId> region_index_;  // base -> id
+  CoreCounters counters_;
+};
+
+}  // namespace gpualloc::core
+
+#endif  // GPUALLOC_CORE_BFC_H_

@@ -1,0 +1,99 @@
+// core/options.cc: validation and defaults of allocator Options.
+#include "core/options.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "core/size_class.h"
+#include "core/status_macros.h"
+
+namespace gpualloc::core {
+namespace {
+
+absl::Status Bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrFormat("Options.%s: %s", field, why));
+}
+
+}  // namespace
+
+absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
+                                               const DeviceInfo& device) {
+  ResolvedOptions r;
+  r.options = options;
+  if (device.total_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "device %s reports 0 bytes of total memory", device.name));
+  }
+
+  if (options.arch.empty() || options.arch == "auto") {
+    auto found = FindArchProfile(device.vendor, device.arch_id, device.total_bytes);
+    r.profile = found.ok() ? *found : nullptr;  // unknown vendor: the device's numbers
+  } else {
+    auto found = FindArchProfile(options.arch);
+    if (!found.ok()) return Bad("arch", found.status().message());
+    r.profile = *found;
+  }
+
+  r.min_block_size = options.min_block_size != 0 ? options.min_block_size
+                     : r.profile != nullptr      ? r.profile->min_block_size
+                                                 : 256;
+  if (!IsPowerOfTwo(r.min_block_size) || r.min_block_size < 16) {
+    return Bad("min_block_size",
+               absl::StrFormat("%d is not a power of two >= 16", r.min_block_size));
+  }
+  if (device.allocation_alignment != 0 && device.allocation_alignment % r.min_block_size != 0 &&
+      r.min_block_size % device.allocation_alignment != 0) {
+    return Bad("min_block_size",
+               absl::StrFormat("%d is incompatible with the device's allocation alignment %d",
+                               r.min_block_size, device.allocation_alignment));
+  }
+
+  std::uint64_t granularity = options.growth_granularity;
+  if (granularity == 0) {
+    granularity = device.recommended_granularity;
+    if (r.profile != nullptr && r.profile->recommended_granularity > granularity) {
+      granularity = r.profile->recommended_granularity;
+    }
+  }
+  if (granularity == 0) granularity = std::uint64_t{2} << 20;
+  if (granularity % r.min_block_size != 0) {
+    return Bad("growth_granularity",
+               absl::StrFormat("%d is not a multiple of the minimum block size %d",
+                               granularity, r.min_block_size));
+  }
+  if (device.min_granularity != 0 && granularity % device.min_granularity != 0) {
+    return Bad("growth_granularity",
+               absl::StrFormat("%d is not a multiple of the device's minimum granularity %d",
+                               granularity, device.min_granularity));
+  }
+  r.granularity = granularity;
+
+  std::uint64_t limit;
+  if (options.memory_limit != 0) {
+    if (options.memory_limit > device.total_bytes) {
+      return Bad("memory_limit",
+                 absl::StrFormat("%d bytes exceeds the device's total memory of %d bytes",
+                                 options.memory_limit, device.total_bytes));
+    }
+    limit = options.memory_limit;
+  } else {
+    const double f = options.memory_fraction;
+    if (!std::isfinite(f) || f <= 0 || f > 1) {
+      return Bad("memory_fraction", absl::StrFormat("%g is not in (0, 1]", f));
+    }
+    limit = static_cast<std::uint64_t>(f * static_cast<double>(device.total_bytes));
+    if (limit > device.total_bytes) limit = device.total_bytes;
+  }
+  r.limit = RoundDownToMultiple(limit, granularity);
+  if (r.limit == 0) {
+    return Bad(options.memory_limit != 0 ? "memory_limit" : "memory_fraction",
+               absl::StrFormat("the limit of %d bytes is smaller than one growth granule of "
+                               "%d bytes",
+                               limit, granularity));
+  }
+  // Any alignment up to one granule can be honoured by padding inside a region.
+  r.max_alignment = granularity;
+  return r;
+}
+
+}  // namespace gpualloc::core

@@ -1,0 +1,31 @@
+// core/options.h: checks allocator Options against a device and fills in defaults.
+#ifndef GPUALLOC_CORE_OPTIONS_H_
+#define GPUALLOC_CORE_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/arch.h"
+
+namespace gpualloc::core {
+
+// Options with every "take the default" resolved for one device.
+struct ResolvedOptions {
+  Options options;
+  const ArchProfile* profile = nullptr;  // null when the device matches none
+  std::uint64_t limit = 0;               // bytes; a multiple of granularity
+  std::uint64_t granularity = 0;         // region sizes are multiples of this
+  std::uint64_t min_block_size = 0;
+  std::uint64_t max_alignment = 0;       // largest alignment Allocate accepts
+};
+
+// InvalidArgument naming the offending field and value; the device is only
+// read (info), never called.
+absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
+                                               const DeviceInfo& device);
+
+}  // namespace gpualloc::core
+
+#endif  // GPUALLOC_CORE_OPTIONS_H_

@@ -1,0 +1,145 @@
+// gpualloc/allocator.h: the public C++ allocator.
+//
+// An Allocator serves device memory for one device out of large regions that it
+// obtains from a Backend, with best-fit-with-coalescing (BFC): free chunks live
+// in size-class bins, the smallest fitting chunk (lowest address on ties) is
+// split to size, and freed chunks merge with free neighbours.
+//
+// Growth follows JAX: with `preallocate`, the first Allocate reserves
+// `memory_fraction` of the device's TOTAL memory (or `memory_limit`) as one
+// region; without it, regions are added on demand, in multiples of the
+// architecture's recommended granularity, up to the same limit. On out of memory
+// fully free regions are returned to the device and the request is retried
+// (garbage collection); Trim() does the same on demand.
+//
+// Errors are absl::Status values; nothing throws. A rejected call changes
+// nothing: every live allocation and the allocator's state stay as they were.
+//
+// Thread safety: every method is thread-safe. One lock per allocator, held for
+// the duration of a call.
+#ifndef GPUALLOC_ALLOCATOR_H_
+#define GPUALLOC_ALLOCATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc {
+
+enum class GrowthPolicy {
+  // Each new region is the request rounded up to the growth granularity:
+  // smallest footprint, more regions.
+  kExact,
+  // Region sizes double from one granule (TensorFlow's BFC): fewer backend
+  // calls, more reserved memory.
+  kDoubling,
+};
+
+struct Options {
+  // Reserve the whole limit as one region on the first Allocate (JAX default).
+  bool preallocate = true;
+  // Fraction of the device's TOTAL memory the allocator may reserve, in (0, 1].
+  double memory_fraction = 0.75;
+  // When non-zero, the limit in bytes; overrides memory_fraction.
+  std::uint64_t memory_limit = 0;
+  // On out of memory, return fully free regions to the device and retry.
+  bool garbage_collection = true;
+  GrowthPolicy growth_policy = GrowthPolicy::kExact;
+  // Region sizes are multiples of this; 0 takes the architecture profile's
+  // recommended granularity. Must be a multiple of the device's minimum.
+  std::uint64_t growth_granularity = 0;
+  // Every chunk is a multiple of this power of two; 0 takes the profile's
+  // (256 B on every current profile).
+  std::uint64_t min_block_size = 0;
+  // Split bound: when the best-fit chunk exceeds the request by at most this many
+  // bytes, the surplus stays with the allocation instead of becoming a free
+  // chunk. 0 always splits (the surplus is at least min_block_size).
+  std::uint64_t max_internal_fragmentation = 0;
+  // Architecture profile name, or "auto" to pick it from the device.
+  std::string arch = "auto";
+  // A label used in messages and reports.
+  std::string name;
+};
+
+// TensorFlow's allocator statistics, with the same names and meanings.
+struct Stats {
+  std::uint64_t num_allocs = 0;          // successful Allocate calls, ever
+  std::uint64_t bytes_in_use = 0;        // sum of the sizes of in-use chunks
+  std::uint64_t peak_bytes_in_use = 0;
+  std::uint64_t largest_alloc_size = 0;  // largest chunk ever handed out
+  std::uint64_t bytes_limit = 0;
+  std::uint64_t bytes_reserved = 0;      // sum of region sizes
+  std::uint64_t peak_bytes_reserved = 0;
+  std::uint64_t largest_free_block_bytes = 0;
+  std::uint64_t bytes_requested = 0;  // sum of the sizes as asked
+  std::uint64_t peak_bytes_requested = 0;
+  // 1 - largest free block / total free bytes (0 when nothing is free).
+  double fragmentation = 0;
+  std::uint64_t num_ooms = 0;  // ResourceExhausted answers
+  std::uint64_t backend_allocs = 0;
+  std::uint64_t backend_frees = 0;
+};
+
+// Every region and chunk, in address order.
+struct ChunkSnapshot {
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  std::uint64_t requested = 0;  // 0 for free chunks
+  bool in_use = false;
+  std::uintptr_t stream = 0;
+};
+struct RegionSnapshot {
+  std::uint64_t base = 0;
+  std::uint64_t size = 0;
+  std::vector<ChunkSnapshot> chunks;
+};
+struct Snapshot {
+  std::vector<RegionSnapshot> regions;
+  Stats stats;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+
+  // Returns device memory of at least `bytes`, aligned to `alignment` (a power
+  // of two; 0 means the minimum block size, 256 B). 0 bytes is valid and returns
+  // a unique non-null pointer to a minimum-size block. A request beyond what the
+  // allocator can ever serve, or that cannot be served now even after garbage
+  // collection, is ResourceExhausted with a report of why.
+  virtual absl::StatusOr<void*> Allocate(std::size_t bytes,
+                                         Stream stream = Stream(),
+                                         std::size_t alignment = 0) = 0;
+  // Releases what Allocate returned. `stream` is the stream the memory's last
+  // use was queued on. A pointer this allocator did not hand out, an interior
+  // pointer or a second free is an error naming the address; nothing changes.
+  virtual absl::Status Deallocate(void* ptr, Stream stream = Stream()) = 0;
+
+  virtual Stats GetStats() const = 0;
+  // Resets the peak statistics to the current values.
+  virtual void ResetPeakStats() = 0;
+  virtual Snapshot GetSnapshot() const = 0;
+
+  // Returns every fully free region to the device.
+  virtual absl::Status Trim() = 0;
+  // Checks every invariant of the allocator; the Status names the broken one.
+  virtual absl::Status Validate() const = 0;
+
+  virtual const DeviceInfo& device() const = 0;
+  virtual const Options& options() const = 0;
+};
+
+// InvalidArgument naming the field when `options` are inconsistent with each
+// other or with the device; the backend is not called.
+absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
+    const Options& options, std::shared_ptr<Backend> backend);
+
+}  // namespace gpualloc
+
+#endif  // GPUALLOC_ALLOCATOR_H_

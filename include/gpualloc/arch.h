@@ -1,0 +1,57 @@
+// gpualloc/arch.h: architecture profiles, the numbers the core tunes by.
+//
+// A profile is data: allocation granularity, plain-allocation alignment, page or
+// fragment sizes, memory size and the allocator's minimum block size for one GPU
+// architecture. The table lives in backends/arch/profiles.cc with the public
+// source of every number. Profiles are immutable and live for the whole program.
+#ifndef GPUALLOC_ARCH_H_
+#define GPUALLOC_ARCH_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc {
+
+struct ArchProfile {
+  absl::string_view name;  // lookup key: "h100", "mi300x", "generic-amd", ...
+  absl::string_view description;
+  Vendor vendor = Vendor::kUnknown;
+  // Architecture ids this profile describes ("sm_90", "gfx942"); empty for the
+  // generic fallbacks.
+  std::vector<absl::string_view> arch_ids;
+  // Device memory as the driver reports it; 0 for generic profiles (taken from
+  // the device).
+  std::uint64_t memory_bytes = 0;
+  std::uint64_t min_granularity = 0;
+  std::uint64_t recommended_granularity = 0;
+  std::uint64_t allocation_alignment = 0;  // of plain allocations
+  std::vector<std::uint64_t> page_sizes;   // TLB pages / fragments, ascending
+  // Every chunk the allocator hands out is a multiple of this (TF's 256 B).
+  std::uint64_t min_block_size = 256;
+  // Where large allocations prefer to start (big page / fragment boundary).
+  std::uint64_t large_page_size = 0;
+  absl::string_view sources;  // where the numbers come from
+};
+
+// Every profile, in a stable order.
+absl::Span<const ArchProfile> AllArchProfiles();
+
+// By name ("h200", "generic-nvidia"; case-insensitive). NotFound lists the names.
+absl::StatusOr<const ArchProfile*> FindArchProfile(absl::string_view name);
+
+// By what a device reports. Several products can share an architecture id
+// (H100 and H200 are both sm_90): `memory_bytes`, when non-zero, picks the one
+// whose memory size is closest. An unknown id falls back to the vendor's
+// generic profile; an unknown vendor is NotFound.
+absl::StatusOr<const ArchProfile*> FindArchProfile(Vendor vendor,
+                                                   absl::string_view arch_id,
+                                                   std::uint64_t memory_bytes = 0);
+
+}  // namespace gpualloc
+
+#endif  // GPUALLOC_ARCH_H_

@@ -1,0 +1,363 @@
+// tests/backend_conformance.h: the conformance suite every Backend passes.
+//
+// Written once, instantiated per backend (RMM's pattern): a test program
+// includes this header and instantiates the suite with factories, e.g.
+//
+//   INSTANTIATE_TEST_SUITE_P(Sim, BackendConformanceTest,
+//       ::testing::Values(BackendFactory{"fake_h200", [] { ... }}),
+//       BackendFactoryName);
+//
+// A factory that answers Unavailable (no driver, no device) skips the suite
+// with the reason; any other error fails it. The tests state only what the
+// Backend interface promises (gpualloc/backend.h), so that the core can rely on
+// nothing more. The TEST_P definitions live in this header: include it in
+// exactly one test program.
+#ifndef GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_
+#define GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gpualloc/backend.h"
+#include "gtest/gtest.h"
+
+namespace gpualloc::testing {
+
+struct BackendFactory {
+  std::string name;  // test-name suffix: letters, digits and underscores
+  std::function<absl::StatusOr<std::shared_ptr<Backend>>()> make;
+};
+
+inline void PrintTo(const BackendFactory& factory, std::ostream* os) {
+  *os << factory.name;
+}
+
+// For INSTANTIATE_TEST_SUITE_P: names each instance after its factory.
+inline std::string BackendFactoryName(
+    const ::testing::TestParamInfo<BackendFactory>& info) {
+  return info.param.name;
+}
+
+namespace conformance_internal {
+
+inline bool IsPowerOfTwo(std::uint64_t x) {
+  return x != 0 && (x & (x - 1)) == 0;
+}
+
+// A live allocation the test made.
+struct Block {
+  DeviceAddress address = 0;
+  std::uint64_t size = 0;
+};
+
+}  // namespace conformance_internal
+
+class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  static constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+
+  void SetUp() override {
+    absl::StatusOr<std::shared_ptr<Backend>> made = GetParam().make();
+    if (absl::IsUnavailable(made.status())) {
+      GTEST_SKIP() << GetParam().name << " unavailable: " << made.status();
+    }
+    ASSERT_TRUE(made.ok()) << made.status();
+    ASSERT_NE(*made, nullptr);
+    backend_ = *std::move(made);
+  }
+
+  void TearDown() override {
+    // Returns whatever a failed test left behind, so one failure does not
+    // cascade into the next test on a shared device.
+    if (backend_ == nullptr) return;
+    for (const conformance_internal::Block& block : live_) {
+      (void)backend_->Free(block.address);
+    }
+  }
+
+  const DeviceInfo& info() const { return backend_->info(); }
+
+  std::uint64_t FreeBytes() {
+    absl::StatusOr<std::uint64_t> free = backend_->FreeBytes();
+    EXPECT_TRUE(free.ok()) << free.status();
+    return free.ok() ? *free : 0;
+  }
+
+  // Allocates and remembers the block for TearDown; 0 on failure (reported).
+  DeviceAddress AllocateOrFail(std::uint64_t bytes) {
+    absl::StatusOr<DeviceAddress> address = backend_->Allocate(bytes);
+    EXPECT_TRUE(address.ok())
+        << "Allocate(" << bytes << "): " << address.status();
+    if (!address.ok()) return 0;
+    live_.push_back({*address, bytes});
+    return *address;
+  }
+
+  // Frees a block AllocateOrFail returned and forgets it.
+  void FreeOrFail(DeviceAddress address) {
+    const absl::Status status = backend_->Free(address);
+    EXPECT_TRUE(status.ok()) << "Free(" << address << "): " << status;
+    live_.erase(std::remove_if(live_.begin(), live_.end(),
+                               [&](const conformance_internal::Block& b) {
+                                 return b.address == address;
+                               }),
+                live_.end());
+  }
+
+  // Whether the device can hold `bytes` more now (tests skip when not).
+  bool HasRoomFor(std::uint64_t bytes) {
+    const std::uint64_t free = FreeBytes();
+    return free >= bytes;
+  }
+
+  std::shared_ptr<Backend> backend_;
+  std::vector<conformance_internal::Block> live_;
+};
+
+TEST_P(BackendConformanceTest, InfoIsSane) {
+  const DeviceInfo& d = info();
+  using conformance_internal::IsPowerOfTwo;
+  EXPECT_FALSE(d.backend.empty());
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_FALSE(d.driver_version.empty());
+  EXPECT_GE(d.ordinal, 0);
+  EXPECT_GT(d.total_bytes, 0u);
+  EXPECT_TRUE(IsPowerOfTwo(d.min_granularity)) << d.min_granularity;
+  EXPECT_TRUE(IsPowerOfTwo(d.recommended_granularity))
+      << d.recommended_granularity;
+  EXPECT_LE(d.min_granularity, d.recommended_granularity);
+  EXPECT_TRUE(IsPowerOfTwo(d.allocation_alignment)) << d.allocation_alignment;
+  ASSERT_FALSE(d.page_sizes.empty());
+  for (std::size_t i = 0; i < d.page_sizes.size(); ++i) {
+    EXPECT_TRUE(IsPowerOfTwo(d.page_sizes[i])) << d.page_sizes[i];
+    if (i > 0) {
+      EXPECT_LT(d.page_sizes[i - 1], d.page_sizes[i]) << "index " << i;
+    }
+  }
+  // The backend's own name and VendorName must be printable.
+  EXPECT_FALSE(VendorName(d.vendor).empty());
+  // Free memory never exceeds the total.
+  EXPECT_LE(FreeBytes(), d.total_bytes);
+}
+
+TEST_P(BackendConformanceTest, CapabilityFlagsAreConsistent) {
+  const Capabilities& c = info().capabilities;
+  // Stream-ordered pools allocate and free on streams: they need streams.
+  if (c.stream_ordered_pools) {
+    EXPECT_TRUE(c.streams);
+  }
+  // Virtual memory maps in granules: the granularity must be known.
+  if (c.virtual_memory) {
+    EXPECT_GT(info().min_granularity, 0u);
+    EXPECT_EQ(info().recommended_granularity % info().min_granularity, 0u);
+  }
+}
+
+TEST_P(BackendConformanceTest, AllocateReturnsAlignedDistinctDisjointBlocks) {
+  const std::vector<std::uint64_t> sizes = {
+      1,        255,          256,       257,       4095,
+      4096,     4097,         65536 + 1, kMiB,      2 * kMiB - 1,
+      2 * kMiB, 2 * kMiB + 1, 3 * kMiB,  16 * kMiB, 64 * kMiB};
+  std::uint64_t needed = 0;
+  for (std::uint64_t size : sizes) {
+    needed += size + info().recommended_granularity;
+  }
+  if (!HasRoomFor(needed))
+    GTEST_SKIP() << "device has less than " << needed << " bytes free";
+
+  const std::uint64_t alignment = info().allocation_alignment;
+  for (std::uint64_t size : sizes) {
+    const DeviceAddress address = AllocateOrFail(size);
+    ASSERT_NE(address, 0u) << "size " << size;
+    EXPECT_EQ(address % alignment, 0u)
+        << "size " << size << " address " << address;
+  }
+  std::vector<conformance_internal::Block> sorted = live_;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.address < b.address; });
+  for (std::size_t i = 1; i < sorted.size(); ++i) {
+    EXPECT_LE(sorted[i - 1].address + sorted[i - 1].size, sorted[i].address)
+        << "blocks of " << sorted[i - 1].size << " and " << sorted[i].size
+        << " bytes overlap";
+  }
+  for (const auto& block : sorted) FreeOrFail(block.address);
+  EXPECT_TRUE(live_.empty());
+}
+
+TEST_P(BackendConformanceTest, FreeReturnsMemory) {
+  const std::uint64_t size = 8 * kMiB;
+  if (!HasRoomFor(size)) GTEST_SKIP() << "device is full";
+  const std::uint64_t before = FreeBytes();
+  const DeviceAddress address = AllocateOrFail(size);
+  ASSERT_NE(address, 0u);
+  const std::uint64_t during = FreeBytes();
+  EXPECT_LE(during + size, before);
+  FreeOrFail(address);
+  const std::uint64_t after = FreeBytes();
+  EXPECT_GE(after, during + size);
+  EXPECT_EQ(after, before);
+}
+
+TEST_P(BackendConformanceTest, FreeOfUnknownAddressIsInvalidArgument) {
+  const std::uint64_t size = 4 * kMiB;
+  if (!HasRoomFor(size)) GTEST_SKIP() << "device is full";
+  const DeviceAddress address = AllocateOrFail(size);
+  ASSERT_NE(address, 0u);
+  const std::uint64_t free = FreeBytes();
+
+  const std::vector<DeviceAddress> unknown = {
+      address + info().allocation_alignment,  // interior
+      address + size / 2,                     // interior
+      address - info().allocation_alignment,  // just before
+      0,
+  };
+  for (DeviceAddress bad : unknown) {
+    const absl::Status status = backend_->Free(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << bad << ": " << status;
+    EXPECT_EQ(FreeBytes(), free) << bad;
+  }
+  // The real allocation is intact and still frees once.
+  FreeOrFail(address);
+  const std::uint64_t after_free = FreeBytes();
+  const absl::Status twice = backend_->Free(address);
+  EXPECT_TRUE(absl::IsInvalidArgument(twice)) << twice;
+  EXPECT_EQ(FreeBytes(), after_free);
+}
+
+TEST_P(BackendConformanceTest, AllocateZeroIsInvalidArgument) {
+  const std::uint64_t free = FreeBytes();
+  const absl::StatusOr<DeviceAddress> zero = backend_->Allocate(0);
+  EXPECT_TRUE(absl::IsInvalidArgument(zero.status())) << zero.status();
+  EXPECT_EQ(FreeBytes(), free);
+}
+
+TEST_P(BackendConformanceTest, AllocateBeyondFreeMemoryIsResourceExhausted) {
+  const std::uint64_t size = 2 * kMiB;
+  if (!HasRoomFor(size)) GTEST_SKIP() << "device is full";
+  const DeviceAddress held = AllocateOrFail(size);
+  ASSERT_NE(held, 0u);
+  const std::uint64_t free = FreeBytes();
+  const std::vector<std::uint64_t> too_big = {
+      free + 1,
+      info().total_bytes + 1,
+      info().total_bytes * 2,
+      std::numeric_limits<std::uint64_t>::max(),
+      std::numeric_limits<std::uint64_t>::max() - info().allocation_alignment +
+          2,
+  };
+  for (std::uint64_t bytes : too_big) {
+    const absl::StatusOr<DeviceAddress> result = backend_->Allocate(bytes);
+    EXPECT_TRUE(absl::IsResourceExhausted(result.status()))
+        << bytes << ": " << result.status();
+    if (result.ok()) live_.push_back({*result, bytes});
+    EXPECT_EQ(FreeBytes(), free) << bytes;
+  }
+  // What was live before stays live and frees normally.
+  FreeOrFail(held);
+}
+
+TEST_P(BackendConformanceTest, AllocateAfterFreeOfEverythingSucceeds) {
+  const std::uint64_t size = 32 * kMiB;
+  if (!HasRoomFor(2 * size)) GTEST_SKIP() << "device is full";
+  const std::uint64_t before = FreeBytes();
+  for (int round = 0; round < 8; ++round) {
+    const DeviceAddress a = AllocateOrFail(size);
+    const DeviceAddress b = AllocateOrFail(size / 2);
+    ASSERT_NE(a, 0u);
+    ASSERT_NE(b, 0u);
+    FreeOrFail(b);
+    FreeOrFail(a);
+  }
+  EXPECT_EQ(FreeBytes(), before);
+}
+
+TEST_P(BackendConformanceTest, HostAccessibleMemoryHoldsAPattern) {
+  if (!info().capabilities.host_accessible) {
+    GTEST_SKIP() << info().name << " is not host accessible";
+  }
+  const std::vector<std::uint64_t> sizes = {1,        256,      4096 + 3,
+                                            kMiB - 1, 2 * kMiB, 5 * kMiB + 7};
+  std::uint64_t needed = 0;
+  for (std::uint64_t size : sizes)
+    needed += size + info().recommended_granularity;
+  if (!HasRoomFor(needed)) GTEST_SKIP() << "device is full";
+
+  std::vector<DeviceAddress> addresses;
+  for (std::uint64_t size : sizes) {
+    addresses.push_back(AllocateOrFail(size));
+    ASSERT_NE(addresses.back(), 0u);
+  }
+  auto pattern = [](std::size_t block, std::uint64_t offset) {
+    return static_cast<unsigned char>((offset * 131 + block * 29 + 7) & 0xff);
+  };
+  // Write every block first, then check every block: an overlap shows up as
+  // a block overwritten by a later one.
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto* bytes = reinterpret_cast<unsigned char*>(addresses[i]);
+    for (std::uint64_t off = 0; off < sizes[i]; ++off)
+      bytes[off] = pattern(i, off);
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(addresses[i]);
+    std::uint64_t mismatches = 0;
+    for (std::uint64_t off = 0; off < sizes[i]; ++off) {
+      mismatches += bytes[off] != pattern(i, off);
+    }
+    EXPECT_EQ(mismatches, 0u)
+        << "block " << i << " of " << sizes[i] << " bytes";
+  }
+  for (DeviceAddress address : addresses) FreeOrFail(address);
+}
+
+TEST_P(BackendConformanceTest, ConcurrentAllocateAndFreeKeepAccounting) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 64;
+  const std::uint64_t size = 64 * 1024;
+  if (!HasRoomFor(kThreads * 4 * (size + info().recommended_granularity))) {
+    GTEST_SKIP() << "device is full";
+  }
+  const std::uint64_t before = FreeBytes();
+  std::vector<std::vector<std::string>> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        DeviceAddress held[4] = {};
+        for (int i = 0; i < 4; ++i) {
+          absl::StatusOr<DeviceAddress> a = backend_->Allocate(size * (i + 1));
+          if (!a.ok()) {
+            errors[t].push_back(a.status().ToString());
+            continue;
+          }
+          held[i] = *a;
+        }
+        for (DeviceAddress address : held) {
+          if (address == 0) continue;
+          absl::Status s = backend_->Free(address);
+          if (!s.ok()) errors[t].push_back(s.ToString());
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_TRUE(errors[t].empty()) << "thread " << t << ": " << errors[t].size()
+                                   << " errors, first " << errors[t].front();
+  }
+  EXPECT_EQ(FreeBytes(), before);
+}
+
+}  // namespace gpualloc::testing
+
+#endif  // GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_

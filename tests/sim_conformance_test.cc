@@ -1,0 +1,57 @@
+// tests/sim_conformance_test.cc: the backend conformance suite on the
+// simulator, with fake addresses (NVIDIA and AMD numbers) and with host-backed
+// memory.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "gpualloc/backend.h"
+#include "gpualloc/sim_backend.h"
+#include "gtest/gtest.h"
+#include "tests/backend_conformance.h"
+
+namespace gpualloc::testing {
+namespace {
+
+BackendFactory Sim(std::string name, SimOptions options) {
+  return BackendFactory{
+      std::move(name), [options]() -> absl::StatusOr<std::shared_ptr<Backend>> {
+        absl::StatusOr<std::shared_ptr<SimBackend>> sim =
+            SimBackend::Create(options);
+        if (!sim.ok()) return sim.status();
+        return std::shared_ptr<Backend>(*std::move(sim));
+      }};
+}
+
+SimOptions FakeH200() {
+  SimOptions o;
+  o.profile = "h200";
+  return o;
+}
+
+SimOptions HostBackedH100() {
+  SimOptions o;
+  o.profile = "h100";
+  o.total_bytes = std::uint64_t{256} << 20;
+  o.memory = SimMemory::kHostBacked;
+  return o;
+}
+
+SimOptions FakeMi300x() {
+  SimOptions o;
+  o.profile = "mi300x";
+  return o;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, BackendConformanceTest,
+                         ::testing::Values(Sim("fake_h200", FakeH200()),
+                                           Sim("host_backed_h100",
+                                               HostBackedH100()),
+                                           Sim("fake_mi300x", FakeMi300x())),
+                         BackendFactoryName);
+
+}  // namespace
+}  // namespace gpualloc::testing

@@ -1,0 +1,186 @@
+// tools/bench/allocator_benchmark.cc: host-side cost of the allocator's hot path.
+//
+// Every case runs on the simulated backend with fake addresses: what is timed
+// is the allocator's own work (lock, best fit, split, coalesce, bookkeeping),
+// which is what a runtime pays per call once the pool exists.
+//
+//   build:  meson setup build-bench -Dbenchmarks=enabled -Dbuildtype=release
+//             -Ddebug_checks=0 && ninja -C build-bench
+//   run:    build-bench/tools/bench/allocator_benchmark --benchmark_repetitions=5
+//             --benchmark_report_aggregates_only=true
+#include <malloc.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "benchmark/benchmark.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+
+namespace gpualloc {
+namespace {
+
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+std::shared_ptr<SimBackend> Sim(std::uint64_t total) {
+  SimOptions o;
+  o.profile = "h100";
+  o.total_bytes = total;
+  return *SimBackend::Create(o);
+}
+
+std::unique_ptr<Allocator> Preallocated(std::uint64_t pool) {
+  Options o;
+  o.memory_limit = pool;
+  auto a = CreateAllocator(o, Sim(pool));
+  if (!a.ok()) std::abort();
+  return std::move(*a);
+}
+
+void* MustAllocate(Allocator& a, std::size_t bytes) {
+  auto p = a.Allocate(bytes);
+  if (!p.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(p.status().message()).c_str());
+    std::abort();
+  }
+  return *p;
+}
+
+// Log-uniform sizes from 256 B to 64 MiB, drawn up front so no random number
+// generation is timed.
+std::vector<std::size_t> LogUniformSizes(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> exponent(std::log2(256.0), std::log2(64.0 * (1 << 20)));
+  std::vector<std::size_t> sizes(n);
+  for (auto& s : sizes) s = static_cast<std::size_t>(std::exp2(exponent(rng)));
+  return sizes;
+}
+
+void BM_FixedSizePair(benchmark::State& state) {
+  auto a = Preallocated(16 * kGiB);
+  const std::size_t size = static_cast<std::size_t>(state.range(0));
+  void* keep = MustAllocate(*a, 1 << 20);  // the pool is not empty
+  for (auto _ : state) {
+    void* p = MustAllocate(*a, size);
+    benchmark::DoNotOptimize(p);
+    (void)a->Deallocate(p);
+  }
+  (void)a->Deallocate(keep);
+}
+BENCHMARK(BM_FixedSizePair)->Arg(256)->Arg(1 << 20);
+
+// Random replacement: `live` allocations stay live; each iteration frees a
+// random one and allocates a new random size in its place (one pair).
+void BM_RandomPair(benchmark::State& state) {
+  const std::size_t live = static_cast<std::size_t>(state.range(0));
+  // Mean size is ~5 MiB: give the pool room for `live` of them at 16 GiB per 1000.
+  const std::uint64_t pool = std::max<std::uint64_t>(16 * kGiB, live * 16 * kGiB / 1000);
+  auto a = Preallocated(pool);
+  constexpr std::size_t kDraws = 1 << 16;
+  const std::vector<std::size_t> sizes = LogUniformSizes(kDraws, 42);
+  std::vector<std::size_t> victims(kDraws);
+  std::mt19937_64 rng(7);
+  for (auto& v : victims) v = rng() % live;
+  std::vector<void*> slots(live);
+  for (std::size_t i = 0; i < live; ++i) slots[i] = MustAllocate(*a, sizes[i % kDraws]);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    void*& slot = slots[victims[i & (kDraws - 1)]];
+    (void)a->Deallocate(slot);
+    slot = MustAllocate(*a, sizes[(i * 31 + 17) & (kDraws - 1)]);
+    ++i;
+  }
+  const Stats s = a->GetStats();
+  state.counters["live"] = static_cast<double>(live);
+  state.counters["frag"] = s.fragmentation;
+  for (void* p : slots) (void)a->Deallocate(p);
+}
+BENCHMARK(BM_RandomPair)->Arg(100)->Arg(1000)->Arg(10000)->Arg(100000);
+
+// Why core/lock.h is not absl::Mutex: an uncontended Lock+Unlock of each
+// candidate (the allocator takes its lock twice per pair).
+void BM_LockUnlock_AbslMutex_DeadlockDetection(benchmark::State& state) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort);
+  absl::Mutex mu;
+  for (auto _ : state) {
+    mu.Lock();
+    mu.Unlock();
+  }
+}
+BENCHMARK(BM_LockUnlock_AbslMutex_DeadlockDetection);
+void BM_LockUnlock_AbslMutex_NoDetection(benchmark::State& state) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::Mutex mu;
+  for (auto _ : state) {
+    mu.Lock();
+    mu.Unlock();
+  }
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort);
+}
+BENCHMARK(BM_LockUnlock_AbslMutex_NoDetection);
+void BM_LockUnlock_StdMutex(benchmark::State& state) {
+  std::mutex mu;
+  for (auto _ : state) {
+    mu.lock();
+    mu.unlock();
+  }
+}
+BENCHMARK(BM_LockUnlock_StdMutex);
+
+// Allocate a batch, then free it all; time per pair.
+void BM_BatchAllocateThenFree(benchmark::State& state) {
+  const std::size_t batch = static_cast<std::size_t>(state.range(0));
+  auto a = Preallocated(16 * kGiB);
+  const std::vector<std::size_t> sizes = LogUniformSizes(batch, 3);
+  std::vector<void*> ptrs(batch);
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < batch; ++i) ptrs[i] = MustAllocate(*a, sizes[i] / 8);
+    for (void* p : ptrs) (void)a->Deallocate(p);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+}
+BENCHMARK(BM_BatchAllocateThenFree)->Arg(1000);
+
+// Creating an allocator and its first allocation into a 16 GiB preallocated
+// pool: what JAX-style preallocation costs on the host.
+void BM_FirstAllocationIntoPreallocatedPool(benchmark::State& state) {
+  const std::uint64_t pool = static_cast<std::uint64_t>(state.range(0)) * kGiB;
+  auto sim = Sim(pool);
+  for (auto _ : state) {
+    Options o;
+    o.memory_limit = pool;
+    auto a = CreateAllocator(o, sim);
+    void* p = MustAllocate(**a, 1024);
+    benchmark::DoNotOptimize(p);
+  }
+}
+BENCHMARK(BM_FirstAllocationIntoPreallocatedPool)->Arg(16)->Unit(benchmark::kMicrosecond);
+
+// Host memory right after preallocating 75% of a simulated H200 (141 GB).
+void BM_HostMemoryAfterH200Preallocation(benchmark::State& state) {
+  SimOptions so;
+  so.profile = "h200";
+  auto sim = *SimBackend::Create(so);
+  std::size_t host_bytes = 0;
+  for (auto _ : state) {
+    const std::size_t before = mallinfo2().uordblks;
+    auto a = CreateAllocator(Options(), sim);
+    void* p = MustAllocate(**a, 1024);
+    benchmark::DoNotOptimize(p);
+    host_bytes = mallinfo2().uordblks - before;
+  }
+  state.counters["host_bytes"] = static_cast<double>(host_bytes);
+  state.counters["pool_bytes"] = static_cast<double>(
+      static_cast<std::uint64_t>(0.75 * static_cast<double>(sim->info().total_bytes)));
+}
+BENCHMARK(BM_HostMemoryAfterH200Preallocation)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace gpualloc
+
+BENCHMARK_MAIN();
