@@ -3,6 +3,8 @@
 //
 // The facade is the only place that holds the lock and the only place in core/
 // that calls the backend (through the abstract Backend, never a vendor API).
+#include "gpualloc/allocator.h"
+
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -15,15 +17,16 @@
 #include "core/options.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
-#include "gpualloc/allocator.h"
 
 namespace gpualloc {
 namespace {
 
 std::string Bytes(std::uint64_t b) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
-  if (b >= (std::uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / kGiB);
-  if (b >= (std::uint64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1024.0 * 1024));
+  if (b >= (std::uint64_t{1} << 30))
+    return absl::StrFormat("%.2f GiB", b / kGiB);
+  if (b >= (std::uint64_t{1} << 20))
+    return absl::StrFormat("%.2f MiB", b / (1024.0 * 1024));
   if (b >= 1024) return absl::StrFormat("%.2f KiB", b / 1024.0);
   return absl::StrFormat("%d B", b);
 }
@@ -50,15 +53,16 @@ class BfcAllocator final : public Allocator {
                                  std::size_t alignment) override {
     const std::uint64_t min_block = resolved_.min_block_size;
     if (alignment != 0 && !core::IsPowerOfTwo(alignment)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("Allocate(%d bytes): alignment %d is not a power of two", bytes,
-                          alignment));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Allocate(%d bytes): alignment %d is not a power of two", bytes,
+          alignment));
     }
     if (alignment > resolved_.max_alignment) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Allocate(%d bytes): alignment %d exceeds the largest supported alignment %d "
-          "(one growth granule)",
-          bytes, alignment, resolved_.max_alignment));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("Allocate(%d bytes): alignment %d exceeds the "
+                          "largest supported alignment %d "
+                          "(one growth granule)",
+                          bytes, alignment, resolved_.max_alignment));
     }
     const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
     // Sizes beyond the limit are rejected before any arithmetic can overflow.
@@ -68,9 +72,11 @@ class BfcAllocator final : public Allocator {
     if (needed > resolved_.limit) return RejectTooLarge(bytes);
 
     core::LockGuard lock(&mu_);
-    std::optional<DeviceAddress> address = core_.Allocate(size, bytes, align, stream.handle);
+    std::optional<DeviceAddress> address =
+        core_.Allocate(size, bytes, align, stream.handle);
     if (!address.has_value()) {
-      absl::StatusOr<DeviceAddress> grown = AllocateSlow(size, bytes, align, needed, stream);
+      absl::StatusOr<DeviceAddress> grown =
+          AllocateSlow(size, bytes, align, needed, stream);
       if (!grown.ok()) return grown.status();
       address = *grown;
     }
@@ -79,7 +85,8 @@ class BfcAllocator final : public Allocator {
   }
 
   absl::Status Deallocate(void* ptr, Stream stream) override {
-    if (ptr == nullptr) return absl::OkStatus();  // like free(NULL) and cudaFree(0)
+    if (ptr == nullptr)
+      return absl::OkStatus();  // like free(NULL) and cudaFree(0)
     core::LockGuard lock(&mu_);
     absl::Status status =
         core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr), stream.handle);
@@ -126,10 +133,12 @@ class BfcAllocator final : public Allocator {
     // F1: the facade's list of backend regions matches the core's regions.
     if (all_regions_.size() != core_.num_regions() ||
         backend_allocs_ - backend_frees_ != all_regions_.size()) {
-      return absl::InternalError(absl::StrFormat(
-          "invariant F1 broken: %d regions in the core, %d held from the backend, %d "
-          "backend allocations minus %d frees",
-          core_.num_regions(), all_regions_.size(), backend_allocs_, backend_frees_));
+      return absl::InternalError(
+          absl::StrFormat("invariant F1 broken: %d regions in the core, %d "
+                          "held from the backend, %d "
+                          "backend allocations minus %d frees",
+                          core_.num_regions(), all_regions_.size(),
+                          backend_allocs_, backend_frees_));
     }
     // F2: never more reserved than the limit.
     if (core_.counters().bytes_reserved > resolved_.limit) {
@@ -144,7 +153,8 @@ class BfcAllocator final : public Allocator {
 #if GPUALLOC_DEBUG_CHECKS >= 2
     absl::Status status = ValidateLocked();
     if (!status.ok()) {
-      std::fprintf(stderr, "gpualloc: %s\n", std::string(status.message()).c_str());
+      std::fprintf(stderr, "gpualloc: %s\n",
+                   std::string(status.message()).c_str());
       std::abort();
     }
 #endif
@@ -165,9 +175,10 @@ class BfcAllocator final : public Allocator {
     s.peak_bytes_requested = k.peak_bytes_requested;
     const std::uint64_t free_bytes = core_.FreeBytes();
     s.fragmentation =
-        free_bytes == 0 ? 0.0
-                        : 1.0 - static_cast<double>(s.largest_free_block_bytes) /
-                                    static_cast<double>(free_bytes);
+        free_bytes == 0
+            ? 0.0
+            : 1.0 - static_cast<double>(s.largest_free_block_bytes) /
+                        static_cast<double>(free_bytes);
     s.num_ooms = num_ooms_;
     s.backend_allocs = backend_allocs_;
     s.backend_frees = backend_frees_;
@@ -178,21 +189,25 @@ class BfcAllocator final : public Allocator {
     core::LockGuard lock(&mu_);
     ++num_ooms_;
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "out of memory: Allocate(%d bytes) can never succeed: it exceeds the allocator's "
-        "limit of %d bytes (%s) on %s. Hint: raise memory_fraction (now %g) or set "
+        "out of memory: Allocate(%d bytes) can never succeed: it exceeds the "
+        "allocator's "
+        "limit of %d bytes (%s) on %s. Hint: raise memory_fraction (now %g) or "
+        "set "
         "memory_limit.",
         bytes, resolved_.limit, Bytes(resolved_.limit), backend_->info().name,
         resolved_.options.memory_fraction));
   }
 
   // Asks the backend for a region of `size` bytes; on success the core gets it.
-  absl::Status AddRegion(std::uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status AddRegion(std::uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<DeviceAddress> base = backend_->Allocate(size);
     if (!base.ok()) return base.status();
     if (*base % resolved_.min_block_size != 0) {
       (void)backend_->Free(*base);
       return absl::InternalError(absl::StrFormat(
-          "backend %s returned %#x for %d bytes, not aligned to the minimum block size %d",
+          "backend %s returned %#x for %d bytes, not aligned to the minimum "
+          "block size %d",
           backend_->info().backend, *base, size, resolved_.min_block_size));
     }
     ++backend_allocs_;
@@ -214,8 +229,8 @@ class BfcAllocator final : public Allocator {
     if (sizes.empty()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "growing by %d bytes would pass the limit of %d bytes (%d reserved)",
-          core::RoundUpToMultiple(needed, resolved_.granularity), resolved_.limit,
-          request.reserved));
+          core::RoundUpToMultiple(needed, resolved_.granularity),
+          resolved_.limit, request.reserved));
     }
     absl::Status last;
     for (std::uint64_t size : sizes) {
@@ -224,7 +239,8 @@ class BfcAllocator final : public Allocator {
         next_region_size_ = core::NextRegionSize(size, next_region_size_);
         return last;
       }
-      if (!absl::IsResourceExhausted(last)) break;  // a driver error: do not retry
+      if (!absl::IsResourceExhausted(last))
+        break;  // a driver error: do not retry
     }
     return last;
   }
@@ -241,68 +257,80 @@ class BfcAllocator final : public Allocator {
       }
       ++backend_frees_;
       core_.RemoveRegion(id);
-      all_regions_.erase(std::find(all_regions_.begin(), all_regions_.end(), base));
+      all_regions_.erase(
+          std::find(all_regions_.begin(), all_regions_.end(), base));
     }
     return first_error;
   }
 
-  absl::StatusOr<DeviceAddress> AllocateSlow(std::uint64_t size, std::uint64_t bytes,
-                                             std::uint64_t align, std::uint64_t needed,
-                                             Stream stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::StatusOr<DeviceAddress> AllocateSlow(
+      std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
+      std::uint64_t needed, Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::Status why;
     if (resolved_.options.preallocate) {
       if (core_.num_regions() == 0) {
         why = AddRegion(resolved_.limit);
         if (!why.ok()) {
-          why = absl::Status(why.code(), absl::StrFormat("preallocating %d bytes: %s",
-                                                         resolved_.limit, why.message()));
+          why = absl::Status(why.code(),
+                             absl::StrFormat("preallocating %d bytes: %s",
+                                             resolved_.limit, why.message()));
         }
       } else {
-        why = absl::ResourceExhaustedError("the preallocated region has no free chunk large "
-                                           "enough");
+        why = absl::ResourceExhaustedError(
+            "the preallocated region has no free chunk large "
+            "enough");
       }
     } else {
       why = Grow(needed);
-      if (absl::IsResourceExhausted(why) && resolved_.options.garbage_collection &&
+      if (absl::IsResourceExhausted(why) &&
+          resolved_.options.garbage_collection &&
           !core_.FreeRegions().empty()) {
         GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
         why = Grow(needed);
       }
     }
     if (why.ok()) {
-      std::optional<DeviceAddress> address = core_.Allocate(size, bytes, align, stream.handle);
+      std::optional<DeviceAddress> address =
+          core_.Allocate(size, bytes, align, stream.handle);
       if (address.has_value()) return *address;
-      why = absl::ResourceExhaustedError("no free chunk fits even after growing");
+      why =
+          absl::ResourceExhaustedError("no free chunk fits even after growing");
     }
     if (!absl::IsResourceExhausted(why)) return why;  // a driver error, not OOM
     ++num_ooms_;
     return OutOfMemory(bytes, size, why);
   }
 
-  absl::Status OutOfMemory(std::uint64_t bytes, std::uint64_t size, const absl::Status& why)
+  absl::Status OutOfMemory(std::uint64_t bytes, std::uint64_t size,
+                           const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Stats s = StatsLocked();
     const std::uint64_t free_bytes = core_.FreeBytes();
     std::string hint;
     if (free_bytes >= size) {
       hint = absl::StrFormat(
-          "%s are free but in pieces (largest %s): fragmentation; try preallocate=false "
+          "%s are free but in pieces (largest %s): fragmentation; try "
+          "preallocate=false "
           "with growth, or free long-lived blocks earlier",
           Bytes(free_bytes), Bytes(s.largest_free_block_bytes));
     } else if (s.bytes_reserved + size <= s.bytes_limit) {
-      hint = "the device refused more memory (other processes may hold it); lower the "
-             "limit or free device memory elsewhere";
+      hint =
+          "the device refused more memory (other processes may hold it); lower "
+          "the "
+          "limit or free device memory elsewhere";
     } else {
-      hint = absl::StrFormat("the limit is reached; raise memory_fraction (now %g) or "
-                             "memory_limit, or lower the batch size",
-                             resolved_.options.memory_fraction);
+      hint = absl::StrFormat(
+          "the limit is reached; raise memory_fraction (now %g) or "
+          "memory_limit, or lower the batch size",
+          resolved_.options.memory_fraction);
     }
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. limit %d, in use %d, "
+        "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. limit "
+        "%d, in use %d, "
         "reserved %d, largest free block %d, fragmentation %.1f%%. Hint: %s",
         bytes, size, backend_->info().name,
-        resolved_.options.name.empty() ? "" : " (" + resolved_.options.name + ")",
+        resolved_.options.name.empty() ? ""
+                                       : " (" + resolved_.options.name + ")",
         why.message(), s.bytes_limit, s.bytes_in_use, s.bytes_reserved,
         s.largest_free_block_bytes, 100 * s.fragmentation, hint));
   }
@@ -312,7 +340,8 @@ class BfcAllocator final : public Allocator {
 
   mutable core::Lock mu_;
   core::BfcCore core_ ABSL_GUARDED_BY(mu_);
-  std::vector<DeviceAddress> all_regions_ ABSL_GUARDED_BY(mu_);  // backend addresses
+  std::vector<DeviceAddress> all_regions_
+      ABSL_GUARDED_BY(mu_);  // backend addresses
   std::uint64_t next_region_size_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
@@ -321,14 +350,15 @@ class BfcAllocator final : public Allocator {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(const Options& options,
-                                                           std::shared_ptr<Backend> backend) {
+absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
+    const Options& options, std::shared_ptr<Backend> backend) {
   if (backend == nullptr) {
     return absl::InvalidArgumentError("CreateAllocator: backend is null");
   }
   GPUALLOC_ASSIGN_OR_RETURN(core::ResolvedOptions resolved,
                             core::ResolveOptions(options, backend->info()));
-  return std::unique_ptr<Allocator>(new BfcAllocator(std::move(resolved), std::move(backend)));
+  return std::unique_ptr<Allocator>(
+      new BfcAllocator(std::move(resolved), std::move(backend)));
 }
 
 }  // namespace gpualloc

@@ -9,7 +9,8 @@ namespace gpualloc::core {
 namespace {
 
 absl::Status Broken(absl::string_view invariant, absl::string_view detail) {
-  return absl::InternalError(absl::StrFormat("invariant %s broken: %s", invariant, detail));
+  return absl::InternalError(
+      absl::StrFormat("invariant %s broken: %s", invariant, detail));
 }
 
 }  // namespace
@@ -62,7 +63,8 @@ std::vector<RegionId> BfcCore::FreeRegions() const {
 }
 
 void BfcCore::RemoveRegion(RegionId id) {
-  GPUALLOC_DCHECK(id < regions_.size() && regions_[id].live && IsRegionFree(id));
+  GPUALLOC_DCHECK(id < regions_.size() && regions_[id].live &&
+                  IsRegionFree(id));
   Region& r = regions_[id];
   RemoveFree(r.first);
   chunks_.Delete(r.first);
@@ -99,7 +101,8 @@ void BfcCore::MergeNext(ChunkId id) {
   chunks_.Delete(next);
 }
 
-std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size, std::uint64_t requested,
+std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
+                                               std::uint64_t requested,
                                                std::uint64_t alignment,
                                                std::uintptr_t stream) {
   const std::uint64_t min_block = config_.min_block_size;
@@ -128,7 +131,7 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size, std::uint64_t
   c.in_use = true;
   c.requested = requested;
   c.stream = stream;
-  in_use_.emplace(c.address, id);
+  in_use_.Insert(c.address, id);
 
   CoreCounters& k = counters_;
   ++k.num_allocs;
@@ -142,10 +145,8 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size, std::uint64_t
 }
 
 absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream) {
-  auto it = in_use_.find(address);
-  if (it == in_use_.end()) return DiagnoseBadFree(address);
-  ChunkId id = it->second;
-  in_use_.erase(it);
+  ChunkId id = in_use_.Erase(address);
+  if (id == kNoChunk) return DiagnoseBadFree(address);
 
   Chunk& c = chunks_[id];
   c.in_use = false;
@@ -181,26 +182,29 @@ absl::Status BfcCore::DiagnoseBadFree(DeviceAddress address) const {
         if (address >= c.address + c.size) continue;
         if (c.in_use) {
           return absl::InvalidArgumentError(absl::StrFormat(
-              "Deallocate(%#x): interior pointer, %d bytes into the allocation at %#x of "
+              "Deallocate(%#x): interior pointer, %d bytes into the allocation "
+              "at %#x of "
               "%d bytes; pass the pointer Allocate returned",
               address, address - c.address, c.address, c.requested));
         }
         return absl::FailedPreconditionError(absl::StrFormat(
-            "Deallocate(%#x): not a live allocation: the address lies in free memory "
+            "Deallocate(%#x): not a live allocation: the address lies in free "
+            "memory "
             "[%#x, %#x); double free, or a pointer that was never allocated",
             address, c.address, c.address + c.size));
       }
     }
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "Deallocate(%#x): pointer was not allocated by this allocator (it lies in none of "
-      "its %d regions)",
-      address, region_index_.size()));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("Deallocate(%#x): pointer was not allocated by this "
+                      "allocator (it lies in none of "
+                      "its %d regions)",
+                      address, region_index_.size()));
 }
 
 std::uint64_t BfcCore::AllocatedSize(DeviceAddress address) const {
-  auto it = in_use_.find(address);
-  return it == in_use_.end() ? 0 : chunks_[it->second].size;
+  const ChunkId id = in_use_.Find(address);
+  return id == kNoChunk ? 0 : chunks_[id].size;
 }
 
 void BfcCore::ResetPeaks() {
@@ -221,23 +225,26 @@ absl::Status BfcCore::Validate() const {
   std::size_t live_regions = 0;
   for (const Region& r : regions_) live_regions += r.live;
   if (live_regions != region_index_.size()) {
-    return Broken("I1", absl::StrFormat("%d live regions but %d in the index", live_regions,
-                                        region_index_.size()));
+    return Broken("I1", absl::StrFormat("%d live regions but %d in the index",
+                                        live_regions, region_index_.size()));
   }
   DeviceAddress previous_end = 0;
-  std::uint64_t reserved = 0, in_use = 0, requested = 0, free_chunks = 0, in_use_chunks = 0,
-                reachable = 0;
+  std::uint64_t reserved = 0, in_use = 0, requested = 0, free_chunks = 0,
+                in_use_chunks = 0, reachable = 0;
   for (const auto& [base, rid] : region_index_) {
-    if (rid >= regions_.size() || !regions_[rid].live || regions_[rid].base != base) {
-      return Broken("I1", absl::StrFormat("index entry %#x names region %d, which is not "
-                                          "a live region at that base",
-                                          base, rid));
+    if (rid >= regions_.size() || !regions_[rid].live ||
+        regions_[rid].base != base) {
+      return Broken(
+          "I1", absl::StrFormat("index entry %#x names region %d, which is not "
+                                "a live region at that base",
+                                base, rid));
     }
     const Region& r = regions_[rid];
     if (base < previous_end) {
-      return Broken("I1", absl::StrFormat("region at %#x overlaps the previous one ending "
-                                          "at %#x",
-                                          base, previous_end));
+      return Broken("I1", absl::StrFormat(
+                              "region at %#x overlaps the previous one ending "
+                              "at %#x",
+                              base, previous_end));
     }
     previous_end = base + r.size;
     reserved += r.size;
@@ -247,54 +254,67 @@ absl::Status BfcCore::Validate() const {
     bool prev_free = false;
     for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
       if (!chunks_.IsLive(id)) {
-        return Broken("I2", absl::StrFormat("region %#x links to dead chunk record %d",
-                                            base, id));
+        return Broken(
+            "I2", absl::StrFormat("region %#x links to dead chunk record %d",
+                                  base, id));
       }
       const Chunk& c = chunks_[id];
       ++reachable;
       if (reachable > chunks_.live_count()) {
-        return Broken("I2", absl::StrFormat("region %#x: chunk list loops", base));
+        return Broken("I2",
+                      absl::StrFormat("region %#x: chunk list loops", base));
       }
       if (c.address != expected || c.prev != prev || c.region != rid) {
-        return Broken("I2", absl::StrFormat(
-                                "region %#x: chunk %d at %#x (prev %d, region %d) should be "
-                                "at %#x (prev %d, region %d)",
-                                base, id, c.address, c.prev, c.region, expected, prev, rid));
+        return Broken(
+            "I2",
+            absl::StrFormat(
+                "region %#x: chunk %d at %#x (prev %d, region %d) should be "
+                "at %#x (prev %d, region %d)",
+                base, id, c.address, c.prev, c.region, expected, prev, rid));
       }
-      if (c.size == 0 || c.size % min_block != 0 || c.address % min_block != 0) {
-        return Broken("I3", absl::StrFormat("chunk %d at %#x has size %d; sizes and addresses "
-                                            "must be non-zero multiples of %d",
-                                            id, c.address, c.size, min_block));
+      if (c.size == 0 || c.size % min_block != 0 ||
+          c.address % min_block != 0) {
+        return Broken(
+            "I3",
+            absl::StrFormat("chunk %d at %#x has size %d; sizes and addresses "
+                            "must be non-zero multiples of %d",
+                            id, c.address, c.size, min_block));
       }
       if (!c.in_use) {
         if (prev_free) {
-          return Broken("I4", absl::StrFormat("free chunks %d and %d at %#x are neighbours "
-                                              "and did not merge",
-                                              prev, id, c.address));
+          return Broken("I4", absl::StrFormat(
+                                  "free chunks %d and %d at %#x are neighbours "
+                                  "and did not merge",
+                                  prev, id, c.address));
         }
         if (!bins_.Contains(id)) {
-          return Broken("I5", absl::StrFormat("free chunk %d (%#x, %d bytes) is not in its bin",
-                                              id, c.address, c.size));
+          return Broken(
+              "I5",
+              absl::StrFormat("free chunk %d (%#x, %d bytes) is not in its bin",
+                              id, c.address, c.size));
         }
-        if (in_use_.contains(c.address)) {
-          return Broken("I6", absl::StrFormat("free chunk %d at %#x is in the in-use map", id,
-                                              c.address));
+        if (in_use_.Find(c.address) != kNoChunk) {
+          return Broken(
+              "I6", absl::StrFormat("free chunk %d at %#x is in the in-use map",
+                                    id, c.address));
         }
         ++free_chunks;
       } else {
-        auto it = in_use_.find(c.address);
-        if (it == in_use_.end() || it->second != id) {
-          return Broken("I6", absl::StrFormat("in-use chunk %d at %#x is not in the in-use "
-                                              "map under its id",
-                                              id, c.address));
+        if (in_use_.Find(c.address) != id) {
+          return Broken("I6", absl::StrFormat(
+                                  "in-use chunk %d at %#x is not in the in-use "
+                                  "map under its id",
+                                  id, c.address));
         }
         if (bins_.Contains(id)) {
-          return Broken("I6", absl::StrFormat("in-use chunk %d at %#x is in a bin", id,
-                                              c.address));
+          return Broken(
+              "I6", absl::StrFormat("in-use chunk %d at %#x is in a bin", id,
+                                    c.address));
         }
         if (c.requested > c.size) {
-          return Broken("I6", absl::StrFormat("chunk %d at %#x: requested %d > size %d", id,
-                                              c.address, c.requested, c.size));
+          return Broken(
+              "I6", absl::StrFormat("chunk %d at %#x: requested %d > size %d",
+                                    id, c.address, c.requested, c.size));
         }
         in_use += c.size;
         requested += c.requested;
@@ -305,35 +325,42 @@ absl::Status BfcCore::Validate() const {
       prev = id;
     }
     if (expected != base + r.size) {
-      return Broken("I2", absl::StrFormat("region %#x of %d bytes: chunks end at %#x", base,
-                                          r.size, expected));
+      return Broken("I2",
+                    absl::StrFormat("region %#x of %d bytes: chunks end at %#x",
+                                    base, r.size, expected));
     }
   }
   if (free_chunks != bins_.size()) {
-    return Broken("I5", absl::StrFormat("%d free chunks but %d bin entries", free_chunks,
-                                        bins_.size()));
+    return Broken("I5", absl::StrFormat("%d free chunks but %d bin entries",
+                                        free_chunks, bins_.size()));
   }
   GPUALLOC_RETURN_IF_ERROR(bins_.Validate());
   if (in_use_chunks != in_use_.size()) {
-    return Broken("I6", absl::StrFormat("%d in-use chunks but %d entries in the in-use map",
-                                        in_use_chunks, in_use_.size()));
+    return Broken("I6", absl::StrFormat(
+                            "%d in-use chunks but %d entries in the in-use map",
+                            in_use_chunks, in_use_.size()));
   }
   const CoreCounters& k = counters_;
   if (k.bytes_in_use != in_use || k.bytes_requested != requested ||
       k.bytes_reserved != reserved || k.num_chunks_in_use != in_use_chunks) {
-    return Broken("I7", absl::StrFormat(
-                            "counters say in use %d, requested %d, reserved %d, chunks %d; "
-                            "the chunks sum to %d, %d, %d, %d",
-                            k.bytes_in_use, k.bytes_requested, k.bytes_reserved,
-                            k.num_chunks_in_use, in_use, requested, reserved, in_use_chunks));
+    return Broken(
+        "I7",
+        absl::StrFormat(
+            "counters say in use %d, requested %d, reserved %d, chunks %d; "
+            "the chunks sum to %d, %d, %d, %d",
+            k.bytes_in_use, k.bytes_requested, k.bytes_reserved,
+            k.num_chunks_in_use, in_use, requested, reserved, in_use_chunks));
   }
-  if (k.peak_bytes_in_use < k.bytes_in_use || k.peak_bytes_requested < k.bytes_requested ||
+  if (k.peak_bytes_in_use < k.bytes_in_use ||
+      k.peak_bytes_requested < k.bytes_requested ||
       k.peak_bytes_reserved < k.bytes_reserved) {
     return Broken("I7", "a peak is below its current value");
   }
   if (reachable != chunks_.live_count()) {
-    return Broken("I8", absl::StrFormat("%d live chunk records but %d reachable from regions",
-                                        chunks_.live_count(), reachable));
+    return Broken(
+        "I8",
+        absl::StrFormat("%d live chunk records but %d reachable from regions",
+                        chunks_.live_count(), reachable));
   }
   return absl::OkStatus();
 }
@@ -346,15 +373,17 @@ void BfcCore::AppendSnapshot(std::vector<RegionSnapshot>* regions) const {
     rs.size = r.size;
     for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
       const Chunk& c = chunks_[id];
-      rs.chunks.push_back(ChunkSnapshot{c.address, c.size, c.requested, c.in_use, c.stream});
+      rs.chunks.push_back(
+          ChunkSnapshot{c.address, c.size, c.requested, c.in_use, c.stream});
     }
     regions->push_back(std::move(rs));
   }
 }
 
 std::size_t BfcCore::MetadataBytes() const {
-  const std::size_t bins = FreeBins::MemoryBytes();  // nodes live in the chunk table
-  const std::size_t map = in_use_.capacity() * (sizeof(DeviceAddress) + sizeof(ChunkId) + 1);
+  const std::size_t bins =
+      FreeBins::MemoryBytes();  // nodes live in the chunk table
+  const std::size_t map = in_use_.MemoryBytes();
   return sizeof(*this) + chunks_.MemoryBytes() + bins + map +
          regions_.capacity() * sizeof(Region) + region_index_.size() * 64;
 }

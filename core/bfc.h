@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "core/address_map.h"
 #include "core/chunk_table.h"
 #include "core/free_bins.h"
 #include "gpualloc/allocator.h"
@@ -96,8 +96,10 @@ class BfcCore {
   // when no free chunk can hold it (nothing changes then).
   // REQUIRES: size is a non-zero multiple of min_block_size; alignment is a
   // power of two >= min_block_size; size + alignment does not overflow.
-  std::optional<DeviceAddress> Allocate(std::uint64_t size, std::uint64_t requested,
-                                        std::uint64_t alignment, std::uintptr_t stream);
+  std::optional<DeviceAddress> Allocate(std::uint64_t size,
+                                        std::uint64_t requested,
+                                        std::uint64_t alignment,
+                                        std::uintptr_t stream);
 
   // Frees the chunk that starts at `address`. InvalidArgument for an address
   // no region contains or that points inside a chunk; FailedPrecondition for a
@@ -131,8 +133,8 @@ class BfcCore {
 
   void InsertFree(ChunkId id);
   void RemoveFree(ChunkId id);
-  // Splits `id` at `offset` bytes: `id` keeps the front, the new chunk (returned)
-  // takes the rest and inherits id's state.
+  // Splits `id` at `offset` bytes: `id` keeps the front, the new chunk
+  // (returned) takes the rest and inherits id's state.
   ChunkId Split(ChunkId id, std::uint64_t offset);
   // Merges `next` (which must follow `id` and be free and out of the bins)
   // into `id`.
@@ -142,7 +144,7 @@ class BfcCore {
   BfcConfig config_;
   ChunkTable chunks_;
   FreeBins bins_;
-  absl::flat_hash_map<DeviceAddress, ChunkId> in_use_;
+  AddressMap in_use_;  // in-use chunk address -> id
   std::vector<Region> regions_;
   std::vector<RegionId> free_region_ids_;
   absl::btree_map<DeviceAddress, RegionId> region_index_;  // base -> id

@@ -1,10 +1,10 @@
 // core/chunk_table.h: chunk records, referred to by 32-bit handles.
 //
-// A chunk is a contiguous piece of a region, either handed out (in use) or free.
-// Records live in one vector and are recycled through a free list of ids, so
-// creating or deleting a chunk on the hot path allocates no heap memory once the
-// vector has grown to the workload's high-water mark. Ids stay valid while the
-// chunk lives; references do not survive New() (the vector may move).
+// A chunk is a contiguous piece of a region, either handed out (in use) or
+// free. Records live in one vector and are recycled through a free list of ids,
+// so creating or deleting a chunk on the hot path allocates no heap memory once
+// the vector has grown to the workload's high-water mark. Ids stay valid while
+// the chunk lives; references do not survive New() (the vector may move).
 //
 // Thread safety: none; the allocator facade's lock guards it.
 #ifndef GPUALLOC_CORE_CHUNK_TABLE_H_
@@ -21,15 +21,18 @@ using ChunkId = std::uint32_t;
 using RegionId = std::uint32_t;
 inline constexpr ChunkId kNoChunk = UINT32_MAX;
 
-struct Chunk {
+// One cache line per record: the hot fields of a chunk and its treap links are
+// read together.
+struct alignas(64) Chunk {
   std::uint64_t address = 0;
   std::uint64_t size = 0;
   std::uint64_t requested = 0;  // bytes as asked; 0 while free
   std::uintptr_t stream = 0;    // stream of the last Allocate or Deallocate
   ChunkId prev = kNoChunk;      // neighbours in address order within the region
   ChunkId next = kNoChunk;
-  ChunkId left = kNoChunk;  // free chunks: children in their size class's treap
+  ChunkId left = kNoChunk;  // free chunks: links in their size class's treap
   ChunkId right = kNoChunk;
+  ChunkId parent = kNoChunk;
   RegionId region = 0;
   bool in_use = false;
   bool live = false;  // false while the record sits on the free list
@@ -63,12 +66,15 @@ class ChunkTable {
   Chunk& operator[](ChunkId id) { return chunks_[id]; }
   const Chunk& operator[](ChunkId id) const { return chunks_[id]; }
 
-  bool IsLive(ChunkId id) const { return id < chunks_.size() && chunks_[id].live; }
+  bool IsLive(ChunkId id) const {
+    return id < chunks_.size() && chunks_[id].live;
+  }
   std::size_t live_count() const { return live_; }
   // Records ever created: live ones plus recycled ones.
   std::size_t capacity() const { return chunks_.size(); }
   std::size_t MemoryBytes() const {
-    return chunks_.capacity() * sizeof(Chunk) + free_ids_.capacity() * sizeof(ChunkId);
+    return chunks_.capacity() * sizeof(Chunk) +
+           free_ids_.capacity() * sizeof(ChunkId);
   }
 
  private:

@@ -8,12 +8,14 @@
 // of one class plus a scan of at most kNumSizeClasses / 64 bitmap words.
 //
 // The treaps are intrusive: their links live in the chunk records (Chunk::left,
-// Chunk::right) and a node's priority is a hash of its address, so inserting or
-// removing a free chunk never touches the heap.
+// Chunk::right, Chunk::parent) and a node's priority is a hash of its address,
+// so inserting or removing a free chunk never touches the heap, and removing
+// one (the parent link locates it) takes expected O(1) steps.
 //
 // Invariants (checked by Validate):
 //   B1. A chunk sits in the treap of its size's class.
-//   B2. Each treap is ordered by (size, address) and heap-ordered by priority.
+//   B2. Each treap is ordered by (size, address), heap-ordered by priority,
+//       and every node's parent link names the node above it.
 //   B3. A class's bitmap bit is set iff its treap is non-empty.
 //   B4. size() equals the total number of chunks in the treaps.
 //
@@ -22,6 +24,7 @@
 #define GPUALLOC_CORE_FREE_BINS_H_
 
 #include <array>
+#include <bit>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -33,7 +36,9 @@ namespace gpualloc::core {
 class FreeBins {
  public:
   // `chunks` holds the nodes and must outlive this index.
-  explicit FreeBins(ChunkTable* chunks) : chunks_(*chunks) { roots_.fill(kNoChunk); }
+  explicit FreeBins(ChunkTable* chunks) : chunks_(*chunks) {
+    roots_.fill(kNoChunk);
+  }
 
   FreeBins(const FreeBins&) = delete;
   FreeBins& operator=(const FreeBins&) = delete;
@@ -73,16 +78,145 @@ class FreeBins {
   }
   // First non-empty class >= `size_class`, or -1.
   int NextNonEmpty(int size_class) const;
-  // Splits treap `t` into keys < `key` (to *left) and > `key` (to *right).
+  // Splits treap `t` into keys < `key` (to *left) and > `key` (to *right),
+  // where *left and *right are `key`'s own child links.
   void Split(ChunkId t, ChunkId key, ChunkId* left, ChunkId* right);
-  // Joins treaps whose keys are all ordered a < b.
-  ChunkId Merge(ChunkId a, ChunkId b);
+  // Joins treaps whose keys are all ordered a < b; the result's root gets
+  // `parent` as its parent.
+  ChunkId Merge(ChunkId a, ChunkId b, ChunkId parent);
 
   ChunkTable& chunks_;
   std::array<ChunkId, kNumSizeClasses> roots_;
   std::array<std::uint64_t, kWords> nonempty_{};
   std::uint64_t count_ = 0;
 };
+
+// Hot path, inline: called once or twice per Allocate and Deallocate.
+
+inline void FreeBins::Split(ChunkId t, ChunkId key, ChunkId* left,
+                            ChunkId* right) {
+  // Pieces hang below `key`: its left and right links are the first targets.
+  ChunkId left_parent = key;
+  ChunkId right_parent = key;
+  while (t != kNoChunk) {
+    Chunk& node = chunks_[t];
+    if (Less(t, key)) {
+      *left = t;
+      node.parent = left_parent;
+      left_parent = t;
+      left = &node.right;
+      t = node.right;
+    } else {
+      *right = t;
+      node.parent = right_parent;
+      right_parent = t;
+      right = &node.left;
+      t = node.left;
+    }
+  }
+  *left = kNoChunk;
+  *right = kNoChunk;
+}
+
+inline ChunkId FreeBins::Merge(ChunkId a, ChunkId b, ChunkId parent) {
+  ChunkId result = kNoChunk;
+  ChunkId* link = &result;
+  while (a != kNoChunk && b != kNoChunk) {
+    if (Priority(a) > Priority(b)) {
+      *link = a;
+      chunks_[a].parent = parent;
+      parent = a;
+      link = &chunks_[a].right;
+      a = chunks_[a].right;
+    } else {
+      *link = b;
+      chunks_[b].parent = parent;
+      parent = b;
+      link = &chunks_[b].left;
+      b = chunks_[b].left;
+    }
+  }
+  const ChunkId rest = a != kNoChunk ? a : b;
+  *link = rest;
+  if (rest != kNoChunk) chunks_[rest].parent = parent;
+  return result;
+}
+
+inline void FreeBins::Insert(ChunkId id) {
+  const int c = SizeClass(chunks_[id].size);
+  const std::uint64_t priority = Priority(id);
+  ChunkId parent = kNoChunk;
+  ChunkId* link = &roots_[c];
+  while (*link != kNoChunk && Priority(*link) >= priority) {
+    parent = *link;
+    link = Less(id, parent) ? &chunks_[parent].left : &chunks_[parent].right;
+  }
+  Chunk& node = chunks_[id];
+  Split(*link, id, &node.left, &node.right);
+  node.parent = parent;
+  *link = id;
+  nonempty_[c / 64] |= std::uint64_t{1} << (c % 64);
+  ++count_;
+}
+
+// Expected O(1): the parent link finds the node's slot, and merging a treap
+// node's two subtrees walks only the spines between them.
+inline void FreeBins::Remove(ChunkId id) {
+  Chunk& node = chunks_[id];
+  const int c = SizeClass(node.size);
+  const ChunkId parent = node.parent;
+  ChunkId* link;
+  if (parent == kNoChunk) {
+    GPUALLOC_DCHECK(roots_[c] == id);
+    link = &roots_[c];
+  } else {
+    Chunk& p = chunks_[parent];
+    link = p.left == id ? &p.left : &p.right;
+  }
+  GPUALLOC_DCHECK(*link == id);
+  *link = Merge(node.left, node.right, parent);
+  node.left = node.right = node.parent = kNoChunk;
+  if (roots_[c] == kNoChunk) {
+    nonempty_[c / 64] &= ~(std::uint64_t{1} << (c % 64));
+  }
+  --count_;
+}
+
+inline int FreeBins::NextNonEmpty(int size_class) const {
+  if (size_class >= kNumSizeClasses) return -1;
+  int word = size_class / 64;
+  std::uint64_t bits =
+      nonempty_[word] & (~std::uint64_t{0} << (size_class % 64));
+  while (bits == 0) {
+    if (++word == kWords) return -1;
+    bits = nonempty_[word];
+  }
+  return word * 64 + std::countr_zero(bits);
+}
+
+inline ChunkId FreeBins::FindBestFit(std::uint64_t min_size) const {
+  const int c = SizeClass(min_size);
+  int found = NextNonEmpty(c);
+  if (found < 0) return kNoChunk;
+  if (found == c) {
+    // Lower bound of (min_size, 0) inside the request's own class.
+    ChunkId best = kNoChunk;
+    for (ChunkId t = roots_[c]; t != kNoChunk;) {
+      if (chunks_[t].size >= min_size) {
+        best = t;
+        t = chunks_[t].left;
+      } else {
+        t = chunks_[t].right;
+      }
+    }
+    if (best != kNoChunk) return best;
+    found = NextNonEmpty(c + 1);
+    if (found < 0) return kNoChunk;
+  }
+  ChunkId t = roots_[found];
+  while (chunks_[t].left != kNoChunk) t = chunks_[t].left;
+  return t;
+}
 
 }  // namespace gpualloc::core
 

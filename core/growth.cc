@@ -9,12 +9,14 @@ namespace gpualloc::core {
 
 std::vector<std::uint64_t> GrowthCandidates(const GrowthRequest& r) {
   std::vector<std::uint64_t> sizes;
-  const std::uint64_t headroom = RoundDownToMultiple(r.limit - r.reserved, r.granularity);
+  const std::uint64_t headroom =
+      RoundDownToMultiple(r.limit - r.reserved, r.granularity);
   if (r.needed == 0 || r.needed > headroom) return sizes;
   const std::uint64_t smallest = RoundUpToMultiple(r.needed, r.granularity);
   if (r.policy == GrowthPolicy::kDoubling) {
     std::uint64_t size = std::min(
-        headroom, std::max(smallest, RoundUpToMultiple(r.next_region_size, r.granularity)));
+        headroom, std::max(smallest, RoundUpToMultiple(r.next_region_size,
+                                                       r.granularity)));
     while (size > smallest) {
       sizes.push_back(size);
       size = RoundUpToMultiple(size / 2, r.granularity);
@@ -24,8 +26,10 @@ std::vector<std::uint64_t> GrowthCandidates(const GrowthRequest& r) {
   return sizes;
 }
 
-std::uint64_t NextRegionSize(std::uint64_t granted, std::uint64_t current_next) {
-  const std::uint64_t doubled = granted > UINT64_MAX / 2 ? UINT64_MAX : granted * 2;
+std::uint64_t NextRegionSize(std::uint64_t granted,
+                             std::uint64_t current_next) {
+  const std::uint64_t doubled =
+      granted > UINT64_MAX / 2 ? UINT64_MAX : granted * 2;
   return std::max(current_next, doubled);
 }
 

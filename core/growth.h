@@ -1,7 +1,8 @@
-// core/growth.h: how much device memory to ask for when the allocator must grow.
+// core/growth.h: how much device memory to ask for when the allocator must
+// grow.
 //
-// Pure arithmetic, no device calls: the facade asks the backend for each size in
-// turn until one is granted ("backing off when the backend refuses").
+// Pure arithmetic, no device calls: the facade asks the backend for each size
+// in turn until one is granted ("backing off when the backend refuses").
 #ifndef GPUALLOC_CORE_GROWTH_H_
 #define GPUALLOC_CORE_GROWTH_H_
 

@@ -11,7 +11,8 @@ namespace gpualloc::core {
 namespace {
 
 absl::Status Bad(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrFormat("Options.%s: %s", field, why));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("Options.%s: %s", field, why));
 }
 
 }  // namespace
@@ -26,8 +27,10 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
   }
 
   if (options.arch.empty() || options.arch == "auto") {
-    auto found = FindArchProfile(device.vendor, device.arch_id, device.total_bytes);
-    r.profile = found.ok() ? *found : nullptr;  // unknown vendor: the device's numbers
+    auto found =
+        FindArchProfile(device.vendor, device.arch_id, device.total_bytes);
+    r.profile =
+        found.ok() ? *found : nullptr;  // unknown vendor: the device's numbers
   } else {
     auto found = FindArchProfile(options.arch);
     if (!found.ok()) return Bad("arch", found.status().message());
@@ -38,33 +41,42 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                      : r.profile != nullptr      ? r.profile->min_block_size
                                                  : 256;
   if (!IsPowerOfTwo(r.min_block_size) || r.min_block_size < 16) {
-    return Bad("min_block_size",
-               absl::StrFormat("%d is not a power of two >= 16", r.min_block_size));
+    return Bad(
+        "min_block_size",
+        absl::StrFormat("%d is not a power of two >= 16", r.min_block_size));
   }
-  if (device.allocation_alignment != 0 && device.allocation_alignment % r.min_block_size != 0 &&
+  if (device.allocation_alignment != 0 &&
+      device.allocation_alignment % r.min_block_size != 0 &&
       r.min_block_size % device.allocation_alignment != 0) {
-    return Bad("min_block_size",
-               absl::StrFormat("%d is incompatible with the device's allocation alignment %d",
-                               r.min_block_size, device.allocation_alignment));
+    return Bad(
+        "min_block_size",
+        absl::StrFormat(
+            "%d is incompatible with the device's allocation alignment %d",
+            r.min_block_size, device.allocation_alignment));
   }
 
   std::uint64_t granularity = options.growth_granularity;
   if (granularity == 0) {
     granularity = device.recommended_granularity;
-    if (r.profile != nullptr && r.profile->recommended_granularity > granularity) {
+    if (r.profile != nullptr &&
+        r.profile->recommended_granularity > granularity) {
       granularity = r.profile->recommended_granularity;
     }
   }
   if (granularity == 0) granularity = std::uint64_t{2} << 20;
   if (granularity % r.min_block_size != 0) {
-    return Bad("growth_granularity",
-               absl::StrFormat("%d is not a multiple of the minimum block size %d",
-                               granularity, r.min_block_size));
+    return Bad(
+        "growth_granularity",
+        absl::StrFormat("%d is not a multiple of the minimum block size %d",
+                        granularity, r.min_block_size));
   }
-  if (device.min_granularity != 0 && granularity % device.min_granularity != 0) {
-    return Bad("growth_granularity",
-               absl::StrFormat("%d is not a multiple of the device's minimum granularity %d",
-                               granularity, device.min_granularity));
+  if (device.min_granularity != 0 &&
+      granularity % device.min_granularity != 0) {
+    return Bad(
+        "growth_granularity",
+        absl::StrFormat(
+            "%d is not a multiple of the device's minimum granularity %d",
+            granularity, device.min_granularity));
   }
   r.granularity = granularity;
 
@@ -72,8 +84,9 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
   if (options.memory_limit != 0) {
     if (options.memory_limit > device.total_bytes) {
       return Bad("memory_limit",
-                 absl::StrFormat("%d bytes exceeds the device's total memory of %d bytes",
-                                 options.memory_limit, device.total_bytes));
+                 absl::StrFormat(
+                     "%d bytes exceeds the device's total memory of %d bytes",
+                     options.memory_limit, device.total_bytes));
     }
     limit = options.memory_limit;
   } else {
@@ -81,15 +94,18 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
     if (!std::isfinite(f) || f <= 0 || f > 1) {
       return Bad("memory_fraction", absl::StrFormat("%g is not in (0, 1]", f));
     }
-    limit = static_cast<std::uint64_t>(f * static_cast<double>(device.total_bytes));
+    limit =
+        static_cast<std::uint64_t>(f * static_cast<double>(device.total_bytes));
     if (limit > device.total_bytes) limit = device.total_bytes;
   }
   r.limit = RoundDownToMultiple(limit, granularity);
   if (r.limit == 0) {
-    return Bad(options.memory_limit != 0 ? "memory_limit" : "memory_fraction",
-               absl::StrFormat("the limit of %d bytes is smaller than one growth granule of "
-                               "%d bytes",
-                               limit, granularity));
+    return Bad(
+        options.memory_limit != 0 ? "memory_limit" : "memory_fraction",
+        absl::StrFormat(
+            "the limit of %d bytes is smaller than one growth granule of "
+            "%d bytes",
+            limit, granularity));
   }
   // Any alignment up to one granule can be honoured by padding inside a region.
   r.max_alignment = granularity;

@@ -1,4 +1,5 @@
-// core/options.h: checks allocator Options against a device and fills in defaults.
+// core/options.h: checks allocator Options against a device and fills in
+// defaults.
 #ifndef GPUALLOC_CORE_OPTIONS_H_
 #define GPUALLOC_CORE_OPTIONS_H_
 
@@ -18,7 +19,7 @@ struct ResolvedOptions {
   std::uint64_t limit = 0;               // bytes; a multiple of granularity
   std::uint64_t granularity = 0;         // region sizes are multiples of this
   std::uint64_t min_block_size = 0;
-  std::uint64_t max_alignment = 0;       // largest alignment Allocate accepts
+  std::uint64_t max_alignment = 0;  // largest alignment Allocate accepts
 };
 
 // InvalidArgument naming the offending field and value; the device is only

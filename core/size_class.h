@@ -1,4 +1,5 @@
-// core/size_class.h: size arithmetic and the size classes that index the free bins.
+// core/size_class.h: size arithmetic and the size classes that index the free
+// bins.
 //
 // Size classes split every power of two into kSubBins equal steps (TLSF-style
 // two-level index): class(s) = 8 * (floor(log2 s) - 3) + the next 3 bits of s.
@@ -19,9 +20,12 @@ inline constexpr int kSubBins = 1 << kSubBinsLog2;
 inline constexpr std::uint64_t kMinClassedSize = kSubBins;
 inline constexpr int kNumSizeClasses = (64 - kSubBinsLog2) * kSubBins;
 
-constexpr bool IsPowerOfTwo(std::uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+constexpr bool IsPowerOfTwo(std::uint64_t x) {
+  return x != 0 && (x & (x - 1)) == 0;
+}
 
-// REQUIRES: `alignment` is a power of two. False when the result would overflow.
+// REQUIRES: `alignment` is a power of two. False when the result would
+// overflow.
 constexpr bool RoundUpChecked(std::uint64_t x, std::uint64_t alignment,
                               std::uint64_t* out) {
   const std::uint64_t mask = alignment - 1;
@@ -45,7 +49,8 @@ constexpr std::uint64_t RoundDownToMultiple(std::uint64_t x, std::uint64_t m) {
 constexpr int SizeClass(std::uint64_t size) {
   if (size < kMinClassedSize) return 0;
   const int exponent = 63 - std::countl_zero(size);
-  const int sub = static_cast<int>(size >> (exponent - kSubBinsLog2)) & (kSubBins - 1);
+  const int sub =
+      static_cast<int>(size >> (exponent - kSubBinsLog2)) & (kSubBins - 1);
   return (exponent - kSubBinsLog2) * kSubBins + sub;
 }
 

@@ -1,13 +1,17 @@
 // tests/arch_profiles_test.cc: the architecture profile table and its lookups.
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "gpualloc/arch.h"
 #include "gpualloc/backend.h"
 #include "gtest/gtest.h"

@@ -62,10 +62,10 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
   SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
   std::mt19937_64 rng(seed);
 
-  auto sim = testing::MakeSim(512 * kMiB, /*host_backed=*/true);
+  auto sim = testing::MakeSim(128 * kMiB, /*host_backed=*/true);
   Options o;
   o.preallocate = config.preallocate;
-  o.memory_limit = 256 * kMiB;
+  o.memory_limit = 64 * kMiB;  // small enough that the limit is hit often
   o.growth_policy = config.policy;
   o.max_internal_fragmentation = config.split_bound;
   o.garbage_collection = config.gc;
@@ -74,10 +74,16 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
 
   std::map<std::uint64_t, Block> live;  // address -> block (the shadow model)
   std::uint64_t requested = 0;
-  int ooms = 0;
-  for (int step = 0; step < 4000; ++step) {
+  int ooms = 0, allocs = 0, frees = 0, trims = 0;
+  std::size_t peak_live = 0;
+  for (int step = 0; step < 20000; ++step) {
+    // Alternate filling phases (mostly allocations, up to out of memory) with
+    // draining phases (mostly frees), 1000 steps each.
+    const int alloc_percent = (step / 1000) % 2 == 0 ? 65 : 35;
+    // Now and then the device refuses one of the next few allocations.
+    if (step % 250 == 0) sim->FailNthCall(SimOp::kAllocate, 1 + rng() % 4);
     const int op = static_cast<int>(rng() % 100);
-    if (op < 50 || live.empty()) {
+    if (op < alloc_percent || live.empty()) {
       // Log-uniform sizes from 0 B to 16 MiB, sometimes a stricter alignment.
       const std::uint64_t size = (rng() % 50 == 0) ? 0 : (rng() % (1ull << (rng() % 25))) + 1;
       const std::uint64_t alignment = (rng() % 8 == 0) ? (256ull << (rng() % 10)) : 0;
@@ -105,6 +111,8 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
         Pattern(static_cast<unsigned char*>(*p), size, tag, true);
         live[addr] = Block{size, alignment, tag};
         requested += size;
+        ++allocs;
+        peak_live = std::max(peak_live, live.size());
       }
     } else if (op < 97) {
       auto it = live.begin();
@@ -116,8 +124,10 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
       GPUALLOC_ASSERT_OK(a->Deallocate(p));
       requested -= it->second.size;
       live.erase(it);
+      ++frees;
     } else {
       GPUALLOC_ASSERT_OK(a->Trim());
+      ++trims;
     }
     GPUALLOC_ASSERT_OK(a->Validate());
     const Stats s = a->GetStats();
@@ -125,6 +135,14 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
     ASSERT_LE(s.bytes_reserved, s.bytes_limit);
     ASSERT_EQ(s.num_ooms, static_cast<std::uint64_t>(ooms));
   }
+  std::cout << "  " << allocs << " allocations, " << frees << " frees, " << trims
+            << " trims, " << ooms << " out-of-memory answers, peak " << peak_live
+            << " live blocks, " << a->GetStats().backend_allocs << " backend allocations\n";
+  // Every path was exercised.
+  EXPECT_GT(allocs, 5000);
+  EXPECT_GT(frees, 5000);
+  EXPECT_GT(ooms, 10);
+  EXPECT_GT(peak_live, 50u);
   // Containment: every live block lies inside a region of the snapshot.
   const Snapshot snap = a->GetSnapshot();
   for (const auto& [addr, block] : live) {
