@@ -7,6 +7,11 @@
 // can write and check fill patterns); fault injection (fail the k-th call of an
 // operation); and a counter of every call with a modeled cost per call.
 //
+// Guarantees the allocator tests rely on: fake addresses are deterministic and
+// never reused (a stale pointer cannot alias a later allocation), and separate
+// allocations are never contiguous (a guard of at least one granule follows
+// each; host-backed guards are PROT_NONE, so an overrun faults).
+//
 // Thread safety: all methods are thread-safe.
 #ifndef GPUALLOC_SIM_BACKEND_H_
 #define GPUALLOC_SIM_BACKEND_H_
@@ -51,7 +56,8 @@ struct SimOptions {
 class SimBackend final : public Backend {
  public:
   // InvalidArgument when the options are inconsistent (unknown profile,
-  // granularity not a power of two, total not a multiple of the granularity...).
+  // granularity not a power of two, total not a multiple of the allocation
+  // alignment...).
   static absl::StatusOr<std::shared_ptr<SimBackend>> Create(
       const SimOptions& options);
   ~SimBackend() override;
@@ -61,7 +67,8 @@ class SimBackend final : public Backend {
   absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
   absl::Status Free(DeviceAddress address) override;
 
-  // Fault injection: the k-th call of `op` from now on (k = 1: the next one)
+  // Fault injection: the k-th call of `op` from now on (k = 1: the next one; 0
+  // clears the pending fault; an OK status is turned into Internal)
   // fails with `status` instead of doing its work. One pending fault per op;
   // a new one replaces it. The failed call is counted but costs nothing.
   void FailNthCall(SimOp op, std::uint64_t k,
