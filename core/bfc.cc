@@ -91,14 +91,37 @@ ChunkId BfcCore::Split(ChunkId id, std::uint64_t offset) {
   return tail;
 }
 
-void BfcCore::MergeNext(ChunkId id) {
+ChunkId BfcCore::SplitFront(ChunkId id, std::uint64_t size) {
+  const ChunkId front =
+      chunks_.New();  // may move the table: index afresh below
+  Chunk& f = chunks_[front];
   Chunk& c = chunks_[id];
-  const ChunkId next = c.next;
-  Chunk& n = chunks_[next];
-  c.size += n.size;
-  c.next = n.next;
-  if (n.next != kNoChunk) chunks_[n.next].prev = id;
-  chunks_.Delete(next);
+  GPUALLOC_DCHECK(size > 0 && size < c.size);
+  f.address = c.address;
+  f.size = size;
+  f.region = c.region;
+  f.prev = c.prev;
+  f.next = id;
+  f.stream = c.stream;
+  if (c.prev != kNoChunk) {
+    chunks_[c.prev].next = front;
+  } else {
+    regions_[c.region].first = front;
+  }
+  c.prev = front;
+  bins_.Rekey(id, c.size - size, c.address + size);
+  return front;
+}
+
+void BfcCore::Unlink(ChunkId id) {
+  const Chunk& c = chunks_[id];
+  if (c.prev != kNoChunk) {
+    chunks_[c.prev].next = c.next;
+  } else {
+    regions_[c.region].first = c.next;
+  }
+  if (c.next != kNoChunk) chunks_[c.next].prev = c.prev;
+  chunks_.Delete(id);
 }
 
 std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
@@ -111,20 +134,29 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
   const std::uint64_t search = size + (alignment - min_block);
   ChunkId id = bins_.FindBestFit(search);
   if (id == kNoChunk) return std::nullopt;
-  RemoveFree(id);
 
   const std::uint64_t misalignment = chunks_[id].address & (alignment - 1);
-  if (misalignment != 0) {
-    // Cut the front padding off as a free chunk of its own. Its predecessor is
-    // in use (I4), so it has nothing to merge with.
+  if (misalignment == 0) {
+    const std::uint64_t surplus = chunks_[id].size - size;
+    if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
+      // The front becomes the allocation; the free chunk keeps the rest and,
+      // usually, its place in the bins.
+      id = SplitFront(id, size);
+    } else {
+      RemoveFree(id);
+    }
+  } else {
+    // Rare: cut the front padding off as a free chunk of its own. Its
+    // predecessor is in use (I4), so it has nothing to merge with; neither has
+    // a tail split off below (its successor is in use too).
+    RemoveFree(id);
     const ChunkId aligned = Split(id, alignment - misalignment);
     InsertFree(id);
     id = aligned;
-  }
-  const std::uint64_t surplus = chunks_[id].size - size;
-  if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
-    // The tail's successor is in use (I4): nothing to merge with either.
-    InsertFree(Split(id, size));
+    const std::uint64_t surplus = chunks_[id].size - size;
+    if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
+      InsertFree(Split(id, size));
+    }
   }
 
   Chunk& c = chunks_[id];
@@ -145,28 +177,45 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
 }
 
 absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream) {
-  ChunkId id = in_use_.Erase(address);
+  const ChunkId id = in_use_.Erase(address);
   if (id == kNoChunk) return DiagnoseBadFree(address);
 
   Chunk& c = chunks_[id];
-  c.in_use = false;
-  c.stream = stream;
   counters_.bytes_in_use -= c.size;
   counters_.bytes_requested -= c.requested;
   --counters_.num_chunks_in_use;
-  c.requested = 0;
 
-  if (c.next != kNoChunk && !chunks_[c.next].in_use) {
-    RemoveFree(c.next);
-    MergeNext(id);
+  const ChunkId prev = c.prev;
+  const ChunkId next = c.next;
+  const bool prev_free = prev != kNoChunk && !chunks_[prev].in_use;
+  const bool next_free = next != kNoChunk && !chunks_[next].in_use;
+  if (prev_free) {
+    // The free predecessor absorbs the chunk (and a free successor): its
+    // address stays, its size grows.
+    Chunk& p = chunks_[prev];
+    std::uint64_t merged = p.size + c.size;
+    if (next_free) {
+      merged += chunks_[next].size;
+      RemoveFree(next);
+      Unlink(next);
+    }
+    p.stream = stream;
+    const DeviceAddress base = p.address;
+    Unlink(id);
+    bins_.Rekey(prev, merged, base);
+  } else if (next_free) {
+    // The free successor absorbs the chunk: it now starts at its address.
+    Chunk& n = chunks_[next];
+    const std::uint64_t merged = n.size + c.size;
+    n.stream = stream;
+    Unlink(id);
+    bins_.Rekey(next, merged, address);
+  } else {
+    c.in_use = false;
+    c.requested = 0;
+    c.stream = stream;
+    InsertFree(id);
   }
-  const ChunkId prev = chunks_[id].prev;
-  if (prev != kNoChunk && !chunks_[prev].in_use) {
-    RemoveFree(prev);
-    MergeNext(prev);
-    id = prev;
-  }
-  InsertFree(id);
   return absl::OkStatus();
 }
 

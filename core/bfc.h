@@ -136,9 +136,12 @@ class BfcCore {
   // Splits `id` at `offset` bytes: `id` keeps the front, the new chunk
   // (returned) takes the rest and inherits id's state.
   ChunkId Split(ChunkId id, std::uint64_t offset);
-  // Merges `next` (which must follow `id` and be free and out of the bins)
-  // into `id`.
-  void MergeNext(ChunkId id);
+  // Carves the first `size` bytes of free chunk `id` (in the bins) into a new
+  // record, returned, out of the bins; `id` keeps the rest and stays in the
+  // bins, re-keyed.
+  ChunkId SplitFront(ChunkId id, std::uint64_t size);
+  // Takes chunk record `id` out of its region's list and deletes it.
+  void Unlink(ChunkId id);
   absl::Status DiagnoseBadFree(DeviceAddress address) const;
 
   BfcConfig config_;

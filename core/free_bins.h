@@ -8,9 +8,12 @@
 // of one class plus a scan of at most kNumSizeClasses / 64 bitmap words.
 //
 // The treaps are intrusive: their links live in the chunk records (Chunk::left,
-// Chunk::right, Chunk::parent) and a node's priority is a hash of its address,
-// so inserting or removing a free chunk never touches the heap, and removing
-// one (the parent link locates it) takes expected O(1) steps.
+// Chunk::right, Chunk::parent) and a node's priority is a hash of its record
+// id, so inserting or removing a free chunk never touches the heap, removing
+// one (the parent link locates it) takes expected O(1) steps, and a chunk that
+// grows or shrinks without passing a neighbour in its treap is re-keyed in
+// place (TryRekey): the common case when a split leaves a remainder or a free
+// merges into a free neighbour.
 //
 // Invariants (checked by Validate):
 //   B1. A chunk sits in the treap of its size's class.
@@ -49,6 +52,21 @@ class FreeBins {
   // REQUIRES: `id` is in the bins.
   void Remove(ChunkId id);
 
+  // Changes the key of `id` (in the bins) to (size, address) in place when the
+  // new key keeps its size class and its order among its treap neighbours:
+  // expected O(1), no restructuring. Returns false, changing nothing, when it
+  // would not; the caller then removes, re-keys and inserts.
+  bool TryRekey(ChunkId id, std::uint64_t size, std::uint64_t address);
+
+  // Remove(id), set the key, Insert(id), unless TryRekey does it in place.
+  void Rekey(ChunkId id, std::uint64_t size, std::uint64_t address) {
+    if (TryRekey(id, size, address)) return;
+    Remove(id);
+    chunks_[id].size = size;
+    chunks_[id].address = address;
+    Insert(id);
+  }
+
   // The smallest chunk with size >= min_size (lowest address on ties), or
   // kNoChunk when none fits.
   ChunkId FindBestFit(std::uint64_t min_size) const;
@@ -73,9 +91,20 @@ class FreeBins {
     const Chunk& y = chunks_[b];
     return x.size != y.size ? x.size < y.size : x.address < y.address;
   }
-  std::uint64_t Priority(ChunkId id) const {
-    return (chunks_[id].address >> 8) * 0x9E3779B97F4A7C15ull;
+  // A hash of the record id: independent of the key, and unchanged when a
+  // chunk's size or address changes (which TryRekey relies on).
+  static std::uint32_t Priority(ChunkId id) {
+    std::uint32_t h = id * 0x9E3779B9u;
+    h ^= h >> 16;
+    return h * 0x85EBCA6Bu;
   }
+  static bool KeyLess(std::uint64_t size_a, std::uint64_t address_a,
+                      std::uint64_t size_b, std::uint64_t address_b) {
+    return size_a != size_b ? size_a < size_b : address_a < address_b;
+  }
+  // In-order neighbours within the node's treap, or kNoChunk.
+  ChunkId Predecessor(ChunkId t) const;
+  ChunkId Successor(ChunkId t) const;
   // First non-empty class >= `size_class`, or -1.
   int NextNonEmpty(int size_class) const;
   // Splits treap `t` into keys < `key` (to *left) and > `key` (to *right),
@@ -144,7 +173,7 @@ inline ChunkId FreeBins::Merge(ChunkId a, ChunkId b, ChunkId parent) {
 
 inline void FreeBins::Insert(ChunkId id) {
   const int c = SizeClass(chunks_[id].size);
-  const std::uint64_t priority = Priority(id);
+  const std::uint32_t priority = Priority(id);
   ChunkId parent = kNoChunk;
   ChunkId* link = &roots_[c];
   while (*link != kNoChunk && Priority(*link) >= priority) {
@@ -180,6 +209,56 @@ inline void FreeBins::Remove(ChunkId id) {
     nonempty_[c / 64] &= ~(std::uint64_t{1} << (c % 64));
   }
   --count_;
+}
+
+inline ChunkId FreeBins::Predecessor(ChunkId t) const {
+  if (chunks_[t].left != kNoChunk) {
+    t = chunks_[t].left;
+    while (chunks_[t].right != kNoChunk) t = chunks_[t].right;
+    return t;
+  }
+  ChunkId p = chunks_[t].parent;
+  while (p != kNoChunk && chunks_[p].left == t) {
+    t = p;
+    p = chunks_[p].parent;
+  }
+  return p;
+}
+
+inline ChunkId FreeBins::Successor(ChunkId t) const {
+  if (chunks_[t].right != kNoChunk) {
+    t = chunks_[t].right;
+    while (chunks_[t].left != kNoChunk) t = chunks_[t].left;
+    return t;
+  }
+  ChunkId p = chunks_[t].parent;
+  while (p != kNoChunk && chunks_[p].right == t) {
+    t = p;
+    p = chunks_[p].parent;
+  }
+  return p;
+}
+
+inline bool FreeBins::TryRekey(ChunkId id, std::uint64_t size,
+                               std::uint64_t address) {
+  Chunk& node = chunks_[id];
+  if (SizeClass(size) != SizeClass(node.size)) return false;
+  if (KeyLess(size, address, node.size, node.address)) {
+    const ChunkId p = Predecessor(id);
+    if (p != kNoChunk &&
+        !KeyLess(chunks_[p].size, chunks_[p].address, size, address)) {
+      return false;
+    }
+  } else {
+    const ChunkId s = Successor(id);
+    if (s != kNoChunk &&
+        !KeyLess(size, address, chunks_[s].size, chunks_[s].address)) {
+      return false;
+    }
+  }
+  node.size = size;
+  node.address = address;
+  return true;
 }
 
 inline int FreeBins::NextNonEmpty(int size_class) const {

@@ -21,6 +21,7 @@
 #include "benchmark/benchmark.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
+#include "tools/bench/tf_bfc_reference.h"
 
 namespace gpualloc {
 namespace {
@@ -76,31 +77,58 @@ BENCHMARK(BM_FixedSizePair)->Arg(256)->Arg(1 << 20);
 
 // Random replacement: `live` allocations stay live; each iteration frees a
 // random one and allocates a new random size in its place (one pair).
-void BM_RandomPair(benchmark::State& state) {
-  const std::size_t live = static_cast<std::size_t>(state.range(0));
-  // Mean size is ~5 MiB: give the pool room for `live` of them at 16 GiB per 1000.
-  const std::uint64_t pool = std::max<std::uint64_t>(16 * kGiB, live * 16 * kGiB / 1000);
-  auto a = Preallocated(pool);
+// Mean size is ~5 MiB: the pool gets 16 GiB per 1000 live allocations.
+std::uint64_t PoolFor(std::size_t live) {
+  return std::max<std::uint64_t>(16 * kGiB, live * 16 * kGiB / 1000);
+}
+
+template <typename AllocateFn, typename FreeFn>
+void RandomPairs(benchmark::State& state, std::size_t live, AllocateFn allocate,
+                 FreeFn release) {
   constexpr std::size_t kDraws = 1 << 16;
   const std::vector<std::size_t> sizes = LogUniformSizes(kDraws, 42);
   std::vector<std::size_t> victims(kDraws);
   std::mt19937_64 rng(7);
   for (auto& v : victims) v = rng() % live;
   std::vector<void*> slots(live);
-  for (std::size_t i = 0; i < live; ++i) slots[i] = MustAllocate(*a, sizes[i % kDraws]);
+  for (std::size_t i = 0; i < live; ++i) slots[i] = allocate(sizes[i % kDraws]);
   std::size_t i = 0;
   for (auto _ : state) {
     void*& slot = slots[victims[i & (kDraws - 1)]];
-    (void)a->Deallocate(slot);
-    slot = MustAllocate(*a, sizes[(i * 31 + 17) & (kDraws - 1)]);
+    release(slot);
+    slot = allocate(sizes[(i * 31 + 17) & (kDraws - 1)]);
     ++i;
   }
-  const Stats s = a->GetStats();
+  for (void* p : slots) release(p);
   state.counters["live"] = static_cast<double>(live);
-  state.counters["frag"] = s.fragmentation;
-  for (void* p : slots) (void)a->Deallocate(p);
+}
+
+void BM_RandomPair(benchmark::State& state) {
+  const std::size_t live = static_cast<std::size_t>(state.range(0));
+  auto a = Preallocated(PoolFor(live));
+  RandomPairs(
+      state, live, [&](std::size_t n) { return MustAllocate(*a, n); },
+      [&](void* p) { (void)a->Deallocate(p); });
 }
 BENCHMARK(BM_RandomPair)->Arg(100)->Arg(1000)->Arg(10000)->Arg(100000);
+
+// The same workload on a re-implementation of TensorFlow's BFC algorithm
+// (tf_bfc_reference.h), for a ratio measured in the same run. Its pointer
+// table costs 8 bytes per 256 B of pool, so only the smaller cases run.
+void BM_RandomPair_TfBfcReference(benchmark::State& state) {
+  const std::size_t live = static_cast<std::size_t>(state.range(0));
+  bench::TfBfcReference tf(std::uint64_t{1} << 40, PoolFor(live));
+  RandomPairs(
+      state, live,
+      [&](std::size_t n) {
+        void* p = tf.Allocate(n);
+        if (p == nullptr) std::abort();
+        return p;
+      },
+      [&](void* p) { tf.Deallocate(p); });
+  state.counters["host_table_MiB"] = static_cast<double>(tf.HostTableBytes() >> 20);
+}
+BENCHMARK(BM_RandomPair_TfBfcReference)->Arg(100)->Arg(1000);
 
 // Why core/lock.h is not absl::Mutex: an uncontended Lock+Unlock of each
 // candidate (the allocator takes its lock twice per pair).
@@ -150,8 +178,11 @@ BENCHMARK(BM_BatchAllocateThenFree)->Arg(1000);
 // pool: what JAX-style preallocation costs on the host.
 void BM_FirstAllocationIntoPreallocatedPool(benchmark::State& state) {
   const std::uint64_t pool = static_cast<std::uint64_t>(state.range(0)) * kGiB;
-  auto sim = Sim(pool);
   for (auto _ : state) {
+    // A fresh device each time: the simulator never reuses fake addresses.
+    state.PauseTiming();
+    auto sim = Sim(pool);
+    state.ResumeTiming();
     Options o;
     o.memory_limit = pool;
     auto a = CreateAllocator(o, sim);
@@ -165,9 +196,11 @@ BENCHMARK(BM_FirstAllocationIntoPreallocatedPool)->Arg(16)->Unit(benchmark::kMic
 void BM_HostMemoryAfterH200Preallocation(benchmark::State& state) {
   SimOptions so;
   so.profile = "h200";
-  auto sim = *SimBackend::Create(so);
   std::size_t host_bytes = 0;
+  std::uint64_t total = 0;
   for (auto _ : state) {
+    auto sim = *SimBackend::Create(so);
+    total = sim->info().total_bytes;
     const std::size_t before = mallinfo2().uordblks;
     auto a = CreateAllocator(Options(), sim);
     void* p = MustAllocate(**a, 1024);
@@ -176,7 +209,7 @@ void BM_HostMemoryAfterH200Preallocation(benchmark::State& state) {
   }
   state.counters["host_bytes"] = static_cast<double>(host_bytes);
   state.counters["pool_bytes"] = static_cast<double>(
-      static_cast<std::uint64_t>(0.75 * static_cast<double>(sim->info().total_bytes)));
+      static_cast<std::uint64_t>(0.75 * static_cast<double>(total)));
 }
 BENCHMARK(BM_HostMemoryAfterH200Preallocation)->Unit(benchmark::kMicrosecond);
 
