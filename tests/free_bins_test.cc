@@ -20,7 +20,9 @@ class FreeBinsTest : public ::testing::Test {
     bins_.Insert(id);
     return id;
   }
-  std::uint64_t SizeOf(ChunkId id) { return id == kNoChunk ? 0 : table_[id].size; }
+  std::uint64_t SizeOf(ChunkId id) {
+    return id == kNoChunk ? 0 : table_[id].size;
+  }
 
   ChunkTable table_;
   FreeBins bins_{&table_};
@@ -67,11 +69,75 @@ TEST_F(FreeBinsTest, ValidateCatchesAChunkInTheWrongClass) {
   EXPECT_NE(s.message().find("B1"), std::string::npos) << s;
 }
 
+TEST_F(FreeBinsTest, TryRekeyInPlaceOnlyWhenOrderAndClassHold) {
+  const ChunkId a = Add(1024, 0x1000);
+  const ChunkId b = Add(1100, 0x2000);
+  const ChunkId c = Add(1120, 0x3000);
+  ASSERT_EQ(SizeClass(1024), SizeClass(1120));
+  // b may grow up to c's key and shrink down to a's, exclusive.
+  EXPECT_TRUE(bins_.TryRekey(b, 1110, 0x2000));
+  EXPECT_TRUE(bins_.TryRekey(b, 1030, 0x2000));
+  EXPECT_FALSE(bins_.TryRekey(b, 1120, 0x4000));  // would pass c
+  EXPECT_FALSE(bins_.TryRekey(b, 1000, 0x2000));  // would pass a
+  EXPECT_FALSE(bins_.TryRekey(c, 4096, 0x3000));  // another size class
+  EXPECT_EQ(table_[b].size, 1030u);
+  EXPECT_TRUE(bins_.Validate().ok()) << bins_.Validate();
+  // Rekey falls back to remove + insert and keeps every invariant.
+  bins_.Rekey(b, 1120, 0x4000);
+  bins_.Rekey(c, 4096, 0x3000);
+  EXPECT_TRUE(bins_.Validate().ok()) << bins_.Validate();
+  EXPECT_EQ(bins_.FindBestFit(1025), b);
+  EXPECT_EQ(bins_.Largest(), c);
+  EXPECT_EQ(bins_.FindBestFit(1), a);
+}
+
+TEST_F(FreeBinsTest, RandomRekeysMatchBruteForce) {
+  const std::uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
+  std::mt19937_64 rng(seed);
+  std::map<ChunkId, std::pair<std::uint64_t, std::uint64_t>>
+      model;  // id -> key
+  std::uint64_t next_addr = 0x100000;
+  for (int i = 0; i < 500; ++i) {
+    const std::uint64_t size = 256 * (1 + rng() % 64);
+    model[Add(size, next_addr)] = {size, next_addr};
+    next_addr += 0x100000;
+  }
+  for (int step = 0; step < 20000; ++step) {
+    auto it = model.begin();
+    std::advance(it, rng() % model.size());
+    // Small moves (often in place) and large ones (class changes).
+    const std::uint64_t size =
+        rng() % 2 ? std::max<std::uint64_t>(
+                        256, it->second.first + 256 * (rng() % 5) - 512)
+                  : 256 * (1 + rng() % 64);
+    const std::uint64_t address = it->second.second + (rng() % 3) * 256;
+    bool clash = false;
+    for (const auto& [id, key] : model)
+      clash |= id != it->first && key == std::make_pair(size, address);
+    if (clash) continue;
+    bins_.Rekey(it->first, size, address);
+    it->second = {size, address};
+    if (step % 500 == 0) {
+      ASSERT_TRUE(bins_.Validate().ok()) << bins_.Validate();
+      const std::uint64_t want = 256 * (1 + rng() % 64);
+      ChunkId best = kNoChunk;
+      for (const auto& [id, key] : model) {
+        if (key.first >= want && (best == kNoChunk || key < model[best]))
+          best = id;
+      }
+      ASSERT_EQ(bins_.FindBestFit(want), best) << want;
+    }
+  }
+  EXPECT_TRUE(bins_.Validate().ok()) << bins_.Validate();
+}
+
 TEST_F(FreeBinsTest, MatchesBruteForceOnRandomContents) {
   const std::uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
   std::mt19937_64 rng(seed);
-  std::map<std::pair<std::uint64_t, std::uint64_t>, ChunkId> model;  // (size, addr)
+  std::map<std::pair<std::uint64_t, std::uint64_t>, ChunkId>
+      model;  // (size, addr)
   std::uint64_t next_addr = 0x100000;
   for (int step = 0; step < 20000; ++step) {
     const int op = rng() % 3;
