@@ -81,7 +81,8 @@ TEST(AllocatorTest, DoublingPolicyGrowsGeometrically) {
 // "ExerciseCoalescing"-style sums): 1023 allocations of 1..1023 bytes.
 TEST(AllocatorTest, TensorFlowSmallAllocationSums) {
   for (bool preallocate : {true, false}) {
-    auto a = MakeAllocator(preallocate ? Options() : Growth(), MakeSim(16 * kGiB));
+    auto a =
+        MakeAllocator(preallocate ? Options() : Growth(), MakeSim(16 * kGiB));
     std::vector<void*> ptrs;
     for (int i = 1; i < 1024; ++i) {
       auto p = a->Allocate(i);
@@ -102,7 +103,8 @@ TEST(AllocatorTest, TensorFlowSmallAllocationSums) {
 // allocated then freed; then a 4 KiB request gets the very first pointer back.
 TEST(AllocatorTest, TensorFlowRoundsReuseTheFirstPointer) {
   for (bool preallocate : {true, false}) {
-    auto a = MakeAllocator(preallocate ? Options() : Growth(), MakeSim(16 * kGiB));
+    auto a =
+        MakeAllocator(preallocate ? Options() : Growth(), MakeSim(16 * kGiB));
     void* first = nullptr;
     for (int round = 0; round < 1024; ++round) {
       std::vector<void*> ptrs;
@@ -183,24 +185,27 @@ TEST(AllocatorTest, BadInputTable) {
     };
     int stack_object = 0;
     char fmt[64];
-    std::snprintf(fmt, sizeof(fmt), "%p", static_cast<void*>(live[1].first + 256));
+    std::snprintf(fmt, sizeof(fmt), "%p",
+                  static_cast<void*>(live[1].first + 256));
     std::vector<Case> cases = {
-        {"SIZE_MAX", a->Allocate(SIZE_MAX).status(), absl::StatusCode::kResourceExhausted,
-         "exceeds the allocator's limit"},
+        {"SIZE_MAX", a->Allocate(SIZE_MAX).status(),
+         absl::StatusCode::kResourceExhausted, "exceeds the allocator's limit"},
         {"limit + 1", a->Allocate(before.bytes_limit + 1).status(),
          absl::StatusCode::kResourceExhausted, "out of memory"},
         {"alignment 3", a->Allocate(64, Stream(), 3).status(),
          absl::StatusCode::kInvalidArgument, "not a power of two"},
         {"alignment 48", a->Allocate(64, Stream(), 48).status(),
          absl::StatusCode::kInvalidArgument, "alignment 48"},
-        {"alignment 1 TiB", a->Allocate(64, Stream(), std::size_t{1} << 40).status(),
-         absl::StatusCode::kInvalidArgument, "exceeds the largest supported alignment"},
-        {"foreign pointer", a->Deallocate(&stack_object), absl::StatusCode::kInvalidArgument,
-         "not allocated by this allocator"},
+        {"alignment 1 TiB",
+         a->Allocate(64, Stream(), std::size_t{1} << 40).status(),
+         absl::StatusCode::kInvalidArgument,
+         "exceeds the largest supported alignment"},
+        {"foreign pointer", a->Deallocate(&stack_object),
+         absl::StatusCode::kInvalidArgument, "not allocated by this allocator"},
         {"interior pointer", a->Deallocate(live[1].first + 256),
          absl::StatusCode::kInvalidArgument, "interior pointer"},
-        {"double free", a->Deallocate(*freed), absl::StatusCode::kFailedPrecondition,
-         "double free"},
+        {"double free", a->Deallocate(*freed),
+         absl::StatusCode::kFailedPrecondition, "double free"},
     };
     for (const Case& c : cases) {
       EXPECT_EQ(c.status.code(), c.code) << c.name << ": " << c.status;
@@ -208,7 +213,8 @@ TEST(AllocatorTest, BadInputTable) {
           << c.name << ": " << c.status;
     }
     // Addresses are named in free errors.
-    EXPECT_NE(cases[6].status.message().find(fmt), std::string::npos) << cases[6].status;
+    EXPECT_NE(cases[6].status.message().find(fmt), std::string::npos)
+        << cases[6].status;
 
     const Stats after = a->GetStats();
     EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
@@ -219,7 +225,8 @@ TEST(AllocatorTest, BadInputTable) {
     GPUALLOC_EXPECT_OK(a->Validate());
     for (auto [bytes, size] : live) {
       for (std::size_t i = 0; i < size; ++i) {
-        ASSERT_EQ(bytes[i], static_cast<unsigned char>(size & 0xff)) << size << " at " << i;
+        ASSERT_EQ(bytes[i], static_cast<unsigned char>(size & 0xff))
+            << size << " at " << i;
       }
       GPUALLOC_EXPECT_OK(a->Deallocate(bytes));
     }
@@ -254,7 +261,8 @@ TEST(AllocatorTest, OutOfMemoryReportSaysWhy) {
   EXPECT_EQ(a->GetStats().num_ooms, 1u);
   // Freeing every other block leaves enough memory in pieces: the hint says so.
   for (int i = 0; i < 8; i += 2) GPUALLOC_ASSERT_OK(a->Deallocate(ptrs[i]));
-  // Regions were exact 8 MiB: the freed ones are whole regions, so GC makes room.
+  // Regions were exact 8 MiB: the freed ones are whole regions, so GC makes
+  // room.
   GPUALLOC_ASSERT_OK(a->Allocate(16 * kMiB));
   GPUALLOC_EXPECT_OK(a->Validate());
 }
@@ -268,7 +276,8 @@ TEST(AllocatorTest, FragmentationHintWhenPiecesAreFree) {
   for (int i = 0; i < 8; i += 2) GPUALLOC_ASSERT_OK(a->Deallocate(ptrs[i]));
   auto oom = a->Allocate(16 * kMiB);
   ASSERT_EQ(oom.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(oom.status().message().find("in pieces"), std::string::npos) << oom.status();
+  EXPECT_NE(oom.status().message().find("in pieces"), std::string::npos)
+      << oom.status();
   const Stats s = a->GetStats();
   EXPECT_EQ(s.largest_free_block_bytes, 8 * kMiB);
   EXPECT_DOUBLE_EQ(s.fragmentation, 1.0 - 8.0 / 32.0);
@@ -298,7 +307,8 @@ TEST(AllocatorTest, WithoutGarbageCollectionTheSameRequestFails) {
   std::vector<void*> ptrs;
   for (int i = 0; i < 32; ++i) ptrs.push_back(*a->Allocate(2 * kMiB));
   for (void* p : ptrs) GPUALLOC_ASSERT_OK(a->Deallocate(p));
-  EXPECT_EQ(a->Allocate(32 * kMiB).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a->Allocate(32 * kMiB).status().code(),
+            absl::StatusCode::kResourceExhausted);
   GPUALLOC_ASSERT_OK(a->Trim());
   GPUALLOC_ASSERT_OK(a->Allocate(32 * kMiB));
 }
@@ -346,8 +356,10 @@ TEST(AllocatorTest, FaultInjectionOnGrowth) {
         ptrs.push_back(*p);
       } else {
         ++failures;
-        EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
-        EXPECT_NE(p.status().message().find("simulated fault"), std::string::npos);
+        EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        EXPECT_NE(p.status().message().find("simulated fault"),
+                  std::string::npos);
       }
       GPUALLOC_ASSERT_OK(a->Validate());
     }
@@ -365,7 +377,8 @@ TEST(AllocatorTest, FaultInjectionOnPreallocationIsRetriedLater) {
   sim->FailNthCall(SimOp::kAllocate, 1);
   auto p = a->Allocate(100);
   ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(p.status().message().find("preallocating"), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("preallocating"), std::string::npos)
+      << p.status();
   EXPECT_EQ(a->GetStats().bytes_reserved, 0u);
   GPUALLOC_ASSERT_OK(a->Allocate(100));
   EXPECT_EQ(a->GetStats().bytes_reserved, 768 * kMiB);
@@ -376,7 +389,8 @@ TEST(AllocatorTest, FaultInjectionOnTrimKeepsTheRegionUsable) {
   auto a = MakeAllocator(Growth(), sim);
   void* p = *a->Allocate(kMiB);
   GPUALLOC_ASSERT_OK(a->Deallocate(p));
-  sim->FailNthCall(SimOp::kFree, 1, absl::InternalError("simulated driver error"));
+  sim->FailNthCall(SimOp::kFree, 1,
+                   absl::InternalError("simulated driver error"));
   absl::Status trimmed = a->Trim();
   EXPECT_EQ(trimmed.code(), absl::StatusCode::kInternal);
   GPUALLOC_ASSERT_OK(a->Validate());
@@ -476,7 +490,8 @@ TEST(AllocatorTest, ThreadsAllocateAndFreeEachOthersBlocks) {
   threads.clear();
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (void* p : handoff[t]) ASSERT_TRUE(a->Deallocate(p, Stream(t + 1)).ok());
+      for (void* p : handoff[t])
+        ASSERT_TRUE(a->Deallocate(p, Stream(t + 1)).ok());
     });
   }
   for (auto& th : threads) th.join();

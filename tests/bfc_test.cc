@@ -14,7 +14,9 @@ constexpr DeviceAddress kBase = 0x10000000;
 
 class BfcCoreTest : public ::testing::Test {
  protected:
-  void TearDown() override { EXPECT_TRUE(core_.Validate().ok()) << core_.Validate(); }
+  void TearDown() override {
+    EXPECT_TRUE(core_.Validate().ok()) << core_.Validate();
+  }
 
   DeviceAddress Alloc(std::uint64_t size, std::uint64_t alignment = 256) {
     auto a = core_.Allocate(size, size, alignment, 0);
@@ -62,8 +64,8 @@ TEST_F(BfcCoreTest, BestFitPrefersTheSmallestHole) {
   Alloc(256);
   const DeviceAddress b = Alloc(2048);
   Alloc(256);
-  Free(a);  // 8 KiB hole at the front
-  Free(b);  // 2 KiB hole later
+  Free(a);                    // 8 KiB hole at the front
+  Free(b);                    // 2 KiB hole later
   EXPECT_EQ(Alloc(2048), b);  // the exact hole, not the first one
   EXPECT_EQ(Alloc(4096), a);  // split from the 8 KiB hole
 }
@@ -108,7 +110,8 @@ TEST_F(BfcCoreTest, SplitBoundKeepsSmallSurplusWithTheAllocation) {
 
 TEST_F(BfcCoreTest, ChunksNeverMergeAcrossRegions) {
   core_.AddRegion(kBase, 2 * kMiB);
-  core_.AddRegion(kBase + 2 * kMiB, 2 * kMiB);  // adjacent addresses, separate regions
+  core_.AddRegion(kBase + 2 * kMiB,
+                  2 * kMiB);  // adjacent addresses, separate regions
   EXPECT_EQ(core_.num_free_chunks(), 2u);
   EXPECT_FALSE(core_.Allocate(3 * kMiB, 1, 256, 0).has_value());
   EXPECT_EQ(core_.FreeRegions().size(), 2u);
@@ -137,7 +140,8 @@ TEST_F(BfcCoreTest, BadFreesAreDiagnosedAndChangeNothing) {
   absl::Status foreign = core_.Deallocate(0x1234, 0);
   EXPECT_EQ(foreign.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(foreign.message().find("0x1234"), std::string::npos) << foreign;
-  EXPECT_NE(foreign.message().find("not allocated by this allocator"), std::string::npos);
+  EXPECT_NE(foreign.message().find("not allocated by this allocator"),
+            std::string::npos);
 
   absl::Status interior = core_.Deallocate(a + 256, 0);
   EXPECT_EQ(interior.code(), absl::StatusCode::kInvalidArgument);

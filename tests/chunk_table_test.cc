@@ -17,9 +17,9 @@ TEST(ChunkTableTest, NewDeleteRecyclesIds) {
   EXPECT_FALSE(t.IsLive(a));
   EXPECT_EQ(t.live_count(), 1u);
   const ChunkId c = t.New();
-  EXPECT_EQ(c, a);               // recycled
-  EXPECT_EQ(t[c].size, 0u);      // and reset
-  EXPECT_EQ(t.capacity(), 2u);   // no new record
+  EXPECT_EQ(c, a);              // recycled
+  EXPECT_EQ(t[c].size, 0u);     // and reset
+  EXPECT_EQ(t.capacity(), 2u);  // no new record
   EXPECT_TRUE(t.IsLive(b));
 }
 

@@ -14,8 +14,10 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using testing::kMiB;
 
-GrowthRequest Request(std::uint64_t needed, std::uint64_t reserved, std::uint64_t limit,
-                      GrowthPolicy policy = GrowthPolicy::kExact, std::uint64_t next = 0) {
+GrowthRequest Request(std::uint64_t needed, std::uint64_t reserved,
+                      std::uint64_t limit,
+                      GrowthPolicy policy = GrowthPolicy::kExact,
+                      std::uint64_t next = 0) {
   GrowthRequest r;
   r.needed = needed;
   r.reserved = reserved;
@@ -27,12 +29,15 @@ GrowthRequest Request(std::uint64_t needed, std::uint64_t reserved, std::uint64_
 }
 
 TEST(GrowthTest, ExactRoundsUpToTheGranularity) {
-  EXPECT_THAT(GrowthCandidates(Request(256, 0, 100 * kMiB)), ElementsAre(2 * kMiB));
-  EXPECT_THAT(GrowthCandidates(Request(5 * kMiB, 0, 100 * kMiB)), ElementsAre(6 * kMiB));
+  EXPECT_THAT(GrowthCandidates(Request(256, 0, 100 * kMiB)),
+              ElementsAre(2 * kMiB));
+  EXPECT_THAT(GrowthCandidates(Request(5 * kMiB, 0, 100 * kMiB)),
+              ElementsAre(6 * kMiB));
 }
 
 TEST(GrowthTest, NeverPassesTheLimit) {
-  EXPECT_THAT(GrowthCandidates(Request(4 * kMiB, 98 * kMiB, 100 * kMiB)), IsEmpty());
+  EXPECT_THAT(GrowthCandidates(Request(4 * kMiB, 98 * kMiB, 100 * kMiB)),
+              IsEmpty());
   EXPECT_THAT(GrowthCandidates(Request(2 * kMiB, 98 * kMiB, 100 * kMiB)),
               ElementsAre(2 * kMiB));
   // A limit that is not a multiple of the granularity: the tail cannot be used.
@@ -40,16 +45,16 @@ TEST(GrowthTest, NeverPassesTheLimit) {
 }
 
 TEST(GrowthTest, DoublingBacksOffByHalvesDownToTheNeed) {
-  EXPECT_THAT(GrowthCandidates(Request(kMiB, 0, 1024 * kMiB, GrowthPolicy::kDoubling,
-                                       16 * kMiB)),
+  EXPECT_THAT(GrowthCandidates(Request(kMiB, 0, 1024 * kMiB,
+                                       GrowthPolicy::kDoubling, 16 * kMiB)),
               ElementsAre(16 * kMiB, 8 * kMiB, 4 * kMiB, 2 * kMiB));
   // Capped by the headroom.
   EXPECT_THAT(GrowthCandidates(Request(kMiB, 1016 * kMiB, 1024 * kMiB,
                                        GrowthPolicy::kDoubling, 64 * kMiB)),
               ElementsAre(8 * kMiB, 4 * kMiB, 2 * kMiB));
   // A need above the doubling size wins.
-  EXPECT_THAT(GrowthCandidates(Request(30 * kMiB, 0, 1024 * kMiB, GrowthPolicy::kDoubling,
-                                       4 * kMiB)),
+  EXPECT_THAT(GrowthCandidates(Request(30 * kMiB, 0, 1024 * kMiB,
+                                       GrowthPolicy::kDoubling, 4 * kMiB)),
               ElementsAre(30 * kMiB));
 }
 

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <latch>
 #include <mutex>
@@ -158,8 +159,8 @@ TEST(LockTest, ContendedHandoff) {
     ASSERT_EQ(got.size(), static_cast<std::size_t>(kWaiters))
         << "round " << round;
     std::vector<int> seen(kWaiters, 0);
-    for (int w : got) ++seen[w];
-    for (int w = 0; w < kWaiters; ++w) {
+    for (int w : got) ++seen.at(static_cast<std::size_t>(w));
+    for (std::size_t w = 0; w < seen.size(); ++w) {
       EXPECT_EQ(seen[w], 1) << "waiter " << w << ", round " << round;
     }
     ASSERT_EQ(early.load(), 0) << "round " << round;

@@ -1,4 +1,5 @@
-// tests/options_test.cc: resolving Options against a device; the bad-options table.
+// tests/options_test.cc: resolving Options against a device; the bad-options
+// table.
 #include "core/options.h"
 
 #include <string>
@@ -64,26 +65,45 @@ TEST(OptionsTest, BadOptionsNameTheField) {
     mutate(o);
     cases.push_back({std::move(name), o, std::move(field)});
   };
-  add("fraction zero", [](Options& o) { o.memory_fraction = 0; }, "memory_fraction");
-  add("fraction negative", [](Options& o) { o.memory_fraction = -0.5; }, "memory_fraction");
-  add("fraction above one", [](Options& o) { o.memory_fraction = 1.5; }, "memory_fraction");
-  add("fraction NaN", [](Options& o) { o.memory_fraction = std::nan(""); },
+  add(
+      "fraction zero", [](Options& o) { o.memory_fraction = 0; },
       "memory_fraction");
-  add("fraction tiny", [](Options& o) { o.memory_fraction = 1e-12; }, "memory_fraction");
-  add("limit above total", [](Options& o) { o.memory_limit = 81 * kGiB; }, "memory_limit");
-  add("limit below a granule", [](Options& o) { o.memory_limit = kMiB; }, "memory_limit");
-  add("block not a power of two", [](Options& o) { o.min_block_size = 384; },
+  add(
+      "fraction negative", [](Options& o) { o.memory_fraction = -0.5; },
+      "memory_fraction");
+  add(
+      "fraction above one", [](Options& o) { o.memory_fraction = 1.5; },
+      "memory_fraction");
+  add(
+      "fraction NaN", [](Options& o) { o.memory_fraction = std::nan(""); },
+      "memory_fraction");
+  add(
+      "fraction tiny", [](Options& o) { o.memory_fraction = 1e-12; },
+      "memory_fraction");
+  add(
+      "limit above total", [](Options& o) { o.memory_limit = 81 * kGiB; },
+      "memory_limit");
+  add(
+      "limit below a granule", [](Options& o) { o.memory_limit = kMiB; },
+      "memory_limit");
+  add(
+      "block not a power of two", [](Options& o) { o.min_block_size = 384; },
       "min_block_size");
-  add("block too small", [](Options& o) { o.min_block_size = 8; }, "min_block_size");
-  add("granularity not a multiple of the device's",
+  add(
+      "block too small", [](Options& o) { o.min_block_size = 8; },
+      "min_block_size");
+  add(
+      "granularity not a multiple of the device's",
       [](Options& o) { o.growth_granularity = kMiB; }, "growth_granularity");
-  add("granularity not a multiple of the block",
+  add(
+      "granularity not a multiple of the block",
       [](Options& o) {
         o.min_block_size = 4 * kMiB;
         o.growth_granularity = 2 * kMiB;
       },
       "growth_granularity");
-  add("unknown arch", [](Options& o) { o.arch = "h900"; }, "arch");
+  add(
+      "unknown arch", [](Options& o) { o.arch = "h900"; }, "arch");
   for (const BadCase& c : cases) {
     auto r = ResolveOptions(c.options, H100());
     ASSERT_FALSE(r.ok()) << c.name;

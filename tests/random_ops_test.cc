@@ -27,7 +27,8 @@ struct Block {
 };
 
 // Writes (or checks) the pattern at the ends and at a few points inside.
-bool Pattern(unsigned char* p, std::uint64_t size, unsigned char tag, bool write) {
+bool Pattern(unsigned char* p, std::uint64_t size, unsigned char tag,
+             bool write) {
   auto touch = [&](std::uint64_t from, std::uint64_t to) {
     for (std::uint64_t i = from; i < to && i < size; ++i) {
       const unsigned char want = static_cast<unsigned char>(tag + i * 131);
@@ -41,7 +42,8 @@ bool Pattern(unsigned char* p, std::uint64_t size, unsigned char tag, bool write
   };
   if (size <= 4 * kKiB) return touch(0, size);
   bool ok = touch(0, 256) && touch(size - 256, size);
-  for (std::uint64_t at = size / 4; ok && at < size; at += size / 4) ok = touch(at, at + 64);
+  for (std::uint64_t at = size / 4; ok && at < size; at += size / 4)
+    ok = touch(at, at + 64);
   return ok;
 }
 
@@ -85,11 +87,14 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
     const int op = static_cast<int>(rng() % 100);
     if (op < alloc_percent || live.empty()) {
       // Log-uniform sizes from 0 B to 16 MiB, sometimes a stricter alignment.
-      const std::uint64_t size = (rng() % 50 == 0) ? 0 : (rng() % (1ull << (rng() % 25))) + 1;
-      const std::uint64_t alignment = (rng() % 8 == 0) ? (256ull << (rng() % 10)) : 0;
+      const std::uint64_t size =
+          (rng() % 50 == 0) ? 0 : (rng() % (1ull << (rng() % 25))) + 1;
+      const std::uint64_t alignment =
+          (rng() % 8 == 0) ? (256ull << (rng() % 10)) : 0;
       auto p = a->Allocate(size, Stream(), alignment);
       if (!p.ok()) {
-        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
         ++ooms;
       } else {
         const std::uint64_t addr = Addr(*p);
@@ -105,7 +110,8 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
         }
         if (next != live.begin()) {
           auto prev = std::prev(next);
-          ASSERT_LE(prev->first + std::max<std::uint64_t>(prev->second.size, 1), addr);
+          ASSERT_LE(prev->first + std::max<std::uint64_t>(prev->second.size, 1),
+                    addr);
         }
         const unsigned char tag = static_cast<unsigned char>(rng());
         Pattern(static_cast<unsigned char*>(*p), size, tag, true);
@@ -135,9 +141,10 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
     ASSERT_LE(s.bytes_reserved, s.bytes_limit);
     ASSERT_EQ(s.num_ooms, static_cast<std::uint64_t>(ooms));
   }
-  std::cout << "  " << allocs << " allocations, " << frees << " frees, " << trims
-            << " trims, " << ooms << " out-of-memory answers, peak " << peak_live
-            << " live blocks, " << a->GetStats().backend_allocs << " backend allocations\n";
+  std::cout << "  " << allocs << " allocations, " << frees << " frees, "
+            << trims << " trims, " << ooms << " out-of-memory answers, peak "
+            << peak_live << " live blocks, " << a->GetStats().backend_allocs
+            << " backend allocations\n";
   // Every path was exercised.
   EXPECT_GT(allocs, 5000);
   EXPECT_GT(frees, 5000);
@@ -153,7 +160,8 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
     ASSERT_TRUE(inside) << addr;
   }
   for (const auto& [addr, block] : live) {
-    ASSERT_TRUE(Pattern(reinterpret_cast<unsigned char*>(addr), block.size, block.tag, false));
+    ASSERT_TRUE(Pattern(reinterpret_cast<unsigned char*>(addr), block.size,
+                        block.tag, false));
     GPUALLOC_ASSERT_OK(a->Deallocate(reinterpret_cast<void*>(addr)));
   }
   GPUALLOC_ASSERT_OK(a->Trim());
@@ -163,12 +171,15 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, RandomOpsTest,
-    ::testing::Values(Config{"preallocate", true, GrowthPolicy::kExact, 0, true},
-                      Config{"growth_exact", false, GrowthPolicy::kExact, 0, true},
-                      Config{"growth_doubling", false, GrowthPolicy::kDoubling, 0, true},
-                      Config{"split_bound_64k", false, GrowthPolicy::kExact, 64 * 1024, true},
-                      Config{"no_gc", false, GrowthPolicy::kExact, 0, false}),
-    [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
+    ::testing::Values(
+        Config{"preallocate", true, GrowthPolicy::kExact, 0, true},
+        Config{"growth_exact", false, GrowthPolicy::kExact, 0, true},
+        Config{"growth_doubling", false, GrowthPolicy::kDoubling, 0, true},
+        Config{"split_bound_64k", false, GrowthPolicy::kExact, 64 * 1024, true},
+        Config{"no_gc", false, GrowthPolicy::kExact, 0, false}),
+    [](const ::testing::TestParamInfo<Config>& info) {
+      return info.param.name;
+    });
 
 }  // namespace
 }  // namespace gpualloc

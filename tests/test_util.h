@@ -14,15 +14,15 @@
 #include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
 
-#define GPUALLOC_ASSERT_OK(expr)                              \
-  do {                                                        \
+#define GPUALLOC_ASSERT_OK(expr)                                            \
+  do {                                                                      \
     const ::absl::Status gpualloc_s_ = ::gpualloc::testing::ToStatus(expr); \
-    ASSERT_TRUE(gpualloc_s_.ok()) << #expr << ": " << gpualloc_s_; \
+    ASSERT_TRUE(gpualloc_s_.ok()) << #expr << ": " << gpualloc_s_;          \
   } while (false)
-#define GPUALLOC_EXPECT_OK(expr)                              \
-  do {                                                        \
+#define GPUALLOC_EXPECT_OK(expr)                                            \
+  do {                                                                      \
     const ::absl::Status gpualloc_s_ = ::gpualloc::testing::ToStatus(expr); \
-    EXPECT_TRUE(gpualloc_s_.ok()) << #expr << ": " << gpualloc_s_; \
+    EXPECT_TRUE(gpualloc_s_.ok()) << #expr << ": " << gpualloc_s_;          \
   } while (false)
 
 namespace gpualloc::testing {
@@ -53,8 +53,9 @@ inline std::shared_ptr<SimBackend> MakeSim(SimOptions options) {
 }
 
 // A simulated H100 with `total` bytes (fake addresses unless host_backed).
-inline std::shared_ptr<SimBackend> MakeSim(std::uint64_t total, bool host_backed = false,
-                                           const std::string& profile = "h100") {
+inline std::shared_ptr<SimBackend> MakeSim(
+    std::uint64_t total, bool host_backed = false,
+    const std::string& profile = "h100") {
   SimOptions o;
   o.profile = profile;
   o.total_bytes = total;
@@ -62,14 +63,16 @@ inline std::shared_ptr<SimBackend> MakeSim(std::uint64_t total, bool host_backed
   return MakeSim(o);
 }
 
-inline std::unique_ptr<Allocator> MakeAllocator(const Options& options,
-                                                std::shared_ptr<Backend> backend) {
+inline std::unique_ptr<Allocator> MakeAllocator(
+    const Options& options, std::shared_ptr<Backend> backend) {
   auto a = CreateAllocator(options, std::move(backend));
   EXPECT_TRUE(a.ok()) << a.status();
   return a.ok() ? std::move(*a) : nullptr;
 }
 
-inline std::uint64_t Addr(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+inline std::uint64_t Addr(void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
 
 }  // namespace gpualloc::testing
 

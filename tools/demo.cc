@@ -1,4 +1,5 @@
-// tools/demo.cc: gpualloc-demo, the README's main job until the replay tool lands.
+// tools/demo.cc: gpualloc-demo, the README's main job until the replay tool
+// lands.
 //
 // Works a simulated H200 (fake addresses: nothing is allocated on the host)
 // through a short, training-step-like allocation sequence under the two JAX
@@ -43,13 +44,15 @@ std::vector<Step> TrainingSequence() {
   constexpr int kLayers = 24;
   std::vector<std::size_t> weights;
   for (int l = 0; l < kLayers; ++l) {
-    weights.push_back(alloc(4 * 1024 * 1024 * 4 + 1000));  // d_model x d_ff, fp32
-    weights.push_back(alloc(1024 * 1024 * 4 * 3));          // qkv
+    weights.push_back(
+        alloc(4 * 1024 * 1024 * 4 + 1000));         // d_model x d_ff, fp32
+    weights.push_back(alloc(1024 * 1024 * 4 * 3));  // qkv
   }
   for (int iteration = 0; iteration < 3; ++iteration) {
     std::vector<std::size_t> acts;
     for (int l = 0; l < kLayers; ++l) {
-      acts.push_back(alloc(8 * 1024 * 1024 * 2 + 512 * l));  // activations, varying
+      acts.push_back(
+          alloc(8 * 1024 * 1024 * 2 + 512 * l));  // activations, varying
       const std::size_t tmp = alloc(3 * 1024 * 1024 + 77);
       release(tmp);
     }
@@ -63,13 +66,14 @@ std::vector<Step> TrainingSequence() {
   return steps;
 }
 
-bool Run(const char* label, const gpualloc::Options& options, const std::string& profile,
-         const std::vector<Step>& steps) {
+bool Run(const char* label, const gpualloc::Options& options,
+         const std::string& profile, const std::vector<Step>& steps) {
   gpualloc::SimOptions so;
   so.profile = profile;
   auto sim = gpualloc::SimBackend::Create(so);
   if (!sim.ok()) {
-    std::fprintf(stderr, "gpualloc-demo: %s\n", std::string(sim.status().message()).c_str());
+    std::fprintf(stderr, "gpualloc-demo: %s\n",
+                 std::string(sim.status().message()).c_str());
     return false;
   }
   auto allocator = gpualloc::CreateAllocator(options, *sim);
@@ -88,11 +92,13 @@ bool Run(const char* label, const gpualloc::Options& options, const std::string&
       ptrs.push_back(p.ok() ? *p : nullptr);
       if (!p.ok()) {
         ++failed;
-        std::fprintf(stderr, "  %s\n", std::string(p.status().message()).c_str());
+        std::fprintf(stderr, "  %s\n",
+                     std::string(p.status().message()).c_str());
       }
     } else if (ptrs[s.bytes_or_index] != nullptr) {
       if (absl::Status st = a.Deallocate(ptrs[s.bytes_or_index]); !st.ok()) {
-        std::fprintf(stderr, "gpualloc-demo: %s\n", std::string(st.message()).c_str());
+        std::fprintf(stderr, "gpualloc-demo: %s\n",
+                     std::string(st.message()).c_str());
         return false;
       }
     }
@@ -103,14 +109,15 @@ bool Run(const char* label, const gpualloc::Options& options, const std::string&
   const Stats st = a.GetStats();
   const absl::Status valid = a.Validate();
   const gpualloc::Snapshot snap = a.GetSnapshot();
-  std::printf("%-22s %9.3f %9.3f %9.3f %8.1f%% %6zu %6llu %6llu %7.1f %s\n", label,
-              st.peak_bytes_requested / kGiB, st.peak_bytes_in_use / kGiB,
-              st.peak_bytes_reserved / kGiB,
+  std::printf("%-22s %9.3f %9.3f %9.3f %8.1f%% %6zu %6llu %6llu %7.1f %s\n",
+              label, st.peak_bytes_requested / kGiB,
+              st.peak_bytes_in_use / kGiB, st.peak_bytes_reserved / kGiB,
               st.peak_bytes_reserved == 0
                   ? 0.0
                   : 100.0 * st.peak_bytes_requested / st.peak_bytes_reserved,
               failed, static_cast<unsigned long long>(st.backend_allocs),
-              static_cast<unsigned long long>(snap.regions.size()), ns / steps.size(),
+              static_cast<unsigned long long>(snap.regions.size()),
+              ns / steps.size(),
               valid.ok() ? "ok" : std::string(valid.message()).c_str());
   return valid.ok();
 }
@@ -129,17 +136,21 @@ int main(int argc, char** argv) {
   }
   auto p = gpualloc::FindArchProfile(profile);
   if (!p.ok()) {
-    std::fprintf(stderr, "gpualloc-demo: %s\n", std::string(p.status().message()).c_str());
+    std::fprintf(stderr, "gpualloc-demo: %s\n",
+                 std::string(p.status().message()).c_str());
     return 2;
   }
   const std::vector<Step> steps = TrainingSequence();
-  std::printf("gpualloc demo: %zu operations of a training-step-like sequence on a simulated "
-              "%s\n(%s; %.1f GiB, granularity %llu MiB)\n\n",
-              steps.size(), std::string((*p)->name).c_str(),
-              std::string((*p)->description).c_str(), (*p)->memory_bytes / kGiB,
-              static_cast<unsigned long long>((*p)->recommended_granularity / kMiB));
-  std::printf("%-22s %9s %9s %9s %9s %6s %6s %6s %7s %s\n", "configuration", "req GiB",
-              "use GiB", "rsv GiB", "util", "ooms", "bk.al", "regns", "ns/op", "valid");
+  std::printf(
+      "gpualloc demo: %zu operations of a training-step-like sequence on a "
+      "simulated "
+      "%s\n(%s; %.1f GiB, granularity %llu MiB)\n\n",
+      steps.size(), std::string((*p)->name).c_str(),
+      std::string((*p)->description).c_str(), (*p)->memory_bytes / kGiB,
+      static_cast<unsigned long long>((*p)->recommended_granularity / kMiB));
+  std::printf("%-22s %9s %9s %9s %9s %6s %6s %6s %7s %s\n", "configuration",
+              "req GiB", "use GiB", "rsv GiB", "util", "ooms", "bk.al", "regns",
+              "ns/op", "valid");
 
   struct Config {
     const char* label;
@@ -158,8 +169,10 @@ int main(int argc, char** argv) {
   configs.push_back({"grow, 2 GiB limit", tight});
   bool ok = true;
   for (const Config& c : configs) ok &= Run(c.label, c.options, profile, steps);
-  std::printf("\nreq/use/rsv: peak bytes requested / in use (rounded chunks) / reserved from "
-              "the device;\nutil = peak requested / peak reserved; bk.al = backend "
-              "allocations (cudaMalloc-like calls).\n");
+  std::printf(
+      "\nreq/use/rsv: peak bytes requested / in use (rounded chunks) / "
+      "reserved from "
+      "the device;\nutil = peak requested / peak reserved; bk.al = backend "
+      "allocations (cudaMalloc-like calls).\n");
   return ok ? 0 : 1;
 }

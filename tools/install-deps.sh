@@ -10,9 +10,10 @@
 # the tools another way).
 set -euo pipefail
 
-# Required for the build, the tests, the benchmarks and CI's clang build.
-required=(meson ninja-build pkg-config g++ clang libabsl-dev libgtest-dev libgmock-dev
-          libbenchmark-dev python3)
+# Required for the build, the tests, the benchmarks and CI's clang build and
+# format check.
+required=(meson ninja-build pkg-config g++ clang clang-format libabsl-dev libgtest-dev
+          libgmock-dev libbenchmark-dev python3)
 # Optional: HIP headers (meson option hip=auto). Debian ships them for amd64 only,
 # so a missing candidate is a warning, not an error.
 optional=(libamdhip64-dev)

@@ -8,9 +8,9 @@
 // Growth follows JAX: with `preallocate`, the first Allocate reserves
 // `memory_fraction` of the device's TOTAL memory (or `memory_limit`) as one
 // region; without it, regions are added on demand, in multiples of the
-// architecture's recommended granularity, up to the same limit. On out of memory
-// fully free regions are returned to the device and the request is retried
-// (garbage collection); Trim() does the same on demand.
+// architecture's recommended granularity, up to the same limit. On out of
+// memory fully free regions are returned to the device and the request is
+// retried (garbage collection); Trim() does the same on demand.
 //
 // Errors are absl::Status values; nothing throws. A rejected call changes
 // nothing: every live allocation and the allocator's state stay as they were.
@@ -57,9 +57,9 @@ struct Options {
   // Every chunk is a multiple of this power of two; 0 takes the profile's
   // (256 B on every current profile).
   std::uint64_t min_block_size = 0;
-  // Split bound: when the best-fit chunk exceeds the request by at most this many
-  // bytes, the surplus stays with the allocation instead of becoming a free
-  // chunk. 0 always splits (the surplus is at least min_block_size).
+  // Split bound: when the best-fit chunk exceeds the request by at most this
+  // many bytes, the surplus stays with the allocation instead of becoming a
+  // free chunk. 0 always splits (the surplus is at least min_block_size).
   std::uint64_t max_internal_fragmentation = 0;
   // Architecture profile name, or "auto" to pick it from the device.
   std::string arch = "auto";
@@ -69,12 +69,12 @@ struct Options {
 
 // TensorFlow's allocator statistics, with the same names and meanings.
 struct Stats {
-  std::uint64_t num_allocs = 0;          // successful Allocate calls, ever
-  std::uint64_t bytes_in_use = 0;        // sum of the sizes of in-use chunks
+  std::uint64_t num_allocs = 0;    // successful Allocate calls, ever
+  std::uint64_t bytes_in_use = 0;  // sum of the sizes of in-use chunks
   std::uint64_t peak_bytes_in_use = 0;
   std::uint64_t largest_alloc_size = 0;  // largest chunk ever handed out
   std::uint64_t bytes_limit = 0;
-  std::uint64_t bytes_reserved = 0;      // sum of region sizes
+  std::uint64_t bytes_reserved = 0;  // sum of region sizes
   std::uint64_t peak_bytes_reserved = 0;
   std::uint64_t largest_free_block_bytes = 0;
   std::uint64_t bytes_requested = 0;  // sum of the sizes as asked
@@ -109,10 +109,10 @@ class Allocator {
   virtual ~Allocator() = default;
 
   // Returns device memory of at least `bytes`, aligned to `alignment` (a power
-  // of two; 0 means the minimum block size, 256 B). 0 bytes is valid and returns
-  // a unique non-null pointer to a minimum-size block. A request beyond what the
-  // allocator can ever serve, or that cannot be served now even after garbage
-  // collection, is ResourceExhausted with a report of why.
+  // of two; 0 means the minimum block size, 256 B). 0 bytes is valid and
+  // returns a unique non-null pointer to a minimum-size block. A request beyond
+  // what the allocator can ever serve, or that cannot be served now even after
+  // garbage collection, is ResourceExhausted with a report of why.
   virtual absl::StatusOr<void*> Allocate(std::size_t bytes,
                                          Stream stream = Stream(),
                                          std::size_t alignment = 0) = 0;

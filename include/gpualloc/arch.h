@@ -1,9 +1,10 @@
 // gpualloc/arch.h: architecture profiles, the numbers the core tunes by.
 //
-// A profile is data: allocation granularity, plain-allocation alignment, page or
-// fragment sizes, memory size and the allocator's minimum block size for one GPU
-// architecture. The table lives in backends/arch/profiles.cc with the public
-// source of every number. Profiles are immutable and live for the whole program.
+// A profile is data: allocation granularity, plain-allocation alignment, page
+// or fragment sizes, memory size and the allocator's minimum block size for one
+// GPU architecture. The table lives in backends/arch/profiles.cc with the
+// public source of every number. Profiles are immutable and live for the whole
+// program.
 #ifndef GPUALLOC_ARCH_H_
 #define GPUALLOC_ARCH_H_
 
@@ -41,16 +42,16 @@ struct ArchProfile {
 // Every profile, in a stable order.
 absl::Span<const ArchProfile> AllArchProfiles();
 
-// By name ("h200", "generic-nvidia"; case-insensitive). NotFound lists the names.
+// By name ("h200", "generic-nvidia"; case-insensitive). NotFound lists the
+// names.
 absl::StatusOr<const ArchProfile*> FindArchProfile(absl::string_view name);
 
 // By what a device reports. Several products can share an architecture id
 // (H100 and H200 are both sm_90): `memory_bytes`, when non-zero, picks the one
 // whose memory size is closest. An unknown id falls back to the vendor's
 // generic profile; an unknown vendor is NotFound.
-absl::StatusOr<const ArchProfile*> FindArchProfile(Vendor vendor,
-                                                   absl::string_view arch_id,
-                                                   std::uint64_t memory_bytes = 0);
+absl::StatusOr<const ArchProfile*> FindArchProfile(
+    Vendor vendor, absl::string_view arch_id, std::uint64_t memory_bytes = 0);
 
 }  // namespace gpualloc
 

@@ -1,14 +1,16 @@
-// gpualloc/backend.h: the boundary between the vendor-neutral core and a device.
+// gpualloc/backend.h: the boundary between the vendor-neutral core and a
+// device.
 //
-// A Backend translates a handful of device operations (physical allocate and free,
-// later virtual memory, streams and events, stream-ordered pools) into vendor calls.
-// It sits on the cold path: the allocator calls it only to grow, shrink or
-// synchronize, so a virtual call per operation costs nothing that matters.
+// A Backend translates a handful of device operations (physical allocate and
+// free, later virtual memory, streams and events, stream-ordered pools) into
+// vendor calls. It sits on the cold path: the allocator calls it only to grow,
+// shrink or synchronize, so a virtual call per operation costs nothing that
+// matters.
 //
 // Every optional operation is announced by a capability flag in DeviceInfo. The
 // default implementations of the optional operations return Unimplemented with
-// the backend's name, so a backend states what it supports instead of failing in
-// surprising ways.
+// the backend's name, so a backend states what it supports instead of failing
+// in surprising ways.
 //
 // Thread safety: every method may be called from any thread; implementations
 // synchronize internally.
@@ -29,8 +31,9 @@ namespace gpualloc {
 using DeviceAddress = std::uint64_t;
 
 // A stream names an ordered queue of device work. Any opaque handle value names
-// a stream (the way a runtime passes its cudaStream_t); 0 is the default stream.
-// A strong type so that it cannot be confused with a size or an alignment.
+// a stream (the way a runtime passes its cudaStream_t); 0 is the default
+// stream. A strong type so that it cannot be confused with a size or an
+// alignment.
 struct Stream {
   std::uintptr_t handle = 0;
 
@@ -50,10 +53,10 @@ absl::string_view VendorName(Vendor vendor);
 
 // What a backend can do beyond physical allocate/free.
 struct Capabilities {
-  bool virtual_memory = false;       // reserve/map/unmap address ranges
-  bool streams = false;              // events on streams (stream-ordered frees)
+  bool virtual_memory = false;  // reserve/map/unmap address ranges
+  bool streams = false;         // events on streams (stream-ordered frees)
   bool stream_ordered_pools = false;  // the vendor's async pools
-  bool host_accessible = false;       // addresses can be read/written by the host
+  bool host_accessible = false;  // addresses can be read/written by the host
 };
 
 // Facts about one device, as the backend reports them.
@@ -70,7 +73,8 @@ struct DeviceInfo {
   std::uint64_t recommended_granularity = 0;
   // Alignment guaranteed for plain allocations (256 B on NVIDIA, 4 KiB on AMD).
   std::uint64_t allocation_alignment = 0;
-  std::vector<std::uint64_t> page_sizes;  // TLB page / fragment sizes, ascending
+  std::vector<std::uint64_t>
+      page_sizes;  // TLB page / fragment sizes, ascending
   Capabilities capabilities;
   std::string driver_version;
 };

@@ -1,11 +1,13 @@
-// gpualloc/sim_backend.h: a simulated device, the backend every CPU test and tool uses.
+// gpualloc/sim_backend.h: a simulated device, the backend every CPU test and
+// tool uses.
 //
 // The simulator models what an allocator can observe of a GPU: capacity,
 // granularity, alignment, page sizes and capabilities (from an architecture
-// profile or given explicitly); addresses that are either fake (nothing touched,
-// so a 192 GiB device costs no host memory) or backed by host memory (so tests
-// can write and check fill patterns); fault injection (fail the k-th call of an
-// operation); and a counter of every call with a modeled cost per call.
+// profile or given explicitly); addresses that are either fake (nothing
+// touched, so a 192 GiB device costs no host memory) or backed by host memory
+// (so tests can write and check fill patterns); fault injection (fail the k-th
+// call of an operation); and a counter of every call with a modeled cost per
+// call.
 //
 // Guarantees the allocator tests rely on: fake addresses are deterministic and
 // never reused (a stale pointer cannot alias a later allocation), and separate

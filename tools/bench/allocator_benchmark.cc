@@ -1,4 +1,5 @@
-// tools/bench/allocator_benchmark.cc: host-side cost of the allocator's hot path.
+// tools/bench/allocator_benchmark.cc: host-side cost of the allocator's hot
+// path.
 //
 // Every case runs on the simulated backend with fake addresses: what is timed
 // is the allocator's own work (lock, best fit, split, coalesce, bookkeeping),
@@ -6,7 +7,8 @@
 //
 //   build:  meson setup build-bench -Dbenchmarks=enabled -Dbuildtype=release
 //             -Ddebug_checks=0 && ninja -C build-bench
-//   run:    build-bench/tools/bench/allocator_benchmark --benchmark_repetitions=5
+//   run:    build-bench/tools/bench/allocator_benchmark
+//   --benchmark_repetitions=5
 //             --benchmark_report_aggregates_only=true
 #include <malloc.h>
 
@@ -56,7 +58,8 @@ void* MustAllocate(Allocator& a, std::size_t bytes) {
 // generation is timed.
 std::vector<std::size_t> LogUniformSizes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> exponent(std::log2(256.0), std::log2(64.0 * (1 << 20)));
+  std::uniform_real_distribution<double> exponent(std::log2(256.0),
+                                                  std::log2(64.0 * (1 << 20)));
   std::vector<std::size_t> sizes(n);
   for (auto& s : sizes) s = static_cast<std::size_t>(std::exp2(exponent(rng)));
   return sizes;
@@ -126,7 +129,8 @@ void BM_RandomPair_TfBfcReference(benchmark::State& state) {
         return p;
       },
       [&](void* p) { tf.Deallocate(p); });
-  state.counters["host_table_MiB"] = static_cast<double>(tf.HostTableBytes() >> 20);
+  state.counters["host_table_MiB"] =
+      static_cast<double>(tf.HostTableBytes() >> 20);
 }
 BENCHMARK(BM_RandomPair_TfBfcReference)->Arg(100)->Arg(1000);
 
@@ -167,10 +171,12 @@ void BM_BatchAllocateThenFree(benchmark::State& state) {
   const std::vector<std::size_t> sizes = LogUniformSizes(batch, 3);
   std::vector<void*> ptrs(batch);
   for (auto _ : state) {
-    for (std::size_t i = 0; i < batch; ++i) ptrs[i] = MustAllocate(*a, sizes[i] / 8);
+    for (std::size_t i = 0; i < batch; ++i)
+      ptrs[i] = MustAllocate(*a, sizes[i] / 8);
     for (void* p : ptrs) (void)a->Deallocate(p);
   }
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+  state.SetItemsProcessed(
+      static_cast<std::int64_t>(state.iterations() * batch));
 }
 BENCHMARK(BM_BatchAllocateThenFree)->Arg(1000);
 
@@ -190,7 +196,9 @@ void BM_FirstAllocationIntoPreallocatedPool(benchmark::State& state) {
     benchmark::DoNotOptimize(p);
   }
 }
-BENCHMARK(BM_FirstAllocationIntoPreallocatedPool)->Arg(16)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FirstAllocationIntoPreallocatedPool)
+    ->Arg(16)
+    ->Unit(benchmark::kMicrosecond);
 
 // Host memory right after preallocating 75% of a simulated H200 (141 GB).
 void BM_HostMemoryAfterH200Preallocation(benchmark::State& state) {

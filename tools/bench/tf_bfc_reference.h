@@ -3,7 +3,8 @@
 // gpualloc against it side by side in one benchmark run. Benchmark-only code.
 //
 // What it keeps of TensorFlow's design, because that is what costs time:
-//   - 21 bins; bin i holds free chunks of [256 << i, 256 << (i + 1)) bytes, each
+//   - 21 bins; bin i holds free chunks of [256 << i, 256 << (i + 1)) bytes,
+//   each
 //     bin a std::set of chunk handles ordered by (size, address) through the
 //     chunk vector (a heap node per insert, a dereference per comparison);
 //   - best fit: from the request's bin upwards, the first chunk that fits;
@@ -38,14 +39,16 @@ class TfBfcReference {
   // nullptr when nothing fits.
   void* Allocate(std::uint64_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    const std::uint64_t rounded = bytes < 256 ? 256 : (bytes + 255) & ~std::uint64_t{255};
+    const std::uint64_t rounded =
+        bytes < 256 ? 256 : (bytes + 255) & ~std::uint64_t{255};
     for (int b = BinFor(rounded); b < kNumBins; ++b) {
       std::set<Handle, Less>& bin = bins_[b];
       for (auto it = bin.begin(); it != bin.end(); ++it) {
         const Handle h = *it;
         if (chunks_[h].size < rounded) continue;
         bin.erase(it);
-        if (chunks_[h].size >= rounded * 2 || chunks_[h].size - rounded >= kMaxInternalFrag) {
+        if (chunks_[h].size >= rounded * 2 ||
+            chunks_[h].size - rounded >= kMaxInternalFrag) {
           Split(h, rounded);
         }
         chunks_[h].allocated = true;
@@ -57,7 +60,8 @@ class TfBfcReference {
 
   void Deallocate(void* p) {
     std::lock_guard<std::mutex> lock(mu_);
-    Handle h = handles_[(reinterpret_cast<std::uint64_t>(p) - base_) >> kMinShift];
+    Handle h =
+        handles_[(reinterpret_cast<std::uint64_t>(p) - base_) >> kMinShift];
     chunks_[h].allocated = false;
     const Handle next = chunks_[h].next;
     if (next != kInvalid && !chunks_[next].allocated) {
@@ -73,7 +77,9 @@ class TfBfcReference {
     InsertIntoBin(h);
   }
 
-  std::uint64_t HostTableBytes() const { return handles_.size() * sizeof(Handle); }
+  std::uint64_t HostTableBytes() const {
+    return handles_.size() * sizeof(Handle);
+  }
 
  private:
   using Handle = std::int64_t;  // TensorFlow's ChunkHandle is a size_t
@@ -157,16 +163,26 @@ class TfBfcReference {
   std::vector<Handle> free_handles_;
   std::vector<Handle> handles_;
   std::set<Handle, Less> bins_[kNumBins] = {
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}), std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
+      std::set<Handle, Less>(Less{&chunks_}),
       std::set<Handle, Less>(Less{&chunks_})};
 };
 
