@@ -309,10 +309,17 @@ class BfcAllocator final : public Allocator {
     std::string hint;
     if (free_bytes >= size) {
       hint = absl::StrFormat(
-          "%s are free but in pieces (largest %s): fragmentation; try "
-          "preallocate=false "
-          "with growth, or free long-lived blocks earlier",
-          Bytes(free_bytes), Bytes(s.largest_free_block_bytes));
+          "%s are free but in pieces (largest %s): fragmentation. %s",
+          Bytes(free_bytes), Bytes(s.largest_free_block_bytes),
+          resolved_.options.preallocate
+              ? "Growing on demand (preallocate=false) lets garbage collection "
+                "return "
+                "whole free regions; freeing long-lived blocks earlier, or "
+                "allocating "
+                "them first, keeps the pool in one piece"
+              : "Free memory is split across separate regions or between live "
+                "blocks; "
+                "raise the limit, or free long-lived blocks earlier");
     } else if (s.bytes_reserved + size <= s.bytes_limit) {
       hint =
           "the device refused more memory (other processes may hold it); lower "
