@@ -12,7 +12,8 @@ int main() {
   if (!allocator.ok()) return 1;
   auto p = (*allocator)->Allocate(1000);
   if (!p.ok()) return 1;
-  std::printf("installed gpualloc: allocated %p; %llu bytes reserved\n", *p,
-              static_cast<unsigned long long>((*allocator)->GetStats().bytes_reserved));
+  std::printf(
+      "installed gpualloc: allocated %p; %llu bytes reserved\n", *p,
+      static_cast<unsigned long long>((*allocator)->GetStats().bytes_reserved));
   return (*allocator)->Deallocate(*p).ok() ? 0 : 1;
 }
