@@ -24,15 +24,6 @@ constexpr bool IsPowerOfTwo(std::uint64_t x) {
   return x != 0 && (x & (x - 1)) == 0;
 }
 
-// REQUIRES: `alignment` is a power of two. False when the result would
-// overflow.
-constexpr bool RoundUpChecked(std::uint64_t x, std::uint64_t alignment,
-                              std::uint64_t* out) {
-  const std::uint64_t mask = alignment - 1;
-  if (x > UINT64_MAX - mask) return false;
-  *out = (x + mask) & ~mask;
-  return true;
-}
 // REQUIRES: `alignment` is a power of two and the result does not overflow.
 constexpr std::uint64_t RoundUp(std::uint64_t x, std::uint64_t alignment) {
   return (x + alignment - 1) & ~(alignment - 1);
