@@ -2,8 +2,6 @@
 
 #include "gpualloc/backend.h"
 
-#include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace gpualloc {
@@ -18,13 +16,6 @@ absl::string_view VendorName(Vendor vendor) {
       break;
   }
   return "unknown";
-}
-
-absl::Status Backend::NotSupported(absl::string_view operation) const {
-  const DeviceInfo& device = info();
-  return absl::UnimplementedError(
-      absl::StrCat(operation, " is not supported by the ", device.backend,
-                   " backend on ", device.name));
 }
 
 }  // namespace gpualloc

@@ -7,10 +7,8 @@
 // shrink or synchronize, so a virtual call per operation costs nothing that
 // matters.
 //
-// Every optional operation is announced by a capability flag in DeviceInfo. The
-// default implementations of the optional operations return Unimplemented with
-// the backend's name, so a backend states what it supports instead of failing
-// in surprising ways.
+// Every optional operation is announced by a capability flag in DeviceInfo, so
+// a backend states what it supports instead of failing in surprising ways.
 //
 // Thread safety: every method may be called from any thread; implementations
 // synchronize internally.
@@ -95,11 +93,9 @@ class Backend {
   // Frees what Allocate returned; anything else is InvalidArgument.
   virtual absl::Status Free(DeviceAddress address) = 0;
 
-  // Optional operations. Each is announced by a capability flag; the defaults
-  // say Unimplemented. Virtual memory and streams are specified in SPEC
-  // section 3 and land with their issues.
- protected:
-  absl::Status NotSupported(absl::string_view operation) const;
+  // Optional operations (virtual memory, streams and events, stream-ordered
+  // pools; SPEC section 3) land with their issues, each behind its capability
+  // flag, with a default that returns Unimplemented naming the backend.
 };
 
 }  // namespace gpualloc
