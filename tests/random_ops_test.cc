@@ -53,6 +53,8 @@ struct Config {
   GrowthPolicy policy;
   std::uint64_t split_bound;
   bool gc;
+  const char* profile = "h100";
+  std::uint64_t min_block = 0;  // 0: the profile's
 };
 
 class RandomOpsTest : public ::testing::TestWithParam<Config> {};
@@ -64,13 +66,14 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
   SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
   std::mt19937_64 rng(seed);
 
-  auto sim = testing::MakeSim(128 * kMiB, /*host_backed=*/true);
+  auto sim = testing::MakeSim(128 * kMiB, /*host_backed=*/true, config.profile);
   Options o;
   o.preallocate = config.preallocate;
   o.memory_limit = 64 * kMiB;  // small enough that the limit is hit often
   o.growth_policy = config.policy;
   o.max_internal_fragmentation = config.split_bound;
   o.garbage_collection = config.gc;
+  o.min_block_size = config.min_block;
   auto a = testing::MakeAllocator(o, sim);
   ASSERT_NE(a, nullptr);
 
@@ -102,7 +105,7 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
         if (alignment != 0) {
           ASSERT_EQ(addr % alignment, 0u);
         }
-        ASSERT_EQ(addr % 256, 0u);
+        ASSERT_EQ(addr % (config.min_block != 0 ? config.min_block : 256), 0u);
         // No overlap with the neighbours in the model.
         auto next = live.lower_bound(addr);
         if (next != live.end()) {
@@ -176,7 +179,16 @@ INSTANTIATE_TEST_SUITE_P(
         Config{"growth_exact", false, GrowthPolicy::kExact, 0, true},
         Config{"growth_doubling", false, GrowthPolicy::kDoubling, 0, true},
         Config{"split_bound_64k", false, GrowthPolicy::kExact, 64 * 1024, true},
-        Config{"no_gc", false, GrowthPolicy::kExact, 0, false}),
+        Config{"no_gc", false, GrowthPolicy::kExact, 0, false},
+        // AMD: 4 KiB plain-allocation alignment and minimum granularity.
+        Config{"mi300x_growth", false, GrowthPolicy::kExact, 0, true, "mi300x"},
+        Config{"mi300x_preallocate", true, GrowthPolicy::kExact, 0, true,
+               "mi300x"},
+        // Other minimum block sizes.
+        Config{"min_block_64", false, GrowthPolicy::kExact, 0, true, "h100",
+               64},
+        Config{"min_block_4k", false, GrowthPolicy::kDoubling, 0, true, "h100",
+               4096}),
     [](const ::testing::TestParamInfo<Config>& info) {
       return info.param.name;
     });
