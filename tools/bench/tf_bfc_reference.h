@@ -28,7 +28,9 @@ namespace gpualloc::bench {
 class TfBfcReference {
  public:
   TfBfcReference(std::uint64_t base, std::uint64_t size)
-      : base_(base), handles_(size >> kMinShift, kInvalid) {
+      : base_(base),
+        handles_(size >> kMinShift, kInvalid),
+        bins_(kNumBins, std::set<Handle, Less>(Less{&chunks_})) {
     const Handle h = NewChunk();
     chunks_[h].ptr = base;
     chunks_[h].size = size;
@@ -162,28 +164,7 @@ class TfBfcReference {
   std::vector<Chunk> chunks_;
   std::vector<Handle> free_handles_;
   std::vector<Handle> handles_;
-  std::set<Handle, Less> bins_[kNumBins] = {
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_}),
-      std::set<Handle, Less>(Less{&chunks_})};
+  std::vector<std::set<Handle, Less>> bins_;
 };
 
 }  // namespace gpualloc::bench
