@@ -74,23 +74,6 @@ void BfcCore::RemoveRegion(RegionId id) {
   free_region_ids_.push_back(id);
 }
 
-ChunkId BfcCore::Split(ChunkId id, std::uint64_t offset) {
-  const ChunkId tail = chunks_.New();  // may move the table: index afresh below
-  Chunk& c = chunks_[id];
-  Chunk& t = chunks_[tail];
-  GPUALLOC_DCHECK(offset > 0 && offset < c.size);
-  t.address = c.address + offset;
-  t.size = c.size - offset;
-  t.region = c.region;
-  t.prev = id;
-  t.next = c.next;
-  t.stream = c.stream;
-  if (c.next != kNoChunk) chunks_[c.next].prev = tail;
-  c.next = tail;
-  c.size = offset;
-  return tail;
-}
-
 ChunkId BfcCore::SplitFront(ChunkId id, std::uint64_t size) {
   const ChunkId front =
       chunks_.New();  // may move the table: index afresh below
@@ -136,27 +119,19 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
   if (id == kNoChunk) return std::nullopt;
 
   const std::uint64_t misalignment = chunks_[id].address & (alignment - 1);
-  if (misalignment == 0) {
-    const std::uint64_t surplus = chunks_[id].size - size;
-    if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
-      // The front becomes the allocation; the free chunk keeps the rest and,
-      // usually, its place in the bins.
-      id = SplitFront(id, size);
-    } else {
-      RemoveFree(id);
-    }
+  if (misalignment != 0) {
+    // Rare: the front padding becomes a free chunk of its own; `id` keeps the
+    // aligned rest, still in the bins. The padding's predecessor is in use
+    // (I4) and its successor is about to be, so it has nothing to merge with.
+    InsertFree(SplitFront(id, alignment - misalignment));
+  }
+  const std::uint64_t surplus = chunks_[id].size - size;
+  if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
+    // The front becomes the allocation; the free chunk keeps the rest and,
+    // usually, its place in the bins.
+    id = SplitFront(id, size);
   } else {
-    // Rare: cut the front padding off as a free chunk of its own. Its
-    // predecessor is in use (I4), so it has nothing to merge with; neither has
-    // a tail split off below (its successor is in use too).
     RemoveFree(id);
-    const ChunkId aligned = Split(id, alignment - misalignment);
-    InsertFree(id);
-    id = aligned;
-    const std::uint64_t surplus = chunks_[id].size - size;
-    if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
-      InsertFree(Split(id, size));
-    }
   }
 
   Chunk& c = chunks_[id];

@@ -133,9 +133,6 @@ class BfcCore {
 
   void InsertFree(ChunkId id);
   void RemoveFree(ChunkId id);
-  // Splits `id` at `offset` bytes: `id` keeps the front, the new chunk
-  // (returned) takes the rest and inherits id's state.
-  ChunkId Split(ChunkId id, std::uint64_t offset);
   // Carves the first `size` bytes of free chunk `id` (in the bins) into a new
   // record, returned, out of the bins; `id` keeps the rest and stays in the
   // bins, re-keyed.
