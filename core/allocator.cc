@@ -44,8 +44,8 @@ class BfcAllocator final : public Allocator {
     core::LockGuard lock(&mu_);
     // Return every region. Live allocations die with the allocator (as with
     // any caching allocator); their memory still goes back to the device.
-    for (const auto& region : all_regions_) {
-      (void)backend_->Free(region);
+    for (DeviceAddress base : core_.RegionBases()) {
+      (void)backend_->Free(base);
     }
   }
 
@@ -60,8 +60,7 @@ class BfcAllocator final : public Allocator {
     if (alignment > resolved_.max_alignment) {
       return absl::InvalidArgumentError(
           absl::StrFormat("Allocate(%d bytes): alignment %d exceeds the "
-                          "largest supported alignment %d "
-                          "(one growth granule)",
+                          "largest supported alignment %d (one growth granule)",
                           bytes, alignment, resolved_.max_alignment));
     }
     const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
@@ -130,15 +129,13 @@ class BfcAllocator final : public Allocator {
  private:
   absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(core_.Validate());
-    // F1: the facade's list of backend regions matches the core's regions.
-    if (all_regions_.size() != core_.num_regions() ||
-        backend_allocs_ - backend_frees_ != all_regions_.size()) {
-      return absl::InternalError(
-          absl::StrFormat("invariant F1 broken: %d regions in the core, %d "
-                          "held from the backend, %d "
-                          "backend allocations minus %d frees",
-                          core_.num_regions(), all_regions_.size(),
-                          backend_allocs_, backend_frees_));
+    // F1: every region the backend handed out and not yet took back is one
+    // of the core's regions.
+    if (backend_allocs_ - backend_frees_ != core_.num_regions()) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant F1 broken: %d regions in the core, but %d backend "
+          "allocations minus %d frees",
+          core_.num_regions(), backend_allocs_, backend_frees_));
     }
     // F2: never more reserved than the limit.
     if (core_.counters().bytes_reserved > resolved_.limit) {
@@ -190,10 +187,8 @@ class BfcAllocator final : public Allocator {
     ++num_ooms_;
     return absl::ResourceExhaustedError(absl::StrFormat(
         "out of memory: Allocate(%d bytes) can never succeed: it exceeds the "
-        "allocator's "
-        "limit of %d bytes (%s) on %s. Hint: raise memory_fraction (now %g) or "
-        "set "
-        "memory_limit.",
+        "allocator's limit of %d bytes (%s) on %s. Hint: raise memory_fraction "
+        "(now %g) or set memory_limit.",
         bytes, resolved_.limit, Bytes(resolved_.limit), backend_->info().name,
         resolved_.options.memory_fraction));
   }
@@ -211,7 +206,6 @@ class BfcAllocator final : public Allocator {
           backend_->info().backend, *base, size, resolved_.min_block_size));
     }
     ++backend_allocs_;
-    all_regions_.push_back(*base);
     core_.AddRegion(*base, size);
     return absl::OkStatus();
   }
@@ -257,8 +251,6 @@ class BfcAllocator final : public Allocator {
       }
       ++backend_frees_;
       core_.RemoveRegion(id);
-      all_regions_.erase(
-          std::find(all_regions_.begin(), all_regions_.end(), base));
     }
     return first_error;
   }
@@ -277,8 +269,7 @@ class BfcAllocator final : public Allocator {
         }
       } else {
         why = absl::ResourceExhaustedError(
-            "the preallocated region has no free chunk large "
-            "enough");
+            "the preallocated region has no free chunk large enough");
       }
     } else {
       why = Grow(needed);
@@ -313,18 +304,14 @@ class BfcAllocator final : public Allocator {
           Bytes(free_bytes), Bytes(s.largest_free_block_bytes),
           resolved_.options.preallocate
               ? "Growing on demand (preallocate=false) lets garbage collection "
-                "return "
-                "whole free regions; freeing long-lived blocks earlier, or "
-                "allocating "
-                "them first, keeps the pool in one piece"
+                "return whole free regions; freeing long-lived blocks earlier, "
+                "or allocating them first, keeps the pool in one piece"
               : "Free memory is split across separate regions or between live "
-                "blocks; "
-                "raise the limit, or free long-lived blocks earlier");
+                "blocks; raise the limit, or free long-lived blocks earlier");
     } else if (s.bytes_reserved + size <= s.bytes_limit) {
       hint =
           "the device refused more memory (other processes may hold it); lower "
-          "the "
-          "limit or free device memory elsewhere";
+          "the limit or free device memory elsewhere";
     } else {
       hint = absl::StrFormat(
           "the limit is reached; raise memory_fraction (now %g) or "
@@ -333,8 +320,8 @@ class BfcAllocator final : public Allocator {
     }
     return absl::ResourceExhaustedError(absl::StrFormat(
         "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. limit "
-        "%d, in use %d, "
-        "reserved %d, largest free block %d, fragmentation %.1f%%. Hint: %s",
+        "%d, in use %d, reserved %d, largest free block %d, fragmentation "
+        "%.1f%%. Hint: %s",
         bytes, size, backend_->info().name,
         resolved_.options.name.empty() ? ""
                                        : " (" + resolved_.options.name + ")",
@@ -347,8 +334,6 @@ class BfcAllocator final : public Allocator {
 
   mutable core::Lock mu_;
   core::BfcCore core_ ABSL_GUARDED_BY(mu_);
-  std::vector<DeviceAddress> all_regions_
-      ABSL_GUARDED_BY(mu_);  // backend addresses
   std::uint64_t next_region_size_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;

@@ -62,6 +62,13 @@ std::vector<RegionId> BfcCore::FreeRegions() const {
   return ids;
 }
 
+std::vector<DeviceAddress> BfcCore::RegionBases() const {
+  std::vector<DeviceAddress> bases;
+  bases.reserve(region_index_.size());
+  for (const auto& [base, id] : region_index_) bases.push_back(base);
+  return bases;
+}
+
 void BfcCore::RemoveRegion(RegionId id) {
   GPUALLOC_DCHECK(id < regions_.size() && regions_[id].live &&
                   IsRegionFree(id));
@@ -207,22 +214,20 @@ absl::Status BfcCore::DiagnoseBadFree(DeviceAddress address) const {
         if (c.in_use) {
           return absl::InvalidArgumentError(absl::StrFormat(
               "Deallocate(%#x): interior pointer, %d bytes into the allocation "
-              "at %#x of "
-              "%d bytes; pass the pointer Allocate returned",
+              "at %#x of %d bytes; pass the pointer Allocate returned",
               address, address - c.address, c.address, c.requested));
         }
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "Deallocate(%#x): not a live allocation: the address lies in free "
-            "memory "
-            "[%#x, %#x); double free, or a pointer that was never allocated",
-            address, c.address, c.address + c.size));
+        return absl::FailedPreconditionError(
+            absl::StrFormat("Deallocate(%#x): not a live allocation: the "
+                            "address lies in free memory [%#x, %#x); double "
+                            "free, or a pointer that was never allocated",
+                            address, c.address, c.address + c.size));
       }
     }
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("Deallocate(%#x): pointer was not allocated by this "
-                      "allocator (it lies in none of "
-                      "its %d regions)",
+                      "allocator (it lies in none of its %d regions)",
                       address, region_index_.size()));
 }
 
@@ -258,17 +263,17 @@ absl::Status BfcCore::Validate() const {
   for (const auto& [base, rid] : region_index_) {
     if (rid >= regions_.size() || !regions_[rid].live ||
         regions_[rid].base != base) {
-      return Broken(
-          "I1", absl::StrFormat("index entry %#x names region %d, which is not "
-                                "a live region at that base",
-                                base, rid));
+      return Broken("I1",
+                    absl::StrFormat("index entry %#x names region %d, which is "
+                                    "not a live region at that base",
+                                    base, rid));
     }
     const Region& r = regions_[rid];
     if (base < previous_end) {
-      return Broken("I1", absl::StrFormat(
-                              "region at %#x overlaps the previous one ending "
-                              "at %#x",
-                              base, previous_end));
+      return Broken("I1",
+                    absl::StrFormat(
+                        "region at %#x overlaps the previous one ending at %#x",
+                        base, previous_end));
     }
     previous_end = base + r.size;
     reserved += r.size;
@@ -289,27 +294,25 @@ absl::Status BfcCore::Validate() const {
                       absl::StrFormat("region %#x: chunk list loops", base));
       }
       if (c.address != expected || c.prev != prev || c.region != rid) {
-        return Broken(
-            "I2",
-            absl::StrFormat(
-                "region %#x: chunk %d at %#x (prev %d, region %d) should be "
-                "at %#x (prev %d, region %d)",
-                base, id, c.address, c.prev, c.region, expected, prev, rid));
+        return Broken("I2", absl::StrFormat(
+                                "region %#x: chunk %d at %#x (prev %d, region "
+                                "%d) should be at %#x (prev %d, region %d)",
+                                base, id, c.address, c.prev, c.region, expected,
+                                prev, rid));
       }
       if (c.size == 0 || c.size % min_block != 0 ||
           c.address % min_block != 0) {
         return Broken(
-            "I3",
-            absl::StrFormat("chunk %d at %#x has size %d; sizes and addresses "
-                            "must be non-zero multiples of %d",
-                            id, c.address, c.size, min_block));
+            "I3", absl::StrFormat("chunk %d at %#x has size %d; sizes and "
+                                  "addresses must be non-zero multiples of %d",
+                                  id, c.address, c.size, min_block));
       }
       if (!c.in_use) {
         if (prev_free) {
-          return Broken("I4", absl::StrFormat(
-                                  "free chunks %d and %d at %#x are neighbours "
-                                  "and did not merge",
-                                  prev, id, c.address));
+          return Broken("I4",
+                        absl::StrFormat("free chunks %d and %d at %#x are "
+                                        "neighbours and did not merge",
+                                        prev, id, c.address));
         }
         if (!bins_.Contains(id)) {
           return Broken(
@@ -325,10 +328,9 @@ absl::Status BfcCore::Validate() const {
         ++free_chunks;
       } else {
         if (in_use_.Find(c.address) != id) {
-          return Broken("I6", absl::StrFormat(
-                                  "in-use chunk %d at %#x is not in the in-use "
-                                  "map under its id",
-                                  id, c.address));
+          return Broken("I6", absl::StrFormat("in-use chunk %d at %#x is not "
+                                              "in the in-use map under its id",
+                                              id, c.address));
         }
         if (bins_.Contains(id)) {
           return Broken(
@@ -368,12 +370,11 @@ absl::Status BfcCore::Validate() const {
   if (k.bytes_in_use != in_use || k.bytes_requested != requested ||
       k.bytes_reserved != reserved || k.num_chunks_in_use != in_use_chunks) {
     return Broken(
-        "I7",
-        absl::StrFormat(
-            "counters say in use %d, requested %d, reserved %d, chunks %d; "
-            "the chunks sum to %d, %d, %d, %d",
-            k.bytes_in_use, k.bytes_requested, k.bytes_reserved,
-            k.num_chunks_in_use, in_use, requested, reserved, in_use_chunks));
+        "I7", absl::StrFormat("counters say in use %d, requested %d, reserved "
+                              "%d, chunks %d; the chunks sum to %d, %d, %d, %d",
+                              k.bytes_in_use, k.bytes_requested,
+                              k.bytes_reserved, k.num_chunks_in_use, in_use,
+                              requested, reserved, in_use_chunks));
   }
   if (k.peak_bytes_in_use < k.bytes_in_use ||
       k.peak_bytes_requested < k.bytes_requested ||

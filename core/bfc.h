@@ -91,6 +91,8 @@ class BfcCore {
   DeviceAddress region_base(RegionId id) const { return regions_[id].base; }
   std::uint64_t region_size(RegionId id) const { return regions_[id].size; }
   std::size_t num_regions() const { return region_index_.size(); }
+  // Bases of every region, in address order.
+  std::vector<DeviceAddress> RegionBases() const;
 
   // Best fit for `size` bytes at `alignment`. Returns the address, or nullopt
   // when no free chunk can hold it (nothing changes then).

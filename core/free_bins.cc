@@ -77,8 +77,7 @@ absl::Status FreeBins::Validate() const {
       if (SizeClass(chunk.size) != c) {
         return absl::InternalError(absl::StrFormat(
             "invariant B1 broken: free chunk %d (%#x, %d bytes) sits in size "
-            "class %d, "
-            "belongs in %d",
+            "class %d, belongs in %d",
             t, chunk.address, chunk.size, c, SizeClass(chunk.size)));
       }
       if (previous != kNoChunk && !Less(previous, t)) {

@@ -100,12 +100,10 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
   }
   r.limit = RoundDownToMultiple(limit, granularity);
   if (r.limit == 0) {
-    return Bad(
-        options.memory_limit != 0 ? "memory_limit" : "memory_fraction",
-        absl::StrFormat(
-            "the limit of %d bytes is smaller than one growth granule of "
-            "%d bytes",
-            limit, granularity));
+    return Bad(options.memory_limit != 0 ? "memory_limit" : "memory_fraction",
+               absl::StrFormat("the limit of %d bytes is smaller than one "
+                               "growth granule of %d bytes",
+                               limit, granularity));
   }
   // Any alignment up to one granule can be honoured by padding inside a region.
   r.max_alignment = granularity;
