@@ -12,17 +12,16 @@
 //             --benchmark_report_aggregates_only=true
 #include <malloc.h>
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
+#include "tools/bench/random_workload.h"
 #include "tools/bench/tf_bfc_reference.h"
 
 namespace gpualloc {
@@ -54,17 +53,6 @@ void* MustAllocate(Allocator& a, std::size_t bytes) {
   return *p;
 }
 
-// Log-uniform sizes from 256 B to 64 MiB, drawn up front so no random number
-// generation is timed.
-std::vector<std::size_t> LogUniformSizes(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> exponent(std::log2(256.0),
-                                                  std::log2(64.0 * (1 << 20)));
-  std::vector<std::size_t> sizes(n);
-  for (auto& s : sizes) s = static_cast<std::size_t>(std::exp2(exponent(rng)));
-  return sizes;
-}
-
 void BM_FixedSizePair(benchmark::State& state) {
   auto a = Preallocated(16 * kGiB);
   const std::size_t size = static_cast<std::size_t>(state.range(0));
@@ -78,28 +66,19 @@ void BM_FixedSizePair(benchmark::State& state) {
 }
 BENCHMARK(BM_FixedSizePair)->Arg(256)->Arg(1 << 20);
 
-// Random replacement: `live` allocations stay live; each iteration frees a
-// random one and allocates a new random size in its place (one pair).
-// Mean size is ~5 MiB: the pool gets 16 GiB per 1000 live allocations.
-std::uint64_t PoolFor(std::size_t live) {
-  return std::max<std::uint64_t>(16 * kGiB, live * 16 * kGiB / 1000);
-}
-
+// Random replacement (random_workload.h): each iteration frees a random live
+// allocation and allocates a new random size in its place (one pair).
 template <typename AllocateFn, typename FreeFn>
 void RandomPairs(benchmark::State& state, std::size_t live, AllocateFn allocate,
                  FreeFn release) {
-  constexpr std::size_t kDraws = 1 << 16;
-  const std::vector<std::size_t> sizes = LogUniformSizes(kDraws, 42);
-  std::vector<std::size_t> victims(kDraws);
-  std::mt19937_64 rng(7);
-  for (auto& v : victims) v = rng() % live;
+  const bench::RandomWorkload w(live);
   std::vector<void*> slots(live);
-  for (std::size_t i = 0; i < live; ++i) slots[i] = allocate(sizes[i % kDraws]);
+  for (std::size_t i = 0; i < live; ++i) slots[i] = allocate(w.initial_size(i));
   std::size_t i = 0;
   for (auto _ : state) {
-    void*& slot = slots[victims[i & (kDraws - 1)]];
+    void*& slot = slots[w.victim(i)];
     release(slot);
-    slot = allocate(sizes[(i * 31 + 17) & (kDraws - 1)]);
+    slot = allocate(w.size(i));
     ++i;
   }
   for (void* p : slots) release(p);
@@ -108,7 +87,7 @@ void RandomPairs(benchmark::State& state, std::size_t live, AllocateFn allocate,
 
 void BM_RandomPair(benchmark::State& state) {
   const std::size_t live = static_cast<std::size_t>(state.range(0));
-  auto a = Preallocated(PoolFor(live));
+  auto a = Preallocated(bench::RandomWorkload::PoolFor(live));
   RandomPairs(
       state, live, [&](std::size_t n) { return MustAllocate(*a, n); },
       [&](void* p) { (void)a->Deallocate(p); });
@@ -120,7 +99,8 @@ BENCHMARK(BM_RandomPair)->Arg(100)->Arg(1000)->Arg(10000)->Arg(100000);
 // table costs 8 bytes per 256 B of pool, so only the smaller cases run.
 void BM_RandomPair_TfBfcReference(benchmark::State& state) {
   const std::size_t live = static_cast<std::size_t>(state.range(0));
-  bench::TfBfcReference tf(std::uint64_t{1} << 40, PoolFor(live));
+  bench::TfBfcReference tf(std::uint64_t{1} << 40,
+                           bench::RandomWorkload::PoolFor(live));
   RandomPairs(
       state, live,
       [&](std::size_t n) {
@@ -168,7 +148,7 @@ BENCHMARK(BM_LockUnlock_StdMutex);
 void BM_BatchAllocateThenFree(benchmark::State& state) {
   const std::size_t batch = static_cast<std::size_t>(state.range(0));
   auto a = Preallocated(16 * kGiB);
-  const std::vector<std::size_t> sizes = LogUniformSizes(batch, 3);
+  const std::vector<std::size_t> sizes = bench::LogUniformSizes(batch, 3);
   std::vector<void*> ptrs(batch);
   for (auto _ : state) {
     for (std::size_t i = 0; i < batch; ++i)

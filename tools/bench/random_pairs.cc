@@ -4,18 +4,17 @@
 //
 //   random_pairs LIVE PAIRS
 //
-// Keeps LIVE allocations (log-uniform 256 B .. 64 MiB) in a preallocated pool
-// of 16 GiB per 1000 of them, then PAIRS times frees a random one and
-// allocates a new random size. tools/bench/instructions.sh runs it twice under
-// cachegrind (PAIRS = 0 and PAIRS = N) and prints the difference per pair.
-#include <cmath>
+// Runs tools/bench/random_workload.h: LIVE allocations in a preallocated
+// pool, then PAIRS times frees a random one and allocates a new random size.
+// tools/bench/instructions.sh runs it twice under cachegrind (PAIRS = 0 and
+// PAIRS = N) and prints the difference per pair.
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <vector>
 
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
+#include "tools/bench/random_workload.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -25,8 +24,8 @@ int main(int argc, char** argv) {
   const std::size_t live = std::strtoull(argv[1], nullptr, 10);
   const std::size_t pairs = std::strtoull(argv[2], nullptr, 10);
   if (live == 0) return 2;
-  const std::uint64_t pool = std::max<std::uint64_t>(
-      std::uint64_t{16} << 30, live * (std::uint64_t{16} << 30) / 1000);
+  const gpualloc::bench::RandomWorkload w(live);
+  const std::uint64_t pool = gpualloc::bench::RandomWorkload::PoolFor(live);
   gpualloc::SimOptions so;
   so.profile = "h100";
   so.total_bytes = pool;
@@ -37,19 +36,16 @@ int main(int argc, char** argv) {
   if (!allocator.ok()) return 1;
   gpualloc::Allocator& a = **allocator;
 
-  constexpr std::size_t kDraws = 1 << 16;
-  std::mt19937_64 rng(42);
-  std::uniform_real_distribution<double> exponent(8, 26);
-  std::vector<std::size_t> sizes(kDraws), victims(kDraws);
-  for (auto& s : sizes) s = static_cast<std::size_t>(std::exp2(exponent(rng)));
-  for (auto& v : victims) v = rng() % live;
   std::vector<void*> slots(live);
-  for (std::size_t i = 0; i < live; ++i)
-    slots[i] = *a.Allocate(sizes[i % kDraws]);
+  for (std::size_t i = 0; i < live; ++i) {
+    auto p = a.Allocate(w.initial_size(i));
+    if (!p.ok()) return 1;
+    slots[i] = *p;
+  }
   for (std::size_t i = 0; i < pairs; ++i) {
-    void*& slot = slots[victims[i & (kDraws - 1)]];
+    void*& slot = slots[w.victim(i)];
     if (!a.Deallocate(slot).ok()) return 1;
-    auto p = a.Allocate(sizes[(i * 31 + 17) & (kDraws - 1)]);
+    auto p = a.Allocate(w.size(i));
     if (!p.ok()) return 1;
     slot = *p;
   }
