@@ -93,6 +93,12 @@ class BfcAllocator final : public Allocator {
     return status;
   }
 
+  absl::Status RecordStream(void* ptr, Stream stream) override {
+    (void)ptr;
+    (void)stream;
+    return absl::UnimplementedError("RecordStream");
+  }
+
   Stats GetStats() const override {
     core::LockGuard lock(&mu_);
     return StatsLocked();
@@ -342,6 +348,18 @@ class BfcAllocator final : public Allocator {
 
 }  // namespace
 
+absl::string_view AllocatorModeName(AllocatorMode mode) {
+  switch (mode) {
+    case AllocatorMode::kBfc:
+      return "bfc";
+    case AllocatorMode::kPlatform:
+      return "platform";
+    case AllocatorMode::kAsync:
+      return "async";
+  }
+  return "invalid";
+}
+
 absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
     const Options& options, std::shared_ptr<Backend> backend) {
   if (backend == nullptr) {
@@ -349,6 +367,15 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
   }
   GPUALLOC_ASSIGN_OR_RETURN(core::ResolvedOptions resolved,
                             core::ResolveOptions(options, backend->info()));
+  switch (options.mode) {
+    case AllocatorMode::kBfc:
+      break;
+    case AllocatorMode::kPlatform:
+    case AllocatorMode::kAsync:
+      return absl::UnimplementedError(
+          absl::StrFormat("allocator mode %s is not built yet",
+                          AllocatorModeName(options.mode)));
+  }
   return std::unique_ptr<Allocator>(
       new BfcAllocator(std::move(resolved), std::move(backend)));
 }

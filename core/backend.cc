@@ -2,6 +2,7 @@
 
 #include "gpualloc/backend.h"
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 
 namespace gpualloc {
@@ -16,6 +17,49 @@ absl::string_view VendorName(Vendor vendor) {
       break;
   }
   return "unknown";
+}
+
+absl::Status Backend::NotSupported(absl::string_view operation,
+                                   absl::string_view capability) const {
+  return absl::UnimplementedError(absl::StrFormat(
+      "backend %s (device %d, %s) does not support %s: it lacks "
+      "the %s capability",
+      info().backend, info().ordinal, info().name, operation, capability));
+}
+
+absl::StatusOr<EventHandle> Backend::CreateEvent() {
+  return NotSupported("CreateEvent", "streams");
+}
+absl::Status Backend::DestroyEvent(EventHandle) {
+  return NotSupported("DestroyEvent", "streams");
+}
+absl::Status Backend::RecordEvent(EventHandle, Stream) {
+  return NotSupported("RecordEvent", "streams");
+}
+absl::StatusOr<bool> Backend::QueryEvent(EventHandle) {
+  return NotSupported("QueryEvent", "streams");
+}
+absl::Status Backend::StreamWaitEvent(Stream, EventHandle) {
+  return NotSupported("StreamWaitEvent", "streams");
+}
+absl::Status Backend::SynchronizeEvent(EventHandle) {
+  return NotSupported("SynchronizeEvent", "streams");
+}
+
+absl::Status Backend::ConfigurePool(const PoolOptions&) {
+  return NotSupported("ConfigurePool", "stream_ordered_pools");
+}
+absl::StatusOr<DeviceAddress> Backend::PoolAllocate(std::uint64_t, Stream) {
+  return NotSupported("PoolAllocate", "stream_ordered_pools");
+}
+absl::Status Backend::PoolFree(DeviceAddress, Stream) {
+  return NotSupported("PoolFree", "stream_ordered_pools");
+}
+absl::Status Backend::PoolTrim(std::uint64_t) {
+  return NotSupported("PoolTrim", "stream_ordered_pools");
+}
+absl::StatusOr<PoolUsage> Backend::GetPoolUsage() {
+  return NotSupported("GetPoolUsage", "stream_ordered_pools");
 }
 
 }  // namespace gpualloc

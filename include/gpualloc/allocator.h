@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "gpualloc/backend.h"
 
 namespace gpualloc {
@@ -41,7 +42,37 @@ enum class GrowthPolicy {
   kDoubling,
 };
 
+// How requests reach the device (GPUALLOC_ALLOCATOR; JAX's
+// XLA_PYTHON_CLIENT_ALLOCATOR).
+enum class AllocatorMode {
+  // Best fit with coalescing over large regions (the default).
+  kBfc,
+  // Every Allocate goes to the backend and every Deallocate returns the
+  // memory at once: slow (each call may synchronize the device), minimal
+  // footprint, for debugging.
+  kPlatform,
+  // The backend's stream-ordered pool (cuMemAllocFromPoolAsync), release
+  // threshold = the limit. Needs capabilities.stream_ordered_pools.
+  kAsync,
+};
+absl::string_view AllocatorModeName(AllocatorMode mode);
+
+// What BFC does with a free chunk whose last use was queued on another stream
+// and may still be running (SPEC section 6).
+enum class CrossStreamReuse {
+  // Hand it out only once an event shows the freeing work completed; until
+  // then look for other memory (and, out of memory, wait on the host).
+  kWhenComplete,
+  // Hand it out at once and make the new stream wait for the freeing work
+  // (no host blocking; the streams become ordered).
+  kStreamWait,
+};
+
+// A setting that can be forced on, forced off, or left to the device.
+enum class Tristate { kAuto, kOn, kOff };
+
 struct Options {
+  AllocatorMode mode = AllocatorMode::kBfc;
   // Reserve the whole limit as one region on the first Allocate (JAX default).
   bool preallocate = true;
   // Fraction of the device's TOTAL memory the allocator may reserve, in (0, 1].
@@ -61,6 +92,11 @@ struct Options {
   // many bytes, the surplus stays with the allocation instead of becoming a
   // free chunk. 0 always splits (the surplus is at least min_block_size).
   std::uint64_t max_internal_fragmentation = 0;
+  CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kWhenComplete;
+  // Expandable regions (one virtual range grown by mapping granules). kAuto
+  // turns them on where the backend's virtual memory works; kOn fails at
+  // creation where it does not.
+  Tristate expandable = Tristate::kAuto;
   // Architecture profile name, or "auto" to pick it from the device.
   std::string arch = "auto";
   // A label used in messages and reports.
@@ -84,6 +120,11 @@ struct Stats {
   std::uint64_t num_ooms = 0;  // ResourceExhausted answers
   std::uint64_t backend_allocs = 0;
   std::uint64_t backend_frees = 0;
+  // Stream-ordered bookkeeping: backend event calls made on behalf of frees.
+  // All three stay 0 on a workload that uses one stream.
+  std::uint64_t events_recorded = 0;
+  std::uint64_t stream_waits = 0;  // new streams made to wait for a free
+  std::uint64_t host_waits = 0;    // host blocked on an event (out of memory)
 };
 
 // Every region and chunk, in address order.
@@ -120,6 +161,11 @@ class Allocator {
   // use was queued on. A pointer this allocator did not hand out, an interior
   // pointer or a second free is an error naming the address; nothing changes.
   virtual absl::Status Deallocate(void* ptr, Stream stream = Stream()) = 0;
+  // Declares that work on `stream` also uses the live allocation `ptr`
+  // (PyTorch's record_stream): when it is freed, its memory is reused on other
+  // streams only after that work too has completed. Unknown pointers are an
+  // error naming the address.
+  virtual absl::Status RecordStream(void* ptr, Stream stream) = 0;
 
   virtual Stats GetStats() const = 0;
   // Resets the peak statistics to the current values.

@@ -45,6 +45,34 @@ struct Stream {
   }
 };
 
+// An event names a point in a stream's work. Opaque; 0 is never an event.
+using EventHandle = std::uint64_t;
+
+// Reuse rules of a stream-ordered pool (CUDA's cudaMemPoolReuse* attributes;
+// HIP mirrors them). Memory freed on stream A may be handed to stream B when:
+struct PoolReuse {
+  // B already waits, through events, for the work A queued before the free.
+  bool follow_event_dependencies = true;
+  // The freeing work has completed (the pool looks when it allocates).
+  bool opportunistic = true;
+  // The pool itself makes B wait for the free (an inserted dependency).
+  bool internal_dependencies = true;
+};
+
+struct PoolOptions {
+  // Unused memory the pool keeps at synchronization points instead of
+  // returning it to the device (cudaMemPoolAttrReleaseThreshold).
+  std::uint64_t release_threshold = 0;
+  PoolReuse reuse;
+};
+
+struct PoolUsage {
+  std::uint64_t reserved = 0;  // memory the pool holds from the device
+  std::uint64_t used = 0;      // memory handed out and not yet freed
+  std::uint64_t peak_reserved = 0;
+  std::uint64_t peak_used = 0;
+};
+
 enum class Vendor : std::uint8_t { kUnknown, kNvidia, kAmd };
 
 absl::string_view VendorName(Vendor vendor);
@@ -93,9 +121,47 @@ class Backend {
   // Frees what Allocate returned; anything else is InvalidArgument.
   virtual absl::Status Free(DeviceAddress address) = 0;
 
-  // Optional operations (virtual memory, streams and events, stream-ordered
-  // pools; SPEC section 3) land with their issues, each behind its capability
-  // flag, with a default that returns Unimplemented naming the backend.
+  // --- Streams and events (capabilities.streams) ---------------------------
+  // The CUDA driver's event calls, one for one (cuEventCreate with timing
+  // disabled, cuEventRecord, cuEventQuery, cuStreamWaitEvent,
+  // cuEventSynchronize, cuEventDestroy). An event is created once and recorded
+  // many times; each record replaces what it waits for. The allocator keeps a
+  // small pool of events and calls these only when memory moves between
+  // streams. Without the capability every call returns Unimplemented naming
+  // the backend.
+  virtual absl::StatusOr<EventHandle> CreateEvent();
+  virtual absl::Status DestroyEvent(EventHandle event);
+  // Captures the work queued on `stream` so far.
+  virtual absl::Status RecordEvent(EventHandle event, Stream stream);
+  // true when the captured work has completed (an event never recorded counts
+  // as complete, as in CUDA).
+  virtual absl::StatusOr<bool> QueryEvent(EventHandle event);
+  // Work queued on `stream` from now on starts after the captured work.
+  virtual absl::Status StreamWaitEvent(Stream stream, EventHandle event);
+  // Blocks the host until the captured work has completed.
+  virtual absl::Status SynchronizeEvent(EventHandle event);
+
+  // --- The device's stream-ordered pool (capabilities.stream_ordered_pools) -
+  // cuMemAllocFromPoolAsync / cuMemFreeAsync on one pool per backend, the
+  // way the async mode uses them. ConfigurePool comes first.
+  virtual absl::Status ConfigurePool(const PoolOptions& options);
+  // Memory usable by work queued on `stream` after this call. Out of memory is
+  // ResourceExhausted (never a success with no address).
+  virtual absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                                     Stream stream);
+  // Returns `address` to the pool once the work queued on `stream` completes.
+  virtual absl::Status PoolFree(DeviceAddress address, Stream stream);
+  // Releases unused pool memory down to `keep_bytes` (cuMemPoolTrimTo).
+  virtual absl::Status PoolTrim(std::uint64_t keep_bytes);
+  virtual absl::StatusOr<PoolUsage> GetPoolUsage();
+
+  // Virtual memory (SPEC section 3) lands with its issue, behind
+  // capabilities.virtual_memory, the same way.
+
+ protected:
+  // Unimplemented naming this backend and the missing capability.
+  absl::Status NotSupported(absl::string_view operation,
+                            absl::string_view capability) const;
 };
 
 }  // namespace gpualloc

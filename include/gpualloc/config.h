@@ -1,0 +1,121 @@
+// gpualloc/config.h: configuration the way runtimes pass it (SPEC section 5).
+//
+// Three sources, in order of precedence:
+//   1. options given by the program: a ConfigOverrides whose fields are set,
+//      or a configuration string "key=value[,key=value...]" parsed into one;
+//   2. the environment: GPUALLOC_* variables and their JAX/XLA/TF aliases;
+//   3. the defaults (JAX's: BFC, preallocate 75% of total memory).
+// Parsing is strict everywhere: a bad value, an unknown key, a repeated key or
+// two sources that conflict at the same level (XLA_CLIENT_MEM_FRACTION and
+// XLA_PYTHON_CLIENT_MEM_FRACTION both set) is InvalidArgument naming the
+// variable or key and the value. Nothing is ever silently ignored.
+//
+// Keys of the configuration string and their variables:
+//   allocator     GPUALLOC_ALLOCATOR     bfc|platform|async
+//                 alias XLA_PYTHON_CLIENT_ALLOCATOR (default|bfc|platform|
+//                 cuda_async)
+//   preallocate   GPUALLOC_PREALLOCATE   true|false|1|0
+//                 alias XLA_PYTHON_CLIENT_PREALLOCATE
+//   mem_fraction  GPUALLOC_MEM_FRACTION  (0, 1] of TOTAL memory
+//                 aliases XLA_CLIENT_MEM_FRACTION,
+//                 XLA_PYTHON_CLIENT_MEM_FRACTION
+//   mem_limit     GPUALLOC_MEM_LIMIT     bytes with a unit: 40GiB, 512MB, 4096
+//   expandable    GPUALLOC_EXPANDABLE    true|false|auto
+//   arch          GPUALLOC_ARCH          auto or a profile name
+//   gc            GPUALLOC_GC            true|false|1|0
+//                 alias TF_ENABLE_GPU_GARBAGE_COLLECTION
+//   backend       GPUALLOC_BACKEND       auto|sim|cuda|hip
+//   device_memory GPUALLOC_DEVICE_MEMORY sim only: the device's size, e.g. 80GB
+//   cross_stream  GPUALLOC_CROSS_STREAM  when_complete|stream_wait
+//   name          GPUALLOC_NAME          a label
+// Sizes take B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers
+// of 1024), or no unit (bytes).
+#ifndef GPUALLOC_CONFIG_H_
+#define GPUALLOC_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+
+namespace gpualloc {
+
+enum class BackendKind { kAuto, kSim, kCuda, kHip };
+absl::string_view BackendKindName(BackendKind kind);
+
+// Where an effective value came from.
+enum class ValueOrigin {
+  kDefault,   // nobody set it
+  kOption,    // the program (ConfigOverrides or configuration string)
+  kVariable,  // a GPUALLOC_* variable
+  kAlias,     // a JAX/XLA/TF compatibility variable
+};
+absl::string_view ValueOriginName(ValueOrigin origin);
+
+// Settings the program gives explicitly; unset fields fall through to the
+// environment, then to the defaults.
+struct ConfigOverrides {
+  std::optional<AllocatorMode> mode;
+  std::optional<bool> preallocate;
+  std::optional<double> memory_fraction;
+  std::optional<std::uint64_t> memory_limit;
+  std::optional<Tristate> expandable;
+  std::optional<std::string> arch;
+  std::optional<bool> garbage_collection;
+  std::optional<BackendKind> backend;
+  std::optional<std::uint64_t> device_memory;
+  std::optional<CrossStreamReuse> cross_stream_reuse;
+  std::optional<std::string> name;
+};
+
+// One effective setting, for reports (gpualloc-info) and logs.
+struct ConfigSetting {
+  std::string key;     // the configuration-string key, e.g. "mem_fraction"
+  std::string value;   // as it will be used, e.g. "0.75"
+  ValueOrigin origin;  // which level decided it
+  std::string source;  // the variable's name, "config string", "option", or
+                       // "default"
+};
+
+// The resolved configuration: allocator Options plus what selects and sizes
+// the device.
+struct Config {
+  Options options;
+  BackendKind backend = BackendKind::kAuto;
+  // Simulated device size in bytes; 0 takes the profile's.
+  std::uint64_t device_memory = 0;
+  // Every key above, in the order of the table, with its origin.
+  std::vector<ConfigSetting> settings;
+};
+
+// The environment to read. The default reads the process environment
+// (getenv); tests pass a map.
+using EnvLookup = std::function<std::optional<std::string>(absl::string_view)>;
+EnvLookup ProcessEnvironment();
+EnvLookup MapEnvironment(std::map<std::string, std::string> variables);
+
+// Parses "key=value[,key=value...]" (spaces around keys and values ignored;
+// an empty string sets nothing). Unknown keys, repeated keys and bad values
+// are InvalidArgument naming the key and the value.
+absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text);
+
+// Applies overrides > environment > defaults.
+absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
+                                     const EnvLookup& env);
+// ResolveConfig(ParseConfigString(text), env).
+absl::StatusOr<Config> ResolveConfig(absl::string_view config_string,
+                                     const EnvLookup& env);
+
+// "40GiB" -> 42949672960. InvalidArgument naming `what` on a bad value.
+absl::StatusOr<std::uint64_t> ParseSize(absl::string_view text,
+                                        absl::string_view what);
+
+}  // namespace gpualloc
+
+#endif  // GPUALLOC_CONFIG_H_
