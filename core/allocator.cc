@@ -17,6 +17,7 @@
 #include "core/options.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
+#include "core/stream_order.h"
 
 namespace gpualloc {
 namespace {
@@ -31,6 +32,18 @@ std::string Bytes(std::uint64_t b) {
   return absl::StrFormat("%d B", b);
 }
 
+// The oracle of a backend without streams: its work runs in call order, so
+// memory freed "on" any stream is free for every stream.
+class NoStreams final : public core::ReuseOracle {
+ public:
+  bool KnownComplete(std::uintptr_t, std::uint64_t) const override {
+    return true;
+  }
+  Verdict Prepare(std::uintptr_t, std::uint64_t, std::uintptr_t) override {
+    return Verdict::kReady;
+  }
+};
+
 class BfcAllocator final : public Allocator {
  public:
   BfcAllocator(core::ResolvedOptions resolved, std::shared_ptr<Backend> backend)
@@ -38,6 +51,10 @@ class BfcAllocator final : public Allocator {
         backend_(std::move(backend)),
         core_(core::BfcConfig{resolved_.min_block_size,
                               resolved_.options.max_internal_fragmentation}),
+        stream_order_(backend_.get(), resolved_.options.cross_stream_reuse),
+        oracle_(backend_->info().capabilities.streams
+                    ? static_cast<core::ReuseOracle*>(&stream_order_)
+                    : &no_streams_),
         next_region_size_(resolved_.granularity) {}
 
   ~BfcAllocator() override {
@@ -72,7 +89,7 @@ class BfcAllocator final : public Allocator {
 
     core::LockGuard lock(&mu_);
     std::optional<DeviceAddress> address =
-        core_.Allocate(size, bytes, align, stream.handle);
+        core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {
       absl::StatusOr<DeviceAddress> grown =
           AllocateSlow(size, bytes, align, needed, stream);
@@ -88,15 +105,18 @@ class BfcAllocator final : public Allocator {
       return absl::OkStatus();  // like free(NULL) and cudaFree(0)
     core::LockGuard lock(&mu_);
     absl::Status status =
-        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr), stream.handle);
+        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr), stream.handle,
+                         stream_order_.stamp(), oracle_);
     MaybeValidate();
     return status;
   }
 
   absl::Status RecordStream(void* ptr, Stream stream) override {
-    (void)ptr;
-    (void)stream;
-    return absl::UnimplementedError("RecordStream");
+    core::LockGuard lock(&mu_);
+    absl::Status status = core_.RecordStream(
+        reinterpret_cast<std::uintptr_t>(ptr), stream.handle);
+    MaybeValidate();
+    return status;
   }
 
   Stats GetStats() const override {
@@ -185,6 +205,9 @@ class BfcAllocator final : public Allocator {
     s.num_ooms = num_ooms_;
     s.backend_allocs = backend_allocs_;
     s.backend_frees = backend_frees_;
+    s.events_recorded = stream_order_.events_recorded();
+    s.stream_waits = stream_order_.stream_waits();
+    s.host_waits = stream_order_.host_waits();
     return s;
   }
 
@@ -261,9 +284,15 @@ class BfcAllocator final : public Allocator {
     return first_error;
   }
 
+  // Out of fitting free chunks: grow (or preallocate), then wait for the work
+  // of other streams' frees, then collect free regions and grow again; each
+  // step retries the core before the next. Only then out of memory.
   absl::StatusOr<DeviceAddress> AllocateSlow(
       std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
       std::uint64_t needed, Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto retry = [&]() -> std::optional<DeviceAddress> {
+      return core_.Allocate(size, bytes, align, stream.handle, oracle_);
+    };
     absl::Status why;
     if (resolved_.options.preallocate) {
       if (core_.num_regions() == 0) {
@@ -279,21 +308,46 @@ class BfcAllocator final : public Allocator {
       }
     } else {
       why = Grow(needed);
-      if (absl::IsResourceExhausted(why) &&
-          resolved_.options.garbage_collection &&
-          !core_.FreeRegions().empty()) {
-        GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
-        why = Grow(needed);
-      }
     }
     if (why.ok()) {
-      std::optional<DeviceAddress> address =
-          core_.Allocate(size, bytes, align, stream.handle);
-      if (address.has_value()) return *address;
+      if (std::optional<DeviceAddress> a = retry()) return *a;
       why =
           absl::ResourceExhaustedError("no free chunk fits even after growing");
     }
     if (!absl::IsResourceExhausted(why)) return why;  // a driver error, not OOM
+
+    // Memory other streams freed may be waiting for their work to finish.
+    if (oracle_ == &stream_order_) {
+      const std::vector<std::uintptr_t> pending =
+          core_.PendingStreams(stream_order_, stream.handle);
+      if (!pending.empty()) {
+        GPUALLOC_RETURN_IF_ERROR(stream_order_.WaitForAll(pending));
+        if (std::optional<DeviceAddress> a = retry()) return *a;
+      }
+    }
+
+    if (!resolved_.options.preallocate &&
+        resolved_.options.garbage_collection && !core_.FreeRegions().empty()) {
+      GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
+      absl::Status grown = Grow(needed);
+      if (grown.ok()) {
+        if (std::optional<DeviceAddress> a = retry()) return *a;
+      } else if (!absl::IsResourceExhausted(grown)) {
+        return grown;
+      } else {
+        why = grown;
+      }
+    }
+    // An event call that failed on the way explains more than "out of memory".
+    absl::Status event_error = stream_order_.TakeError();
+    if (!event_error.ok()) {
+      return absl::Status(
+          event_error.code(),
+          absl::StrFormat("Allocate(%d bytes) on stream %#x: a backend event "
+                          "call failed, so memory other streams freed could "
+                          "not be reused safely: %s",
+                          bytes, stream.handle, event_error.message()));
+    }
     ++num_ooms_;
     return OutOfMemory(bytes, size, why);
   }
@@ -340,6 +394,9 @@ class BfcAllocator final : public Allocator {
 
   mutable core::Lock mu_;
   core::BfcCore core_ ABSL_GUARDED_BY(mu_);
+  core::StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
+  NoStreams no_streams_;
+  core::ReuseOracle* const oracle_;  // &stream_order_ or &no_streams_
   std::uint64_t next_region_size_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;

@@ -74,6 +74,7 @@ void BfcCore::RemoveRegion(RegionId id) {
                   IsRegionFree(id));
   Region& r = regions_[id];
   RemoveFree(r.first);
+  ReleaseFenceSet(chunks_[r.first]);
   chunks_.Delete(r.first);
   region_index_.erase(r.base);
   counters_.bytes_reserved -= r.size;
@@ -81,7 +82,7 @@ void BfcCore::RemoveRegion(RegionId id) {
   free_region_ids_.push_back(id);
 }
 
-ChunkId BfcCore::SplitFront(ChunkId id, std::uint64_t size) {
+ChunkId BfcCore::SplitFront(ChunkId id, std::uint64_t size, bool copy_fence) {
   const ChunkId front =
       chunks_.New();  // may move the table: index afresh below
   Chunk& f = chunks_[front];
@@ -92,7 +93,17 @@ ChunkId BfcCore::SplitFront(ChunkId id, std::uint64_t size) {
   f.region = c.region;
   f.prev = c.prev;
   f.next = id;
-  f.stream = c.stream;
+  if (copy_fence) {
+    f.fence = c.fence;
+    f.stream = c.stream;
+    f.free_stamp = c.free_stamp;
+    if (c.fence == Fence::kSet) {
+      f.fence_set = fences_.New();
+      for (const StreamStamp& s : fences_.Get(c.fence_set)) {
+        fences_.Add(f.fence_set, s.stream, s.stamp);
+      }
+    }
+  }
   if (c.prev != kNoChunk) {
     chunks_[c.prev].next = front;
   } else {
@@ -114,34 +125,142 @@ void BfcCore::Unlink(ChunkId id) {
   chunks_.Delete(id);
 }
 
+void BfcCore::ReleaseFenceSet(Chunk& c) {
+  if (c.fence_set != kNoFenceSet) {
+    fences_.Delete(c.fence_set);
+    c.fence_set = kNoFenceSet;
+  }
+}
+
+void BfcCore::NormalizeFence(Chunk& c) {
+  if (c.fence != Fence::kSet) return;
+  const absl::Span<const StreamStamp> pairs = fences_.Get(c.fence_set);
+  if (pairs.size() > 1) return;
+  if (pairs.empty()) {
+    c.fence = Fence::kClean;
+    c.stream = 0;
+    c.free_stamp = 0;
+  } else {
+    c.fence = Fence::kStream;
+    c.stream = pairs[0].stream;
+    c.free_stamp = pairs[0].stamp;
+  }
+  ReleaseFenceSet(c);
+}
+
+void BfcCore::AbsorbMixedFence(Chunk& into, Chunk& from,
+                               const ReuseOracle* oracle) {
+  // Different streams: the union of both conditions, in a set.
+  if (into.fence == Fence::kStream) {
+    into.fence_set = fences_.New();
+    fences_.Add(into.fence_set, into.stream, into.free_stamp);
+    into.fence = Fence::kSet;
+    into.stream = 0;
+    into.free_stamp = 0;
+  }
+  if (from.fence == Fence::kStream) {
+    fences_.Add(into.fence_set, from.stream, from.free_stamp);
+  } else {
+    for (const StreamStamp& s : fences_.Get(from.fence_set)) {
+      fences_.Add(into.fence_set, s.stream, s.stamp);
+    }
+    ReleaseFenceSet(from);
+  }
+  if (oracle != nullptr) {
+    fences_.Filter(into.fence_set, [oracle](const StreamStamp& s) {
+      return !oracle->KnownComplete(s.stream, s.stamp);
+    });
+  }
+  NormalizeFence(into);
+}
+
+bool BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
+                         ReuseOracle& oracle) {
+  Chunk& c = chunks_[id];
+  if (c.fence == Fence::kStream) {
+    switch (oracle.Prepare(c.stream, c.free_stamp, stream)) {
+      case ReuseOracle::Verdict::kReady:
+        c.fence = Fence::kClean;
+        c.stream = 0;
+        c.free_stamp = 0;
+        return true;
+      case ReuseOracle::Verdict::kWaited:
+        return true;
+      case ReuseOracle::Verdict::kBlocked:
+        return false;
+    }
+  }
+  GPUALLOC_DCHECK(c.fence == Fence::kSet);
+  for (const StreamStamp& s : fences_.Get(c.fence_set)) {
+    if (s.stream != stream && oracle.Prepare(s.stream, s.stamp, stream) ==
+                                  ReuseOracle::Verdict::kBlocked) {
+      return false;
+    }
+  }
+  // What completed no longer constrains the rest of the chunk.
+  fences_.Filter(c.fence_set, [&oracle](const StreamStamp& s) {
+    return !oracle.KnownComplete(s.stream, s.stamp);
+  });
+  NormalizeFence(c);
+  return true;
+}
+
+ChunkId BfcCore::FindUsable(ChunkId first, std::uintptr_t stream,
+                            ReuseOracle* oracle) {
+  if (oracle == nullptr) {
+    // Nobody can vouch for other streams' work: only chunks free for `stream`.
+    for (ChunkId id = first, n = 0;
+         id != kNoChunk && n < kMaxCrossStreamCandidates;
+         id = bins_.NextFit(id), ++n) {
+      if (UsableOn(chunks_[id], stream)) return id;
+    }
+    return kNoChunk;
+  }
+  for (ChunkId id = first, n = 0;
+       id != kNoChunk && n < kMaxCrossStreamCandidates;
+       id = bins_.NextFit(id), ++n) {
+    if (UsableOn(chunks_[id], stream) || MakeUsable(id, stream, *oracle)) {
+      return id;
+    }
+  }
+  return kNoChunk;
+}
+
 std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
                                                std::uint64_t requested,
                                                std::uint64_t alignment,
-                                               std::uintptr_t stream) {
+                                               std::uintptr_t stream,
+                                               ReuseOracle* oracle) {
   const std::uint64_t min_block = config_.min_block_size;
   // With a stricter alignment, any chunk of size + (alignment - min_block)
   // holds an aligned start followed by `size` bytes.
   const std::uint64_t search = size + (alignment - min_block);
   ChunkId id = bins_.FindBestFit(search);
   if (id == kNoChunk) return std::nullopt;
+  if (!UsableOn(chunks_[id], stream)) {
+    id = FindUsable(id, stream, oracle);
+    if (id == kNoChunk) return std::nullopt;
+  }
 
   const std::uint64_t misalignment = chunks_[id].address & (alignment - 1);
   if (misalignment != 0) {
     // Rare: the front padding becomes a free chunk of its own; `id` keeps the
     // aligned rest, still in the bins. The padding's predecessor is in use
     // (I4) and its successor is about to be, so it has nothing to merge with.
-    InsertFree(SplitFront(id, alignment - misalignment));
+    InsertFree(SplitFront(id, alignment - misalignment, /*copy_fence=*/true));
   }
   const std::uint64_t surplus = chunks_[id].size - size;
   if (surplus >= min_block && surplus > config_.max_internal_fragmentation) {
     // The front becomes the allocation; the free chunk keeps the rest and,
     // usually, its place in the bins.
-    id = SplitFront(id, size);
+    id = SplitFront(id, size, /*copy_fence=*/false);
   } else {
     RemoveFree(id);
+    ReleaseFenceSet(chunks_[id]);
   }
 
   Chunk& c = chunks_[id];
+  c.fence = Fence::kClean;
   c.in_use = true;
   c.requested = requested;
   c.stream = stream;
@@ -158,14 +277,42 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
   return c.address;
 }
 
-absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream) {
+absl::Status BfcCore::RecordStream(DeviceAddress address,
+                                   std::uintptr_t stream) {
+  const ChunkId id = in_use_.Find(address);
+  if (id == kNoChunk) return DiagnoseBadAddress("RecordStream", address);
+  Chunk& c = chunks_[id];
+  if (c.fence_set == kNoFenceSet) c.fence_set = fences_.New();
+  fences_.Add(c.fence_set, stream, 0);
+  return absl::OkStatus();
+}
+
+absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
+                                 std::uint64_t stamp,
+                                 const ReuseOracle* oracle) {
   const ChunkId id = in_use_.Erase(address);
-  if (id == kNoChunk) return DiagnoseBadFree(address);
+  if (id == kNoChunk) return DiagnoseBadAddress("Deallocate", address);
 
   Chunk& c = chunks_[id];
   counters_.bytes_in_use -= c.size;
   counters_.bytes_requested -= c.requested;
   --counters_.num_chunks_in_use;
+  // The freed chunk's condition: the freeing stream, plus the streams
+  // RecordStream added, all at this free's stamp.
+  c.in_use = false;
+  c.requested = 0;
+  c.stream = stream;
+  c.free_stamp = stamp;
+  if (c.fence_set == kNoFenceSet) {
+    c.fence = Fence::kStream;
+  } else {
+    fences_.Restamp(c.fence_set, stamp);
+    fences_.Add(c.fence_set, stream, stamp);
+    c.fence = Fence::kSet;
+    c.stream = 0;
+    c.free_stamp = 0;
+    NormalizeFence(c);
+  }
 
   const ChunkId prev = c.prev;
   const ChunkId next = c.next;
@@ -173,15 +320,17 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream) {
   const bool next_free = next != kNoChunk && !chunks_[next].in_use;
   if (prev_free) {
     // The free predecessor absorbs the chunk (and a free successor): its
-    // address stays, its size grows.
+    // address stays, its size grows, its condition becomes the union.
     Chunk& p = chunks_[prev];
     std::uint64_t merged = p.size + c.size;
+    AbsorbFence(p, c, oracle);
     if (next_free) {
-      merged += chunks_[next].size;
+      Chunk& n = chunks_[next];
+      merged += n.size;
+      AbsorbFence(p, n, oracle);
       RemoveFree(next);
       Unlink(next);
     }
-    p.stream = stream;
     const DeviceAddress base = p.address;
     Unlink(id);
     bins_.Rekey(prev, merged, base);
@@ -189,19 +338,17 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream) {
     // The free successor absorbs the chunk: it now starts at its address.
     Chunk& n = chunks_[next];
     const std::uint64_t merged = n.size + c.size;
-    n.stream = stream;
+    AbsorbFence(n, c, oracle);
     Unlink(id);
     bins_.Rekey(next, merged, address);
   } else {
-    c.in_use = false;
-    c.requested = 0;
-    c.stream = stream;
     InsertFree(id);
   }
   return absl::OkStatus();
 }
 
-absl::Status BfcCore::DiagnoseBadFree(DeviceAddress address) const {
+absl::Status BfcCore::DiagnoseBadAddress(absl::string_view operation,
+                                         DeviceAddress address) const {
   // Cold path: find the region, then walk its chunks.
   auto it = region_index_.upper_bound(address);
   if (it != region_index_.begin()) {
@@ -213,22 +360,50 @@ absl::Status BfcCore::DiagnoseBadFree(DeviceAddress address) const {
         if (address >= c.address + c.size) continue;
         if (c.in_use) {
           return absl::InvalidArgumentError(absl::StrFormat(
-              "Deallocate(%#x): interior pointer, %d bytes into the allocation "
+              "%s(%#x): interior pointer, %d bytes into the allocation "
               "at %#x of %d bytes; pass the pointer Allocate returned",
-              address, address - c.address, c.address, c.requested));
+              operation, address, address - c.address, c.address, c.requested));
         }
         return absl::FailedPreconditionError(
-            absl::StrFormat("Deallocate(%#x): not a live allocation: the "
-                            "address lies in free memory [%#x, %#x); double "
-                            "free, or a pointer that was never allocated",
-                            address, c.address, c.address + c.size));
+            absl::StrFormat("%s(%#x): not a live allocation: the address "
+                            "lies in free memory [%#x, %#x); %s",
+                            operation, address, c.address, c.address + c.size,
+                            operation == "Deallocate"
+                                ? "double free, or a pointer that was never "
+                                  "allocated"
+                                : "freed already, or never allocated"));
       }
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrFormat("Deallocate(%#x): pointer was not allocated by this "
+      absl::StrFormat("%s(%#x): pointer was not allocated by this "
                       "allocator (it lies in none of its %d regions)",
-                      address, region_index_.size()));
+                      operation, address, region_index_.size()));
+}
+
+std::vector<std::uintptr_t> BfcCore::PendingStreams(
+    const ReuseOracle& oracle, std::uintptr_t for_stream) const {
+  std::vector<std::uintptr_t> streams;
+  auto note = [&](std::uintptr_t stream, std::uint64_t stamp) {
+    if (stream == for_stream || oracle.KnownComplete(stream, stamp)) return;
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
+      streams.push_back(stream);
+    }
+  };
+  for (const auto& [base, rid] : region_index_) {
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      if (c.in_use) continue;
+      if (c.fence == Fence::kStream) note(c.stream, c.free_stamp);
+      if (c.fence == Fence::kSet) {
+        for (const StreamStamp& s : fences_.Get(c.fence_set)) {
+          note(s.stream, s.stamp);
+        }
+      }
+    }
+  }
+  return streams;
 }
 
 std::uint64_t BfcCore::AllocatedSize(DeviceAddress address) const {
@@ -259,7 +434,7 @@ absl::Status BfcCore::Validate() const {
   }
   DeviceAddress previous_end = 0;
   std::uint64_t reserved = 0, in_use = 0, requested = 0, free_chunks = 0,
-                in_use_chunks = 0, reachable = 0;
+                in_use_chunks = 0, reachable = 0, fence_sets = 0;
   for (const auto& [base, rid] : region_index_) {
     if (rid >= regions_.size() || !regions_[rid].live ||
         regions_[rid].base != base) {
@@ -325,6 +500,17 @@ absl::Status BfcCore::Validate() const {
               "I6", absl::StrFormat("free chunk %d at %#x is in the in-use map",
                                     id, c.address));
         }
+        const bool wants_set = c.fence == Fence::kSet;
+        if (wants_set != (c.fence_set != kNoFenceSet) ||
+            (wants_set && (!fences_.IsLive(c.fence_set) ||
+                           fences_.Get(c.fence_set).empty()))) {
+          return Broken(
+              "I9", absl::StrFormat("free chunk %d at %#x: fence kind %d with "
+                                    "fence set %d (live %d)",
+                                    id, c.address, static_cast<int>(c.fence),
+                                    c.fence_set, fences_.IsLive(c.fence_set)));
+        }
+        fence_sets += wants_set;
         ++free_chunks;
       } else {
         if (in_use_.Find(c.address) != id) {
@@ -342,6 +528,12 @@ absl::Status BfcCore::Validate() const {
               "I6", absl::StrFormat("chunk %d at %#x: requested %d > size %d",
                                     id, c.address, c.requested, c.size));
         }
+        if (c.fence_set != kNoFenceSet && !fences_.IsLive(c.fence_set)) {
+          return Broken("I9", absl::StrFormat("in-use chunk %d at %#x names "
+                                              "dead fence set %d",
+                                              id, c.address, c.fence_set));
+        }
+        fence_sets += c.fence_set != kNoFenceSet;
         in_use += c.size;
         requested += c.requested;
         ++in_use_chunks;
@@ -381,6 +573,10 @@ absl::Status BfcCore::Validate() const {
       k.peak_bytes_reserved < k.bytes_reserved) {
     return Broken("I7", "a peak is below its current value");
   }
+  if (fence_sets != fences_.live_count()) {
+    return Broken("I9", absl::StrFormat("%d live fence sets but chunks name %d",
+                                        fences_.live_count(), fence_sets));
+  }
   if (reachable != chunks_.live_count()) {
     return Broken(
         "I8",
@@ -399,7 +595,8 @@ void BfcCore::AppendSnapshot(std::vector<RegionSnapshot>* regions) const {
     for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
       const Chunk& c = chunks_[id];
       rs.chunks.push_back(
-          ChunkSnapshot{c.address, c.size, c.requested, c.in_use, c.stream});
+          ChunkSnapshot{c.address, c.size, c.in_use ? c.requested : 0, c.in_use,
+                        c.in_use || c.fence == Fence::kStream ? c.stream : 0});
     }
     regions->push_back(std::move(rs));
   }
@@ -410,7 +607,8 @@ std::size_t BfcCore::MetadataBytes() const {
       FreeBins::MemoryBytes();  // nodes live in the chunk table
   const std::size_t map = in_use_.MemoryBytes();
   return sizeof(*this) + chunks_.MemoryBytes() + bins + map +
-         regions_.capacity() * sizeof(Region) + region_index_.size() * 64;
+         fences_.MemoryBytes() + regions_.capacity() * sizeof(Region) +
+         region_index_.size() * 64;
 }
 
 }  // namespace gpualloc::core

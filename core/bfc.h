@@ -29,6 +29,17 @@
 //       reserved), and each peak is at least its current value.
 //   I8. No chunk record is leaked: the live records are exactly those reachable
 //       from the regions.
+//   I9. Stream conditions (core/fences.h): a free chunk's Fence::kSet names a
+//       live, non-empty fence set and kClean/kStream name none; an in-use
+//       chunk names a live set (its RecordStream streams) or none; every live
+//       set is named by exactly one chunk.
+//
+// Streams. A free chunk remembers which streams' work may still use it
+// (Chunk::fence). Allocate on stream T takes the best fit when T may use it at
+// once (the common case, and the only one on a single-stream workload: one
+// comparison); otherwise it asks a ReuseOracle, which checks events or makes T
+// wait, and failing that walks on in best-fit order over at most
+// kMaxCrossStreamCandidates chunks.
 //
 // Thread safety: none. REQUIRES external synchronization (the facade's lock).
 #ifndef GPUALLOC_CORE_BFC_H_
@@ -42,6 +53,7 @@
 #include "absl/status/status.h"
 #include "core/address_map.h"
 #include "core/chunk_table.h"
+#include "core/fences.h"
 #include "core/free_bins.h"
 #include "gpualloc/allocator.h"
 
@@ -94,19 +106,36 @@ class BfcCore {
   // Bases of every region, in address order.
   std::vector<DeviceAddress> RegionBases() const;
 
-  // Best fit for `size` bytes at `alignment`. Returns the address, or nullopt
-  // when no free chunk can hold it (nothing changes then).
+  // Chunks Allocate examines beyond the best fit when the best fit is still
+  // in use by another stream's work.
+  static constexpr int kMaxCrossStreamCandidates = 32;
+
+  // Best fit for `size` bytes at `alignment`, usable on `stream`. Returns the
+  // address, or nullopt when no free chunk can hold it (nothing changes then,
+  // except what `oracle` did: events recorded, streams made to wait). Free
+  // chunks whose last use was on another stream are taken only as `oracle`
+  // allows; with no oracle, never.
   // REQUIRES: size is a non-zero multiple of min_block_size; alignment is a
   // power of two >= min_block_size; size + alignment does not overflow.
   std::optional<DeviceAddress> Allocate(std::uint64_t size,
                                         std::uint64_t requested,
                                         std::uint64_t alignment,
-                                        std::uintptr_t stream);
+                                        std::uintptr_t stream,
+                                        ReuseOracle* oracle = nullptr);
 
-  // Frees the chunk that starts at `address`. InvalidArgument for an address
-  // no region contains or that points inside a chunk; FailedPrecondition for a
+  // Frees the chunk that starts at `address`; its last use was queued on
+  // `stream` (and on the streams RecordStream added), before the free stamped
+  // `stamp` (core/fences.h). `oracle`, when given, drops conditions already
+  // known complete from merged chunks. InvalidArgument for an address no
+  // region contains or that points inside a chunk; FailedPrecondition for a
   // chunk that is already free. Nothing changes on error.
-  absl::Status Deallocate(DeviceAddress address, std::uintptr_t stream);
+  absl::Status Deallocate(DeviceAddress address, std::uintptr_t stream,
+                          std::uint64_t stamp = 0,
+                          const ReuseOracle* oracle = nullptr);
+
+  // Declares that work on `stream` also uses the in-use chunk at `address`.
+  // Errors as Deallocate's; nothing changes on error.
+  absl::Status RecordStream(DeviceAddress address, std::uintptr_t stream);
 
   // Size of the in-use chunk starting at `address`, or 0.
   std::uint64_t AllocatedSize(DeviceAddress address) const;
@@ -118,6 +147,12 @@ class BfcCore {
     return counters_.bytes_reserved - counters_.bytes_in_use;
   }
   std::uint64_t num_free_chunks() const { return bins_.size(); }
+  std::size_t num_fence_sets() const { return fences_.live_count(); }
+  // The streams other than `for_stream` named by the conditions of free
+  // chunks that `oracle` does not know complete, each once. Cold: walks every
+  // free chunk.
+  std::vector<std::uintptr_t> PendingStreams(const ReuseOracle& oracle,
+                                             std::uintptr_t for_stream) const;
 
   absl::Status Validate() const;
   void AppendSnapshot(std::vector<RegionSnapshot>* regions) const;
@@ -137,16 +172,55 @@ class BfcCore {
   void RemoveFree(ChunkId id);
   // Carves the first `size` bytes of free chunk `id` (in the bins) into a new
   // record, returned, out of the bins; `id` keeps the rest and stays in the
-  // bins, re-keyed.
-  ChunkId SplitFront(ChunkId id, std::uint64_t size);
+  // bins, re-keyed. The front gets a copy of the stream condition when
+  // `copy_fence` (it stays free), none otherwise (it is about to be used).
+  ChunkId SplitFront(ChunkId id, std::uint64_t size, bool copy_fence);
   // Takes chunk record `id` out of its region's list and deletes it.
   void Unlink(ChunkId id);
-  absl::Status DiagnoseBadFree(DeviceAddress address) const;
+  absl::Status DiagnoseBadAddress(absl::string_view operation,
+                                  DeviceAddress address) const;
+
+  // Whether free chunk `c` may be handed to `stream` without asking anyone.
+  static bool UsableOn(const Chunk& c, std::uintptr_t stream) {
+    return c.fence == Fence::kClean ||
+           (c.fence == Fence::kStream && c.stream == stream);
+  }
+  // The first chunk from `first` on, in best-fit order, that `oracle` makes
+  // usable on `stream`, or kNoChunk.
+  ChunkId FindUsable(ChunkId first, std::uintptr_t stream, ReuseOracle* oracle);
+  bool MakeUsable(ChunkId id, std::uintptr_t stream, ReuseOracle& oracle);
+  // Gives free chunk `into` the union of its condition and `from`'s; `from`
+  // gives up its fence set. Pairs `oracle` knows complete are dropped.
+  // Inline: the cases of a single-stream workload.
+  void AbsorbFence(Chunk& into, Chunk& from, const ReuseOracle* oracle) {
+    if (from.fence == Fence::kClean) return;
+    if (into.fence == Fence::kClean) {
+      into.fence = from.fence;
+      into.stream = from.stream;
+      into.free_stamp = from.free_stamp;
+      into.fence_set = from.fence_set;
+      from.fence_set = kNoFenceSet;
+      return;
+    }
+    if (into.fence == Fence::kStream && from.fence == Fence::kStream &&
+        into.stream == from.stream) {
+      if (from.free_stamp > into.free_stamp) into.free_stamp = from.free_stamp;
+      return;
+    }
+    AbsorbMixedFence(into, from, oracle);
+  }
+  // The rest: conditions on several streams.
+  void AbsorbMixedFence(Chunk& into, Chunk& from, const ReuseOracle* oracle);
+  // Rewrites a kSet condition with 0 or 1 pairs as kClean or kStream.
+  void NormalizeFence(Chunk& c);
+  // Drops the chunk's fence set, if any.
+  void ReleaseFenceSet(Chunk& c);
 
   BfcConfig config_;
   ChunkTable chunks_;
   FreeBins bins_;
   AddressMap in_use_;  // in-use chunk address -> id
+  FenceSets fences_;
   std::vector<Region> regions_;
   std::vector<RegionId> free_region_ids_;
   absl::btree_map<DeviceAddress, RegionId> region_index_;  // base -> id

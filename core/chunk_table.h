@@ -19,7 +19,22 @@ namespace gpualloc::core {
 
 using ChunkId = std::uint32_t;
 using RegionId = std::uint32_t;
+using FenceSetId = std::uint32_t;
 inline constexpr ChunkId kNoChunk = UINT32_MAX;
+inline constexpr FenceSetId kNoFenceSet = UINT32_MAX;
+
+// When a free chunk may be handed to a stream (SPEC section 6; core/fences.h).
+enum class Fence : std::uint8_t {
+  // Never used, or every use is known to have completed: any stream, at once.
+  kClean,
+  // Freed on Chunk::stream at Chunk::free_stamp: that stream at once, any
+  // other once the stream's work up to the free has completed.
+  kStream,
+  // Several (stream, stamp) conditions, in FenceSets under Chunk::fence_set:
+  // a merge of chunks freed on different streams, or a free of memory that
+  // RecordStream said other streams use too.
+  kSet,
+};
 
 // One 64-byte cache line per record: a chunk is read whole (its key, links
 // and state), and an unaligned 56-byte record straddles two lines 7 times in 8
@@ -28,17 +43,27 @@ inline constexpr ChunkId kNoChunk = UINT32_MAX;
 struct alignas(64) Chunk {
   std::uint64_t address = 0;
   std::uint64_t size = 0;
-  std::uint64_t requested = 0;  // bytes as asked; 0 while free
-  std::uintptr_t stream = 0;    // stream of the last Allocate or Deallocate
-  ChunkId prev = kNoChunk;      // neighbours in address order within the region
+  union {
+    std::uint64_t requested = 0;  // in use: bytes as asked
+    std::uint64_t free_stamp;     // free with Fence::kStream: the free's stamp
+  };
+  // In use: the stream Allocate named. Free: the stream Deallocate named
+  // (Fence::kStream), else 0.
+  std::uintptr_t stream = 0;
+  ChunkId prev = kNoChunk;  // neighbours in address order within the region
   ChunkId next = kNoChunk;
   ChunkId left = kNoChunk;  // free chunks: links in their size class's treap
   ChunkId right = kNoChunk;
   ChunkId parent = kNoChunk;
   RegionId region = 0;
   bool in_use = false;
-  bool live = false;  // false while the record sits on the free list
+  bool live = false;            // false while the record sits on the free list
+  Fence fence = Fence::kClean;  // free chunks only
+  // Free with Fence::kSet: its conditions. In use: the streams RecordStream
+  // added (their stamps unused), or kNoFenceSet.
+  FenceSetId fence_set = kNoFenceSet;
 };
+static_assert(sizeof(Chunk) == 64, "a chunk record is one cache line");
 
 class ChunkTable {
  public:

@@ -70,6 +70,18 @@ class FreeBins {
   // The smallest chunk with size >= min_size (lowest address on ties), or
   // kNoChunk when none fits.
   ChunkId FindBestFit(std::uint64_t min_size) const;
+  // The chunk after `id` (in the bins) in best-fit order: the next larger
+  // (size, address) in its class, else the smallest of the next non-empty
+  // class; kNoChunk after the largest.
+  ChunkId NextFit(ChunkId id) const {
+    const ChunkId s = Successor(id);
+    if (s != kNoChunk) return s;
+    const int found = NextNonEmpty(SizeClass(chunks_[id].size) + 1);
+    if (found < 0) return kNoChunk;
+    ChunkId t = roots_[found];
+    while (chunks_[t].left != kNoChunk) t = chunks_[t].left;
+    return t;
+  }
   // The largest chunk, or kNoChunk when empty.
   ChunkId Largest() const;
 

@@ -1,0 +1,124 @@
+// core/stream_order.cc: lazily recorded events behind stream-ordered frees.
+#include "core/stream_order.h"
+
+#include <utility>
+
+namespace gpualloc::core {
+
+StreamOrder::~StreamOrder() {
+  // CUDA and HIP allow destroying an event whose work is still pending: the
+  // driver releases it once the work completes.
+  for (EventHandle event : all_events_) (void)backend_.DestroyEvent(event);
+}
+
+void StreamOrder::Fail(const absl::Status& status) {
+  if (error_.ok()) error_ = status;
+}
+
+absl::Status StreamOrder::TakeError() { return std::exchange(error_, {}); }
+
+bool StreamOrder::KnownComplete(std::uintptr_t stream,
+                                std::uint64_t stamp) const {
+  auto it = streams_.find(stream);
+  return it != streams_.end() && it->second.completed > stamp;
+}
+
+EventHandle StreamOrder::TakeEvent() {
+  if (!spare_events_.empty()) {
+    const EventHandle event = spare_events_.back();
+    spare_events_.pop_back();
+    return event;
+  }
+  absl::StatusOr<EventHandle> created = backend_.CreateEvent();
+  if (!created.ok()) {
+    Fail(created.status());
+    return 0;
+  }
+  all_events_.push_back(*created);
+  return *created;
+}
+
+const StreamOrder::Recorded* StreamOrder::RecordOn(std::uintptr_t stream,
+                                                   StreamState& state) {
+  const EventHandle event = TakeEvent();
+  if (event == 0) return nullptr;
+  absl::Status recorded = backend_.RecordEvent(event, Stream(stream));
+  if (!recorded.ok()) {
+    spare_events_.push_back(event);
+    Fail(recorded);
+    return nullptr;
+  }
+  state.pending.push_back(Recorded{++events_recorded_, event});
+  return &state.pending.back();
+}
+
+void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
+  while (!state.pending.empty() && state.pending.front().number <= up_to) {
+    const Recorded front = state.pending.front();
+    absl::StatusOr<bool> done = backend_.QueryEvent(front.event);
+    if (!done.ok()) {
+      Fail(done.status());
+      return;
+    }
+    // A stream's events complete in order: the first one still running
+    // means every later one is running too.
+    if (!*done) return;
+    state.completed = front.number;
+    spare_events_.push_back(front.event);
+    state.pending.pop_front();
+  }
+}
+
+ReuseOracle::Verdict StreamOrder::Prepare(std::uintptr_t from,
+                                          std::uint64_t stamp,
+                                          std::uintptr_t to) {
+  StreamState& state = streams_[from];
+  if (state.completed > stamp) return Verdict::kReady;
+  // The oldest event recorded after the free captures the freeing work; when
+  // there is none yet, record one now.
+  Recorded fence;
+  bool found = false;
+  for (const Recorded& r : state.pending) {
+    if (r.number > stamp) {
+      fence = r;
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    const Recorded* r = RecordOn(from, state);
+    if (r == nullptr) return Verdict::kBlocked;
+    fence = *r;
+  }
+  Retire(state, fence.number);
+  if (state.completed > stamp) return Verdict::kReady;
+  if (policy_ != CrossStreamReuse::kStreamWait) return Verdict::kBlocked;
+  absl::Status waited = backend_.StreamWaitEvent(Stream(to), fence.event);
+  if (!waited.ok()) {
+    Fail(waited);
+    return Verdict::kBlocked;
+  }
+  ++stream_waits_;
+  return Verdict::kWaited;
+}
+
+absl::Status StreamOrder::WaitForAll(
+    const std::vector<std::uintptr_t>& streams) {
+  for (std::uintptr_t stream : streams) {
+    StreamState& state = streams_[stream];
+    const Recorded* r = RecordOn(stream, state);
+    if (r == nullptr) return TakeError();
+    const Recorded fence = *r;
+    absl::Status synced = backend_.SynchronizeEvent(fence.event);
+    if (!synced.ok()) return synced;
+    ++host_waits_;
+    state.completed = fence.number;
+    for (const Recorded& done : state.pending) {
+      spare_events_.push_back(done.event);
+    }
+    state.pending.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpualloc::core

@@ -1,0 +1,95 @@
+// core/stream_order.h: the events behind stream-ordered frees.
+//
+// The BFC facade stamps every free with stamp() (core/fences.h) and hands the
+// core this object as its ReuseOracle. Events are recorded lazily: only when a
+// chunk freed on stream S is wanted on another stream does S get an event, and
+// that one event then covers every free on S before it. A workload on one
+// stream never reaches this code, so it records no event at all.
+//
+// Per stream S the object keeps the events recorded on S that are not yet
+// known complete (oldest first; a stream's events complete in order) and the
+// number of the newest event known complete. A condition (S, q) holds once an
+// event numbered above q has completed.
+//
+// Errors from the backend's event calls are kept (first_error) and the
+// condition is treated as blocked, so a failing driver makes the allocator
+// look elsewhere or report, never hand out memory that may still be in use.
+//
+// Thread safety: none; the allocator facade's lock guards it.
+#ifndef GPUALLOC_CORE_STREAM_ORDER_H_
+#define GPUALLOC_CORE_STREAM_ORDER_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "core/fences.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc::core {
+
+class StreamOrder final : public ReuseOracle {
+ public:
+  StreamOrder(Backend* backend, CrossStreamReuse policy)
+      : backend_(*backend), policy_(policy) {}
+  ~StreamOrder() override;
+
+  StreamOrder(const StreamOrder&) = delete;
+  StreamOrder& operator=(const StreamOrder&) = delete;
+
+  // The stamp for a free happening now.
+  std::uint64_t stamp() const { return events_recorded_; }
+
+  bool KnownComplete(std::uintptr_t stream, std::uint64_t stamp) const override;
+  Verdict Prepare(std::uintptr_t from, std::uint64_t stamp,
+                  std::uintptr_t to) override;
+
+  // Host-waits until the work queued so far on each of `streams` has
+  // completed (the out-of-memory path): one event recorded and waited for
+  // per stream.
+  absl::Status WaitForAll(const std::vector<std::uintptr_t>& streams);
+
+  // The first backend error met since the last call, then cleared.
+  absl::Status TakeError();
+
+  std::uint64_t events_recorded() const { return events_recorded_; }
+  std::uint64_t stream_waits() const { return stream_waits_; }
+  std::uint64_t host_waits() const { return host_waits_; }
+  std::uint64_t events_created() const { return all_events_.size(); }
+
+ private:
+  struct Recorded {
+    std::uint64_t number = 0;  // > the stamps of the frees it covers
+    EventHandle event = 0;
+  };
+  struct StreamState {
+    std::deque<Recorded> pending;  // oldest first
+    std::uint64_t completed = 0;   // number of the newest completed event
+  };
+
+  // An event ready to record: a recycled one or a new one; 0 on error.
+  EventHandle TakeEvent();
+  // Records a new event on `stream`; nullptr on error.
+  const Recorded* RecordOn(std::uintptr_t stream, StreamState& state);
+  // Drops the completed events at the front of the stream's queue (asking
+  // the device about at most `up_to` and everything before it).
+  void Retire(StreamState& state, std::uint64_t up_to);
+  void Fail(const absl::Status& status);
+
+  Backend& backend_;
+  const CrossStreamReuse policy_;
+  absl::flat_hash_map<std::uintptr_t, StreamState> streams_;
+  std::vector<EventHandle> spare_events_;
+  std::vector<EventHandle> all_events_;
+  std::uint64_t events_recorded_ = 0;
+  std::uint64_t stream_waits_ = 0;
+  std::uint64_t host_waits_ = 0;
+  absl::Status error_;
+};
+
+}  // namespace gpualloc::core
+
+#endif  // GPUALLOC_CORE_STREAM_ORDER_H_
