@@ -105,6 +105,14 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                                "growth granule of %d bytes",
                                limit, granularity));
   }
+  if (options.expandable == Tristate::kOn &&
+      !device.capabilities.virtual_memory) {
+    return Bad("expandable",
+               absl::StrFormat("expandable regions were asked for, but backend "
+                               "%s (%s) has no virtual memory support; use "
+                               "expandable=auto (on where it works) or false",
+                               device.backend, device.name));
+  }
   // Any alignment up to one granule can be honoured by padding inside a region.
   r.max_alignment = granularity;
   return r;

@@ -104,6 +104,9 @@ TEST(OptionsTest, BadOptionsNameTheField) {
       "growth_granularity");
   add(
       "unknown arch", [](Options& o) { o.arch = "h900"; }, "arch");
+  add(
+      "expandable without virtual memory",
+      [](Options& o) { o.expandable = Tristate::kOn; }, "expandable");
   for (const BadCase& c : cases) {
     auto r = ResolveOptions(c.options, H100());
     ASSERT_FALSE(r.ok()) << c.name;
