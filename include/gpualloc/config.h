@@ -30,6 +30,20 @@
 //   name          GPUALLOC_NAME          a label
 // Sizes take B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers
 // of 1024), or no unit (bytes).
+//
+// Parsing rules, the same for variables and the configuration string:
+//  - values are trimmed of surrounding whitespace; an empty value is an error
+//    naming the variable or key (unset the variable to take the default);
+//  - keywords (true/false, bfc, sim, auto, profile names, units) are
+//    case-insensitive; configuration-string keys are not;
+//  - numbers are plain decimals ("0.75", ".9"): no sign, exponent, inf or nan;
+//  - a size may have a fraction only when the result is a whole number of
+//    bytes ("1.5GiB" yes, "1.5B" no); sizes beyond 64 bits are errors, and
+//    mem_limit and device_memory must be more than 0;
+//  - every variable that is set is parsed, even when a higher level decides
+//    the value (a bad XLA_* alias is an error even with GPUALLOC_* set);
+//  - each key resolves on its own; a mem_limit from any level then overrides
+//    mem_fraction (Options::memory_limit).
 #ifndef GPUALLOC_CONFIG_H_
 #define GPUALLOC_CONFIG_H_
 

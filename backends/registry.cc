@@ -1,0 +1,247 @@
+// backends/registry.cc: the backend a configuration names, and one allocator
+// per device (gpualloc/registry.h).
+//
+// The vendor backends (backends/cuda, backends/hip) land in later issues; until
+// then this build knows the simulator only, and the errors for cuda, hip and
+// auto say so and name the way to the simulator. kVendorBackends below is the
+// one place a vendor backend will be added.
+#include "gpualloc/registry.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "core/lock.h"
+#include "gpualloc/sim_backend.h"
+
+namespace gpualloc {
+namespace {
+
+// The profile the simulator models when arch is "auto": the SPEC's reference
+// device.
+constexpr absl::string_view kDefaultSimProfile = "h200";
+
+// Where a key's effective value came from, for messages: " (from
+// GPUALLOC_BACKEND)", " (from the config string)", "" for defaults.
+std::string FromWhere(const Config& config, absl::string_view key) {
+  for (const ConfigSetting& s : config.settings) {
+    if (s.key != key) continue;
+    switch (s.origin) {
+      case ValueOrigin::kDefault:
+        return " (the default)";
+      case ValueOrigin::kOption:
+        return absl::StrCat(" (from the ", s.source, ")");
+      case ValueOrigin::kVariable:
+      case ValueOrigin::kAlias:
+        return absl::StrCat(" (from ", s.source, ")");
+    }
+  }
+  return "";
+}
+
+constexpr absl::string_view kUseSim =
+    "GPUALLOC_BACKEND=sim (or backend=sim in a config string) selects the "
+    "simulated device";
+
+// A vendor backend this build may contain.
+struct VendorBackend {
+  BackendKind kind;
+  absl::string_view vendor;  // "CUDA", "HIP"
+  // Null when this build has no such backend.
+  absl::StatusOr<std::shared_ptr<Backend>> (*create)(const Config&, int);
+  absl::StatusOr<int> (*count)(const Config&);
+};
+
+// In the order auto tries them. Neither is built yet (SPEC section 3: they
+// land in their own issues).
+constexpr VendorBackend kVendorBackends[] = {
+    {BackendKind::kCuda, "CUDA", nullptr, nullptr},
+    {BackendKind::kHip, "HIP", nullptr, nullptr},
+};
+
+const VendorBackend& FindVendorBackend(BackendKind kind) {
+  for (const VendorBackend& v : kVendorBackends) {
+    if (v.kind == kind) return v;
+  }
+  return kVendorBackends[0];  // unreachable: callers pass cuda or hip
+}
+
+absl::Status NotBuilt(const Config& config, const VendorBackend& v) {
+  return absl::UnimplementedError(absl::StrCat(
+      "backend=", BackendKindName(v.kind), FromWhere(config, "backend"),
+      ": this build of gpualloc has "
+      "no ",
+      v.vendor, " backend; ", kUseSim));
+}
+
+// backend=auto: the first vendor backend that works, else an error saying
+// what was tried and why each failed.
+template <typename T, typename Fn>
+absl::StatusOr<T> TryVendors(const Config& config, Fn&& fn) {
+  std::vector<std::string> tried;
+  for (const VendorBackend& v : kVendorBackends) {
+    if (v.create == nullptr) {
+      tried.push_back(
+          absl::StrCat(BackendKindName(v.kind), " (not in this build)"));
+      continue;
+    }
+    absl::StatusOr<T> result = fn(v);
+    if (result.ok()) return result;
+    tried.push_back(absl::StrCat(BackendKindName(v.kind), " (",
+                                 result.status().message(), ")"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "backend=auto", FromWhere(config, "backend"),
+      " found no GPU backend that works; tried: ", absl::StrJoin(tried, ", "),
+      ". ", kUseSim));
+}
+
+class DeviceRegistryImpl final : public DeviceRegistry {
+ public:
+  DeviceRegistryImpl(Config config, BackendFactory factory, int num_devices)
+      : config_(std::move(config)),
+        factory_(std::move(factory)),
+        num_devices_(num_devices),
+        slots_(new Slot[static_cast<std::size_t>(num_devices)]) {}
+
+  absl::StatusOr<Allocator*> Get(int ordinal) override {
+    if (ordinal < 0 || ordinal >= num_devices_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device ordinal ", ordinal, " is out of range: ", num_devices_,
+          " device", num_devices_ == 1 ? "" : "s", " (ordinals 0..",
+          num_devices_ - 1, ")"));
+    }
+    Slot& slot = slots_[static_cast<std::size_t>(ordinal)];
+    // Fast path once created: one acquire load, no lock.
+    if (Allocator* a = slot.ready.load(std::memory_order_acquire)) return a;
+
+    // The slot's lock is held across creation, so the factory never runs
+    // twice at once for one device; other devices are not held up.
+    core::LockGuard guard(&slot.mu);
+    if (slot.allocator != nullptr) return slot.allocator.get();
+    absl::StatusOr<std::shared_ptr<Backend>> backend = factory_(ordinal);
+    if (!backend.ok()) return backend.status();
+    if (*backend == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "the backend factory returned no backend for device ", ordinal));
+    }
+    absl::StatusOr<std::unique_ptr<Allocator>> allocator =
+        CreateAllocator(config_.options, std::move(*backend));
+    if (!allocator.ok()) return allocator.status();
+    slot.allocator = std::move(*allocator);
+    slot.ready.store(slot.allocator.get(), std::memory_order_release);
+    return slot.allocator.get();
+  }
+
+  int num_devices() const override { return num_devices_; }
+  const Config& config() const override { return config_; }
+
+ private:
+  struct Slot {
+    core::Lock mu;
+    std::unique_ptr<Allocator> allocator ABSL_GUARDED_BY(mu);
+    // allocator.get() once created; read without the lock.
+    std::atomic<Allocator*> ready{nullptr};
+  };
+
+  const Config config_;
+  const BackendFactory factory_;
+  const int num_devices_;
+  const std::unique_ptr<Slot[]> slots_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
+                                                       int ordinal) {
+  if (ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ordinal ", ordinal, " is negative"));
+  }
+  if (config.device_memory != 0 && config.backend != BackendKind::kSim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_memory=", config.device_memory,
+        FromWhere(config, "device_memory"),
+        " sizes the simulated device only, but backend=",
+        BackendKindName(config.backend), FromWhere(config, "backend"),
+        "; set backend=sim or unset device_memory"));
+  }
+  switch (config.backend) {
+    case BackendKind::kSim: {
+      SimOptions sim;
+      // "" is "auto" too, as in Options.
+      sim.profile = config.options.arch.empty() || config.options.arch == "auto"
+                        ? std::string(kDefaultSimProfile)
+                        : config.options.arch;
+      sim.total_bytes = config.device_memory;
+      sim.ordinal = ordinal;
+      absl::StatusOr<std::shared_ptr<SimBackend>> backend =
+          SimBackend::Create(sim);
+      if (!backend.ok()) {
+        return absl::Status(
+            backend.status().code(),
+            absl::StrCat("backend=sim: ", backend.status().message()));
+      }
+      return std::shared_ptr<Backend>(std::move(*backend));
+    }
+    case BackendKind::kCuda:
+    case BackendKind::kHip: {
+      const VendorBackend& v = FindVendorBackend(config.backend);
+      if (v.create == nullptr) return NotBuilt(config, v);
+      return v.create(config, ordinal);
+    }
+    case BackendKind::kAuto:
+      return TryVendors<std::shared_ptr<Backend>>(
+          config,
+          [&](const VendorBackend& v) { return v.create(config, ordinal); });
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid backend kind ", static_cast<int>(config.backend)));
+}
+
+absl::StatusOr<int> DeviceCount(const Config& config) {
+  switch (config.backend) {
+    case BackendKind::kSim:
+      return 1;
+    case BackendKind::kCuda:
+    case BackendKind::kHip: {
+      const VendorBackend& v = FindVendorBackend(config.backend);
+      if (v.count == nullptr) return NotBuilt(config, v);
+      return v.count(config);
+    }
+    case BackendKind::kAuto:
+      return TryVendors<int>(
+          config, [&](const VendorBackend& v) { return v.count(config); });
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid backend kind ", static_cast<int>(config.backend)));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceRegistry>> DeviceRegistry::Create(
+    const Config& config, BackendFactory factory, int num_devices) {
+  if (num_devices < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceRegistry: num_devices ", num_devices, " is negative"));
+  }
+  if (num_devices == 0) {
+    absl::StatusOr<int> count = DeviceCount(config);
+    if (!count.ok()) return count.status();
+    num_devices = *count;
+  }
+  if (factory == nullptr) {
+    factory = [config](int ordinal) { return CreateBackend(config, ordinal); };
+  }
+  return std::unique_ptr<DeviceRegistry>(
+      new DeviceRegistryImpl(config, std::move(factory), num_devices));
+}
+
+}  // namespace gpualloc

@@ -1,0 +1,126 @@
+// tests/info_test.cc: gpualloc-info as a user runs it, in a clean environment
+// (env -i) so that the caller's GPUALLOC_* variables cannot change the result.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#ifndef GPUALLOC_INFO_PATH
+#error "GPUALLOC_INFO_PATH must name the gpualloc-info executable"
+#endif
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout or stderr, as `streams` selects
+};
+
+// Runs `env -i ENV gpualloc-info ARGS` through the shell. `streams` is a shell
+// redirection choosing what is captured.
+Result RunInfo(const std::string& env, const std::string& args,
+               const std::string& streams) {
+  const std::string command =
+      "env -i " + env + " '" GPUALLOC_INFO_PATH "' " + args + " " + streams;
+  Result run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed: " << command;
+    return run;
+  }
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) {
+    run.out.append(buf.data(), n);
+  }
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+constexpr char kStdout[] = "2>/dev/null";
+constexpr char kStderr[] = "2>&1 >/dev/null";
+
+TEST(InfoTest, PrintsDeviceProfileAndConfiguration) {
+  const Result run =
+      RunInfo("", "--config backend=sim,device_memory=80GB,arch=h100", kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("Device"));
+  EXPECT_THAT(run.out, HasSubstr("sm_90"));
+  EXPECT_THAT(run.out, HasSubstr("80000000000 B (74.51 GiB)"));
+  EXPECT_THAT(run.out, HasSubstr("Architecture profile"));
+  EXPECT_THAT(run.out, HasSubstr("h100 (NVIDIA H100 80GB HBM3)"));
+  EXPECT_THAT(run.out, HasSubstr("Configuration"));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "device_memory +80000000000 B \\(74.51 GiB\\) +"
+                           "option +config string"));
+  EXPECT_THAT(run.out,
+              ::testing::ContainsRegex("mem_fraction +0.75 +default +default"));
+  EXPECT_THAT(run.out, HasSubstr("bytes limit"));
+}
+
+TEST(InfoTest, ShowsVariablesAndAliases) {
+  const Result run = RunInfo(
+      "GPUALLOC_BACKEND=sim XLA_PYTHON_CLIENT_MEM_FRACTION=.5 "
+      "GPUALLOC_MEM_LIMIT=8GiB",
+      "", kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "backend +sim +variable +GPUALLOC_BACKEND"));
+  EXPECT_THAT(run.out,
+              ::testing::ContainsRegex("mem_fraction +0.5 +alias +"
+                                       "XLA_PYTHON_CLIENT_MEM_FRACTION"));
+  EXPECT_THAT(run.out, HasSubstr("8589934592 B (8 GiB)"));
+  EXPECT_THAT(run.out, HasSubstr("overrides mem_fraction"));
+  // arch=auto on the simulated H200: detected.
+  EXPECT_THAT(run.out, HasSubstr("detection: vendor nvidia, arch id sm_90"));
+}
+
+TEST(InfoTest, BadVariableExitsOneNamingIt) {
+  const Result run =
+      RunInfo("GPUALLOC_MEM_FRACTION=2", "--config backend=sim", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("GPUALLOC_MEM_FRACTION=\"2\""));
+  EXPECT_THAT(run.out, HasSubstr("not in (0, 1]"));
+}
+
+TEST(InfoTest, BadConfigStringExitsOne) {
+  const Result run = RunInfo("", "--config backend=sim,colour=blue", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("unknown key \"colour\""));
+}
+
+TEST(InfoTest, BackendErrorsExitOne) {
+  Result run = RunInfo("", "--config backend=cuda", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("no CUDA backend"));
+  run = RunInfo("", "", kStderr);  // auto finds no GPU backend here
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("GPUALLOC_BACKEND=sim"));
+  run = RunInfo("", "--config backend=sim --device 1", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("--device 1"));
+}
+
+TEST(InfoTest, HelpAndUsage) {
+  Result run = RunInfo("", "--help", kStdout);
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.out, HasSubstr("usage: gpualloc-info"));
+  run = RunInfo("", "--frobnicate", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.out, HasSubstr("unknown argument \"--frobnicate\""));
+  run = RunInfo("", "--device x", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  run = RunInfo("", "--config", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.out, Not(HasSubstr("Configuration")));
+}
+
+}  // namespace

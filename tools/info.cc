@@ -1,0 +1,337 @@
+// tools/info.cc: gpualloc-info, what gpualloc would do on this machine.
+//
+// Resolves the configuration (a configuration string, then the process
+// environment, then the defaults; SPEC section 5), creates the backend it
+// names and prints the device, the architecture profile the allocator tunes
+// by, every setting with where it came from, and the resulting limit. A
+// configuration or backend error goes to stderr with exit status 1, so scripts
+// can check a configuration before a long run.
+//
+// Uses the public headers only (SPEC section 2).
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/arch.h"
+#include "gpualloc/backend.h"
+#include "gpualloc/config.h"
+#include "gpualloc/registry.h"
+
+namespace {
+
+constexpr absl::string_view kUsage =
+    "usage: gpualloc-info [--config STRING] [--device N]\n"
+    "\n"
+    "Prints the device gpualloc would use, its architecture profile, the\n"
+    "effective configuration (with where each value came from) and the\n"
+    "resulting memory limit.\n"
+    "\n"
+    "  --config STRING  settings as key=value[,key=value...]; they take\n"
+    "                   precedence over GPUALLOC_* variables and their\n"
+    "                   JAX/XLA/TF aliases, which take precedence over the\n"
+    "                   defaults. Keys: allocator, preallocate, mem_fraction,\n"
+    "                   mem_limit, expandable, arch, gc, backend,\n"
+    "                   device_memory, cross_stream, name.\n"
+    "                   Example: backend=sim,device_memory=80GB,arch=h100\n"
+    "  --device N       the device ordinal (default 0)\n"
+    "  --help           this text\n"
+    "\n"
+    "Exit status: 0 on success, 1 on a configuration or device error, 2 on\n"
+    "bad command-line arguments.\n";
+
+// Label column width of the device and profile sections.
+constexpr int kLabelWidth = 22;
+
+// "2 MiB" when exact, "74.51 GiB" otherwise, "512 B" below 1 KiB.
+std::string Human(std::uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  std::uint64_t scale = 1;
+  while (unit + 1 < 6 && bytes / scale >= 1024) {
+    scale *= 1024;
+    ++unit;
+  }
+  if (bytes % scale == 0) return absl::StrCat(bytes / scale, " ", kUnits[unit]);
+  return absl::StrFormat("%.2f %s", static_cast<double>(bytes) / scale,
+                         kUnits[unit]);
+}
+
+// "80000000000 B (74.51 GiB)"; just "2 MiB" style when the bytes add nothing.
+std::string Bytes(std::uint64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  return absl::StrCat(bytes, " B (", Human(bytes), ")");
+}
+
+std::string Sizes(const std::vector<std::uint64_t>& sizes) {
+  if (sizes.empty()) return "none reported";
+  std::vector<std::string> parts;
+  for (std::uint64_t s : sizes) parts.push_back(Human(s));
+  return absl::StrJoin(parts, ", ");
+}
+
+void Row(absl::string_view label, absl::string_view value) {
+  absl::PrintF("  %-*s%s\n", kLabelWidth, label, value);
+}
+
+// Prints `text` as the value of `label`, wrapped at about 100 columns with
+// continuation lines indented under the value.
+void WrappedRow(absl::string_view label, absl::string_view text) {
+  constexpr std::size_t kWidth = 100 - 2 - kLabelWidth;
+  std::vector<std::string> lines(1);
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!lines.back().empty() &&
+        lines.back().size() + 1 + word.size() > kWidth) {
+      lines.emplace_back();
+    }
+    if (!lines.back().empty()) lines.back() += ' ';
+    absl::StrAppend(&lines.back(), word);
+  }
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    Row(i == 0 ? label : "", lines[i]);
+  }
+}
+
+const char* YesNo(bool b) { return b ? "yes" : "no"; }
+
+void PrintDevice(const gpualloc::DeviceInfo& d) {
+  absl::PrintF("Device\n");
+  Row("backend", d.backend);
+  Row("vendor", gpualloc::VendorName(d.vendor));
+  Row("name", d.name);
+  Row("arch id", d.arch_id.empty() ? "(none reported)" : d.arch_id);
+  Row("ordinal", absl::StrCat(d.ordinal));
+  Row("total memory", Bytes(d.total_bytes));
+  Row("granularity",
+      absl::StrCat("minimum ", Human(d.min_granularity), ", recommended ",
+                   Human(d.recommended_granularity)));
+  Row("allocation alignment", Human(d.allocation_alignment));
+  Row("page sizes", Sizes(d.page_sizes));
+  const gpualloc::Capabilities& c = d.capabilities;
+  Row("capabilities",
+      absl::StrCat("virtual memory: ", YesNo(c.virtual_memory),
+                   ", streams: ", YesNo(c.streams),
+                   ", stream-ordered pools: ", YesNo(c.stream_ordered_pools),
+                   ", host accessible: ", YesNo(c.host_accessible)));
+  Row("driver version",
+      d.driver_version.empty() ? "(none reported)" : d.driver_version);
+}
+
+void PrintProfile(const gpualloc::Config& config,
+                  const gpualloc::DeviceInfo& d) {
+  absl::PrintF("\nArchitecture profile\n");
+  const std::string& arch = config.options.arch;
+  const bool detect = arch.empty() || arch == "auto";
+  absl::StatusOr<const gpualloc::ArchProfile*> found =
+      detect ? gpualloc::FindArchProfile(d.vendor, d.arch_id, d.total_bytes)
+             : gpualloc::FindArchProfile(arch);
+  if (!found.ok()) {
+    Row("profile", "none matches; the allocator uses the device's own numbers");
+    WrappedRow("why", found.status().message());
+    return;
+  }
+  const gpualloc::ArchProfile& p = **found;
+  Row("profile", absl::StrCat(p.name, " (", p.description, ")"));
+  Row("chosen by",
+      detect
+          ? absl::StrCat("detection: vendor ", gpualloc::VendorName(d.vendor),
+                         ", arch id ", d.arch_id.empty() ? "(none)" : d.arch_id,
+                         ", memory ", Human(d.total_bytes))
+          : absl::StrCat("arch=", arch));
+  Row("arch ids", p.arch_ids.empty() ? "(generic fallback)"
+                                     : absl::StrJoin(p.arch_ids, ", "));
+  Row("memory",
+      p.memory_bytes == 0 ? "(from the device)" : Bytes(p.memory_bytes));
+  Row("granularity",
+      absl::StrCat("minimum ", Human(p.min_granularity), ", recommended ",
+                   Human(p.recommended_granularity)));
+  Row("allocation alignment", Human(p.allocation_alignment));
+  Row("page sizes", Sizes(p.page_sizes));
+  Row("min block size", Human(p.min_block_size));
+  Row("large page size",
+      p.large_page_size == 0 ? "(none)" : Human(p.large_page_size));
+  WrappedRow("sources", p.sources);
+}
+
+// The value as printed: sizes get human units, empty labels a marker.
+std::string ShowValue(const gpualloc::ConfigSetting& s) {
+  if (s.value.empty()) return "(none)";
+  if (s.key == "mem_limit" || s.key == "device_memory") {
+    std::uint64_t bytes = 0;
+    const auto [end, ec] =
+        std::from_chars(s.value.data(), s.value.data() + s.value.size(), bytes);
+    if (ec == std::errc() && end == s.value.data() + s.value.size()) {
+      return Bytes(bytes);
+    }
+  }
+  return s.value;
+}
+
+void PrintConfig(const gpualloc::Config& config) {
+  absl::PrintF("\nConfiguration\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"key", "value", "origin", "source"}};
+  for (const gpualloc::ConfigSetting& s : config.settings) {
+    rows.push_back({s.key, ShowValue(s),
+                    std::string(gpualloc::ValueOriginName(s.origin)),
+                    s.source});
+  }
+  std::vector<std::size_t> width(4, 0);
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  rows.insert(rows.begin() + 1,
+              {std::string(width[0], '-'), std::string(width[1], '-'),
+               std::string(width[2], '-'), std::string(width[3], '-')});
+  for (const auto& row : rows) {
+    absl::PrintF("  %-*s  %-*s  %-*s  %s\n", width[0], row[0], width[1], row[1],
+                 width[2], row[2], row[3]);
+  }
+}
+
+const gpualloc::ConfigSetting* Setting(const gpualloc::Config& config,
+                                       absl::string_view key) {
+  for (const gpualloc::ConfigSetting& s : config.settings) {
+    if (s.key == key) return &s;
+  }
+  return nullptr;
+}
+
+void PrintLimit(const gpualloc::Config& config, const gpualloc::Stats& stats,
+                const gpualloc::DeviceInfo& d) {
+  absl::PrintF("\nLimit\n");
+  const gpualloc::Options& o = config.options;
+  Row("bytes limit", Bytes(stats.bytes_limit));
+  std::string why;
+  if (o.memory_limit != 0) {
+    const gpualloc::ConfigSetting* fraction = Setting(config, "mem_fraction");
+    why = absl::StrCat("mem_limit ", Human(o.memory_limit));
+    if (fraction != nullptr &&
+        fraction->origin != gpualloc::ValueOrigin::kDefault) {
+      absl::StrAppend(&why, " (overrides mem_fraction ", fraction->value,
+                      " from ", fraction->source, ")");
+    }
+  } else {
+    why = absl::StrFormat("mem_fraction %s of %s",
+                          Setting(config, "mem_fraction")->value,
+                          Human(d.total_bytes));
+  }
+  absl::StrAppend(&why, ", rounded down to whole growth granules");
+  Row("from", why);
+  Row("growth", o.preallocate
+                    ? "the whole limit is reserved as one region on the "
+                      "first allocation (preallocate=true)"
+                    : "regions are added on demand up to the limit "
+                      "(preallocate=false)");
+}
+
+int Fail(const absl::Status& status) {
+  absl::FPrintF(stderr, "gpualloc-info: %s\n", status.message());
+  return 1;
+}
+
+int Usage(absl::string_view why) {
+  absl::FPrintF(stderr, "gpualloc-info: %s\n%s", why, kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_string;
+  bool have_config = false;
+  int ordinal = 0;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    // "--flag value" and "--flag=value" alike.
+    const auto value_of = [&](absl::string_view flag,
+                              std::string* out) -> absl::StatusOr<bool> {
+      if (arg == flag) {
+        if (i + 1 >= argc) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(flag, " needs a value"));
+        }
+        *out = argv[++i];
+        return true;
+      }
+      if (absl::StartsWith(arg, absl::StrCat(flag, "="))) {
+        *out = std::string(arg.substr(flag.size() + 1));
+        return true;
+      }
+      return false;
+    };
+    std::string value;
+    if (arg == "--help" || arg == "-h") {
+      absl::PrintF("%s", kUsage);
+      return 0;
+    }
+    absl::StatusOr<bool> is_config = value_of("--config", &value);
+    if (!is_config.ok()) return Usage(is_config.status().message());
+    if (*is_config) {
+      if (have_config) return Usage("--config given twice");
+      have_config = true;
+      config_string = value;
+      continue;
+    }
+    absl::StatusOr<bool> is_device = value_of("--device", &value);
+    if (!is_device.ok()) return Usage(is_device.status().message());
+    if (*is_device) {
+      const auto [end, ec] =
+          std::from_chars(value.data(), value.data() + value.size(), ordinal);
+      if (ec != std::errc() || end != value.data() + value.size() ||
+          ordinal < 0) {
+        return Usage(absl::StrCat("--device \"", value,
+                                  "\" is not a device ordinal (0, 1, ...)"));
+      }
+      continue;
+    }
+    return Usage(absl::StrCat("unknown argument \"", arg, "\""));
+  }
+
+  absl::StatusOr<gpualloc::Config> config =
+      gpualloc::ResolveConfig(config_string, gpualloc::ProcessEnvironment());
+  if (!config.ok()) return Fail(config.status());
+  absl::StatusOr<int> count = gpualloc::DeviceCount(*config);
+  if (!count.ok()) return Fail(count.status());
+  if (ordinal >= *count) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--device ", ordinal, ": backend ",
+                     gpualloc::BackendKindName(config->backend), " has ",
+                     *count, " device", *count == 1 ? "" : "s")));
+  }
+  absl::StatusOr<std::shared_ptr<gpualloc::Backend>> backend =
+      gpualloc::CreateBackend(*config, ordinal);
+  if (!backend.ok()) return Fail(backend.status());
+  const gpualloc::DeviceInfo& device = (*backend)->info();
+
+  PrintDevice(device);
+  PrintProfile(*config, device);
+  PrintConfig(*config);
+  // The allocator computes the limit exactly as a program would get it;
+  // creating one touches no device memory.
+  absl::StatusOr<std::unique_ptr<gpualloc::Allocator>> allocator =
+      gpualloc::CreateAllocator(config->options, *backend);
+  std::fflush(stdout);
+  if (!allocator.ok()) {
+    return Fail(absl::Status(allocator.status().code(),
+                             absl::StrCat("cannot create the allocator: ",
+                                          allocator.status().message())));
+  }
+  PrintLimit(*config, (*allocator)->GetStats(), device);
+  return 0;
+}
