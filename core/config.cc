@@ -21,8 +21,10 @@
 //    option, or the GPUALLOC_* variable over its alias) decides the value: a
 //    typo in an environment someone believes is in effect is reported, not
 //    silently shadowed.
-//  - mem_limit and mem_fraction resolve independently; when mem_limit ends up
-//    set (at any level) it decides the limit, as Options::memory_limit does.
+//  - mem_limit and mem_fraction both set the limit, so the higher level wins
+//    between them: a mem_fraction the program gives beats a GPUALLOC_MEM_LIMIT
+//    in the environment (the variable is then reported as overridden). At one
+//    level mem_limit beats mem_fraction, as Options::memory_limit does.
 //  - A size of 0 is rejected for mem_limit and device_memory: in Options 0
 //    means "unset", so accepting it would silently mean something else.
 #include "gpualloc/config.h"
@@ -802,6 +804,31 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
     } else {
       origin[i] = ValueOrigin::kDefault;
       source[i] = "default";
+    }
+  }
+
+  // The limit is one setting with two spellings: a fraction from a higher
+  // level beats a limit from a lower one.
+  auto rank = [](ValueOrigin v) {
+    switch (v) {
+      case ValueOrigin::kOption:
+        return 3;
+      case ValueOrigin::kVariable:
+        return 2;
+      case ValueOrigin::kAlias:
+        return 1;
+      case ValueOrigin::kDefault:
+        break;
+    }
+    return 0;
+  };
+  {
+    const std::size_t f = static_cast<std::size_t>(Key::kMemFraction);
+    const std::size_t l = static_cast<std::size_t>(Key::kMemLimit);
+    if (merged.memory_limit.has_value() && rank(origin[f]) > rank(origin[l])) {
+      merged.memory_limit.reset();
+      source[l] = absl::StrCat(source[l], " (overridden by mem_fraction from ",
+                               source[f], ")");
     }
   }
 

@@ -332,6 +332,28 @@ TEST(ConfigTest, VariableWinsOverAliasButAliasIsStillParsed) {
   EXPECT_THAT(c.status().message(), HasSubstr("GPUALLOC_MEM_FRACTION=\"2\""));
 }
 
+TEST(ConfigTest, FractionFromAHigherLevelBeatsALimitFromALowerOne) {
+  // The program's fraction beats the environment's limit ...
+  auto c = ResolveConfig("mem_fraction=0.5",
+                         MapEnvironment({{"GPUALLOC_MEM_LIMIT", "40GiB"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_limit, 0u);
+  EXPECT_EQ(c->options.memory_fraction, 0.5);
+  EXPECT_NE(SettingOf(*c, "mem_limit").source.find("overridden"),
+            std::string::npos);
+  // ... while at one level the limit beats the fraction.
+  c = ResolveConfig("", MapEnvironment({{"GPUALLOC_MEM_LIMIT", "40GiB"},
+                                        {"GPUALLOC_MEM_FRACTION", "0.5"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_limit, 40ull << 30);
+  // And a variable's limit beats an alias's fraction.
+  c = ResolveConfig("",
+                    MapEnvironment({{"GPUALLOC_MEM_LIMIT", "40GiB"},
+                                    {"XLA_PYTHON_CLIENT_MEM_FRACTION", ".9"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_limit, 40ull << 30);
+}
+
 TEST(ConfigTest, BothFractionAliasesIsAnError) {
   for (const Env& env : {Env{{"XLA_CLIENT_MEM_FRACTION", "0.5"},
                              {"XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5"}},
