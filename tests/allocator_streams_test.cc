@@ -8,12 +8,15 @@
 //   single-stream workloads record no event;
 //   random multi-stream sequences: zero hazards, Validate after every step.
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
@@ -223,6 +226,60 @@ TEST(AllocatorStreamsTest, SingleStreamWorkloadRecordsNoEvent) {
                    SimOp::kStreamWaitEvent, SimOp::kSynchronizeEvent}) {
     EXPECT_EQ(f.sim->calls(op), 0u) << SimOpName(op);
   }
+}
+
+// The real PyTorch traces of ../shared/traces (one stream each) replayed on a
+// simulated H100: zero events per free. Skipped where the traces are absent.
+TEST(AllocatorStreamsTest, RealSingleStreamTracesRecordNoEvent) {
+  const std::string dir = GPUALLOC_SHARED_TRACES_DIR;
+  std::vector<std::string> names = {"torch-cs336-medium_1024_inference.csv",
+                                    "torch-cs336-medium_1024_training.csv",
+                                    "torch-cs336-medium_128_training.csv",
+                                    "torch-opt125m-zo-finetune.csv"};
+  int replayed = 0;
+  for (const std::string& name : names) {
+    std::ifstream in(dir + "/" + name);
+    if (!in) continue;
+    for (bool preallocate : {true, false}) {
+      SimOptions so;
+      so.profile = "h100";
+      auto sim = testing::MakeSim(so);
+      Options o;
+      o.preallocate = preallocate;
+      auto a = testing::MakeAllocator(o, sim);
+      std::map<std::uint64_t, void*> live;
+      std::uint64_t frees = 0;
+      std::string line;
+      in.clear();
+      in.seekg(0);
+      std::getline(in, line);  // header
+      while (std::getline(in, line)) {
+        std::vector<std::string> f = absl::StrSplit(line, ',');
+        ASSERT_EQ(f.size(), 5u) << name << ": " << line;
+        const std::uint64_t id = std::stoull(f[2]);
+        const Stream stream(std::stoull(f[4]));
+        if (f[1] == "alloc") {
+          absl::StatusOr<void*> p = a->Allocate(std::stoull(f[3]), stream);
+          ASSERT_TRUE(p.ok()) << name << ": " << p.status();
+          live[id] = *p;
+        } else {
+          GPUALLOC_ASSERT_OK(a->Deallocate(live.at(id), stream));
+          live.erase(id);
+          ++frees;
+        }
+      }
+      const Stats s = a->GetStats();
+      std::printf("%-40s preallocate=%d frees=%llu events_recorded=%llu\n",
+                  name.c_str(), preallocate,
+                  static_cast<unsigned long long>(frees),
+                  static_cast<unsigned long long>(s.events_recorded));
+      EXPECT_GT(frees, 0u);
+      EXPECT_EQ(s.events_recorded, 0u) << name;
+      EXPECT_EQ(sim->calls(SimOp::kRecordEvent), 0u) << name;
+      ++replayed;
+    }
+  }
+  if (replayed == 0) GTEST_SKIP() << "no traces in " << dir;
 }
 
 TEST(AllocatorStreamsTest, BackendWithoutStreamsTreatsAllStreamsAsOne) {
