@@ -91,6 +91,7 @@ class BfcAllocator final : public Allocator {
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {
+      if (stream_order_.has_error()) return EventFailure(bytes, stream);
       absl::StatusOr<DeviceAddress> grown =
           AllocateSlow(size, bytes, align, needed, stream);
       if (!grown.ok()) return grown.status();
@@ -290,8 +291,13 @@ class BfcAllocator final : public Allocator {
   absl::StatusOr<DeviceAddress> AllocateSlow(
       std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
       std::uint64_t needed, Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // A retry that met a failing event call stops everything (EventFailure).
+    bool event_failed = false;
     auto retry = [&]() -> std::optional<DeviceAddress> {
-      return core_.Allocate(size, bytes, align, stream.handle, oracle_);
+      std::optional<DeviceAddress> a =
+          core_.Allocate(size, bytes, align, stream.handle, oracle_);
+      event_failed = !a.has_value() && stream_order_.has_error();
+      return a;
     };
     absl::Status why;
     if (resolved_.options.preallocate) {
@@ -311,6 +317,7 @@ class BfcAllocator final : public Allocator {
     }
     if (why.ok()) {
       if (std::optional<DeviceAddress> a = retry()) return *a;
+      if (event_failed) return EventFailure(bytes, stream);
       why =
           absl::ResourceExhaustedError("no free chunk fits even after growing");
     }
@@ -321,8 +328,10 @@ class BfcAllocator final : public Allocator {
       const std::vector<std::uintptr_t> pending =
           core_.PendingStreams(stream_order_, stream.handle);
       if (!pending.empty()) {
-        GPUALLOC_RETURN_IF_ERROR(stream_order_.WaitForAll(pending));
+        absl::Status waited = stream_order_.WaitForAll(pending);
+        if (!waited.ok()) return EventFailure(bytes, stream, waited);
         if (std::optional<DeviceAddress> a = retry()) return *a;
+        if (event_failed) return EventFailure(bytes, stream);
       }
     }
 
@@ -332,24 +341,30 @@ class BfcAllocator final : public Allocator {
       absl::Status grown = Grow(needed);
       if (grown.ok()) {
         if (std::optional<DeviceAddress> a = retry()) return *a;
+        if (event_failed) return EventFailure(bytes, stream);
       } else if (!absl::IsResourceExhausted(grown)) {
         return grown;
       } else {
         why = grown;
       }
     }
-    // An event call that failed on the way explains more than "out of memory".
-    absl::Status event_error = stream_order_.TakeError();
-    if (!event_error.ok()) {
-      return absl::Status(
-          event_error.code(),
-          absl::StrFormat("Allocate(%d bytes) on stream %#x: a backend event "
-                          "call failed, so memory other streams freed could "
-                          "not be reused safely: %s",
-                          bytes, stream.handle, event_error.message()));
-    }
     ++num_ooms_;
     return OutOfMemory(bytes, size, why);
+  }
+
+  // A backend event call failed while looking at memory other streams freed:
+  // report it (nothing was handed out) instead of guessing.
+  absl::Status EventFailure(std::uint64_t bytes, Stream stream,
+                            absl::Status error = absl::OkStatus())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status kept = stream_order_.TakeError();
+    if (error.ok()) error = kept;
+    return absl::Status(
+        error.code(),
+        absl::StrFormat("Allocate(%d bytes) on stream %#x: a backend event "
+                        "call failed, so memory other streams freed cannot be "
+                        "reused safely: %s",
+                        bytes, stream.handle, error.message()));
   }
 
   absl::Status OutOfMemory(std::uint64_t bytes, std::uint64_t size,

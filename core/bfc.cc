@@ -174,8 +174,8 @@ void BfcCore::AbsorbMixedFence(Chunk& into, Chunk& from,
   NormalizeFence(into);
 }
 
-bool BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
-                         ReuseOracle& oracle) {
+BfcCore::Usable BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
+                                    ReuseOracle& oracle) {
   Chunk& c = chunks_[id];
   if (c.fence == Fence::kStream) {
     switch (oracle.Prepare(c.stream, c.free_stamp, stream)) {
@@ -183,18 +183,26 @@ bool BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
         c.fence = Fence::kClean;
         c.stream = 0;
         c.free_stamp = 0;
-        return true;
+        return Usable::kYes;
       case ReuseOracle::Verdict::kWaited:
-        return true;
+        return Usable::kYes;
       case ReuseOracle::Verdict::kBlocked:
-        return false;
+        return Usable::kNo;
+      case ReuseOracle::Verdict::kError:
+        return Usable::kStop;
     }
   }
   GPUALLOC_DCHECK(c.fence == Fence::kSet);
   for (const StreamStamp& s : fences_.Get(c.fence_set)) {
-    if (s.stream != stream && oracle.Prepare(s.stream, s.stamp, stream) ==
-                                  ReuseOracle::Verdict::kBlocked) {
-      return false;
+    if (s.stream == stream) continue;
+    switch (oracle.Prepare(s.stream, s.stamp, stream)) {
+      case ReuseOracle::Verdict::kReady:
+      case ReuseOracle::Verdict::kWaited:
+        break;
+      case ReuseOracle::Verdict::kBlocked:
+        return Usable::kNo;
+      case ReuseOracle::Verdict::kError:
+        return Usable::kStop;
     }
   }
   // What completed no longer constrains the rest of the chunk.
@@ -202,25 +210,24 @@ bool BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
     return !oracle.KnownComplete(s.stream, s.stamp);
   });
   NormalizeFence(c);
-  return true;
+  return Usable::kYes;
 }
 
 ChunkId BfcCore::FindUsable(ChunkId first, std::uintptr_t stream,
                             ReuseOracle* oracle) {
-  if (oracle == nullptr) {
-    // Nobody can vouch for other streams' work: only chunks free for `stream`.
-    for (ChunkId id = first, n = 0;
-         id != kNoChunk && n < kMaxCrossStreamCandidates;
-         id = bins_.NextFit(id), ++n) {
-      if (UsableOn(chunks_[id], stream)) return id;
-    }
-    return kNoChunk;
-  }
   for (ChunkId id = first, n = 0;
        id != kNoChunk && n < kMaxCrossStreamCandidates;
        id = bins_.NextFit(id), ++n) {
-    if (UsableOn(chunks_[id], stream) || MakeUsable(id, stream, *oracle)) {
-      return id;
+    if (UsableOn(chunks_[id], stream)) return id;
+    // Without an oracle nobody can vouch for other streams' work.
+    if (oracle == nullptr) continue;
+    switch (MakeUsable(id, stream, *oracle)) {
+      case Usable::kYes:
+        return id;
+      case Usable::kNo:
+        break;
+      case Usable::kStop:
+        return kNoChunk;
     }
   }
   return kNoChunk;

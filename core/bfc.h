@@ -188,7 +188,9 @@ class BfcCore {
   // The first chunk from `first` on, in best-fit order, that `oracle` makes
   // usable on `stream`, or kNoChunk.
   ChunkId FindUsable(ChunkId first, std::uintptr_t stream, ReuseOracle* oracle);
-  bool MakeUsable(ChunkId id, std::uintptr_t stream, ReuseOracle& oracle);
+  enum class Usable { kYes, kNo, kStop };
+  // kStop: the oracle failed; the search ends (the caller reports it).
+  Usable MakeUsable(ChunkId id, std::uintptr_t stream, ReuseOracle& oracle);
   // Gives free chunk `into` the union of its condition and `from`'s; `from`
   // gives up its fence set. Pairs `oracle` knows complete are dropped.
   // Inline: the cases of a single-stream workload.

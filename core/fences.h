@@ -121,6 +121,8 @@ class ReuseOracle {
     kReady,    // the work has completed: usable on any stream
     kWaited,   // the new stream was made to wait for the work: usable on it
     kBlocked,  // neither: look elsewhere
+    kError,    // the device could not be asked: stop looking (the oracle
+               // keeps the error for the caller to report)
   };
 
   virtual ~ReuseOracle() = default;

@@ -87,16 +87,17 @@ ReuseOracle::Verdict StreamOrder::Prepare(std::uintptr_t from,
   }
   if (!found) {
     const Recorded* r = RecordOn(from, state);
-    if (r == nullptr) return Verdict::kBlocked;
+    if (r == nullptr) return Verdict::kError;
     fence = *r;
   }
   Retire(state, fence.number);
+  if (!error_.ok()) return Verdict::kError;
   if (state.completed > stamp) return Verdict::kReady;
   if (policy_ != CrossStreamReuse::kStreamWait) return Verdict::kBlocked;
   absl::Status waited = backend_.StreamWaitEvent(Stream(to), fence.event);
   if (!waited.ok()) {
     Fail(waited);
-    return Verdict::kBlocked;
+    return Verdict::kError;
   }
   ++stream_waits_;
   return Verdict::kWaited;

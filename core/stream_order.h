@@ -11,9 +11,9 @@
 // number of the newest event known complete. A condition (S, q) holds once an
 // event numbered above q has completed.
 //
-// Errors from the backend's event calls are kept (first_error) and the
-// condition is treated as blocked, so a failing driver makes the allocator
-// look elsewhere or report, never hand out memory that may still be in use.
+// Errors from the backend's event calls are kept and Prepare answers kError:
+// the allocator stops and reports the error (TakeError), never handing out
+// memory that may still be in use and never hiding a failing driver.
 //
 // Thread safety: none; the allocator facade's lock guards it.
 #ifndef GPUALLOC_CORE_STREAM_ORDER_H_
@@ -54,6 +54,7 @@ class StreamOrder final : public ReuseOracle {
 
   // The first backend error met since the last call, then cleared.
   absl::Status TakeError();
+  bool has_error() const { return !error_.ok(); }
 
   std::uint64_t events_recorded() const { return events_recorded_; }
   std::uint64_t stream_waits() const { return stream_waits_; }

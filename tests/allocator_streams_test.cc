@@ -64,6 +64,19 @@ struct Fixture {
     EXPECT_TRUE(allocator->Validate().ok()) << allocator->Validate();
     return *p;
   }
+  // Real code orders a second stream's use after the first's (it reads what
+  // the first wrote): an event on `from`, waited for by `to`.
+  void Order(Stream from, Stream to) {
+    absl::StatusOr<EventHandle> e = sim->CreateEvent();
+    ASSERT_TRUE(e.ok()) << e.status();
+    GPUALLOC_ASSERT_OK(sim->RecordEvent(*e, from));
+    GPUALLOC_ASSERT_OK(sim->StreamWaitEvent(to, *e));
+    GPUALLOC_ASSERT_OK(sim->DestroyEvent(*e));
+  }
+  // A block kept live after `p`, so that `p` does not merge into the free
+  // rest of the region when freed (a merge gives the whole rest p's
+  // condition, as TensorFlow's freed_at_count does).
+  void* Guard() { return Use(256, Stream(0x9000)); }
   void Free(void* p, Stream stream) {
     GPUALLOC_EXPECT_OK(allocator->Deallocate(p, stream));
     EXPECT_TRUE(allocator->Validate().ok()) << allocator->Validate();
@@ -88,6 +101,7 @@ TEST_P(StreamMatrixTest, SameStreamReusesAtOnceWithoutEvents) {
 TEST_P(StreamMatrixTest, OtherStreamGetsTheMemoryOnlySafely) {
   Fixture f(GetParam());
   void* p = f.Use(1 * kMiB, kS1);
+  f.Guard();
   f.Free(p, kS1);
   void* q = f.Use(1 * kMiB, kS2);
   if (GetParam() == CrossStreamReuse::kStreamWait) {
@@ -115,7 +129,9 @@ TEST_P(StreamMatrixTest, OtherStreamReusesOnceTheWorkCompleted) {
 TEST_P(StreamMatrixTest, RecordStreamProtectsWorkOnTheExtraStream) {
   Fixture f(GetParam());
   void* p = f.Use(1 * kMiB, kS1);
+  f.Guard();
   GPUALLOC_ASSERT_OK(f.allocator->RecordStream(p, kS2));
+  f.Order(kS1, kS2);
   f.sim->Use(kS2, Addr(p), 1 * kMiB);
   f.Free(p, kS1);
   f.sim->CompleteStream(kS1);  // s1 is done; s2 still runs
@@ -132,6 +148,7 @@ TEST_P(StreamMatrixTest, MergedChunksKeepEveryStreamsCondition) {
   Fixture f(GetParam());
   void* a = f.Use(1 * kMiB, kS1);
   void* b = f.Use(1 * kMiB, kS2);
+  f.Guard();
   ASSERT_EQ(Addr(b), Addr(a) + 1 * kMiB);
   f.Free(a, kS1);
   f.Free(b, kS2);
@@ -142,6 +159,7 @@ TEST_P(StreamMatrixTest, MergedChunksKeepEveryStreamsCondition) {
   } else {
     EXPECT_NE(c, a);
     f.sim->CompleteStream(kS2);
+    f.Free(c, kS3);
     EXPECT_EQ(f.Use(2 * kMiB, kS3), a);
   }
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
@@ -194,7 +212,9 @@ TEST(AllocatorStreamsTest, TheDetectorSeesUndeclaredUse) {
   // meaningful.
   Fixture f(CrossStreamReuse::kWhenComplete);
   void* p = f.Use(1 * kMiB, kS1);
+  f.Order(kS1, kS2);
   f.sim->Use(kS2, Addr(p), 1 * kMiB);  // no RecordStream
+  EXPECT_EQ(f.sim->hazards(), 0u);
   f.Free(p, kS1);
   EXPECT_EQ(f.Use(1 * kMiB, kS1), p);
   EXPECT_EQ(f.sim->hazards(), 1u);
@@ -321,6 +341,8 @@ struct RandomConfig {
   bool preallocate;
   SimClock clock;
 };
+
+void PrintTo(const RandomConfig& c, std::ostream* os) { *os << c.name; }
 
 class RandomStreamsTest : public ::testing::TestWithParam<RandomConfig> {};
 

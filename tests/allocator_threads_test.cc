@@ -33,6 +33,11 @@ struct Params {
   bool preallocate;
 };
 
+void PrintTo(const Params& p, std::ostream* os) {
+  *os << p.threads << " threads, policy " << static_cast<int>(p.policy)
+      << (p.preallocate ? ", preallocate" : ", growth");
+}
+
 class AllocatorThreadsTest : public ::testing::TestWithParam<Params> {};
 
 TEST_P(AllocatorThreadsTest, ThreadsOnTheirOwnStreamsShareOneAllocator) {

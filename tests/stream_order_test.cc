@@ -168,12 +168,14 @@ TEST(StreamOrderTest, BackendErrorsBlockAndAreKept) {
   ScriptedEvents events;
   StreamOrder order(&events, CrossStreamReuse::kStreamWait);
   events.fail_next_create = true;
-  EXPECT_EQ(order.Prepare(kS1, 0, kS2), Verdict::kBlocked);
+  EXPECT_EQ(order.Prepare(kS1, 0, kS2), Verdict::kError);
+  EXPECT_TRUE(order.has_error());
   absl::Status error = order.TakeError();
   EXPECT_TRUE(absl::IsInternal(error)) << error;
   EXPECT_TRUE(order.TakeError().ok());  // taken once
+  EXPECT_FALSE(order.has_error());
   events.fail_queries = true;
-  EXPECT_EQ(order.Prepare(kS1, 0, kS2), Verdict::kWaited);  // waiting is safe
+  EXPECT_EQ(order.Prepare(kS1, 0, kS2), Verdict::kError);
   EXPECT_FALSE(order.TakeError().ok());
 }
 
