@@ -125,11 +125,9 @@ void BfcCore::Unlink(ChunkId id) {
   chunks_.Delete(id);
 }
 
-void BfcCore::ReleaseFenceSet(Chunk& c) {
-  if (c.fence_set != kNoFenceSet) {
-    fences_.Delete(c.fence_set);
-    c.fence_set = kNoFenceSet;
-  }
+void BfcCore::DeleteFenceSet(Chunk& c) {
+  fences_.Delete(c.fence_set);
+  c.fence_set = kNoFenceSet;
 }
 
 void BfcCore::NormalizeFence(Chunk& c) {
@@ -244,7 +242,7 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
   const std::uint64_t search = size + (alignment - min_block);
   ChunkId id = bins_.FindBestFit(search);
   if (id == kNoChunk) return std::nullopt;
-  if (!UsableOn(chunks_[id], stream)) {
+  if (ABSL_PREDICT_FALSE(!UsableOn(chunks_[id], stream))) {
     id = FindUsable(id, stream, oracle);
     if (id == kNoChunk) return std::nullopt;
   }
@@ -310,7 +308,7 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
   c.requested = 0;
   c.stream = stream;
   c.free_stamp = stamp;
-  if (c.fence_set == kNoFenceSet) {
+  if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet)) {
     c.fence = Fence::kStream;
   } else {
     fences_.Restamp(c.fence_set, stamp);

@@ -49,6 +49,8 @@
 #include <optional>
 #include <vector>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "core/address_map.h"
@@ -187,10 +189,12 @@ class BfcCore {
   }
   // The first chunk from `first` on, in best-fit order, that `oracle` makes
   // usable on `stream`, or kNoChunk.
-  ChunkId FindUsable(ChunkId first, std::uintptr_t stream, ReuseOracle* oracle);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD ChunkId
+  FindUsable(ChunkId first, std::uintptr_t stream, ReuseOracle* oracle);
   enum class Usable { kYes, kNo, kStop };
   // kStop: the oracle failed; the search ends (the caller reports it).
-  Usable MakeUsable(ChunkId id, std::uintptr_t stream, ReuseOracle& oracle);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD Usable
+  MakeUsable(ChunkId id, std::uintptr_t stream, ReuseOracle& oracle);
   // Gives free chunk `into` the union of its condition and `from`'s; `from`
   // gives up its fence set. Pairs `oracle` knows complete are dropped.
   // Inline: the cases of a single-stream workload.
@@ -212,11 +216,15 @@ class BfcCore {
     AbsorbMixedFence(into, from, oracle);
   }
   // The rest: conditions on several streams.
-  void AbsorbMixedFence(Chunk& into, Chunk& from, const ReuseOracle* oracle);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void AbsorbMixedFence(
+      Chunk& into, Chunk& from, const ReuseOracle* oracle);
   // Rewrites a kSet condition with 0 or 1 pairs as kClean or kStream.
-  void NormalizeFence(Chunk& c);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void NormalizeFence(Chunk& c);
   // Drops the chunk's fence set, if any.
-  void ReleaseFenceSet(Chunk& c);
+  void ReleaseFenceSet(Chunk& c) {
+    if (ABSL_PREDICT_FALSE(c.fence_set != kNoFenceSet)) DeleteFenceSet(c);
+  }
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void DeleteFenceSet(Chunk& c);
 
   BfcConfig config_;
   ChunkTable chunks_;
