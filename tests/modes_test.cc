@@ -1,0 +1,523 @@
+// tests/modes_test.cc: the platform allocator mode, on the simulator.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace gpualloc {
+namespace {
+
+using testing::Addr;
+using testing::kGiB;
+using testing::kKiB;
+using testing::kMiB;
+using testing::MakeAllocator;
+using testing::MakeSim;
+
+std::string Hex(std::uint64_t address) {
+  return absl::StrFormat("%#x", address);
+}
+
+bool Mentions(const absl::Status& status, const std::string& text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+Options Mode(AllocatorMode mode, std::uint64_t limit = 0) {
+  Options o;
+  o.mode = mode;
+  o.memory_limit = limit;
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Shared checks: a shadow model of the live allocations and random sequences.
+
+struct ShadowBlock {
+  std::uint64_t size = 0;  // rounded
+  std::uint64_t requested = 0;
+};
+
+class Shadow {
+ public:
+  void Add(void* p, std::uint64_t size, std::uint64_t requested) {
+    ASSERT_TRUE(blocks_.emplace(Addr(p), ShadowBlock{size, requested}).second)
+        << "pointer handed out twice: " << p;
+    in_use_ += size;
+    requested_ += requested;
+    peak_in_use_ = std::max(peak_in_use_, in_use_);
+    largest_ = std::max(largest_, size);
+    ++allocs_;
+  }
+  void Remove(void* p) {
+    auto it = blocks_.find(Addr(p));
+    ASSERT_NE(it, blocks_.end());
+    in_use_ -= it->second.size;
+    requested_ -= it->second.requested;
+    freed_.push_back(p);
+    blocks_.erase(it);
+  }
+  void Check(const Stats& s) const {
+    EXPECT_EQ(s.bytes_in_use, in_use_);
+    EXPECT_EQ(s.bytes_requested, requested_);
+    EXPECT_EQ(s.peak_bytes_in_use, peak_in_use_);
+    EXPECT_EQ(s.largest_alloc_size, largest_);
+    EXPECT_EQ(s.num_allocs, allocs_);
+    EXPECT_EQ(s.largest_free_block_bytes, 0u);
+    EXPECT_EQ(s.fragmentation, 0.0);
+  }
+  // Live blocks must not overlap.
+  void CheckDisjoint() const {
+    std::uint64_t end = 0;
+    for (const auto& [address, b] : blocks_) {
+      EXPECT_GE(address, end) << "overlapping allocations at " << Hex(address);
+      end = address + b.size;
+    }
+  }
+  const std::map<std::uint64_t, ShadowBlock>& blocks() const { return blocks_; }
+  const std::vector<void*>& freed() const { return freed_; }
+
+ private:
+  std::map<std::uint64_t, ShadowBlock> blocks_;
+  std::vector<void*> freed_;
+  std::uint64_t in_use_ = 0, requested_ = 0, peak_in_use_ = 0, largest_ = 0,
+                allocs_ = 0;
+};
+
+std::uint64_t Rounded(std::uint64_t bytes) {
+  return (std::max<std::uint64_t>(bytes, 1) + 255) / 256 * 256;
+}
+
+// Random allocations, frees (on random streams), RecordStreams and bad frees,
+// with Validate and the shadow model checked after every operation. The limit
+// is small enough that some requests fail; those must change nothing.
+void RunRandomOps(Allocator* a, std::uint64_t seed, int ops,
+                  const std::function<void(const Shadow&)>& extra_check) {
+  std::mt19937_64 rng(seed);
+  Shadow shadow;
+  std::vector<void*> live;
+  const std::uint64_t limit = a->GetStats().bytes_limit;
+  int bad_frees = 0;
+  for (int i = 0; i < ops; ++i) {
+    SCOPED_TRACE(::testing::Message() << "op " << i);
+    const int what = static_cast<int>(rng() % 100);
+    const Stream stream(rng() % 3);
+    if (what < 55 || live.empty()) {
+      // Mostly small, sometimes large, sometimes 0 or strictly aligned.
+      std::uint64_t bytes = rng() % 4 == 0 ? rng() % (limit / 3) : rng() % 5000;
+      if (rng() % 20 == 0) bytes = 0;
+      const std::size_t alignment =
+          rng() % 8 == 0 ? std::size_t{1} << (8 + rng() % 14) : 0;
+      const Stats before = a->GetStats();
+      absl::StatusOr<void*> p = a->Allocate(bytes, stream, alignment);
+      if (p.ok()) {
+        ASSERT_NE(*p, nullptr);
+        if (alignment != 0) {
+          EXPECT_EQ(Addr(*p) % alignment, 0u);
+        }
+        EXPECT_EQ(Addr(*p) % 256, 0u);
+        shadow.Add(*p, Rounded(bytes), bytes);
+        live.push_back(*p);
+      } else {
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        EXPECT_TRUE(Mentions(p.status(), "out of memory")) << p.status();
+        const Stats after = a->GetStats();
+        EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+        EXPECT_EQ(after.num_allocs, before.num_allocs);
+        EXPECT_EQ(after.num_ooms, before.num_ooms + 1);
+      }
+    } else if (what < 90) {
+      const std::size_t k = rng() % live.size();
+      ASSERT_TRUE(a->Deallocate(live[k], stream).ok());
+      shadow.Remove(live[k]);
+      live[k] = live.back();
+      live.pop_back();
+    } else if (what < 95) {
+      const std::size_t k = rng() % live.size();
+      ASSERT_TRUE(a->RecordStream(live[k], Stream(rng() % 3)).ok());
+    } else {
+      // A bad free: interior or double. Nothing may change.
+      ++bad_frees;
+      const Stats before = a->GetStats();
+      absl::Status s;
+      std::string address;
+      if (rng() % 2 == 0 || shadow.freed().empty()) {
+        void* interior = static_cast<char*>(live[rng() % live.size()]) + 128;
+        address = Hex(Addr(interior));
+        s = a->Deallocate(interior, stream);
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      } else {
+        void* freed = shadow.freed()[rng() % shadow.freed().size()];
+        address = Hex(Addr(freed));
+        s = a->Deallocate(freed, stream);
+        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      }
+      EXPECT_TRUE(Mentions(s, address)) << s;
+      EXPECT_EQ(a->GetStats().bytes_in_use, before.bytes_in_use);
+      EXPECT_EQ(a->GetStats().backend_frees, before.backend_frees);
+    }
+    const absl::Status valid = a->Validate();
+    ASSERT_TRUE(valid.ok()) << valid;
+    const Stats s = a->GetStats();
+    shadow.Check(s);
+    EXPECT_LE(s.bytes_reserved, s.bytes_limit);
+    EXPECT_EQ(s.backend_allocs - s.backend_frees, live.size());
+    shadow.CheckDisjoint();
+    extra_check(shadow);
+    if (::testing::Test::HasFailure()) return;
+  }
+  // The sequence reached the limit and tried each kind of bad free.
+  EXPECT_GT(a->GetStats().num_ooms, 0u);
+  EXPECT_GT(bad_frees, 0);
+  for (void* p : live) GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Platform mode on the simulator.
+
+TEST(PlatformTest, OneBackendCallPerAllocateAndDeallocate) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), 0u);
+  std::vector<void*> ptrs;
+  for (int i = 1; i <= 10; ++i) {
+    auto p = a->Allocate(i * 1000);
+    GPUALLOC_ASSERT_OK(p);
+    ptrs.push_back(*p);
+    EXPECT_EQ(sim->calls(SimOp::kAllocate), static_cast<std::uint64_t>(i));
+  }
+  for (std::size_t i = 0; i < ptrs.size(); ++i) {
+    GPUALLOC_ASSERT_OK(a->Deallocate(ptrs[i], Stream(i % 2)));
+    EXPECT_EQ(sim->calls(SimOp::kFree), i + 1);
+    EXPECT_EQ(sim->live_allocations(), ptrs.size() - i - 1);
+  }
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.backend_allocs, 10u);
+  EXPECT_EQ(s.backend_frees, 10u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.num_allocs, 10u);
+}
+
+TEST(PlatformTest, ReservedIsExactlyWhatIsLive) {
+  // NVIDIA (256 B device alignment) and AMD (4 KiB: the device accounts
+  // whole pages, and so does bytes_reserved).
+  for (const std::string profile : {"h100", "mi300x"}) {
+    SCOPED_TRACE(profile);
+    auto sim = MakeSim(64 * kGiB, false, profile);
+    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+    ASSERT_NE(a, nullptr);
+    std::vector<void*> ptrs;
+    for (std::uint64_t bytes :
+         {std::uint64_t{1}, std::uint64_t{300}, std::uint64_t{5000}, 3 * kMiB,
+          std::uint64_t{0}}) {
+      auto p = a->Allocate(bytes);
+      GPUALLOC_ASSERT_OK(p);
+      ptrs.push_back(*p);
+      EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+    }
+    const Stats s = a->GetStats();
+    EXPECT_EQ(s.bytes_in_use, 256 + 512 + 5120 + 3 * kMiB + 256);
+    EXPECT_EQ(s.bytes_requested, 1 + 300 + 5000 + 3 * kMiB);
+    EXPECT_EQ(s.peak_bytes_reserved, s.bytes_reserved);
+    for (void* p : ptrs) {
+      GPUALLOC_ASSERT_OK(a->Deallocate(p));
+      EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+      GPUALLOC_ASSERT_OK(a->Validate());
+    }
+    EXPECT_EQ(sim->bytes_allocated(), 0u);
+  }
+}
+
+TEST(PlatformTest, LimitIsEnforcedAndAFailedRequestChangesNothing) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 4 * kMiB), sim);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(3 * kMiB);
+  GPUALLOC_ASSERT_OK(p);
+  const Stats before = a->GetStats();
+  const std::uint64_t calls = sim->calls(SimOp::kAllocate);
+
+  absl::Status over = a->Allocate(2 * kMiB).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  for (const char* text :
+       {"out of memory", "Allocate(2097152 bytes)", "limit 4194304",
+        "in use 3145728", "reserved 3145728", "platform allocator", "Hint:"}) {
+    EXPECT_TRUE(Mentions(over, text)) << text << " in " << over;
+  }
+  absl::Status never = a->Allocate(5 * kMiB).status();
+  EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(never, "can never succeed")) << never;
+  // Padding for the alignment pushes the device request over the limit.
+  absl::Status padded =
+      a->Allocate(4 * kMiB - 256, Stream(), 2 * kMiB).status();
+  EXPECT_EQ(padded.code(), absl::StatusCode::kResourceExhausted) << padded;
+
+  const Stats after = a->GetStats();
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), calls);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
+  EXPECT_EQ(after.num_allocs, before.num_allocs);
+  EXPECT_EQ(after.num_ooms, before.num_ooms + 3);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  // The remaining 1 MiB still fits.
+  GPUALLOC_EXPECT_OK(a->Allocate(kMiB));
+}
+
+TEST(PlatformTest, ZeroBytesGetUniqueNonNullBlocks) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  std::set<void*> seen;
+  for (int i = 0; i < 5; ++i) {
+    auto p = a->Allocate(0);
+    GPUALLOC_ASSERT_OK(p);
+    EXPECT_NE(*p, nullptr);
+    EXPECT_TRUE(seen.insert(*p).second);
+  }
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 5 * 256u);
+  EXPECT_EQ(s.bytes_requested, 0u);
+  for (void* p : seen) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+}
+
+TEST(PlatformTest, AlignmentStricterThanTheDevicePadsInsideTheBlock) {
+  // Host-backed: the whole aligned block must be writable.
+  auto sim = MakeSim(4 * kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  // Leaves the device's next address off any 64 KiB boundary.
+  auto first = a->Allocate(256);
+  GPUALLOC_ASSERT_OK(first);
+  for (std::size_t alignment : {512ul, 4 * kKiB, 64 * kKiB, 2 * kMiB}) {
+    SCOPED_TRACE(alignment);
+    const std::uint64_t reserved = a->GetStats().bytes_reserved;
+    const std::uint64_t calls = sim->calls(SimOp::kAllocate);
+    auto p = a->Allocate(1000, Stream(), alignment);
+    GPUALLOC_ASSERT_OK(p);
+    EXPECT_EQ(Addr(*p) % alignment, 0u);
+    EXPECT_EQ(sim->calls(SimOp::kAllocate), calls + 1);
+    EXPECT_EQ(a->GetStats().bytes_reserved, reserved + 1024 + alignment - 256);
+    EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+    EXPECT_EQ(a->GetStats().bytes_in_use, 256u + 1024);
+    std::memset(*p, 0x5a, 1024);
+    const Snapshot snap = a->GetSnapshot();
+    ASSERT_EQ(snap.regions.size(), 2u);
+    bool found = false;
+    for (const RegionSnapshot& r : snap.regions) {
+      ASSERT_EQ(r.chunks.size(), 1u);
+      if (r.chunks[0].address != Addr(*p)) continue;
+      found = true;
+      EXPECT_EQ(r.size, 1024 + alignment - 256);
+      EXPECT_LE(r.base, Addr(*p));
+      EXPECT_LE(Addr(*p) + 1024, r.base + r.size);
+    }
+    EXPECT_TRUE(found);
+    GPUALLOC_ASSERT_OK(a->Validate());
+    // Freeing frees the device block's base (the sim knows no other address).
+    GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+    EXPECT_EQ(sim->live_allocations(), 1u);
+    EXPECT_EQ(sim->failed_calls(SimOp::kFree), 0u);
+  }
+  EXPECT_EQ(a->Allocate(64, Stream(), 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status too_big = a->Allocate(64, Stream(), 4 * kMiB).status();
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(too_big, "largest supported alignment")) << too_big;
+}
+
+TEST(PlatformTest, BadFreesNameTheAddressAndChangeNothing) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  auto keep = a->Allocate(4096);
+  auto freed = a->Allocate(1000);
+  GPUALLOC_ASSERT_OK(keep);
+  GPUALLOC_ASSERT_OK(freed);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*freed));
+  const Stats before = a->GetStats();
+  const std::uint64_t frees = sim->calls(SimOp::kFree);
+
+  int stack_object = 0;
+  void* interior = static_cast<char*>(*keep) + 256;
+  struct Case {
+    std::string name;
+    absl::Status status;
+    absl::StatusCode code;
+    std::string must_mention;
+    std::uint64_t address;
+  };
+  const std::vector<Case> cases = {
+      {"foreign", a->Deallocate(&stack_object),
+       absl::StatusCode::kInvalidArgument, "not allocated by this allocator",
+       Addr(&stack_object)},
+      {"interior", a->Deallocate(interior), absl::StatusCode::kInvalidArgument,
+       "interior pointer", Addr(interior)},
+      {"double free", a->Deallocate(*freed),
+       absl::StatusCode::kFailedPrecondition, "double free", Addr(*freed)},
+      {"record stream on freed", a->RecordStream(*freed, Stream(1)),
+       absl::StatusCode::kFailedPrecondition, "RecordStream", Addr(*freed)},
+      {"record stream on foreign", a->RecordStream(&stack_object, Stream(1)),
+       absl::StatusCode::kInvalidArgument, "RecordStream", Addr(&stack_object)},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.code(), c.code) << c.name << ": " << c.status;
+    EXPECT_TRUE(Mentions(c.status, c.must_mention))
+        << c.name << ": " << c.status;
+    EXPECT_TRUE(Mentions(c.status, Hex(c.address)))
+        << c.name << ": " << c.status;
+  }
+  GPUALLOC_EXPECT_OK(a->Deallocate(nullptr));
+  GPUALLOC_EXPECT_OK(a->RecordStream(*keep, Stream(7)));
+  const Stats after = a->GetStats();
+  EXPECT_EQ(sim->calls(SimOp::kFree), frees);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.backend_frees, before.backend_frees);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*keep));
+}
+
+TEST(PlatformTest, BackendErrorsPassThroughWithContext) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(1000);
+  GPUALLOC_ASSERT_OK(p);
+
+  sim->FailNthCall(SimOp::kAllocate, 1, absl::InternalError("driver broke"));
+  absl::Status broken = a->Allocate(1000).status();
+  EXPECT_EQ(broken.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(broken, "driver broke")) << broken;
+  EXPECT_TRUE(Mentions(broken, "sim")) << broken;
+
+  sim->FailNthCall(SimOp::kAllocate, 1);  // ResourceExhausted
+  absl::Status oom = a->Allocate(1000).status();
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(oom, "device refused")) << oom;
+  EXPECT_EQ(a->GetStats().num_ooms, 1u);
+
+  sim->FailNthCall(SimOp::kFree, 1, absl::InternalError("free broke"));
+  absl::Status free_broken = a->Deallocate(*p);
+  EXPECT_EQ(free_broken.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(free_broken, Hex(Addr(*p)))) << free_broken;
+  // Still live: freeing again works.
+  EXPECT_EQ(a->GetStats().bytes_in_use, 1024u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+  EXPECT_EQ(a->GetStats().backend_allocs, 1u);
+  EXPECT_EQ(a->GetStats().backend_frees, 1u);
+}
+
+TEST(PlatformTest, StatsSnapshotAndPeaks) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 2 * kGiB), sim);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(kMiB, Stream(5));
+  auto q = a->Allocate(100, Stream(6));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(q);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_limit, 2 * kGiB);
+  EXPECT_EQ(s.bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_in_use, kMiB + 256);
+  EXPECT_EQ(s.peak_bytes_reserved, kMiB + 256);
+  EXPECT_EQ(s.peak_bytes_requested, kMiB + 100);
+  EXPECT_EQ(s.largest_alloc_size, kMiB);
+  a->ResetPeakStats();
+  s = a->GetStats();
+  EXPECT_EQ(s.peak_bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_reserved, 256u);
+  EXPECT_EQ(s.peak_bytes_requested, 100u);
+
+  const Snapshot snap = a->GetSnapshot();
+  ASSERT_EQ(snap.regions.size(), 1u);
+  EXPECT_EQ(snap.regions[0].base, Addr(*q));
+  EXPECT_EQ(snap.regions[0].size, 256u);
+  ASSERT_EQ(snap.regions[0].chunks.size(), 1u);
+  const ChunkSnapshot& c = snap.regions[0].chunks[0];
+  EXPECT_EQ(c.address, Addr(*q));
+  EXPECT_EQ(c.size, 256u);
+  EXPECT_EQ(c.requested, 100u);
+  EXPECT_TRUE(c.in_use);
+  EXPECT_EQ(c.stream, 6u);
+  EXPECT_EQ(snap.stats.bytes_in_use, 256u);
+
+  GPUALLOC_EXPECT_OK(a->Trim());  // nothing cached
+  EXPECT_EQ(sim->calls(SimOp::kFree), 1u);
+  EXPECT_EQ(a->options().mode, AllocatorMode::kPlatform);
+  EXPECT_EQ(a->device().backend, "sim");
+}
+
+TEST(PlatformTest, DestructorReturnsLiveAllocations) {
+  auto sim = MakeSim(80 * kGiB);
+  {
+    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+    ASSERT_NE(a, nullptr);
+    for (int i = 0; i < 3; ++i) GPUALLOC_ASSERT_OK(a->Allocate(1000));
+  }
+  EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
+TEST(PlatformTest, RandomSequencesAgreeWithAShadowModel) {
+  for (const std::string profile : {"h100", "mi300x"}) {
+    const std::uint64_t seed = testing::TestSeed();
+    std::cout << "GPUALLOC_TEST_SEED=" << seed << " (" << profile << ")\n";
+    SCOPED_TRACE(::testing::Message()
+                 << "GPUALLOC_TEST_SEED=" << seed << " " << profile);
+    auto sim = MakeSim(64 * kGiB, false, profile);
+    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 64 * kMiB), sim);
+    ASSERT_NE(a, nullptr);
+    RunRandomOps(a.get(), seed, 3000, [&](const Shadow& shadow) {
+      EXPECT_EQ(sim->live_allocations(), shadow.blocks().size());
+      EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+      EXPECT_EQ(a->GetSnapshot().regions.size(), shadow.blocks().size());
+    });
+    EXPECT_EQ(sim->live_allocations(), 0u);
+  }
+}
+
+TEST(PlatformTest, ThreadsShareOneAllocator) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&a, t] {
+      std::vector<void*> mine;
+      for (int i = 0; i < 500; ++i) {
+        auto p = a->Allocate(100 + i, Stream(t));
+        if (p.ok()) mine.push_back(*p);
+        if (i % 3 == 0 && !mine.empty()) {
+          (void)a->Deallocate(mine.back(), Stream(t));
+          mine.pop_back();
+        }
+      }
+      for (void* p : mine) (void)a->Deallocate(p, Stream(t));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+  EXPECT_EQ(a->GetStats().num_allocs, 2000u);
+  EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
+}  // namespace
+}  // namespace gpualloc
