@@ -375,9 +375,8 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
       return core::CreatePlatformAllocator(std::move(resolved),
                                            std::move(backend));
     case AllocatorMode::kAsync:
-      return absl::UnimplementedError(
-          absl::StrFormat("allocator mode %s is not built yet",
-                          AllocatorModeName(options.mode)));
+      return core::CreateAsyncAllocator(std::move(resolved),
+                                        std::move(backend));
   }
   return std::unique_ptr<Allocator>(
       new BfcAllocator(std::move(resolved), std::move(backend)));

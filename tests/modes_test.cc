@@ -1,4 +1,10 @@
-// tests/modes_test.cc: the platform allocator mode, on the simulator.
+// tests/modes_test.cc: the platform and async allocator modes.
+//
+// Platform runs on the simulator. Async runs on FakePoolBackend below: a small
+// stream-ordered pool whose frees become reusable on other streams only once
+// the host waited for the freeing stream, which is enough to check what the
+// allocator adds to a pool (limit, RecordStream waits, garbage collection,
+// statistics, errors).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -12,7 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
+#include "core/lock.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
@@ -42,6 +50,196 @@ Options Mode(AllocatorMode mode, std::uint64_t limit = 0) {
   o.memory_limit = limit;
   return o;
 }
+
+// ---------------------------------------------------------------------------
+// A stream-ordered pool with just enough semantics for the async mode:
+//  - memory freed on stream S is reusable at once on S (stream order), and on
+//    other streams only after the host waited (SynchronizeEvent) for an event
+//    recorded on S after the free;
+//  - the pool holds `capacity` bytes at most; reserved grows with use and
+//    shrinks on PoolTrim;
+//  - every call is counted; the next call of an operation can be made to fail.
+class FakePoolBackend final : public Backend {
+ public:
+  struct Wait {
+    Stream waiter;
+    Stream recorded;  // the stream the event was last recorded on
+  };
+
+  explicit FakePoolBackend(std::uint64_t capacity, bool pools = true,
+                           bool streams = true)
+      : capacity_(capacity) {
+    info_.backend = "fakepool";
+    info_.name = "Fake Pool GPU";
+    info_.ordinal = 3;
+    info_.total_bytes = 64 * kGiB;
+    info_.min_granularity = 2 * kMiB;
+    info_.recommended_granularity = 2 * kMiB;
+    info_.allocation_alignment = 256;
+    info_.capabilities.streams = streams;
+    info_.capabilities.stream_ordered_pools = pools;
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+  absl::StatusOr<std::uint64_t> FreeBytes() override {
+    return info_.total_bytes;
+  }
+  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t) override {
+    return absl::InternalError("the async mode must not call Allocate");
+  }
+  absl::Status Free(DeviceAddress) override {
+    return absl::InternalError("the async mode must not call Free");
+  }
+
+  absl::StatusOr<EventHandle> CreateEvent() override {
+    core::LockGuard lock(&mu_);
+    ++create_event_calls;
+    const EventHandle e = next_event_++;
+    events_[e] = Event{};
+    return e;
+  }
+  absl::Status DestroyEvent(EventHandle event) override {
+    core::LockGuard lock(&mu_);
+    ++destroy_event_calls;
+    if (events_.erase(event) == 0) return absl::InvalidArgumentError("event");
+    return absl::OkStatus();
+  }
+  absl::Status RecordEvent(EventHandle event, Stream stream) override {
+    core::LockGuard lock(&mu_);
+    ++record_event_calls;
+    if (Fail(&fail_record_)) return absl::InternalError("injected record");
+    auto it = events_.find(event);
+    if (it == events_.end()) return absl::InvalidArgumentError("event");
+    it->second = Event{true, stream};
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> QueryEvent(EventHandle) override {
+    return absl::InternalError("not used by the async mode");
+  }
+  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override {
+    core::LockGuard lock(&mu_);
+    ++stream_wait_calls;
+    auto it = events_.find(event);
+    if (it == events_.end()) return absl::InvalidArgumentError("event");
+    waits.push_back(Wait{stream, it->second.stream});
+    return absl::OkStatus();
+  }
+  absl::Status SynchronizeEvent(EventHandle event) override {
+    core::LockGuard lock(&mu_);
+    ++synchronize_calls;
+    auto it = events_.find(event);
+    if (it == events_.end()) return absl::InvalidArgumentError("event");
+    // Everything freed on that stream so far has completed.
+    if (it->second.recorded) pending_.erase(it->second.stream.handle);
+    return absl::OkStatus();
+  }
+
+  absl::Status ConfigurePool(const PoolOptions& options) override {
+    core::LockGuard lock(&mu_);
+    ++configure_calls;
+    if (Fail(&fail_configure_)) return absl::InternalError("injected config");
+    pool_options = options;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                             Stream stream) override {
+    core::LockGuard lock(&mu_);
+    ++pool_allocate_calls;
+    if (Fail(&fail_allocate_)) return absl::InternalError("injected allocate");
+    pending_.erase(stream.handle);  // reusable on its own stream at once
+    std::uint64_t blocked = 0;
+    for (const auto& [s, b] : pending_) blocked += b;
+    if (used_ + blocked + bytes > capacity_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "fake pool: %d bytes asked, %d used, %d pending on other streams, "
+          "capacity %d",
+          bytes, used_, blocked, capacity_));
+    }
+    const DeviceAddress address = next_address_;
+    // Addresses 256-aligned and never reused; odd multiples of 256 so that
+    // stricter alignments need padding.
+    next_address_ += bytes + 2 * kMiB + 256;
+    live_[address] = bytes;
+    used_ += bytes;
+    reserved_ = std::max(reserved_, used_ + blocked);
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    last_allocate_bytes = bytes;
+    return address;
+  }
+  absl::Status PoolFree(DeviceAddress address, Stream stream) override {
+    core::LockGuard lock(&mu_);
+    ++pool_free_calls;
+    if (Fail(&fail_free_)) return absl::InternalError("injected free");
+    auto it = live_.find(address);
+    if (it == live_.end()) return absl::InvalidArgumentError("pool free");
+    used_ -= it->second;
+    pending_[stream.handle] += it->second;
+    live_.erase(it);
+    last_free_stream = stream;
+    return absl::OkStatus();
+  }
+  absl::Status PoolTrim(std::uint64_t keep) override {
+    core::LockGuard lock(&mu_);
+    ++pool_trim_calls;
+    std::uint64_t blocked = 0;
+    for (const auto& [s, b] : pending_) blocked += b;
+    reserved_ = std::max(used_ + blocked, std::min(reserved_, keep));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<PoolUsage> GetPoolUsage() override {
+    core::LockGuard lock(&mu_);
+    PoolUsage u;
+    u.reserved = reserved_;
+    u.peak_reserved = peak_reserved_;
+    u.used = used_;
+    return u;
+  }
+
+  void FailNextRecord() { fail_record_ = true; }
+  void FailNextPoolAllocate() { fail_allocate_ = true; }
+  void FailNextPoolFree() { fail_free_ = true; }
+  void FailNextConfigure() { fail_configure_ = true; }
+  std::size_t live_events() const {
+    core::LockGuard lock(&mu_);
+    return events_.size();
+  }
+  std::size_t live_allocations() const {
+    core::LockGuard lock(&mu_);
+    return live_.size();
+  }
+  std::uint64_t used() const {
+    core::LockGuard lock(&mu_);
+    return used_;
+  }
+
+  // Call counts and what the calls carried; read them between calls.
+  int create_event_calls = 0, destroy_event_calls = 0, record_event_calls = 0,
+      stream_wait_calls = 0, synchronize_calls = 0, configure_calls = 0,
+      pool_allocate_calls = 0, pool_free_calls = 0, pool_trim_calls = 0;
+  std::vector<Wait> waits;
+  PoolOptions pool_options;
+  std::uint64_t last_allocate_bytes = 0;
+  Stream last_free_stream;
+
+ private:
+  struct Event {
+    bool recorded = false;
+    Stream stream;
+  };
+  static bool Fail(bool* flag) { return std::exchange(*flag, false); }
+
+  DeviceInfo info_;
+  const std::uint64_t capacity_;
+  mutable core::Lock mu_;
+  EventHandle next_event_ = 1;
+  std::map<EventHandle, Event> events_;
+  DeviceAddress next_address_ = 0x100000100;
+  std::map<DeviceAddress, std::uint64_t> live_;
+  std::map<std::uintptr_t, std::uint64_t> pending_;  // freed, not completed
+  std::uint64_t used_ = 0, reserved_ = 0, peak_reserved_ = 0;
+  bool fail_record_ = false, fail_allocate_ = false, fail_free_ = false,
+       fail_configure_ = false;
+};
 
 // ---------------------------------------------------------------------------
 // Shared checks: a shadow model of the live allocations and random sequences.
@@ -517,6 +715,355 @@ TEST(PlatformTest, ThreadsShareOneAllocator) {
   EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
   EXPECT_EQ(a->GetStats().num_allocs, 2000u);
   EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Async mode on the fake pool.
+
+std::unique_ptr<Allocator> MakeAsync(std::shared_ptr<Backend> backend,
+                                     std::uint64_t limit = 0) {
+  return MakeAllocator(Mode(AllocatorMode::kAsync, limit), std::move(backend));
+}
+
+TEST(AsyncTest, CreationFailsClearlyWithoutAPool) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB, /*pools=*/false);
+  auto a = CreateAllocator(Mode(AllocatorMode::kAsync), fake);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  for (const char* text : {"fakepool", "device 3", "Fake Pool GPU",
+                           "stream_ordered_pools", "allocator=bfc"}) {
+    EXPECT_TRUE(Mentions(a.status(), text)) << text << " in " << a.status();
+  }
+  EXPECT_EQ(fake->configure_calls, 0);
+}
+
+TEST(AsyncTest, ConfiguresThePoolWithTheLimitAsReleaseThreshold) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake, 512 * kMiB);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(fake->configure_calls, 1);
+  EXPECT_EQ(fake->pool_options.release_threshold, 512 * kMiB);
+  EXPECT_TRUE(fake->pool_options.reuse.follow_event_dependencies);
+  EXPECT_TRUE(fake->pool_options.reuse.opportunistic);
+  EXPECT_TRUE(fake->pool_options.reuse.internal_dependencies);
+
+  auto broken = std::make_shared<FakePoolBackend>(kGiB);
+  broken->FailNextConfigure();
+  auto b = CreateAllocator(Mode(AllocatorMode::kAsync), broken);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(b.status(), "injected config")) << b.status();
+  EXPECT_TRUE(Mentions(b.status(), "fakepool")) << b.status();
+}
+
+TEST(AsyncTest, AllocateAndFreeGoToThePoolOnTheirStreams) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(1000, Stream(7));
+  GPUALLOC_ASSERT_OK(p);
+  EXPECT_EQ(fake->pool_allocate_calls, 1);
+  EXPECT_EQ(fake->last_allocate_bytes, 1024u);
+  auto q = a->Allocate(0, Stream(7));
+  GPUALLOC_ASSERT_OK(q);
+  EXPECT_NE(*q, nullptr);
+  EXPECT_NE(*q, *p);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 1024u + 256);
+  EXPECT_EQ(s.bytes_requested, 1000u);
+  EXPECT_EQ(s.bytes_reserved, 1024u + 256);  // the fake pool's view
+  EXPECT_EQ(s.backend_allocs, 2u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(8)));
+  EXPECT_EQ(fake->pool_free_calls, 1);
+  EXPECT_EQ(fake->last_free_stream, Stream(8));
+  s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_in_use, 1024u + 256);
+  EXPECT_EQ(s.backend_frees, 1u);
+  // One stream per allocation: no event was needed.
+  EXPECT_EQ(s.events_recorded, 0u);
+  EXPECT_EQ(s.stream_waits, 0u);
+  EXPECT_EQ(s.host_waits, 0u);
+  EXPECT_EQ(fake->create_event_calls, 0);
+
+  const Snapshot snap = a->GetSnapshot();
+  ASSERT_EQ(snap.regions.size(), 1u);
+  EXPECT_EQ(snap.regions[0].chunks[0].address, Addr(*q));
+  EXPECT_EQ(snap.regions[0].chunks[0].stream, 7u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+
+  GPUALLOC_EXPECT_OK(a->Trim());
+  EXPECT_EQ(fake->pool_trim_calls, 1);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*q, Stream(7)));
+  GPUALLOC_EXPECT_OK(a->Deallocate(nullptr));
+}
+
+TEST(AsyncTest, RecordStreamMakesTheFreeingStreamWait) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(4096, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(3)));
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(3)));  // once is enough
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(1)));  // the freeing stream
+  GPUALLOC_ASSERT_OK(a->Validate());
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  ASSERT_EQ(fake->stream_wait_calls, 2);
+  ASSERT_EQ(fake->waits.size(), 2u);
+  std::set<std::uintptr_t> waited_for;
+  for (const FakePoolBackend::Wait& w : fake->waits) {
+    EXPECT_EQ(w.waiter, Stream(1));
+    waited_for.insert(w.recorded.handle);
+  }
+  EXPECT_EQ(waited_for, (std::set<std::uintptr_t>{2, 3}));
+  EXPECT_EQ(fake->last_free_stream, Stream(1));
+  // One event, reused for both waits.
+  EXPECT_EQ(fake->create_event_calls, 1);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.events_recorded, 2u);
+  EXPECT_EQ(s.stream_waits, 2u);
+  EXPECT_EQ(s.host_waits, 0u);
+
+  // Recorded streams die with the allocation: a new one at another address
+  // is freed without waits, and the event pool is reused later.
+  auto q = a->Allocate(4096, Stream(1));
+  GPUALLOC_ASSERT_OK(q);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q, Stream(1)));
+  EXPECT_EQ(fake->stream_wait_calls, 2);
+  auto r = a->Allocate(4096, Stream(4));
+  GPUALLOC_ASSERT_OK(r);
+  GPUALLOC_ASSERT_OK(a->RecordStream(*r, Stream(5)));
+  GPUALLOC_ASSERT_OK(a->Deallocate(*r, Stream(6)));
+  EXPECT_EQ(fake->stream_wait_calls, 3);
+  EXPECT_EQ(fake->create_event_calls, 1);
+
+  absl::Status unknown = a->RecordStream(*r, Stream(2));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(unknown, Hex(Addr(*r)))) << unknown;
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, AFailedEventCallKeepsTheAllocationLive) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(4096, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+  fake->FailNextRecord();
+  absl::Status failed = a->Deallocate(*p, Stream(1));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(failed, Hex(Addr(*p)))) << failed;
+  EXPECT_EQ(fake->pool_free_calls, 0);
+  EXPECT_EQ(a->GetStats().bytes_in_use, 4096u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+
+  fake->FailNextPoolFree();
+  EXPECT_EQ(a->Deallocate(*p, Stream(1)).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(a->GetStats().bytes_in_use, 4096u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p, Stream(1)));
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+  EXPECT_EQ(fake->live_allocations(), 0u);
+}
+
+TEST(AsyncTest, OutOfMemoryWaitsForPendingFreesThenRetries) {
+  auto fake = std::make_shared<FakePoolBackend>(8 * kMiB);
+  auto a = MakeAsync(fake, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  // Same stream: reusable at once, no wait.
+  auto q = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(q);
+  EXPECT_EQ(a->GetStats().host_waits, 0u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q, Stream(1)));
+  // Another stream: the pool refuses until the host waited for stream 1.
+  auto r = a->Allocate(6 * kMiB, Stream(2));
+  GPUALLOC_ASSERT_OK(r);
+  EXPECT_EQ(fake->pool_allocate_calls, 4);  // one refused, one retried
+  EXPECT_EQ(fake->synchronize_calls, 1);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.host_waits, 1u);
+  EXPECT_EQ(s.events_recorded, 1u);
+  EXPECT_EQ(s.num_ooms, 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+
+  // Nothing freed since the wait: no wait, no retry, an OOM report.
+  const int calls = fake->pool_allocate_calls;
+  absl::Status oom = a->Allocate(6 * kMiB, Stream(3)).status();
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
+  for (const char* text : {"out of memory", "async allocator", "fake pool",
+                           "in use 6291456", "limit 67108864", "Hint:"}) {
+    EXPECT_TRUE(Mentions(oom, text)) << text << " in " << oom;
+  }
+  EXPECT_EQ(fake->pool_allocate_calls, calls + 1);
+  s = a->GetStats();
+  EXPECT_EQ(s.num_ooms, 1u);
+  EXPECT_EQ(s.host_waits, 1u);
+  EXPECT_EQ(s.bytes_in_use, 6 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, WithoutGarbageCollectionOutOfMemoryDoesNotWait) {
+  auto fake = std::make_shared<FakePoolBackend>(8 * kMiB);
+  Options o = Mode(AllocatorMode::kAsync, 64 * kMiB);
+  o.garbage_collection = false;
+  auto a = MakeAllocator(o, fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  EXPECT_EQ(a->Allocate(6 * kMiB, Stream(2)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(fake->synchronize_calls, 0);
+  EXPECT_EQ(a->GetStats().num_ooms, 1u);
+}
+
+TEST(AsyncTest, WithoutEventsRecordStreamFailsAndOutOfMemoryDoesNotWait) {
+  auto fake = std::make_shared<FakePoolBackend>(8 * kMiB, /*pools=*/true,
+                                                /*streams=*/false);
+  auto a = MakeAsync(fake, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  const absl::Status recorded = a->RecordStream(*p, Stream(2));
+  EXPECT_EQ(recorded.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(recorded, "streams capability")) << recorded;
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  EXPECT_EQ(a->Allocate(6 * kMiB, Stream(2)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(fake->create_event_calls, 0);
+  EXPECT_EQ(fake->record_event_calls, 0);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, LimitIsEnforcedOnBytesInUse) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake, 4 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(3 * kMiB);
+  GPUALLOC_ASSERT_OK(p);
+  const int calls = fake->pool_allocate_calls;
+  absl::Status over = a->Allocate(2 * kMiB).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(over, "the limit is reached")) << over;
+  EXPECT_TRUE(Mentions(over, "in use 3145728")) << over;
+  EXPECT_EQ(a->Allocate(5 * kMiB).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(fake->pool_allocate_calls, calls);
+  EXPECT_EQ(a->GetStats().num_ooms, 2u);
+  EXPECT_EQ(a->GetStats().bytes_in_use, 3 * kMiB);
+  // Freed memory counts against the limit no more.
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+  GPUALLOC_EXPECT_OK(a->Allocate(4 * kMiB));
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, BadFreesAndBackendErrors) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(8192, Stream(1), 64 * kKiB);
+  GPUALLOC_ASSERT_OK(p);
+  EXPECT_EQ(Addr(*p) % (64 * kKiB), 0u);
+  EXPECT_EQ(fake->last_allocate_bytes, 8192 + 64 * kKiB - 256);
+  auto freed = a->Allocate(100);
+  GPUALLOC_ASSERT_OK(freed);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*freed));
+  int stack_object = 0;
+  const absl::Status foreign = a->Deallocate(&stack_object);
+  EXPECT_EQ(foreign.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(foreign, Hex(Addr(&stack_object)))) << foreign;
+  const absl::Status twice = a->Deallocate(*freed);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(twice, "double free")) << twice;
+  const absl::Status interior = a->Deallocate(static_cast<char*>(*p) + 512);
+  EXPECT_EQ(interior.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(interior, "interior")) << interior;
+  EXPECT_EQ(fake->pool_free_calls, 1);
+
+  fake->FailNextPoolAllocate();
+  const absl::Status broken = a->Allocate(100).status();
+  EXPECT_EQ(broken.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(broken, "injected allocate")) << broken;
+  EXPECT_EQ(a->GetStats().num_ooms, 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, DestructorReturnsLiveMemoryAndDestroysEvents) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  {
+    auto a = MakeAsync(fake);
+    ASSERT_NE(a, nullptr);
+    auto p = a->Allocate(1000, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+    GPUALLOC_ASSERT_OK(a->Allocate(1000, Stream(3)));
+    auto r = a->Allocate(1000, Stream(1));
+    GPUALLOC_ASSERT_OK(r);
+    GPUALLOC_ASSERT_OK(a->RecordStream(*r, Stream(4)));
+    GPUALLOC_ASSERT_OK(a->Deallocate(*r, Stream(1)));
+    EXPECT_EQ(fake->live_events(), 1u);
+  }
+  EXPECT_EQ(fake->live_allocations(), 0u);
+  EXPECT_EQ(fake->used(), 0u);
+  EXPECT_EQ(fake->live_events(), 0u);
+  EXPECT_EQ(fake->stream_wait_calls, 2);  // the recorded stream, at the end too
+}
+
+TEST(AsyncTest, PeakReservedFollowsThePoolAndResets) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(8 * kMiB);
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 8 * kMiB);  // the pool keeps it
+  EXPECT_EQ(s.peak_bytes_reserved, 8 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Trim());  // keeps the free pending on stream 0
+  EXPECT_EQ(a->GetStats().bytes_reserved, 8 * kMiB);
+  // Allocating on stream 0 reuses the pending memory; now the rest can go.
+  auto q = a->Allocate(kMiB);
+  GPUALLOC_ASSERT_OK(q);
+  GPUALLOC_ASSERT_OK(a->Trim());
+  s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, kMiB);
+  EXPECT_EQ(s.peak_bytes_reserved, 8 * kMiB);
+  a->ResetPeakStats();
+  s = a->GetStats();
+  EXPECT_EQ(s.peak_bytes_reserved, kMiB);
+  EXPECT_EQ(s.peak_bytes_in_use, kMiB);
+  auto r = a->Allocate(2 * kMiB);
+  GPUALLOC_ASSERT_OK(r);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*r));
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q));
+  GPUALLOC_ASSERT_OK(a->Allocate(256));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 256u);
+  EXPECT_EQ(s.peak_bytes_reserved, 3 * kMiB);  // seen before the trim
+}
+
+TEST(AsyncTest, RandomSequencesAgreeWithAShadowModel) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::cout << "GPUALLOC_TEST_SEED=" << seed << "\n";
+  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
+  auto fake = std::make_shared<FakePoolBackend>(48 * kMiB);
+  auto a = MakeAsync(fake, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  RunRandomOps(a.get(), seed, 3000, [&](const Shadow& shadow) {
+    EXPECT_EQ(fake->live_allocations(), shadow.blocks().size());
+    EXPECT_EQ(a->GetSnapshot().regions.size(), shadow.blocks().size());
+  });
+  EXPECT_EQ(fake->live_allocations(), 0u);
+  // The pool ran out below the limit and the allocator waited and retried;
+  // RecordStream made frees wait.
+  EXPECT_GT(a->GetStats().host_waits, 0u);
+  EXPECT_GT(a->GetStats().stream_waits, 0u);
 }
 
 }  // namespace
