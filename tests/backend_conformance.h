@@ -84,6 +84,10 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     for (const conformance_internal::Block& block : live_) {
       (void)backend_->Free(block.address);
     }
+    for (DeviceAddress address : pool_live_) {
+      (void)backend_->PoolFree(address, Stream());
+    }
+    for (EventHandle event : events_) (void)backend_->DestroyEvent(event);
   }
 
   const DeviceInfo& info() const { return backend_->info(); }
@@ -121,8 +125,40 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     return free >= bytes;
   }
 
+  // Creates an event and remembers it for TearDown; 0 on failure (reported).
+  EventHandle CreateEventOrFail() {
+    absl::StatusOr<EventHandle> event = backend_->CreateEvent();
+    EXPECT_TRUE(event.ok()) << "CreateEvent: " << event.status();
+    if (!event.ok()) return 0;
+    EXPECT_NE(*event, 0u) << "0 is never an event";
+    events_.push_back(*event);
+    return *event;
+  }
+
+  void DestroyEventOrFail(EventHandle event) {
+    const absl::Status status = backend_->DestroyEvent(event);
+    EXPECT_TRUE(status.ok()) << "DestroyEvent(" << event << "): " << status;
+    events_.erase(std::remove(events_.begin(), events_.end(), event),
+                  events_.end());
+  }
+
+  // Host-waits for everything queued on the default stream so far.
+  void SynchronizeDefaultStream() {
+    const EventHandle event = CreateEventOrFail();
+    ASSERT_NE(event, 0u);
+    const absl::Status recorded = backend_->RecordEvent(event, Stream());
+    ASSERT_TRUE(recorded.ok()) << recorded;
+    const absl::Status synced = backend_->SynchronizeEvent(event);
+    ASSERT_TRUE(synced.ok()) << synced;
+    DestroyEventOrFail(event);
+  }
+
   std::shared_ptr<Backend> backend_;
   std::vector<conformance_internal::Block> live_;
+  // Only the default stream: on a real device any other handle must be a
+  // stream the runtime created.
+  std::vector<DeviceAddress> pool_live_;
+  std::vector<EventHandle> events_;
 };
 
 TEST_P(BackendConformanceTest, InfoIsSane) {
@@ -356,6 +392,136 @@ TEST_P(BackendConformanceTest, ConcurrentAllocateAndFreeKeepAccounting) {
                                    << " errors, first " << errors[t].front();
   }
   EXPECT_EQ(FreeBytes(), before);
+}
+
+TEST_P(BackendConformanceTest, EventCallsNeedTheStreamsCapability) {
+  if (info().capabilities.streams) {
+    GTEST_SKIP() << info().name << " has streams";
+  }
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->CreateEvent().status()));
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->RecordEvent(1, Stream())));
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->QueryEvent(1).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->StreamWaitEvent(Stream(), 1)));
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->SynchronizeEvent(1)));
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->DestroyEvent(1)));
+}
+
+TEST_P(BackendConformanceTest, NeverRecordedEventQueriesComplete) {
+  if (!info().capabilities.streams) GTEST_SKIP() << "no streams";
+  const EventHandle event = CreateEventOrFail();
+  ASSERT_NE(event, 0u);
+  const absl::StatusOr<bool> done = backend_->QueryEvent(event);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(*done);
+  // Waiting for it, on the host or on a stream, returns at once.
+  EXPECT_TRUE(backend_->StreamWaitEvent(Stream(), event).ok());
+  EXPECT_TRUE(backend_->SynchronizeEvent(event).ok());
+  DestroyEventOrFail(event);
+}
+
+TEST_P(BackendConformanceTest, RecordedAndSynchronizedEventQueriesComplete) {
+  if (!info().capabilities.streams) GTEST_SKIP() << "no streams";
+  const EventHandle event = CreateEventOrFail();
+  const EventHandle other = CreateEventOrFail();
+  ASSERT_NE(event, 0u);
+  ASSERT_NE(other, 0u);
+  EXPECT_NE(event, other);
+  for (int round = 0; round < 3; ++round) {  // an event is recorded many times
+    const absl::Status recorded = backend_->RecordEvent(event, Stream());
+    ASSERT_TRUE(recorded.ok()) << recorded;
+    const absl::Status waited = backend_->StreamWaitEvent(Stream(), event);
+    EXPECT_TRUE(waited.ok()) << waited;
+    const absl::Status synced = backend_->SynchronizeEvent(event);
+    ASSERT_TRUE(synced.ok()) << synced;
+    const absl::StatusOr<bool> done = backend_->QueryEvent(event);
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_TRUE(*done) << "round " << round;
+  }
+  DestroyEventOrFail(event);
+  DestroyEventOrFail(other);
+}
+
+TEST_P(BackendConformanceTest, DestroyedEventIsAnError) {
+  if (!info().capabilities.streams) GTEST_SKIP() << "no streams";
+  const EventHandle event = CreateEventOrFail();
+  ASSERT_NE(event, 0u);
+  DestroyEventOrFail(event);
+  EXPECT_FALSE(backend_->QueryEvent(event).ok());
+  EXPECT_FALSE(backend_->RecordEvent(event, Stream()).ok());
+  EXPECT_FALSE(backend_->SynchronizeEvent(event).ok());
+  EXPECT_FALSE(backend_->DestroyEvent(event).ok());
+}
+
+TEST_P(BackendConformanceTest, PoolCallsNeedTheStreamOrderedPoolsCapability) {
+  if (info().capabilities.stream_ordered_pools) {
+    GTEST_SKIP() << info().name << " has stream-ordered pools";
+  }
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->ConfigurePool(PoolOptions{})));
+  EXPECT_TRUE(
+      absl::IsUnimplemented(backend_->PoolAllocate(kMiB, Stream()).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->PoolTrim(0)));
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->GetPoolUsage().status()));
+}
+
+TEST_P(BackendConformanceTest, PoolAllocateFreeUsageAndTrim) {
+  if (!info().capabilities.stream_ordered_pools) GTEST_SKIP() << "no pools";
+  const std::uint64_t size = 4 * kMiB;
+  if (!HasRoomFor(4 * size)) GTEST_SKIP() << "device is full";
+  ASSERT_TRUE(backend_->ConfigurePool(PoolOptions{}).ok());
+  const std::uint64_t free_before = FreeBytes();
+
+  std::vector<DeviceAddress> blocks;
+  for (std::uint64_t bytes : {size, std::uint64_t{1}, size / 2 + 1}) {
+    absl::StatusOr<DeviceAddress> address =
+        backend_->PoolAllocate(bytes, Stream());
+    ASSERT_TRUE(address.ok()) << bytes << ": " << address.status();
+    ASSERT_NE(*address, 0u);
+    EXPECT_EQ(*address % 256, 0u) << bytes;
+    pool_live_.push_back(*address);
+    blocks.push_back(*address);
+  }
+  std::vector<DeviceAddress> sorted = blocks;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+
+  absl::StatusOr<PoolUsage> during = backend_->GetPoolUsage();
+  ASSERT_TRUE(during.ok()) << during.status();
+  EXPECT_GE(during->used, size + 1 + size / 2 + 1);
+  EXPECT_GE(during->reserved, during->used);
+  EXPECT_GE(during->peak_used, during->used);
+  EXPECT_GE(during->peak_reserved, during->reserved);
+  EXPECT_LE(FreeBytes() + size, free_before) << "the pool takes device memory";
+
+  for (DeviceAddress address : blocks) {
+    const absl::Status freed = backend_->PoolFree(address, Stream());
+    EXPECT_TRUE(freed.ok()) << freed;
+  }
+  pool_live_.clear();
+  SynchronizeDefaultStream();
+  ASSERT_TRUE(backend_->PoolTrim(0).ok());
+  absl::StatusOr<PoolUsage> after = backend_->GetPoolUsage();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->used, 0u);
+  EXPECT_EQ(after->reserved, 0u);
+  EXPECT_GE(after->peak_used, during->used);
+  EXPECT_GE(after->peak_reserved, during->reserved);
+}
+
+TEST_P(BackendConformanceTest, PoolAllocateBeyondTheDeviceIsResourceExhausted) {
+  if (!info().capabilities.stream_ordered_pools) GTEST_SKIP() << "no pools";
+  ASSERT_TRUE(backend_->ConfigurePool(PoolOptions{}).ok());
+  for (std::uint64_t bytes : {info().total_bytes + 1, info().total_bytes * 2,
+                              std::numeric_limits<std::uint64_t>::max()}) {
+    const absl::StatusOr<DeviceAddress> result =
+        backend_->PoolAllocate(bytes, Stream());
+    EXPECT_TRUE(absl::IsResourceExhausted(result.status()))
+        << bytes << ": " << result.status();
+    if (result.ok()) pool_live_.push_back(*result);
+  }
+  // The pool still works.
+  absl::StatusOr<DeviceAddress> small = backend_->PoolAllocate(256, Stream());
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_TRUE(backend_->PoolFree(*small, Stream()).ok());
 }
 
 }  // namespace gpualloc::testing

@@ -67,6 +67,25 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kAllocate), "allocate");
   EXPECT_EQ(SimOpName(SimOp::kFree), "free");
   EXPECT_EQ(SimOpName(SimOp::kFreeBytes), "free_bytes");
+  EXPECT_EQ(SimOpName(SimOp::kCreateEvent), "create_event");
+  EXPECT_EQ(SimOpName(SimOp::kDestroyEvent), "destroy_event");
+  EXPECT_EQ(SimOpName(SimOp::kRecordEvent), "record_event");
+  EXPECT_EQ(SimOpName(SimOp::kQueryEvent), "query_event");
+  EXPECT_EQ(SimOpName(SimOp::kStreamWaitEvent), "stream_wait_event");
+  EXPECT_EQ(SimOpName(SimOp::kSynchronizeEvent), "synchronize_event");
+  EXPECT_EQ(SimOpName(SimOp::kPoolAllocate), "pool_allocate");
+  EXPECT_EQ(SimOpName(SimOp::kPoolFree), "pool_free");
+  EXPECT_EQ(SimOpName(SimOp::kPoolTrim), "pool_trim");
+  EXPECT_EQ(SimOpName(SimOp::kConfigurePool), "configure_pool");
+  EXPECT_EQ(SimOpName(SimOp::kGetPoolUsage), "get_pool_usage");
+  EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
+  // Every op has a name of its own.
+  for (int i = 0; i < kNumSimOps; ++i) {
+    for (int j = 0; j < i; ++j) {
+      EXPECT_NE(SimOpName(static_cast<SimOp>(i)),
+                SimOpName(static_cast<SimOp>(j)));
+    }
+  }
 }
 
 TEST(SimBackendTest, DefaultsDescribeAnH200) {
@@ -85,8 +104,8 @@ TEST(SimBackendTest, DefaultsDescribeAnH200) {
   EXPECT_EQ(d.page_sizes, (std::vector<std::uint64_t>{4 * kKiB, 64 * kKiB,
                                                       2 * kMiB, 512 * kMiB}));
   EXPECT_FALSE(d.capabilities.virtual_memory);
-  EXPECT_FALSE(d.capabilities.streams);
-  EXPECT_FALSE(d.capabilities.stream_ordered_pools);
+  EXPECT_TRUE(d.capabilities.streams);
+  EXPECT_TRUE(d.capabilities.stream_ordered_pools);
   EXPECT_FALSE(d.capabilities.host_accessible);
   EXPECT_EQ(d.driver_version, "gpualloc-sim");
   absl::StatusOr<std::uint64_t> free = sim->FreeBytes();
@@ -201,7 +220,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadOptionsCase{
             "bad_memory_kind",
             [](SimOptions& o) { o.memory = static_cast<SimMemory>(7); },
-            "SimOptions.memory", "kHostBacked"}),
+            "SimOptions.memory", "kHostBacked"},
+        BadOptionsCase{
+            "bad_clock",
+            [](SimOptions& o) { o.clock = static_cast<SimClock>(5); },
+            "SimOptions.clock", "kModeled"}),
     [](const ::testing::TestParamInfo<BadOptionsCase>& info) {
       return info.param.name;
     });

@@ -1,6 +1,6 @@
 // tests/sim_conformance_test.cc: the backend conformance suite on the
-// simulator, with fake addresses (NVIDIA and AMD numbers) and with host-backed
-// memory.
+// simulator, with fake addresses (NVIDIA and AMD numbers), with host-backed
+// memory, and with the streams and pool capabilities off.
 
 #include <cstdint>
 #include <memory>
@@ -46,12 +46,31 @@ SimOptions FakeMi300x() {
   return o;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sim, BackendConformanceTest,
-                         ::testing::Values(Sim("fake_h200", FakeH200()),
-                                           Sim("host_backed_h100",
-                                               HostBackedH100()),
-                                           Sim("fake_mi300x", FakeMi300x())),
-                         BackendFactoryName);
+// A device without streams (and so without pools), and one with streams but
+// no pool: the capability-off paths.
+SimOptions NoStreamsA100() {
+  SimOptions o;
+  o.profile = "a100";
+  o.streams = false;
+  return o;
+}
+
+SimOptions NoPoolModeledH100() {
+  SimOptions o;
+  o.profile = "h100";
+  o.stream_ordered_pools = false;
+  o.clock = SimClock::kModeled;
+  return o;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sim, BackendConformanceTest,
+    ::testing::Values(Sim("fake_h200", FakeH200()),
+                      Sim("host_backed_h100", HostBackedH100()),
+                      Sim("fake_mi300x", FakeMi300x()),
+                      Sim("no_streams_a100", NoStreamsA100()),
+                      Sim("no_pool_modeled_h100", NoPoolModeledH100())),
+    BackendFactoryName);
 
 }  // namespace
 }  // namespace gpualloc::testing
