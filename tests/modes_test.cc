@@ -1,10 +1,10 @@
 // tests/modes_test.cc: the platform and async allocator modes.
 //
-// Platform runs on the simulator. Async runs on FakePoolBackend below: a small
+// Platform runs on the simulator. Async runs on FakePoolBackend below (a small
 // stream-ordered pool whose frees become reusable on other streams only once
-// the host waited for the freeing stream, which is enough to check what the
-// allocator adds to a pool (limit, RecordStream waits, garbage collection,
-// statistics, errors).
+// the host waited for the freeing stream: enough to check what the allocator
+// adds to a pool, call by call, with faults), and on the simulator's pool,
+// whose hazard detector checks that memory moving between streams is ordered.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -1064,6 +1064,251 @@ TEST(AsyncTest, RandomSequencesAgreeWithAShadowModel) {
   // RecordStream made frees wait.
   EXPECT_GT(a->GetStats().host_waits, 0u);
   EXPECT_GT(a->GetStats().stream_waits, 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Async mode on the simulator's pool.
+
+std::shared_ptr<SimBackend> MakePoolSim(std::uint64_t total,
+                                        bool pools = true) {
+  SimOptions o;
+  o.profile = "h100";
+  o.total_bytes = total;
+  o.stream_ordered_pools = pools;
+  return MakeSim(o);
+}
+
+void ExpectNoHazards(const SimBackend& sim) {
+  EXPECT_EQ(sim.hazards(), 0u);
+  for (const SimHazard& h : sim.hazard_log()) ADD_FAILURE() << h.ToString();
+}
+
+TEST(AsyncSimTest, CreationFailsWhenTheSimHasNoPool) {
+  auto sim = MakePoolSim(kGiB, /*pools=*/false);
+  ASSERT_NE(sim, nullptr);
+  auto a = CreateAllocator(Mode(AllocatorMode::kAsync), sim);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(a.status(), "backend sim")) << a.status();
+  EXPECT_TRUE(Mentions(a.status(), "stream_ordered_pools")) << a.status();
+  EXPECT_TRUE(Mentions(a.status(), "allocator=bfc")) << a.status();
+  EXPECT_EQ(sim->calls(SimOp::kConfigurePool), 0u);
+}
+
+TEST(AsyncSimTest, OnePoolCallPerAllocateAndDeallocate) {
+  auto sim = MakePoolSim(kGiB);
+  auto a = MakeAsync(sim);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(sim->calls(SimOp::kConfigurePool), 1u);
+  std::vector<void*> ptrs;
+  for (int i = 1; i <= 8; ++i) {
+    auto p = a->Allocate(i * 1000, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    ptrs.push_back(*p);
+    EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), static_cast<std::uint64_t>(i));
+  }
+  for (void* p : ptrs) GPUALLOC_ASSERT_OK(a->Deallocate(p, Stream(1)));
+  EXPECT_EQ(sim->calls(SimOp::kPoolFree), 8u);
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), 0u);  // never a plain allocation
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.backend_allocs, 8u);
+  EXPECT_EQ(s.backend_frees, 8u);
+  EXPECT_EQ(s.bytes_reserved, 2 * kMiB);  // one granule, kept by the pool
+  EXPECT_EQ(s.peak_bytes_reserved, 2 * kMiB);
+  EXPECT_EQ(s.events_recorded + s.stream_waits + s.host_waits, 0u);
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->calls(SimOp::kPoolTrim), 1u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// Memory freed on one stream and reused on another: the pool's reuse rules
+// order the streams, so the hazard detector sees no overlap.
+TEST(AsyncSimTest, ReuseAcrossStreamsIsOrdered) {
+  auto sim = MakePoolSim(kGiB);
+  auto a = MakeAsync(sim);
+  ASSERT_NE(a, nullptr);
+  std::set<void*> addresses;
+  for (int i = 0; i < 50; ++i) {
+    const Stream s(i % 4);
+    auto p = a->Allocate(64 * kKiB, s);
+    GPUALLOC_ASSERT_OK(p);
+    addresses.insert(*p);
+    sim->Use(s, Addr(*p), 64 * kKiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*p, s));
+  }
+  EXPECT_LT(addresses.size(), 50u);  // memory did move between streams
+  ExpectNoHazards(*sim);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// Work on a second stream, declared with RecordStream, is waited for before
+// the memory goes back: reusing it at once on the freeing stream is safe.
+// Without the declaration the detector flags the same sequence.
+TEST(AsyncSimTest, RecordStreamOrdersTheFreeAfterTheOtherStream) {
+  for (bool record : {true, false}) {
+    SCOPED_TRACE(record ? "with RecordStream" : "without RecordStream");
+    auto sim = MakePoolSim(kGiB);
+    auto a = MakeAsync(sim);
+    ASSERT_NE(a, nullptr);
+    const Stream s1(1), s2(2);
+    auto p = a->Allocate(kMiB, s1);
+    GPUALLOC_ASSERT_OK(p);
+    sim->Use(s1, Addr(*p), kMiB);
+    if (record) GPUALLOC_ASSERT_OK(a->RecordStream(*p, s2));
+    // The program's own hand-over from s1 to s2 (here: s1 finished).
+    sim->CompleteStream(s1);
+    sim->Use(s2, Addr(*p), kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*p, s1));
+    auto q = a->Allocate(kMiB, s1);  // same stream: reused at once
+    GPUALLOC_ASSERT_OK(q);
+    ASSERT_EQ(*q, *p);
+    sim->Use(s1, Addr(*q), kMiB);
+    const Stats s = a->GetStats();
+    if (record) {
+      ExpectNoHazards(*sim);
+      EXPECT_EQ(sim->calls(SimOp::kStreamWaitEvent), 1u);
+      EXPECT_EQ(s.stream_waits, 1u);
+      EXPECT_EQ(s.events_recorded, 1u);
+    } else {
+      EXPECT_GT(sim->hazards(), 0u);
+      EXPECT_EQ(sim->calls(SimOp::kStreamWaitEvent), 0u);
+    }
+    GPUALLOC_EXPECT_OK(a->Deallocate(*q, s1));
+  }
+}
+
+// The pool cannot grow while a segment's free is pending; waiting for the
+// freeing stream lets it return that segment and the retry succeeds.
+TEST(AsyncSimTest, OutOfMemoryWaitsForPendingFreesAndRetries) {
+  auto sim = MakePoolSim(64 * kMiB);
+  auto a = MakeAsync(sim, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(30 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  sim->Use(Stream(1), Addr(*p), 30 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  auto q = a->Allocate(40 * kMiB, Stream(2));
+  GPUALLOC_ASSERT_OK(q);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.host_waits, 1u);
+  EXPECT_EQ(s.num_ooms, 0u);
+  EXPECT_EQ(sim->calls(SimOp::kSynchronizeEvent), 1u);
+  EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), 3u);
+  EXPECT_EQ(s.bytes_reserved, 40 * kMiB);
+  EXPECT_EQ(s.peak_bytes_reserved, 40 * kMiB);
+  sim->Use(Stream(2), Addr(*q), 40 * kMiB);
+  ExpectNoHazards(*sim);
+
+  // Nothing pending: a request the device cannot hold fails at once.
+  absl::Status oom = a->Allocate(30 * kMiB, Stream(3)).status();
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted) << oom;
+  EXPECT_TRUE(Mentions(oom, "out of memory")) << oom;
+  EXPECT_TRUE(Mentions(oom, "reserved 41943040")) << oom;
+  s = a->GetStats();
+  EXPECT_EQ(s.num_ooms, 1u);
+  EXPECT_EQ(s.host_waits, 1u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncSimTest, DestructorReturnsEverythingToThePool) {
+  auto sim = MakePoolSim(kGiB);
+  {
+    auto a = MakeAsync(sim);
+    ASSERT_NE(a, nullptr);
+    auto p = a->Allocate(kMiB, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+    GPUALLOC_ASSERT_OK(a->Allocate(kMiB, Stream(3)));
+    EXPECT_EQ(sim->GetPoolUsage()->used, 2 * kMiB);
+  }
+  EXPECT_EQ(sim->GetPoolUsage()->used, 0u);
+  EXPECT_EQ(sim->live_events(), 0u);
+  EXPECT_EQ(sim->calls(SimOp::kPoolFree), 2u);
+}
+
+// Random work on four streams: every stream that touches a block is declared
+// (allocation stream, RecordStream, or the freeing stream), so the detector
+// must never fire; Validate and the call counts are checked after every step.
+TEST(AsyncSimTest, RandomMultiStreamWorkHasNoHazards) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::cout << "GPUALLOC_TEST_SEED=" << seed << "\n";
+  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
+  std::mt19937_64 rng(seed);
+  auto sim = MakePoolSim(256 * kMiB);
+  auto a = MakeAsync(sim, 256 * kMiB);
+  ASSERT_NE(a, nullptr);
+  struct Block {
+    void* p;
+    std::uint64_t bytes;
+    std::uintptr_t stream;  // allocated on
+    std::set<std::uintptr_t> users;
+  };
+  std::vector<Block> live;
+  for (int i = 0; i < 3000; ++i) {
+    SCOPED_TRACE(::testing::Message() << "op " << i);
+    const Stream s(rng() % 4);
+    const int what = static_cast<int>(rng() % 100);
+    if (what < 45 || live.empty()) {
+      const std::uint64_t bytes =
+          rng() % 8 == 0 ? rng() % (48 * kMiB) : 1 + rng() % (256 * kKiB);
+      auto p = a->Allocate(bytes, s);
+      if (!p.ok()) {
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        continue;
+      }
+      sim->Use(s, Addr(*p), bytes);
+      live.push_back(Block{*p, bytes, s.handle, {s.handle}});
+    } else if (what < 65) {
+      // Another stream uses a live block: declared first, and after the
+      // program's own hand-over (here: the earlier users finished).
+      Block& b = live[rng() % live.size()];
+      GPUALLOC_ASSERT_OK(a->RecordStream(b.p, s));
+      for (std::uintptr_t u : b.users) {
+        if (u != s.handle) sim->CompleteStream(Stream(u));
+      }
+      sim->Use(s, Addr(b.p), b.bytes);
+      b.users.insert(s.handle);
+    } else if (what < 95) {
+      // Freed on one of its users' streams; the allocation stream, when
+      // it is another, is declared like the rest (Deallocate's contract).
+      const std::size_t k = rng() % live.size();
+      auto it = live[k].users.begin();
+      std::advance(it, rng() % live[k].users.size());
+      if (*it != live[k].stream) {
+        GPUALLOC_ASSERT_OK(a->RecordStream(live[k].p, Stream(live[k].stream)));
+      }
+      GPUALLOC_ASSERT_OK(a->Deallocate(live[k].p, Stream(*it)));
+      live[k] = std::move(live.back());
+      live.pop_back();
+    } else {
+      sim->CompleteStream(s);
+    }
+    ASSERT_EQ(sim->hazards(), 0u) << sim->hazard_log().front().ToString();
+    const absl::Status valid = a->Validate();
+    ASSERT_TRUE(valid.ok()) << valid;
+    const Stats st = a->GetStats();
+    ASSERT_EQ(st.events_recorded, sim->calls(SimOp::kRecordEvent));
+    ASSERT_EQ(st.stream_waits, sim->calls(SimOp::kStreamWaitEvent));
+    ASSERT_EQ(st.host_waits, sim->calls(SimOp::kSynchronizeEvent));
+    ASSERT_EQ(st.backend_frees, sim->calls(SimOp::kPoolFree));
+    ASSERT_EQ(st.backend_allocs, sim->calls(SimOp::kPoolAllocate) -
+                                     sim->failed_calls(SimOp::kPoolAllocate));
+    ASSERT_LE(st.bytes_in_use, st.bytes_limit);
+  }
+  // Blocks changed streams, and the pool ran out and was waited for.
+  EXPECT_GT(a->GetStats().stream_waits, 0u);
+  EXPECT_GT(a->GetStats().host_waits, 0u);
+  for (const Block& b : live) {
+    for (std::uintptr_t u : b.users) {
+      GPUALLOC_ASSERT_OK(a->RecordStream(b.p, Stream(u)));
+    }
+    GPUALLOC_ASSERT_OK(a->Deallocate(b.p, Stream(b.stream)));
+  }
+  ExpectNoHazards(*sim);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
 }
 
 }  // namespace
