@@ -14,6 +14,7 @@
 #include "core/bfc.h"
 #include "core/growth.h"
 #include "core/lock.h"
+#include "core/modes.h"
 #include "core/options.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
@@ -443,10 +444,11 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
     case AllocatorMode::kBfc:
       break;
     case AllocatorMode::kPlatform:
+      return core::CreatePlatformAllocator(std::move(resolved),
+                                           std::move(backend));
     case AllocatorMode::kAsync:
-      return absl::UnimplementedError(
-          absl::StrFormat("allocator mode %s is not built yet",
-                          AllocatorModeName(options.mode)));
+      return core::CreateAsyncAllocator(std::move(resolved),
+                                        std::move(backend));
   }
   return std::unique_ptr<Allocator>(
       new BfcAllocator(std::move(resolved), std::move(backend)));

@@ -1,0 +1,507 @@
+// core/async_allocator.cc: allocator=async (JAX's cuda_async, TensorFlow's
+// GpuCudaMallocAsyncAllocator, PyTorch's CUDAMallocAsyncAllocator): every
+// Allocate is one allocation from the backend's stream-ordered pool
+// (cuMemAllocFromPoolAsync) and every Deallocate one stream-ordered free
+// (cuMemFreeAsync). The pool keeps freed memory up to its release threshold,
+// which is the limit, and reuses it across streams by CUDA's rules (all
+// three turned on).
+//
+// What the allocator adds to the pool:
+//  - The limit, on the bytes the live allocations hold (the pool itself only
+//    knows a release threshold).
+//  - RecordStream (PyTorch's record_stream): the pool orders a free only after
+//    the work on the freeing stream. When other streams were declared to use
+//    the memory, Deallocate first records an event on each of them and makes
+//    the freeing stream wait for it, so the pool's ordering covers their work
+//    too (what PyTorch's CUDAMallocAsyncAllocator does).
+//  - Garbage collection on out of memory: memory freed on a stream whose work
+//    has not completed may be held back from other streams. The allocator
+//    waits on the host for every stream that freed memory since its last wait
+//    and retries once (TensorFlow's allocator synchronizes its stream and
+//    retries the same way).
+//  - Statistics, snapshot, Validate, double-free detection, alignments above
+//    the device's (padding, as in the platform mode).
+//
+// Events come from a small pool of reusable ones, created on demand and
+// destroyed with the allocator: a StreamWaitEvent captures the work an event
+// stands for when it is called, so the event can be recorded again right after.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "core/live_allocations.h"
+#include "core/lock.h"
+#include "core/modes.h"
+#include "core/size_class.h"
+#include "core/status_macros.h"
+
+namespace gpualloc::core {
+namespace {
+
+constexpr absl::string_view kMode = "async";
+
+class AsyncAllocator final : public Allocator {
+ public:
+  AsyncAllocator(ResolvedOptions resolved, std::shared_ptr<Backend> backend,
+                 const PoolUsage& usage)
+      : resolved_(std::move(resolved)),
+        backend_(std::move(backend)),
+        live_(resolved_.min_block_size),
+        usage_(usage),
+        pool_peak_at_reset_(usage.peak_reserved),
+        peak_reserved_(usage.reserved) {}
+
+  ~AsyncAllocator() override {
+    LockGuard lock(&mu_);
+    // Live allocations die with the allocator (as with BFC); their memory goes
+    // back to the pool, ordered after the work of every stream known to use
+    // it.
+    std::vector<std::pair<DeviceAddress, Stream>> live;
+    live.reserve(live_.size());
+    live_.ForEach([&live](DeviceAddress address, const LiveAllocation& a) {
+      live.emplace_back(address, Stream(a.stream));
+    });
+    for (const auto& [address, stream] : live) {
+      (void)FreeLocked(address, stream);
+    }
+    // No event is in use outside a call, so every one is idle here.
+    for (EventHandle event : idle_events_) (void)backend_->DestroyEvent(event);
+  }
+
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
+                                 std::size_t alignment) override {
+    GPUALLOC_RETURN_IF_ERROR(
+        CheckAlignment(bytes, alignment, resolved_.max_alignment));
+    const std::uint64_t min_block = resolved_.min_block_size;
+    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
+    OutOfMemoryFacts facts{kMode, bytes, bytes, bytes, resolved_.limit};
+    // Sizes beyond the limit are rejected before any arithmetic can overflow.
+    if (bytes > resolved_.limit) return RejectTooLarge(facts);
+    facts.size = RoundUp(bytes == 0 ? 1 : bytes, min_block);
+    // The pool rounds its own sizes; only a stricter alignment than the
+    // device's needs padding from us.
+    const std::uint64_t unit =
+        std::max<std::uint64_t>(backend_->info().allocation_alignment, 1);
+    facts.device = facts.size + (align > unit ? align - unit : 0);
+    if (facts.device > resolved_.limit) return RejectTooLarge(facts);
+
+    LockGuard lock(&mu_);
+    if (live_.counters().bytes_held + facts.device > resolved_.limit) {
+      ++num_ooms_;
+      return OutOfMemory(
+          facts, "the limit is reached",
+          absl::StrFormat(
+              "the live allocations fill the limit; free memory earlier, "
+              "raise memory_fraction (now %g) or memory_limit, or lower the "
+              "batch size",
+              resolved_.options.memory_fraction));
+    }
+    absl::StatusOr<DeviceAddress> base =
+        backend_->PoolAllocate(facts.device, stream);
+    bool waited = false;
+    if (absl::IsResourceExhausted(base.status()) &&
+        resolved_.options.garbage_collection) {
+      absl::StatusOr<bool> w = WaitForFreesLocked();
+      if (!w.ok()) return w.status();
+      waited = *w;
+      // Retry once, and only when something may have changed.
+      if (waited) base = backend_->PoolAllocate(facts.device, stream);
+    }
+    if (!base.ok()) {
+      if (absl::IsResourceExhausted(base.status())) {
+        ++num_ooms_;
+        return OutOfMemory(
+            facts, base.status().message(),
+            waited ? "the pool found no memory even after waiting for the "
+                     "pending frees of every stream; the device may be held "
+                     "by other processes: lower the limit or free device "
+                     "memory elsewhere"
+                   : "the device refused more memory below the limit (other "
+                     "processes may hold it); lower the limit or free device "
+                     "memory elsewhere");
+      }
+      return absl::Status(
+          base.status().code(),
+          absl::StrFormat("async allocator: backend %s PoolAllocate(%d bytes, "
+                          "stream %#x) for Allocate(%d bytes): %s",
+                          backend_->info().backend, facts.device, stream.handle,
+                          bytes, base.status().message()));
+    }
+    // The padding computed above assumes a base on the device's alignment.
+    if (*base == 0 || *base % std::min(align, unit) != 0) {
+      (void)backend_->PoolFree(*base, stream);
+      return absl::InternalError(absl::StrFormat(
+          "backend %s's pool returned %#x for %d bytes, not aligned to %d (its "
+          "allocation alignment %d, the requested alignment %d)",
+          backend_->info().backend, *base, facts.device, std::min(align, unit),
+          unit, align));
+    }
+    ++backend_allocs_;
+    const DeviceAddress address = RoundUp(*base, align);
+    live_.Insert(address, LiveAllocation{*base, facts.device, facts.size, bytes,
+                                         stream.handle});
+    MaybeValidate();
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+  }
+
+  absl::Status Deallocate(void* ptr, Stream stream) override {
+    if (ptr == nullptr) return absl::OkStatus();  // like free(NULL)
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+    LockGuard lock(&mu_);
+    if (live_.Find(address) == nullptr) {
+      return live_.DiagnoseUnknown("Deallocate", address);
+    }
+    absl::Status status = FreeLocked(address, stream);
+    MaybeValidate();
+    return status;
+  }
+
+  absl::Status RecordStream(void* ptr, Stream stream) override {
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+    LockGuard lock(&mu_);
+    if (live_.Find(address) == nullptr) {
+      return live_.DiagnoseUnknown("RecordStream", address);
+    }
+    const DeviceInfo& info = backend_->info();
+    if (!info.capabilities.streams) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "RecordStream(%#x, stream %#x): backend %s (device %d, %s) lacks "
+          "the streams capability, so a free cannot be ordered after another "
+          "stream's work",
+          address, stream.handle, info.backend, info.ordinal, info.name));
+    }
+    std::vector<std::uintptr_t>& streams = recorded_[address];
+    if (std::find(streams.begin(), streams.end(), stream.handle) ==
+        streams.end()) {
+      streams.push_back(stream.handle);
+    }
+    return absl::OkStatus();
+  }
+
+  Stats GetStats() const override {
+    LockGuard lock(&mu_);
+    RefreshUsageLocked();
+    return StatsLocked();
+  }
+
+  void ResetPeakStats() override {
+    LockGuard lock(&mu_);
+    live_.ResetPeaks();
+    RefreshUsageLocked();
+    pool_peak_at_reset_ = usage_.peak_reserved;
+    peak_reserved_ = usage_.reserved;
+  }
+
+  Snapshot GetSnapshot() const override {
+    LockGuard lock(&mu_);
+    RefreshUsageLocked();
+    Snapshot s;
+    live_.AppendSnapshot(&s.regions);
+    s.stats = StatsLocked();
+    return s;
+  }
+
+  // Returns the pool's unused memory to the device (cuMemPoolTrimTo(0)).
+  absl::Status Trim() override {
+    LockGuard lock(&mu_);
+    // Reserved memory only shrinks here (and at synchronization points above
+    // the release threshold): note its value first so the peak keeps it.
+    RefreshUsageLocked();
+    absl::Status status = backend_->PoolTrim(0);
+    if (!status.ok()) {
+      return absl::Status(
+          status.code(),
+          absl::StrFormat("Trim: backend %s PoolTrim(0): %s",
+                          backend_->info().backend, status.message()));
+    }
+    RefreshUsageLocked();
+    return absl::OkStatus();
+  }
+
+  absl::Status Validate() const override {
+    LockGuard lock(&mu_);
+    return ValidateLocked();
+  }
+
+  const DeviceInfo& device() const override { return backend_->info(); }
+  const Options& options() const override { return resolved_.options; }
+
+ private:
+  // Returns the live allocation at `address` to the pool, ordered after the
+  // work queued on `stream` and on every stream recorded for it. On error the
+  // allocation stays live (waits already inserted only order streams more).
+  absl::Status FreeLocked(DeviceAddress address, Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const LiveAllocation* a = live_.Find(address);
+    GPUALLOC_DCHECK(a != nullptr);
+    auto recorded = recorded_.find(address);
+    if (recorded != recorded_.end()) {
+      for (std::uintptr_t other : recorded->second) {
+        if (other == stream.handle) continue;
+        absl::Status waited = StreamWaitLocked(stream, Stream(other));
+        if (!waited.ok()) {
+          return absl::Status(
+              waited.code(),
+              absl::StrFormat("Deallocate(%#x, stream %#x): ordering the free "
+                              "after recorded stream %#x: %s",
+                              address, stream.handle, other, waited.message()));
+        }
+      }
+    }
+    absl::Status freed = backend_->PoolFree(a->base, stream);
+    if (!freed.ok()) {
+      return absl::Status(
+          freed.code(),
+          absl::StrFormat("Deallocate(%#x, stream %#x): backend %s "
+                          "PoolFree(%#x): %s",
+                          address, stream.handle, backend_->info().backend,
+                          a->base, freed.message()));
+    }
+    ++backend_frees_;
+    live_.Remove(address);
+    if (recorded != recorded_.end()) recorded_.erase(recorded);
+    freed_streams_.insert(stream.handle);
+    return absl::OkStatus();
+  }
+
+  // Makes work queued on `waiter` from now on start after the work queued so
+  // far on `other`.
+  absl::Status StreamWaitLocked(Stream waiter, Stream other)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_ASSIGN_OR_RETURN(const EventHandle event, AcquireEventLocked());
+    absl::Status status = backend_->RecordEvent(event, other);
+    if (status.ok()) {
+      ++events_recorded_;
+      status = backend_->StreamWaitEvent(waiter, event);
+      if (status.ok()) ++stream_waits_;
+    }
+    idle_events_.push_back(event);
+    return status;
+  }
+
+  // Garbage collection: blocks the host until the work queued on every stream
+  // that freed memory since the last wait has completed, so that the pool can
+  // hand that memory to any stream. true when it waited for anything.
+  absl::StatusOr<bool> WaitForFreesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (freed_streams_.empty() || !backend_->info().capabilities.streams) {
+      return false;
+    }
+    GPUALLOC_ASSIGN_OR_RETURN(const EventHandle event, AcquireEventLocked());
+    absl::Status status;
+    std::vector<std::uintptr_t> done;
+    for (std::uintptr_t s : freed_streams_) {
+      status = backend_->RecordEvent(event, Stream(s));
+      if (!status.ok()) break;
+      ++events_recorded_;
+      status = backend_->SynchronizeEvent(event);
+      if (!status.ok()) break;
+      ++host_waits_;
+      done.push_back(s);
+    }
+    idle_events_.push_back(event);
+    for (std::uintptr_t s : done) freed_streams_.erase(s);
+    if (!status.ok()) {
+      return absl::Status(
+          status.code(),
+          absl::StrFormat("async allocator: waiting for pending frees after "
+                          "running out of memory on backend %s: %s",
+                          backend_->info().backend, status.message()));
+    }
+    return !done.empty();
+  }
+
+  absl::StatusOr<EventHandle> AcquireEventLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!idle_events_.empty()) {
+      const EventHandle event = idle_events_.back();
+      idle_events_.pop_back();
+      return event;
+    }
+    absl::StatusOr<EventHandle> event = backend_->CreateEvent();
+    if (event.ok()) ++events_created_;
+    return event;
+  }
+
+  // Reads the pool's usage and folds the reserved bytes into the peak.
+  // Reserved memory grows only in PoolAllocate and shrinks only at Trim and
+  // synchronization points, so the pool's own high-water mark gives the exact
+  // peak whenever it rose since the last reset; otherwise the peak is the
+  // largest value seen since the reset (at the reset, before each Trim and at
+  // each read).
+  void RefreshUsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<PoolUsage> usage = backend_->GetPoolUsage();
+    if (!usage.ok()) return;  // keep the last known values
+    usage_ = *usage;
+    peak_reserved_ = std::max(peak_reserved_, usage_.reserved);
+    if (usage_.peak_reserved > pool_peak_at_reset_) {
+      peak_reserved_ = std::max(peak_reserved_, usage_.peak_reserved);
+    }
+  }
+
+  // Invariants beyond LiveAllocations' L1-L3:
+  //   A1. Each live allocation is one pool allocation: live = allocs - frees.
+  //   A2. The live allocations hold no more than the limit.
+  //   A3. Streams are recorded only for live allocations, each at most once.
+  //   A4. Every event created is idle between calls (none leaked).
+  absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_RETURN_IF_ERROR(live_.Validate());
+    if (backend_allocs_ - backend_frees_ != live_.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant A1 broken: %d live allocations, but %d pool allocations "
+          "minus %d frees",
+          live_.size(), backend_allocs_, backend_frees_));
+    }
+    if (live_.counters().bytes_held > resolved_.limit) {
+      return absl::InternalError(
+          absl::StrFormat("invariant A2 broken: %d bytes held, limit %d",
+                          live_.counters().bytes_held, resolved_.limit));
+    }
+    for (const auto& [address, streams] : recorded_) {
+      std::vector<std::uintptr_t> sorted = streams;
+      std::sort(sorted.begin(), sorted.end());
+      if (live_.Find(address) == nullptr || streams.empty() ||
+          std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+        return absl::InternalError(absl::StrFormat(
+            "invariant A3 broken: %d streams recorded for %#x, which is %s",
+            streams.size(), address,
+            live_.Find(address) == nullptr ? "not live" : "live"));
+      }
+    }
+    if (idle_events_.size() != events_created_) {
+      return absl::InternalError(
+          absl::StrFormat("invariant A4 broken: %d events created, %d idle",
+                          events_created_, idle_events_.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+#if GPUALLOC_DEBUG_CHECKS >= 2
+    absl::Status status = ValidateLocked();
+    if (!status.ok()) {
+      std::fprintf(stderr, "gpualloc: %s\n",
+                   std::string(status.message()).c_str());
+      std::abort();
+    }
+#endif
+  }
+
+  Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const LiveCounters& k = live_.counters();
+    Stats s;
+    s.num_allocs = k.num_allocs;
+    s.bytes_in_use = k.bytes_in_use;
+    s.peak_bytes_in_use = k.peak_bytes_in_use;
+    s.largest_alloc_size = k.largest_alloc_size;
+    s.bytes_limit = resolved_.limit;
+    // The pool's view; its free memory is not visible block by block, so
+    // largest_free_block_bytes and fragmentation stay 0.
+    s.bytes_reserved = usage_.reserved;
+    s.peak_bytes_reserved = peak_reserved_;
+    s.bytes_requested = k.bytes_requested;
+    s.peak_bytes_requested = k.peak_bytes_requested;
+    s.num_ooms = num_ooms_;
+    s.backend_allocs = backend_allocs_;
+    s.backend_frees = backend_frees_;
+    s.events_recorded = events_recorded_;
+    s.stream_waits = stream_waits_;
+    s.host_waits = host_waits_;
+    return s;
+  }
+
+  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts) {
+    LockGuard lock(&mu_);
+    ++num_ooms_;
+    return TooLargeError(backend_->info(), resolved_.options, facts);
+  }
+
+  absl::Status OutOfMemory(OutOfMemoryFacts facts, absl::string_view why,
+                           absl::string_view hint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    RefreshUsageLocked();
+    facts.in_use = live_.counters().bytes_in_use;
+    facts.reserved = usage_.reserved;
+    return OutOfMemoryError(backend_->info(), resolved_.options, facts, why,
+                            hint);
+  }
+
+  const ResolvedOptions resolved_;
+  const std::shared_ptr<Backend> backend_;
+
+  mutable Lock mu_;
+  LiveAllocations live_ ABSL_GUARDED_BY(mu_);
+  // Streams declared with RecordStream, for the live allocations that have
+  // any (empty on single-stream workloads).
+  absl::flat_hash_map<DeviceAddress, std::vector<std::uintptr_t>> recorded_
+      ABSL_GUARDED_BY(mu_);
+  // Streams that freed memory since the last out-of-memory wait.
+  absl::flat_hash_set<std::uintptr_t> freed_streams_ ABSL_GUARDED_BY(mu_);
+  std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t events_created_ ABSL_GUARDED_BY(mu_) = 0;
+  // The pool's usage at the last read, and the peak bookkeeping (see
+  // RefreshUsageLocked).
+  mutable PoolUsage usage_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t pool_peak_at_reset_ ABSL_GUARDED_BY(mu_);
+  mutable std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t events_recorded_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t stream_waits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t host_waits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncAllocator(
+    ResolvedOptions resolved, std::shared_ptr<Backend> backend) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError("CreateAsyncAllocator: backend is null");
+  }
+  const DeviceInfo& info = backend->info();
+  if (!info.capabilities.stream_ordered_pools) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "allocator=async needs a stream-ordered memory pool "
+        "(cuMemAllocFromPoolAsync / hipMallocFromPoolAsync), but backend %s "
+        "(device %d, %s) lacks the stream_ordered_pools capability; use "
+        "allocator=bfc",
+        info.backend, info.ordinal, info.name));
+  }
+  PoolOptions pool;
+  // Keep up to the limit cached at synchronization points: the allocator's
+  // limit already bounds what the pool holds in use.
+  pool.release_threshold = resolved.limit;
+  pool.reuse = PoolReuse{/*follow_event_dependencies=*/true,
+                         /*opportunistic=*/true,
+                         /*internal_dependencies=*/true};
+  absl::Status configured = backend->ConfigurePool(pool);
+  if (!configured.ok()) {
+    return absl::Status(
+        configured.code(),
+        absl::StrFormat("allocator=async: configuring the stream-ordered pool "
+                        "of backend %s (device %d, %s): %s",
+                        info.backend, info.ordinal, info.name,
+                        configured.message()));
+  }
+  absl::StatusOr<PoolUsage> usage = backend->GetPoolUsage();
+  if (!usage.ok()) {
+    return absl::Status(
+        usage.status().code(),
+        absl::StrFormat("allocator=async: reading the pool usage of backend "
+                        "%s (device %d, %s): %s",
+                        info.backend, info.ordinal, info.name,
+                        usage.status().message()));
+  }
+  return std::unique_ptr<Allocator>(
+      new AsyncAllocator(std::move(resolved), std::move(backend), *usage));
+}
+
+}  // namespace gpualloc::core

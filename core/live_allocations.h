@@ -1,0 +1,149 @@
+// core/live_allocations.h: bookkeeping shared by the allocator modes that hand
+// every request to the device (platform: one backend allocation each; async:
+// one pool allocation each): the live allocations, their statistics, the
+// diagnosis of bad frees, snapshot and the invariants over them.
+//
+// Each allocation is a block the device handed out at `base` of `held` bytes;
+// the caller got `address`, the first `align`-aligned address inside it, and
+// may use `size` bytes (the request rounded to the minimum block size). `held`
+// exceeds `size` only when the requested alignment is stricter than what the
+// device guarantees (the allocation is padded so that an aligned address fits)
+// or when the device accounts whole alignment units (ROCr rounds to 4 KiB).
+//
+// Invariants (Validate() checks each and names the broken one):
+//   L1. Every entry is keyed by its own address, lies inside its device block
+//       (base <= address, address + size <= base + held), is a multiple of the
+//       minimum block size, and has 0 < size and requested <= size.
+//   L2. The counters equal the sums they summarize (bytes in use, requested,
+//       held) and each peak is at least its current value.
+//   L3. No address is both live and in the history of freed addresses.
+//
+// Thread safety: none; the allocator's lock guards it.
+#ifndef GPUALLOC_CORE_LIVE_ALLOCATIONS_H_
+#define GPUALLOC_CORE_LIVE_ALLOCATIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc::core {
+
+// "1.50 MiB": sizes in messages.
+std::string FormatBytes(std::uint64_t bytes);
+
+// InvalidArgument when `alignment` is not 0 or a power of two up to
+// `max_alignment`; the same messages as the BFC allocator.
+absl::Status CheckAlignment(std::size_t bytes, std::size_t alignment,
+                            std::uint64_t max_alignment);
+
+// Bytes to ask the device for so that a block of `size` bytes aligned to
+// `align` fits in it, when the device guarantees `device_alignment` (a power of
+// two; 0 counts as 1) and accounts whole units of it. When `align` is stricter,
+// the block may start up to align - device_alignment bytes in.
+std::uint64_t DeviceRequestSize(std::uint64_t size, std::uint64_t align,
+                                std::uint64_t device_alignment);
+
+// What an out-of-memory report of the platform and async modes states.
+struct OutOfMemoryFacts {
+  absl::string_view mode;    // "platform", "async"
+  std::uint64_t bytes = 0;   // as asked
+  std::uint64_t size = 0;    // rounded to the minimum block size
+  std::uint64_t device = 0;  // asked of the device (with alignment padding)
+  std::uint64_t limit = 0;
+  std::uint64_t in_use = 0;
+  std::uint64_t reserved = 0;
+};
+// ResourceExhausted: "out of memory: Allocate(...) on DEVICE (NAME, MODE
+// allocator): WHY. limit, in use, reserved. Hint: HINT".
+absl::Status OutOfMemoryError(const DeviceInfo& device, const Options& options,
+                              const OutOfMemoryFacts& facts,
+                              absl::string_view why, absl::string_view hint);
+// ResourceExhausted for a request larger than the limit itself.
+absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
+                           const OutOfMemoryFacts& facts);
+
+struct LiveAllocation {
+  DeviceAddress base = 0;       // what the device returned; freeing frees this
+  std::uint64_t held = 0;       // bytes asked of the device for it
+  std::uint64_t size = 0;       // the request rounded to the minimum block size
+  std::uint64_t requested = 0;  // as asked
+  std::uintptr_t stream = 0;    // the stream it was allocated on
+};
+
+struct LiveCounters {
+  std::uint64_t num_allocs = 0;
+  std::uint64_t bytes_in_use = 0;  // sum of sizes
+  std::uint64_t peak_bytes_in_use = 0;
+  std::uint64_t largest_alloc_size = 0;
+  std::uint64_t bytes_requested = 0;
+  std::uint64_t peak_bytes_requested = 0;
+  std::uint64_t bytes_held = 0;  // sum of held
+  std::uint64_t peak_bytes_held = 0;
+};
+
+class LiveAllocations {
+ public:
+  // Freed addresses are remembered (the last `history` of them) so that a
+  // second free of one is reported as a double free rather than as a pointer
+  // never handed out.
+  explicit LiveAllocations(std::uint64_t min_block_size,
+                           std::size_t history = 4096);
+
+  // The live allocation handed out at `address`, or null.
+  const LiveAllocation* Find(DeviceAddress address) const {
+    auto it = live_.find(address);
+    return it == live_.end() ? nullptr : &it->second;
+  }
+  // REQUIRES: `address` is not live.
+  void Insert(DeviceAddress address, const LiveAllocation& allocation);
+  // REQUIRES: `address` is live. Returns what it was.
+  LiveAllocation Remove(DeviceAddress address);
+
+  // Why `address` is not a live allocation, for `operation` ("Deallocate",
+  // "RecordStream"): an interior pointer or an unknown one (InvalidArgument),
+  // or a recently freed one (FailedPrecondition: double free). Cold path: it
+  // scans every live allocation.
+  absl::Status DiagnoseUnknown(absl::string_view operation,
+                               DeviceAddress address) const;
+
+  const LiveCounters& counters() const { return counters_; }
+  std::size_t size() const { return live_.size(); }
+  void ResetPeaks();
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const auto& [address, allocation] : live_) f(address, allocation);
+  }
+
+  // One region per live allocation (its device block) holding one in-use
+  // chunk, in address order.
+  void AppendSnapshot(std::vector<RegionSnapshot>* regions) const;
+
+  absl::Status Validate() const;
+
+ private:
+  struct Freed {
+    DeviceAddress address = 0;
+    std::uint64_t seq = 0;
+  };
+
+  const std::uint64_t min_block_size_;
+  absl::flat_hash_map<DeviceAddress, LiveAllocation> live_;
+  LiveCounters counters_;
+  // The last freed addresses: a ring in free order, and an index from address
+  // to the sequence number of its latest free (a ring slot evicts its address
+  // only when that free is still the latest one).
+  std::vector<Freed> ring_;
+  absl::flat_hash_map<DeviceAddress, std::uint64_t> freed_;
+  std::uint64_t free_seq_ = 0;
+};
+
+}  // namespace gpualloc::core
+
+#endif  // GPUALLOC_CORE_LIVE_ALLOCATIONS_H_

@@ -1,0 +1,269 @@
+// core/platform_allocator.cc: allocator=platform (JAX's
+// XLA_PYTHON_CLIENT_ALLOCATOR=platform): every Allocate is one backend
+// Allocate and every Deallocate one backend Free, at once. Nothing is cached,
+// so the footprint is exactly what is live; each call costs a device
+// allocation, which synchronizes the device. For debugging (with a
+// host-backed or sanitizing backend every block has its own guard) and for
+// measuring what a workload really needs.
+//
+// Streams: a real cudaFree/hipFree waits for all work on the device before it
+// returns, so memory freed here is safe to hand to any stream afterwards.
+// Deallocate therefore ignores its stream and RecordStream only checks its
+// pointer.
+//
+// Alignment: the device guarantees info().allocation_alignment. A stricter
+// alignment (up to ResolvedOptions::max_alignment) is served by asking for
+// alignment - allocation_alignment more bytes and handing out the first
+// aligned address inside; Deallocate frees the block's base.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_format.h"
+#include "core/live_allocations.h"
+#include "core/lock.h"
+#include "core/modes.h"
+#include "core/size_class.h"
+#include "core/status_macros.h"
+
+namespace gpualloc::core {
+namespace {
+
+constexpr absl::string_view kMode = "platform";
+
+class PlatformAllocator final : public Allocator {
+ public:
+  PlatformAllocator(ResolvedOptions resolved, std::shared_ptr<Backend> backend)
+      : resolved_(std::move(resolved)),
+        backend_(std::move(backend)),
+        live_(resolved_.min_block_size) {}
+
+  ~PlatformAllocator() override {
+    LockGuard lock(&mu_);
+    // Live allocations die with the allocator (as with BFC); their memory
+    // still goes back to the device.
+    live_.ForEach([this](DeviceAddress, const LiveAllocation& a) {
+      (void)backend_->Free(a.base);
+    });
+  }
+
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
+                                 std::size_t alignment) override {
+    GPUALLOC_RETURN_IF_ERROR(
+        CheckAlignment(bytes, alignment, resolved_.max_alignment));
+    const std::uint64_t min_block = resolved_.min_block_size;
+    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
+    OutOfMemoryFacts facts{kMode, bytes, bytes, bytes, resolved_.limit};
+    // Sizes beyond the limit are rejected before any arithmetic can overflow.
+    if (bytes > resolved_.limit) return RejectTooLarge(facts);
+    // 0 bytes get a minimum block: a unique non-null pointer (Allocator's
+    // contract), which a device allocation of 0 bytes would not give.
+    facts.size = RoundUp(bytes == 0 ? 1 : bytes, min_block);
+    const std::uint64_t unit =
+        std::max<std::uint64_t>(backend_->info().allocation_alignment, 1);
+    facts.device = DeviceRequestSize(facts.size, align, unit);
+    if (facts.device > resolved_.limit) return RejectTooLarge(facts);
+
+    LockGuard lock(&mu_);
+    const LiveCounters& k = live_.counters();
+    if (k.bytes_held + facts.device > resolved_.limit) {
+      ++num_ooms_;
+      return OutOfMemory(
+          facts, "the limit is reached",
+          absl::StrFormat(
+              "the platform allocator caches nothing, so the live "
+              "allocations alone fill the limit; free memory earlier, raise "
+              "memory_fraction (now %g) or memory_limit, or lower the batch "
+              "size",
+              resolved_.options.memory_fraction));
+    }
+    absl::StatusOr<DeviceAddress> base = backend_->Allocate(facts.device);
+    if (!base.ok()) {
+      if (absl::IsResourceExhausted(base.status())) {
+        ++num_ooms_;
+        return OutOfMemory(
+            facts, base.status().message(),
+            "the device refused more memory below the limit (other processes "
+            "may hold it); lower the limit or free device memory elsewhere");
+      }
+      return absl::Status(
+          base.status().code(),
+          absl::StrFormat("platform allocator: backend %s Allocate(%d bytes) "
+                          "for Allocate(%d bytes): %s",
+                          backend_->info().backend, facts.device, bytes,
+                          base.status().message()));
+    }
+    // The padding computed above assumes a base on the device's alignment.
+    if (*base == 0 || *base % std::min(align, unit) != 0) {
+      (void)backend_->Free(*base);
+      return absl::InternalError(absl::StrFormat(
+          "backend %s returned %#x for %d bytes, not aligned to %d (its "
+          "allocation alignment %d, the requested alignment %d)",
+          backend_->info().backend, *base, facts.device, std::min(align, unit),
+          unit, align));
+    }
+    ++backend_allocs_;
+    const DeviceAddress address = RoundUp(*base, align);
+    live_.Insert(address, LiveAllocation{*base, facts.device, facts.size, bytes,
+                                         stream.handle});
+    MaybeValidate();
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+  }
+
+  absl::Status Deallocate(void* ptr, Stream stream) override {
+    // The stream does not matter: the backend's Free waits for the device.
+    (void)stream;
+    if (ptr == nullptr) return absl::OkStatus();  // like free(NULL)
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+    LockGuard lock(&mu_);
+    const LiveAllocation* a = live_.Find(address);
+    if (a == nullptr) return live_.DiagnoseUnknown("Deallocate", address);
+    absl::Status freed = backend_->Free(a->base);
+    if (!freed.ok()) {
+      // The block stays live and counted: the device may still hold it.
+      return absl::Status(
+          freed.code(),
+          absl::StrFormat("Deallocate(%#x): backend %s Free(%#x): %s", address,
+                          backend_->info().backend, a->base, freed.message()));
+    }
+    ++backend_frees_;
+    live_.Remove(address);
+    MaybeValidate();
+    return absl::OkStatus();
+  }
+
+  absl::Status RecordStream(void* ptr, Stream stream) override {
+    // Nothing to remember: the Free in Deallocate synchronizes the device, so
+    // work on `stream` has completed before the memory can be reused.
+    (void)stream;
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+    LockGuard lock(&mu_);
+    if (live_.Find(address) == nullptr) {
+      return live_.DiagnoseUnknown("RecordStream", address);
+    }
+    return absl::OkStatus();
+  }
+
+  Stats GetStats() const override {
+    LockGuard lock(&mu_);
+    return StatsLocked();
+  }
+
+  void ResetPeakStats() override {
+    LockGuard lock(&mu_);
+    live_.ResetPeaks();
+  }
+
+  Snapshot GetSnapshot() const override {
+    LockGuard lock(&mu_);
+    Snapshot s;
+    live_.AppendSnapshot(&s.regions);
+    s.stats = StatsLocked();
+    return s;
+  }
+
+  // Nothing is cached, so nothing can be returned.
+  absl::Status Trim() override { return absl::OkStatus(); }
+
+  absl::Status Validate() const override {
+    LockGuard lock(&mu_);
+    return ValidateLocked();
+  }
+
+  const DeviceInfo& device() const override { return backend_->info(); }
+  const Options& options() const override { return resolved_.options; }
+
+ private:
+  // Invariants beyond LiveAllocations' L1-L3:
+  //   P1. Each live allocation is one backend allocation: live = allocs -
+  //       frees.
+  //   P2. Never more reserved than the limit.
+  absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_RETURN_IF_ERROR(live_.Validate());
+    if (backend_allocs_ - backend_frees_ != live_.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant P1 broken: %d live allocations, but %d backend "
+          "allocations minus %d frees",
+          live_.size(), backend_allocs_, backend_frees_));
+    }
+    if (live_.counters().bytes_held > resolved_.limit) {
+      return absl::InternalError(
+          absl::StrFormat("invariant P2 broken: %d bytes reserved, limit %d",
+                          live_.counters().bytes_held, resolved_.limit));
+    }
+    return absl::OkStatus();
+  }
+
+  void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+#if GPUALLOC_DEBUG_CHECKS >= 2
+    absl::Status status = ValidateLocked();
+    if (!status.ok()) {
+      std::fprintf(stderr, "gpualloc: %s\n",
+                   std::string(status.message()).c_str());
+      std::abort();
+    }
+#endif
+  }
+
+  Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const LiveCounters& k = live_.counters();
+    Stats s;
+    s.num_allocs = k.num_allocs;
+    s.bytes_in_use = k.bytes_in_use;
+    s.peak_bytes_in_use = k.peak_bytes_in_use;
+    s.largest_alloc_size = k.largest_alloc_size;
+    s.bytes_limit = resolved_.limit;
+    // Every device block is live: reserved is what the live blocks hold, and
+    // nothing is free (largest_free_block_bytes and fragmentation stay 0).
+    s.bytes_reserved = k.bytes_held;
+    s.peak_bytes_reserved = k.peak_bytes_held;
+    s.bytes_requested = k.bytes_requested;
+    s.peak_bytes_requested = k.peak_bytes_requested;
+    s.num_ooms = num_ooms_;
+    s.backend_allocs = backend_allocs_;
+    s.backend_frees = backend_frees_;
+    return s;
+  }
+
+  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts) {
+    LockGuard lock(&mu_);
+    ++num_ooms_;
+    return TooLargeError(backend_->info(), resolved_.options, facts);
+  }
+
+  absl::Status OutOfMemory(OutOfMemoryFacts facts, absl::string_view why,
+                           absl::string_view hint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    facts.in_use = live_.counters().bytes_in_use;
+    facts.reserved = live_.counters().bytes_held;
+    return OutOfMemoryError(backend_->info(), resolved_.options, facts, why,
+                            hint);
+  }
+
+  const ResolvedOptions resolved_;
+  const std::shared_ptr<Backend> backend_;
+
+  mutable Lock mu_;
+  LiveAllocations live_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreatePlatformAllocator(
+    ResolvedOptions resolved, std::shared_ptr<Backend> backend) {
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError(
+        "CreatePlatformAllocator: backend is null");
+  }
+  return std::unique_ptr<Allocator>(
+      new PlatformAllocator(std::move(resolved), std::move(backend)));
+}
+
+}  // namespace gpualloc::core

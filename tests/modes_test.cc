@@ -1,0 +1,1315 @@
+// tests/modes_test.cc: the platform and async allocator modes.
+//
+// Platform runs on the simulator. Async runs on FakePoolBackend below (a small
+// stream-ordered pool whose frees become reusable on other streams only once
+// the host waited for the freeing stream: enough to check what the allocator
+// adds to a pool, call by call, with faults), and on the simulator's pool,
+// whose hazard detector checks that memory moving between streams is ordered.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "core/lock.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace gpualloc {
+namespace {
+
+using testing::Addr;
+using testing::kGiB;
+using testing::kKiB;
+using testing::kMiB;
+using testing::MakeAllocator;
+using testing::MakeSim;
+
+std::string Hex(std::uint64_t address) {
+  return absl::StrFormat("%#x", address);
+}
+
+bool Mentions(const absl::Status& status, const std::string& text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+Options Mode(AllocatorMode mode, std::uint64_t limit = 0) {
+  Options o;
+  o.mode = mode;
+  o.memory_limit = limit;
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// A stream-ordered pool with just enough semantics for the async mode:
+//  - memory freed on stream S is reusable at once on S (stream order), and on
+//    other streams only after the host waited (SynchronizeEvent) for an event
+//    recorded on S after the free;
+//  - the pool holds `capacity` bytes at most; reserved grows with use and
+//    shrinks on PoolTrim;
+//  - every call is counted; the next call of an operation can be made to fail.
+class FakePoolBackend final : public Backend {
+ public:
+  struct Wait {
+    Stream waiter;
+    Stream recorded;  // the stream the event was last recorded on
+  };
+
+  explicit FakePoolBackend(std::uint64_t capacity, bool pools = true,
+                           bool streams = true)
+      : capacity_(capacity) {
+    info_.backend = "fakepool";
+    info_.name = "Fake Pool GPU";
+    info_.ordinal = 3;
+    info_.total_bytes = 64 * kGiB;
+    info_.min_granularity = 2 * kMiB;
+    info_.recommended_granularity = 2 * kMiB;
+    info_.allocation_alignment = 256;
+    info_.capabilities.streams = streams;
+    info_.capabilities.stream_ordered_pools = pools;
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+  absl::StatusOr<std::uint64_t> FreeBytes() override {
+    return info_.total_bytes;
+  }
+  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t) override {
+    return absl::InternalError("the async mode must not call Allocate");
+  }
+  absl::Status Free(DeviceAddress) override {
+    return absl::InternalError("the async mode must not call Free");
+  }
+
+  absl::StatusOr<EventHandle> CreateEvent() override {
+    core::LockGuard lock(&mu_);
+    ++create_event_calls;
+    const EventHandle e = next_event_++;
+    events_[e] = Event{};
+    return e;
+  }
+  absl::Status DestroyEvent(EventHandle event) override {
+    core::LockGuard lock(&mu_);
+    ++destroy_event_calls;
+    if (events_.erase(event) == 0) return absl::InvalidArgumentError("event");
+    return absl::OkStatus();
+  }
+  absl::Status RecordEvent(EventHandle event, Stream stream) override {
+    core::LockGuard lock(&mu_);
+    ++record_event_calls;
+    if (Fail(&fail_record_)) return absl::InternalError("injected record");
+    auto it = events_.find(event);
+    if (it == events_.end()) return absl::InvalidArgumentError("event");
+    it->second = Event{true, stream};
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> QueryEvent(EventHandle) override {
+    return absl::InternalError("not used by the async mode");
+  }
+  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override {
+    core::LockGuard lock(&mu_);
+    ++stream_wait_calls;
+    auto it = events_.find(event);
+    if (it == events_.end()) return absl::InvalidArgumentError("event");
+    waits.push_back(Wait{stream, it->second.stream});
+    return absl::OkStatus();
+  }
+  absl::Status SynchronizeEvent(EventHandle event) override {
+    core::LockGuard lock(&mu_);
+    ++synchronize_calls;
+    auto it = events_.find(event);
+    if (it == events_.end()) return absl::InvalidArgumentError("event");
+    // Everything freed on that stream so far has completed.
+    if (it->second.recorded) pending_.erase(it->second.stream.handle);
+    return absl::OkStatus();
+  }
+
+  absl::Status ConfigurePool(const PoolOptions& options) override {
+    core::LockGuard lock(&mu_);
+    ++configure_calls;
+    if (Fail(&fail_configure_)) return absl::InternalError("injected config");
+    pool_options = options;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                             Stream stream) override {
+    core::LockGuard lock(&mu_);
+    ++pool_allocate_calls;
+    if (Fail(&fail_allocate_)) return absl::InternalError("injected allocate");
+    pending_.erase(stream.handle);  // reusable on its own stream at once
+    std::uint64_t blocked = 0;
+    for (const auto& [s, b] : pending_) blocked += b;
+    if (used_ + blocked + bytes > capacity_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "fake pool: %d bytes asked, %d used, %d pending on other streams, "
+          "capacity %d",
+          bytes, used_, blocked, capacity_));
+    }
+    const DeviceAddress address = next_address_;
+    // Addresses 256-aligned and never reused; odd multiples of 256 so that
+    // stricter alignments need padding.
+    next_address_ += bytes + 2 * kMiB + 256;
+    live_[address] = bytes;
+    used_ += bytes;
+    reserved_ = std::max(reserved_, used_ + blocked);
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    last_allocate_bytes = bytes;
+    return address;
+  }
+  absl::Status PoolFree(DeviceAddress address, Stream stream) override {
+    core::LockGuard lock(&mu_);
+    ++pool_free_calls;
+    if (Fail(&fail_free_)) return absl::InternalError("injected free");
+    auto it = live_.find(address);
+    if (it == live_.end()) return absl::InvalidArgumentError("pool free");
+    used_ -= it->second;
+    pending_[stream.handle] += it->second;
+    live_.erase(it);
+    last_free_stream = stream;
+    return absl::OkStatus();
+  }
+  absl::Status PoolTrim(std::uint64_t keep) override {
+    core::LockGuard lock(&mu_);
+    ++pool_trim_calls;
+    std::uint64_t blocked = 0;
+    for (const auto& [s, b] : pending_) blocked += b;
+    reserved_ = std::max(used_ + blocked, std::min(reserved_, keep));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<PoolUsage> GetPoolUsage() override {
+    core::LockGuard lock(&mu_);
+    PoolUsage u;
+    u.reserved = reserved_;
+    u.peak_reserved = peak_reserved_;
+    u.used = used_;
+    return u;
+  }
+
+  void FailNextRecord() { fail_record_ = true; }
+  void FailNextPoolAllocate() { fail_allocate_ = true; }
+  void FailNextPoolFree() { fail_free_ = true; }
+  void FailNextConfigure() { fail_configure_ = true; }
+  std::size_t live_events() const {
+    core::LockGuard lock(&mu_);
+    return events_.size();
+  }
+  std::size_t live_allocations() const {
+    core::LockGuard lock(&mu_);
+    return live_.size();
+  }
+  std::uint64_t used() const {
+    core::LockGuard lock(&mu_);
+    return used_;
+  }
+
+  // Call counts and what the calls carried; read them between calls.
+  int create_event_calls = 0, destroy_event_calls = 0, record_event_calls = 0,
+      stream_wait_calls = 0, synchronize_calls = 0, configure_calls = 0,
+      pool_allocate_calls = 0, pool_free_calls = 0, pool_trim_calls = 0;
+  std::vector<Wait> waits;
+  PoolOptions pool_options;
+  std::uint64_t last_allocate_bytes = 0;
+  Stream last_free_stream;
+
+ private:
+  struct Event {
+    bool recorded = false;
+    Stream stream;
+  };
+  static bool Fail(bool* flag) { return std::exchange(*flag, false); }
+
+  DeviceInfo info_;
+  const std::uint64_t capacity_;
+  mutable core::Lock mu_;
+  EventHandle next_event_ = 1;
+  std::map<EventHandle, Event> events_;
+  DeviceAddress next_address_ = 0x100000100;
+  std::map<DeviceAddress, std::uint64_t> live_;
+  std::map<std::uintptr_t, std::uint64_t> pending_;  // freed, not completed
+  std::uint64_t used_ = 0, reserved_ = 0, peak_reserved_ = 0;
+  bool fail_record_ = false, fail_allocate_ = false, fail_free_ = false,
+       fail_configure_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Shared checks: a shadow model of the live allocations and random sequences.
+
+struct ShadowBlock {
+  std::uint64_t size = 0;  // rounded
+  std::uint64_t requested = 0;
+};
+
+class Shadow {
+ public:
+  void Add(void* p, std::uint64_t size, std::uint64_t requested) {
+    ASSERT_TRUE(blocks_.emplace(Addr(p), ShadowBlock{size, requested}).second)
+        << "pointer handed out twice: " << p;
+    in_use_ += size;
+    requested_ += requested;
+    peak_in_use_ = std::max(peak_in_use_, in_use_);
+    largest_ = std::max(largest_, size);
+    ++allocs_;
+  }
+  void Remove(void* p) {
+    auto it = blocks_.find(Addr(p));
+    ASSERT_NE(it, blocks_.end());
+    in_use_ -= it->second.size;
+    requested_ -= it->second.requested;
+    freed_.push_back(p);
+    blocks_.erase(it);
+  }
+  void Check(const Stats& s) const {
+    EXPECT_EQ(s.bytes_in_use, in_use_);
+    EXPECT_EQ(s.bytes_requested, requested_);
+    EXPECT_EQ(s.peak_bytes_in_use, peak_in_use_);
+    EXPECT_EQ(s.largest_alloc_size, largest_);
+    EXPECT_EQ(s.num_allocs, allocs_);
+    EXPECT_EQ(s.largest_free_block_bytes, 0u);
+    EXPECT_EQ(s.fragmentation, 0.0);
+  }
+  // Live blocks must not overlap.
+  void CheckDisjoint() const {
+    std::uint64_t end = 0;
+    for (const auto& [address, b] : blocks_) {
+      EXPECT_GE(address, end) << "overlapping allocations at " << Hex(address);
+      end = address + b.size;
+    }
+  }
+  const std::map<std::uint64_t, ShadowBlock>& blocks() const { return blocks_; }
+  const std::vector<void*>& freed() const { return freed_; }
+
+ private:
+  std::map<std::uint64_t, ShadowBlock> blocks_;
+  std::vector<void*> freed_;
+  std::uint64_t in_use_ = 0, requested_ = 0, peak_in_use_ = 0, largest_ = 0,
+                allocs_ = 0;
+};
+
+std::uint64_t Rounded(std::uint64_t bytes) {
+  return (std::max<std::uint64_t>(bytes, 1) + 255) / 256 * 256;
+}
+
+// Random allocations, frees (on random streams), RecordStreams and bad frees,
+// with Validate and the shadow model checked after every operation. The limit
+// is small enough that some requests fail; those must change nothing.
+void RunRandomOps(Allocator* a, std::uint64_t seed, int ops,
+                  const std::function<void(const Shadow&)>& extra_check) {
+  std::mt19937_64 rng(seed);
+  Shadow shadow;
+  std::vector<void*> live;
+  const std::uint64_t limit = a->GetStats().bytes_limit;
+  int bad_frees = 0;
+  for (int i = 0; i < ops; ++i) {
+    SCOPED_TRACE(::testing::Message() << "op " << i);
+    const int what = static_cast<int>(rng() % 100);
+    const Stream stream(rng() % 3);
+    if (what < 55 || live.empty()) {
+      // Mostly small, sometimes large, sometimes 0 or strictly aligned.
+      std::uint64_t bytes = rng() % 4 == 0 ? rng() % (limit / 3) : rng() % 5000;
+      if (rng() % 20 == 0) bytes = 0;
+      const std::size_t alignment =
+          rng() % 8 == 0 ? std::size_t{1} << (8 + rng() % 14) : 0;
+      const Stats before = a->GetStats();
+      absl::StatusOr<void*> p = a->Allocate(bytes, stream, alignment);
+      if (p.ok()) {
+        ASSERT_NE(*p, nullptr);
+        if (alignment != 0) {
+          EXPECT_EQ(Addr(*p) % alignment, 0u);
+        }
+        EXPECT_EQ(Addr(*p) % 256, 0u);
+        shadow.Add(*p, Rounded(bytes), bytes);
+        live.push_back(*p);
+      } else {
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        EXPECT_TRUE(Mentions(p.status(), "out of memory")) << p.status();
+        const Stats after = a->GetStats();
+        EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+        EXPECT_EQ(after.num_allocs, before.num_allocs);
+        EXPECT_EQ(after.num_ooms, before.num_ooms + 1);
+      }
+    } else if (what < 90) {
+      const std::size_t k = rng() % live.size();
+      ASSERT_TRUE(a->Deallocate(live[k], stream).ok());
+      shadow.Remove(live[k]);
+      live[k] = live.back();
+      live.pop_back();
+    } else if (what < 95) {
+      const std::size_t k = rng() % live.size();
+      ASSERT_TRUE(a->RecordStream(live[k], Stream(rng() % 3)).ok());
+    } else {
+      // A bad free: interior or double. Nothing may change.
+      ++bad_frees;
+      const Stats before = a->GetStats();
+      absl::Status s;
+      std::string address;
+      if (rng() % 2 == 0 || shadow.freed().empty()) {
+        void* interior = static_cast<char*>(live[rng() % live.size()]) + 128;
+        address = Hex(Addr(interior));
+        s = a->Deallocate(interior, stream);
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      } else {
+        void* freed = shadow.freed()[rng() % shadow.freed().size()];
+        address = Hex(Addr(freed));
+        s = a->Deallocate(freed, stream);
+        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      }
+      EXPECT_TRUE(Mentions(s, address)) << s;
+      EXPECT_EQ(a->GetStats().bytes_in_use, before.bytes_in_use);
+      EXPECT_EQ(a->GetStats().backend_frees, before.backend_frees);
+    }
+    const absl::Status valid = a->Validate();
+    ASSERT_TRUE(valid.ok()) << valid;
+    const Stats s = a->GetStats();
+    shadow.Check(s);
+    EXPECT_LE(s.bytes_reserved, s.bytes_limit);
+    EXPECT_EQ(s.backend_allocs - s.backend_frees, live.size());
+    shadow.CheckDisjoint();
+    extra_check(shadow);
+    if (::testing::Test::HasFailure()) return;
+  }
+  // The sequence reached the limit and tried each kind of bad free.
+  EXPECT_GT(a->GetStats().num_ooms, 0u);
+  EXPECT_GT(bad_frees, 0);
+  for (void* p : live) GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Platform mode on the simulator.
+
+TEST(PlatformTest, OneBackendCallPerAllocateAndDeallocate) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), 0u);
+  std::vector<void*> ptrs;
+  for (int i = 1; i <= 10; ++i) {
+    auto p = a->Allocate(i * 1000);
+    GPUALLOC_ASSERT_OK(p);
+    ptrs.push_back(*p);
+    EXPECT_EQ(sim->calls(SimOp::kAllocate), static_cast<std::uint64_t>(i));
+  }
+  for (std::size_t i = 0; i < ptrs.size(); ++i) {
+    GPUALLOC_ASSERT_OK(a->Deallocate(ptrs[i], Stream(i % 2)));
+    EXPECT_EQ(sim->calls(SimOp::kFree), i + 1);
+    EXPECT_EQ(sim->live_allocations(), ptrs.size() - i - 1);
+  }
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.backend_allocs, 10u);
+  EXPECT_EQ(s.backend_frees, 10u);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.num_allocs, 10u);
+}
+
+TEST(PlatformTest, ReservedIsExactlyWhatIsLive) {
+  // NVIDIA (256 B device alignment) and AMD (4 KiB: the device accounts
+  // whole pages, and so does bytes_reserved).
+  for (const std::string profile : {"h100", "mi300x"}) {
+    SCOPED_TRACE(profile);
+    auto sim = MakeSim(64 * kGiB, false, profile);
+    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+    ASSERT_NE(a, nullptr);
+    std::vector<void*> ptrs;
+    for (std::uint64_t bytes :
+         {std::uint64_t{1}, std::uint64_t{300}, std::uint64_t{5000}, 3 * kMiB,
+          std::uint64_t{0}}) {
+      auto p = a->Allocate(bytes);
+      GPUALLOC_ASSERT_OK(p);
+      ptrs.push_back(*p);
+      EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+    }
+    const Stats s = a->GetStats();
+    EXPECT_EQ(s.bytes_in_use, 256 + 512 + 5120 + 3 * kMiB + 256);
+    EXPECT_EQ(s.bytes_requested, 1 + 300 + 5000 + 3 * kMiB);
+    EXPECT_EQ(s.peak_bytes_reserved, s.bytes_reserved);
+    for (void* p : ptrs) {
+      GPUALLOC_ASSERT_OK(a->Deallocate(p));
+      EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+      GPUALLOC_ASSERT_OK(a->Validate());
+    }
+    EXPECT_EQ(sim->bytes_allocated(), 0u);
+  }
+}
+
+TEST(PlatformTest, LimitIsEnforcedAndAFailedRequestChangesNothing) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 4 * kMiB), sim);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(3 * kMiB);
+  GPUALLOC_ASSERT_OK(p);
+  const Stats before = a->GetStats();
+  const std::uint64_t calls = sim->calls(SimOp::kAllocate);
+
+  absl::Status over = a->Allocate(2 * kMiB).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  for (const char* text :
+       {"out of memory", "Allocate(2097152 bytes)", "limit 4194304",
+        "in use 3145728", "reserved 3145728", "platform allocator", "Hint:"}) {
+    EXPECT_TRUE(Mentions(over, text)) << text << " in " << over;
+  }
+  absl::Status never = a->Allocate(5 * kMiB).status();
+  EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(never, "can never succeed")) << never;
+  // Padding for the alignment pushes the device request over the limit.
+  absl::Status padded =
+      a->Allocate(4 * kMiB - 256, Stream(), 2 * kMiB).status();
+  EXPECT_EQ(padded.code(), absl::StatusCode::kResourceExhausted) << padded;
+
+  const Stats after = a->GetStats();
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), calls);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
+  EXPECT_EQ(after.num_allocs, before.num_allocs);
+  EXPECT_EQ(after.num_ooms, before.num_ooms + 3);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  // The remaining 1 MiB still fits.
+  GPUALLOC_EXPECT_OK(a->Allocate(kMiB));
+}
+
+TEST(PlatformTest, ZeroBytesGetUniqueNonNullBlocks) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  std::set<void*> seen;
+  for (int i = 0; i < 5; ++i) {
+    auto p = a->Allocate(0);
+    GPUALLOC_ASSERT_OK(p);
+    EXPECT_NE(*p, nullptr);
+    EXPECT_TRUE(seen.insert(*p).second);
+  }
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 5 * 256u);
+  EXPECT_EQ(s.bytes_requested, 0u);
+  for (void* p : seen) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+}
+
+TEST(PlatformTest, AlignmentStricterThanTheDevicePadsInsideTheBlock) {
+  // Host-backed: the whole aligned block must be writable.
+  auto sim = MakeSim(4 * kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  // Leaves the device's next address off any 64 KiB boundary.
+  auto first = a->Allocate(256);
+  GPUALLOC_ASSERT_OK(first);
+  for (std::size_t alignment : {512ul, 4 * kKiB, 64 * kKiB, 2 * kMiB}) {
+    SCOPED_TRACE(alignment);
+    const std::uint64_t reserved = a->GetStats().bytes_reserved;
+    const std::uint64_t calls = sim->calls(SimOp::kAllocate);
+    auto p = a->Allocate(1000, Stream(), alignment);
+    GPUALLOC_ASSERT_OK(p);
+    EXPECT_EQ(Addr(*p) % alignment, 0u);
+    EXPECT_EQ(sim->calls(SimOp::kAllocate), calls + 1);
+    EXPECT_EQ(a->GetStats().bytes_reserved, reserved + 1024 + alignment - 256);
+    EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+    EXPECT_EQ(a->GetStats().bytes_in_use, 256u + 1024);
+    std::memset(*p, 0x5a, 1024);
+    const Snapshot snap = a->GetSnapshot();
+    ASSERT_EQ(snap.regions.size(), 2u);
+    bool found = false;
+    for (const RegionSnapshot& r : snap.regions) {
+      ASSERT_EQ(r.chunks.size(), 1u);
+      if (r.chunks[0].address != Addr(*p)) continue;
+      found = true;
+      EXPECT_EQ(r.size, 1024 + alignment - 256);
+      EXPECT_LE(r.base, Addr(*p));
+      EXPECT_LE(Addr(*p) + 1024, r.base + r.size);
+    }
+    EXPECT_TRUE(found);
+    GPUALLOC_ASSERT_OK(a->Validate());
+    // Freeing frees the device block's base (the sim knows no other address).
+    GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+    EXPECT_EQ(sim->live_allocations(), 1u);
+    EXPECT_EQ(sim->failed_calls(SimOp::kFree), 0u);
+  }
+  EXPECT_EQ(a->Allocate(64, Stream(), 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status too_big = a->Allocate(64, Stream(), 4 * kMiB).status();
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(too_big, "largest supported alignment")) << too_big;
+}
+
+TEST(PlatformTest, BadFreesNameTheAddressAndChangeNothing) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  auto keep = a->Allocate(4096);
+  auto freed = a->Allocate(1000);
+  GPUALLOC_ASSERT_OK(keep);
+  GPUALLOC_ASSERT_OK(freed);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*freed));
+  const Stats before = a->GetStats();
+  const std::uint64_t frees = sim->calls(SimOp::kFree);
+
+  int stack_object = 0;
+  void* interior = static_cast<char*>(*keep) + 256;
+  struct Case {
+    std::string name;
+    absl::Status status;
+    absl::StatusCode code;
+    std::string must_mention;
+    std::uint64_t address;
+  };
+  const std::vector<Case> cases = {
+      {"foreign", a->Deallocate(&stack_object),
+       absl::StatusCode::kInvalidArgument, "not allocated by this allocator",
+       Addr(&stack_object)},
+      {"interior", a->Deallocate(interior), absl::StatusCode::kInvalidArgument,
+       "interior pointer", Addr(interior)},
+      {"double free", a->Deallocate(*freed),
+       absl::StatusCode::kFailedPrecondition, "double free", Addr(*freed)},
+      {"record stream on freed", a->RecordStream(*freed, Stream(1)),
+       absl::StatusCode::kFailedPrecondition, "RecordStream", Addr(*freed)},
+      {"record stream on foreign", a->RecordStream(&stack_object, Stream(1)),
+       absl::StatusCode::kInvalidArgument, "RecordStream", Addr(&stack_object)},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.code(), c.code) << c.name << ": " << c.status;
+    EXPECT_TRUE(Mentions(c.status, c.must_mention))
+        << c.name << ": " << c.status;
+    EXPECT_TRUE(Mentions(c.status, Hex(c.address)))
+        << c.name << ": " << c.status;
+  }
+  GPUALLOC_EXPECT_OK(a->Deallocate(nullptr));
+  GPUALLOC_EXPECT_OK(a->RecordStream(*keep, Stream(7)));
+  const Stats after = a->GetStats();
+  EXPECT_EQ(sim->calls(SimOp::kFree), frees);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.backend_frees, before.backend_frees);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*keep));
+}
+
+TEST(PlatformTest, BackendErrorsPassThroughWithContext) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(1000);
+  GPUALLOC_ASSERT_OK(p);
+
+  sim->FailNthCall(SimOp::kAllocate, 1, absl::InternalError("driver broke"));
+  absl::Status broken = a->Allocate(1000).status();
+  EXPECT_EQ(broken.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(broken, "driver broke")) << broken;
+  EXPECT_TRUE(Mentions(broken, "sim")) << broken;
+
+  sim->FailNthCall(SimOp::kAllocate, 1);  // ResourceExhausted
+  absl::Status oom = a->Allocate(1000).status();
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(oom, "device refused")) << oom;
+  EXPECT_EQ(a->GetStats().num_ooms, 1u);
+
+  sim->FailNthCall(SimOp::kFree, 1, absl::InternalError("free broke"));
+  absl::Status free_broken = a->Deallocate(*p);
+  EXPECT_EQ(free_broken.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(free_broken, Hex(Addr(*p)))) << free_broken;
+  // Still live: freeing again works.
+  EXPECT_EQ(a->GetStats().bytes_in_use, 1024u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+  EXPECT_EQ(a->GetStats().backend_allocs, 1u);
+  EXPECT_EQ(a->GetStats().backend_frees, 1u);
+}
+
+TEST(PlatformTest, StatsSnapshotAndPeaks) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 2 * kGiB), sim);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(kMiB, Stream(5));
+  auto q = a->Allocate(100, Stream(6));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(q);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_limit, 2 * kGiB);
+  EXPECT_EQ(s.bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_in_use, kMiB + 256);
+  EXPECT_EQ(s.peak_bytes_reserved, kMiB + 256);
+  EXPECT_EQ(s.peak_bytes_requested, kMiB + 100);
+  EXPECT_EQ(s.largest_alloc_size, kMiB);
+  a->ResetPeakStats();
+  s = a->GetStats();
+  EXPECT_EQ(s.peak_bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_reserved, 256u);
+  EXPECT_EQ(s.peak_bytes_requested, 100u);
+
+  const Snapshot snap = a->GetSnapshot();
+  ASSERT_EQ(snap.regions.size(), 1u);
+  EXPECT_EQ(snap.regions[0].base, Addr(*q));
+  EXPECT_EQ(snap.regions[0].size, 256u);
+  ASSERT_EQ(snap.regions[0].chunks.size(), 1u);
+  const ChunkSnapshot& c = snap.regions[0].chunks[0];
+  EXPECT_EQ(c.address, Addr(*q));
+  EXPECT_EQ(c.size, 256u);
+  EXPECT_EQ(c.requested, 100u);
+  EXPECT_TRUE(c.in_use);
+  EXPECT_EQ(c.stream, 6u);
+  EXPECT_EQ(snap.stats.bytes_in_use, 256u);
+
+  GPUALLOC_EXPECT_OK(a->Trim());  // nothing cached
+  EXPECT_EQ(sim->calls(SimOp::kFree), 1u);
+  EXPECT_EQ(a->options().mode, AllocatorMode::kPlatform);
+  EXPECT_EQ(a->device().backend, "sim");
+}
+
+TEST(PlatformTest, DestructorReturnsLiveAllocations) {
+  auto sim = MakeSim(80 * kGiB);
+  {
+    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+    ASSERT_NE(a, nullptr);
+    for (int i = 0; i < 3; ++i) GPUALLOC_ASSERT_OK(a->Allocate(1000));
+  }
+  EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
+TEST(PlatformTest, RandomSequencesAgreeWithAShadowModel) {
+  for (const std::string profile : {"h100", "mi300x"}) {
+    const std::uint64_t seed = testing::TestSeed();
+    std::cout << "GPUALLOC_TEST_SEED=" << seed << " (" << profile << ")\n";
+    SCOPED_TRACE(::testing::Message()
+                 << "GPUALLOC_TEST_SEED=" << seed << " " << profile);
+    auto sim = MakeSim(64 * kGiB, false, profile);
+    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 64 * kMiB), sim);
+    ASSERT_NE(a, nullptr);
+    RunRandomOps(a.get(), seed, 3000, [&](const Shadow& shadow) {
+      EXPECT_EQ(sim->live_allocations(), shadow.blocks().size());
+      EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
+      EXPECT_EQ(a->GetSnapshot().regions.size(), shadow.blocks().size());
+    });
+    EXPECT_EQ(sim->live_allocations(), 0u);
+  }
+}
+
+TEST(PlatformTest, ThreadsShareOneAllocator) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+  ASSERT_NE(a, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&a, t] {
+      std::vector<void*> mine;
+      for (int i = 0; i < 500; ++i) {
+        auto p = a->Allocate(100 + i, Stream(t));
+        if (p.ok()) mine.push_back(*p);
+        if (i % 3 == 0 && !mine.empty()) {
+          (void)a->Deallocate(mine.back(), Stream(t));
+          mine.pop_back();
+        }
+      }
+      for (void* p : mine) (void)a->Deallocate(p, Stream(t));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+  EXPECT_EQ(a->GetStats().num_allocs, 2000u);
+  EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Async mode on the fake pool.
+
+std::unique_ptr<Allocator> MakeAsync(std::shared_ptr<Backend> backend,
+                                     std::uint64_t limit = 0) {
+  return MakeAllocator(Mode(AllocatorMode::kAsync, limit), std::move(backend));
+}
+
+TEST(AsyncTest, CreationFailsClearlyWithoutAPool) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB, /*pools=*/false);
+  auto a = CreateAllocator(Mode(AllocatorMode::kAsync), fake);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  for (const char* text : {"fakepool", "device 3", "Fake Pool GPU",
+                           "stream_ordered_pools", "allocator=bfc"}) {
+    EXPECT_TRUE(Mentions(a.status(), text)) << text << " in " << a.status();
+  }
+  EXPECT_EQ(fake->configure_calls, 0);
+}
+
+TEST(AsyncTest, ConfiguresThePoolWithTheLimitAsReleaseThreshold) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake, 512 * kMiB);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(fake->configure_calls, 1);
+  EXPECT_EQ(fake->pool_options.release_threshold, 512 * kMiB);
+  EXPECT_TRUE(fake->pool_options.reuse.follow_event_dependencies);
+  EXPECT_TRUE(fake->pool_options.reuse.opportunistic);
+  EXPECT_TRUE(fake->pool_options.reuse.internal_dependencies);
+
+  auto broken = std::make_shared<FakePoolBackend>(kGiB);
+  broken->FailNextConfigure();
+  auto b = CreateAllocator(Mode(AllocatorMode::kAsync), broken);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(b.status(), "injected config")) << b.status();
+  EXPECT_TRUE(Mentions(b.status(), "fakepool")) << b.status();
+}
+
+TEST(AsyncTest, AllocateAndFreeGoToThePoolOnTheirStreams) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(1000, Stream(7));
+  GPUALLOC_ASSERT_OK(p);
+  EXPECT_EQ(fake->pool_allocate_calls, 1);
+  EXPECT_EQ(fake->last_allocate_bytes, 1024u);
+  auto q = a->Allocate(0, Stream(7));
+  GPUALLOC_ASSERT_OK(q);
+  EXPECT_NE(*q, nullptr);
+  EXPECT_NE(*q, *p);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 1024u + 256);
+  EXPECT_EQ(s.bytes_requested, 1000u);
+  EXPECT_EQ(s.bytes_reserved, 1024u + 256);  // the fake pool's view
+  EXPECT_EQ(s.backend_allocs, 2u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(8)));
+  EXPECT_EQ(fake->pool_free_calls, 1);
+  EXPECT_EQ(fake->last_free_stream, Stream(8));
+  s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_in_use, 1024u + 256);
+  EXPECT_EQ(s.backend_frees, 1u);
+  // One stream per allocation: no event was needed.
+  EXPECT_EQ(s.events_recorded, 0u);
+  EXPECT_EQ(s.stream_waits, 0u);
+  EXPECT_EQ(s.host_waits, 0u);
+  EXPECT_EQ(fake->create_event_calls, 0);
+
+  const Snapshot snap = a->GetSnapshot();
+  ASSERT_EQ(snap.regions.size(), 1u);
+  EXPECT_EQ(snap.regions[0].chunks[0].address, Addr(*q));
+  EXPECT_EQ(snap.regions[0].chunks[0].stream, 7u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+
+  GPUALLOC_EXPECT_OK(a->Trim());
+  EXPECT_EQ(fake->pool_trim_calls, 1);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*q, Stream(7)));
+  GPUALLOC_EXPECT_OK(a->Deallocate(nullptr));
+}
+
+TEST(AsyncTest, RecordStreamMakesTheFreeingStreamWait) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(4096, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(3)));
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(3)));  // once is enough
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(1)));  // the freeing stream
+  GPUALLOC_ASSERT_OK(a->Validate());
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  ASSERT_EQ(fake->stream_wait_calls, 2);
+  ASSERT_EQ(fake->waits.size(), 2u);
+  std::set<std::uintptr_t> waited_for;
+  for (const FakePoolBackend::Wait& w : fake->waits) {
+    EXPECT_EQ(w.waiter, Stream(1));
+    waited_for.insert(w.recorded.handle);
+  }
+  EXPECT_EQ(waited_for, (std::set<std::uintptr_t>{2, 3}));
+  EXPECT_EQ(fake->last_free_stream, Stream(1));
+  // One event, reused for both waits.
+  EXPECT_EQ(fake->create_event_calls, 1);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.events_recorded, 2u);
+  EXPECT_EQ(s.stream_waits, 2u);
+  EXPECT_EQ(s.host_waits, 0u);
+
+  // Recorded streams die with the allocation: a new one at another address
+  // is freed without waits, and the event pool is reused later.
+  auto q = a->Allocate(4096, Stream(1));
+  GPUALLOC_ASSERT_OK(q);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q, Stream(1)));
+  EXPECT_EQ(fake->stream_wait_calls, 2);
+  auto r = a->Allocate(4096, Stream(4));
+  GPUALLOC_ASSERT_OK(r);
+  GPUALLOC_ASSERT_OK(a->RecordStream(*r, Stream(5)));
+  GPUALLOC_ASSERT_OK(a->Deallocate(*r, Stream(6)));
+  EXPECT_EQ(fake->stream_wait_calls, 3);
+  EXPECT_EQ(fake->create_event_calls, 1);
+
+  absl::Status unknown = a->RecordStream(*r, Stream(2));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(unknown, Hex(Addr(*r)))) << unknown;
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, AFailedEventCallKeepsTheAllocationLive) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(4096, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+  fake->FailNextRecord();
+  absl::Status failed = a->Deallocate(*p, Stream(1));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(failed, Hex(Addr(*p)))) << failed;
+  EXPECT_EQ(fake->pool_free_calls, 0);
+  EXPECT_EQ(a->GetStats().bytes_in_use, 4096u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+
+  fake->FailNextPoolFree();
+  EXPECT_EQ(a->Deallocate(*p, Stream(1)).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(a->GetStats().bytes_in_use, 4096u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p, Stream(1)));
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+  EXPECT_EQ(fake->live_allocations(), 0u);
+}
+
+TEST(AsyncTest, OutOfMemoryWaitsForPendingFreesThenRetries) {
+  auto fake = std::make_shared<FakePoolBackend>(8 * kMiB);
+  auto a = MakeAsync(fake, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  // Same stream: reusable at once, no wait.
+  auto q = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(q);
+  EXPECT_EQ(a->GetStats().host_waits, 0u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q, Stream(1)));
+  // Another stream: the pool refuses until the host waited for stream 1.
+  auto r = a->Allocate(6 * kMiB, Stream(2));
+  GPUALLOC_ASSERT_OK(r);
+  EXPECT_EQ(fake->pool_allocate_calls, 4);  // one refused, one retried
+  EXPECT_EQ(fake->synchronize_calls, 1);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.host_waits, 1u);
+  EXPECT_EQ(s.events_recorded, 1u);
+  EXPECT_EQ(s.num_ooms, 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+
+  // Nothing freed since the wait: no wait, no retry, an OOM report.
+  const int calls = fake->pool_allocate_calls;
+  absl::Status oom = a->Allocate(6 * kMiB, Stream(3)).status();
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
+  for (const char* text : {"out of memory", "async allocator", "fake pool",
+                           "in use 6291456", "limit 67108864", "Hint:"}) {
+    EXPECT_TRUE(Mentions(oom, text)) << text << " in " << oom;
+  }
+  EXPECT_EQ(fake->pool_allocate_calls, calls + 1);
+  s = a->GetStats();
+  EXPECT_EQ(s.num_ooms, 1u);
+  EXPECT_EQ(s.host_waits, 1u);
+  EXPECT_EQ(s.bytes_in_use, 6 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, WithoutGarbageCollectionOutOfMemoryDoesNotWait) {
+  auto fake = std::make_shared<FakePoolBackend>(8 * kMiB);
+  Options o = Mode(AllocatorMode::kAsync, 64 * kMiB);
+  o.garbage_collection = false;
+  auto a = MakeAllocator(o, fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  EXPECT_EQ(a->Allocate(6 * kMiB, Stream(2)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(fake->synchronize_calls, 0);
+  EXPECT_EQ(a->GetStats().num_ooms, 1u);
+}
+
+TEST(AsyncTest, WithoutEventsRecordStreamFailsAndOutOfMemoryDoesNotWait) {
+  auto fake = std::make_shared<FakePoolBackend>(8 * kMiB, /*pools=*/true,
+                                                /*streams=*/false);
+  auto a = MakeAsync(fake, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(6 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  const absl::Status recorded = a->RecordStream(*p, Stream(2));
+  EXPECT_EQ(recorded.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(recorded, "streams capability")) << recorded;
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  EXPECT_EQ(a->Allocate(6 * kMiB, Stream(2)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(fake->create_event_calls, 0);
+  EXPECT_EQ(fake->record_event_calls, 0);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, LimitIsEnforcedOnBytesInUse) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake, 4 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(3 * kMiB);
+  GPUALLOC_ASSERT_OK(p);
+  const int calls = fake->pool_allocate_calls;
+  absl::Status over = a->Allocate(2 * kMiB).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(over, "the limit is reached")) << over;
+  EXPECT_TRUE(Mentions(over, "in use 3145728")) << over;
+  EXPECT_EQ(a->Allocate(5 * kMiB).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(fake->pool_allocate_calls, calls);
+  EXPECT_EQ(a->GetStats().num_ooms, 2u);
+  EXPECT_EQ(a->GetStats().bytes_in_use, 3 * kMiB);
+  // Freed memory counts against the limit no more.
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+  GPUALLOC_EXPECT_OK(a->Allocate(4 * kMiB));
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, BadFreesAndBackendErrors) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(8192, Stream(1), 64 * kKiB);
+  GPUALLOC_ASSERT_OK(p);
+  EXPECT_EQ(Addr(*p) % (64 * kKiB), 0u);
+  EXPECT_EQ(fake->last_allocate_bytes, 8192 + 64 * kKiB - 256);
+  auto freed = a->Allocate(100);
+  GPUALLOC_ASSERT_OK(freed);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*freed));
+  int stack_object = 0;
+  const absl::Status foreign = a->Deallocate(&stack_object);
+  EXPECT_EQ(foreign.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(foreign, Hex(Addr(&stack_object)))) << foreign;
+  const absl::Status twice = a->Deallocate(*freed);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(twice, "double free")) << twice;
+  const absl::Status interior = a->Deallocate(static_cast<char*>(*p) + 512);
+  EXPECT_EQ(interior.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(interior, "interior")) << interior;
+  EXPECT_EQ(fake->pool_free_calls, 1);
+
+  fake->FailNextPoolAllocate();
+  const absl::Status broken = a->Allocate(100).status();
+  EXPECT_EQ(broken.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Mentions(broken, "injected allocate")) << broken;
+  EXPECT_EQ(a->GetStats().num_ooms, 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncTest, DestructorReturnsLiveMemoryAndDestroysEvents) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  {
+    auto a = MakeAsync(fake);
+    ASSERT_NE(a, nullptr);
+    auto p = a->Allocate(1000, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+    GPUALLOC_ASSERT_OK(a->Allocate(1000, Stream(3)));
+    auto r = a->Allocate(1000, Stream(1));
+    GPUALLOC_ASSERT_OK(r);
+    GPUALLOC_ASSERT_OK(a->RecordStream(*r, Stream(4)));
+    GPUALLOC_ASSERT_OK(a->Deallocate(*r, Stream(1)));
+    EXPECT_EQ(fake->live_events(), 1u);
+  }
+  EXPECT_EQ(fake->live_allocations(), 0u);
+  EXPECT_EQ(fake->used(), 0u);
+  EXPECT_EQ(fake->live_events(), 0u);
+  EXPECT_EQ(fake->stream_wait_calls, 2);  // the recorded stream, at the end too
+}
+
+TEST(AsyncTest, PeakReservedFollowsThePoolAndResets) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(8 * kMiB);
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p));
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 8 * kMiB);  // the pool keeps it
+  EXPECT_EQ(s.peak_bytes_reserved, 8 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Trim());  // keeps the free pending on stream 0
+  EXPECT_EQ(a->GetStats().bytes_reserved, 8 * kMiB);
+  // Allocating on stream 0 reuses the pending memory; now the rest can go.
+  auto q = a->Allocate(kMiB);
+  GPUALLOC_ASSERT_OK(q);
+  GPUALLOC_ASSERT_OK(a->Trim());
+  s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, kMiB);
+  EXPECT_EQ(s.peak_bytes_reserved, 8 * kMiB);
+  a->ResetPeakStats();
+  s = a->GetStats();
+  EXPECT_EQ(s.peak_bytes_reserved, kMiB);
+  EXPECT_EQ(s.peak_bytes_in_use, kMiB);
+  auto r = a->Allocate(2 * kMiB);
+  GPUALLOC_ASSERT_OK(r);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*r));
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q));
+  GPUALLOC_ASSERT_OK(a->Allocate(256));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 256u);
+  EXPECT_EQ(s.peak_bytes_reserved, 3 * kMiB);  // seen before the trim
+}
+
+TEST(AsyncTest, RandomSequencesAgreeWithAShadowModel) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::cout << "GPUALLOC_TEST_SEED=" << seed << "\n";
+  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
+  auto fake = std::make_shared<FakePoolBackend>(48 * kMiB);
+  auto a = MakeAsync(fake, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  RunRandomOps(a.get(), seed, 3000, [&](const Shadow& shadow) {
+    EXPECT_EQ(fake->live_allocations(), shadow.blocks().size());
+    EXPECT_EQ(a->GetSnapshot().regions.size(), shadow.blocks().size());
+  });
+  EXPECT_EQ(fake->live_allocations(), 0u);
+  // The pool ran out below the limit and the allocator waited and retried;
+  // RecordStream made frees wait.
+  EXPECT_GT(a->GetStats().host_waits, 0u);
+  EXPECT_GT(a->GetStats().stream_waits, 0u);
+}
+
+// ---------------------------------------------------------------------------
+// Async mode on the simulator's pool.
+
+std::shared_ptr<SimBackend> MakePoolSim(std::uint64_t total,
+                                        bool pools = true) {
+  SimOptions o;
+  o.profile = "h100";
+  o.total_bytes = total;
+  o.stream_ordered_pools = pools;
+  return MakeSim(o);
+}
+
+void ExpectNoHazards(const SimBackend& sim) {
+  EXPECT_EQ(sim.hazards(), 0u);
+  for (const SimHazard& h : sim.hazard_log()) ADD_FAILURE() << h.ToString();
+}
+
+TEST(AsyncSimTest, CreationFailsWhenTheSimHasNoPool) {
+  auto sim = MakePoolSim(kGiB, /*pools=*/false);
+  ASSERT_NE(sim, nullptr);
+  auto a = CreateAllocator(Mode(AllocatorMode::kAsync), sim);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(a.status(), "backend sim")) << a.status();
+  EXPECT_TRUE(Mentions(a.status(), "stream_ordered_pools")) << a.status();
+  EXPECT_TRUE(Mentions(a.status(), "allocator=bfc")) << a.status();
+  EXPECT_EQ(sim->calls(SimOp::kConfigurePool), 0u);
+}
+
+TEST(AsyncSimTest, OnePoolCallPerAllocateAndDeallocate) {
+  auto sim = MakePoolSim(kGiB);
+  auto a = MakeAsync(sim);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(sim->calls(SimOp::kConfigurePool), 1u);
+  std::vector<void*> ptrs;
+  for (int i = 1; i <= 8; ++i) {
+    auto p = a->Allocate(i * 1000, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    ptrs.push_back(*p);
+    EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), static_cast<std::uint64_t>(i));
+  }
+  for (void* p : ptrs) GPUALLOC_ASSERT_OK(a->Deallocate(p, Stream(1)));
+  EXPECT_EQ(sim->calls(SimOp::kPoolFree), 8u);
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), 0u);  // never a plain allocation
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.backend_allocs, 8u);
+  EXPECT_EQ(s.backend_frees, 8u);
+  EXPECT_EQ(s.bytes_reserved, 2 * kMiB);  // one granule, kept by the pool
+  EXPECT_EQ(s.peak_bytes_reserved, 2 * kMiB);
+  EXPECT_EQ(s.events_recorded + s.stream_waits + s.host_waits, 0u);
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->calls(SimOp::kPoolTrim), 1u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// Memory freed on one stream and reused on another: the pool's reuse rules
+// order the streams, so the hazard detector sees no overlap.
+TEST(AsyncSimTest, ReuseAcrossStreamsIsOrdered) {
+  auto sim = MakePoolSim(kGiB);
+  auto a = MakeAsync(sim);
+  ASSERT_NE(a, nullptr);
+  std::set<void*> addresses;
+  for (int i = 0; i < 50; ++i) {
+    const Stream s(i % 4);
+    auto p = a->Allocate(64 * kKiB, s);
+    GPUALLOC_ASSERT_OK(p);
+    addresses.insert(*p);
+    sim->Use(s, Addr(*p), 64 * kKiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*p, s));
+  }
+  EXPECT_LT(addresses.size(), 50u);  // memory did move between streams
+  ExpectNoHazards(*sim);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// Work on a second stream, declared with RecordStream, is waited for before
+// the memory goes back: reusing it at once on the freeing stream is safe.
+// Without the declaration the detector flags the same sequence.
+TEST(AsyncSimTest, RecordStreamOrdersTheFreeAfterTheOtherStream) {
+  for (bool record : {true, false}) {
+    SCOPED_TRACE(record ? "with RecordStream" : "without RecordStream");
+    auto sim = MakePoolSim(kGiB);
+    auto a = MakeAsync(sim);
+    ASSERT_NE(a, nullptr);
+    const Stream s1(1), s2(2);
+    auto p = a->Allocate(kMiB, s1);
+    GPUALLOC_ASSERT_OK(p);
+    sim->Use(s1, Addr(*p), kMiB);
+    if (record) GPUALLOC_ASSERT_OK(a->RecordStream(*p, s2));
+    // The program's own hand-over from s1 to s2 (here: s1 finished).
+    sim->CompleteStream(s1);
+    sim->Use(s2, Addr(*p), kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*p, s1));
+    auto q = a->Allocate(kMiB, s1);  // same stream: reused at once
+    GPUALLOC_ASSERT_OK(q);
+    ASSERT_EQ(*q, *p);
+    sim->Use(s1, Addr(*q), kMiB);
+    const Stats s = a->GetStats();
+    if (record) {
+      ExpectNoHazards(*sim);
+      EXPECT_EQ(sim->calls(SimOp::kStreamWaitEvent), 1u);
+      EXPECT_EQ(s.stream_waits, 1u);
+      EXPECT_EQ(s.events_recorded, 1u);
+    } else {
+      EXPECT_GT(sim->hazards(), 0u);
+      EXPECT_EQ(sim->calls(SimOp::kStreamWaitEvent), 0u);
+    }
+    GPUALLOC_EXPECT_OK(a->Deallocate(*q, s1));
+  }
+}
+
+// The pool cannot grow while a segment's free is pending; waiting for the
+// freeing stream lets it return that segment and the retry succeeds.
+TEST(AsyncSimTest, OutOfMemoryWaitsForPendingFreesAndRetries) {
+  auto sim = MakePoolSim(64 * kMiB);
+  auto a = MakeAsync(sim, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(30 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  sim->Use(Stream(1), Addr(*p), 30 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  auto q = a->Allocate(40 * kMiB, Stream(2));
+  GPUALLOC_ASSERT_OK(q);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.host_waits, 1u);
+  EXPECT_EQ(s.num_ooms, 0u);
+  EXPECT_EQ(sim->calls(SimOp::kSynchronizeEvent), 1u);
+  EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), 3u);
+  EXPECT_EQ(s.bytes_reserved, 40 * kMiB);
+  EXPECT_EQ(s.peak_bytes_reserved, 40 * kMiB);
+  sim->Use(Stream(2), Addr(*q), 40 * kMiB);
+  ExpectNoHazards(*sim);
+
+  // Nothing pending: a request the device cannot hold fails at once.
+  absl::Status oom = a->Allocate(30 * kMiB, Stream(3)).status();
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted) << oom;
+  EXPECT_TRUE(Mentions(oom, "out of memory")) << oom;
+  EXPECT_TRUE(Mentions(oom, "reserved 41943040")) << oom;
+  s = a->GetStats();
+  EXPECT_EQ(s.num_ooms, 1u);
+  EXPECT_EQ(s.host_waits, 1u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AsyncSimTest, DestructorReturnsEverythingToThePool) {
+  auto sim = MakePoolSim(kGiB);
+  {
+    auto a = MakeAsync(sim);
+    ASSERT_NE(a, nullptr);
+    auto p = a->Allocate(kMiB, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
+    GPUALLOC_ASSERT_OK(a->Allocate(kMiB, Stream(3)));
+    EXPECT_EQ(sim->GetPoolUsage()->used, 2 * kMiB);
+  }
+  EXPECT_EQ(sim->GetPoolUsage()->used, 0u);
+  EXPECT_EQ(sim->live_events(), 0u);
+  EXPECT_EQ(sim->calls(SimOp::kPoolFree), 2u);
+}
+
+// Random work on four streams: every stream that touches a block is declared
+// (allocation stream, RecordStream, or the freeing stream), so the detector
+// must never fire; Validate and the call counts are checked after every step.
+TEST(AsyncSimTest, RandomMultiStreamWorkHasNoHazards) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::cout << "GPUALLOC_TEST_SEED=" << seed << "\n";
+  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
+  std::mt19937_64 rng(seed);
+  auto sim = MakePoolSim(256 * kMiB);
+  auto a = MakeAsync(sim, 256 * kMiB);
+  ASSERT_NE(a, nullptr);
+  struct Block {
+    void* p;
+    std::uint64_t bytes;
+    std::uintptr_t stream;  // allocated on
+    std::set<std::uintptr_t> users;
+  };
+  std::vector<Block> live;
+  for (int i = 0; i < 3000; ++i) {
+    SCOPED_TRACE(::testing::Message() << "op " << i);
+    const Stream s(rng() % 4);
+    const int what = static_cast<int>(rng() % 100);
+    if (what < 45 || live.empty()) {
+      const std::uint64_t bytes =
+          rng() % 8 == 0 ? rng() % (48 * kMiB) : 1 + rng() % (256 * kKiB);
+      auto p = a->Allocate(bytes, s);
+      if (!p.ok()) {
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        continue;
+      }
+      sim->Use(s, Addr(*p), bytes);
+      live.push_back(Block{*p, bytes, s.handle, {s.handle}});
+    } else if (what < 65) {
+      // Another stream uses a live block: declared first, and after the
+      // program's own hand-over (here: the earlier users finished).
+      Block& b = live[rng() % live.size()];
+      GPUALLOC_ASSERT_OK(a->RecordStream(b.p, s));
+      for (std::uintptr_t u : b.users) {
+        if (u != s.handle) sim->CompleteStream(Stream(u));
+      }
+      sim->Use(s, Addr(b.p), b.bytes);
+      b.users.insert(s.handle);
+    } else if (what < 95) {
+      // Freed on one of its users' streams; the allocation stream, when
+      // it is another, is declared like the rest (Deallocate's contract).
+      const std::size_t k = rng() % live.size();
+      auto it = live[k].users.begin();
+      std::advance(it, rng() % live[k].users.size());
+      if (*it != live[k].stream) {
+        GPUALLOC_ASSERT_OK(a->RecordStream(live[k].p, Stream(live[k].stream)));
+      }
+      GPUALLOC_ASSERT_OK(a->Deallocate(live[k].p, Stream(*it)));
+      live[k] = std::move(live.back());
+      live.pop_back();
+    } else {
+      sim->CompleteStream(s);
+    }
+    ASSERT_EQ(sim->hazards(), 0u) << sim->hazard_log().front().ToString();
+    const absl::Status valid = a->Validate();
+    ASSERT_TRUE(valid.ok()) << valid;
+    const Stats st = a->GetStats();
+    ASSERT_EQ(st.events_recorded, sim->calls(SimOp::kRecordEvent));
+    ASSERT_EQ(st.stream_waits, sim->calls(SimOp::kStreamWaitEvent));
+    ASSERT_EQ(st.host_waits, sim->calls(SimOp::kSynchronizeEvent));
+    ASSERT_EQ(st.backend_frees, sim->calls(SimOp::kPoolFree));
+    ASSERT_EQ(st.backend_allocs, sim->calls(SimOp::kPoolAllocate) -
+                                     sim->failed_calls(SimOp::kPoolAllocate));
+    ASSERT_LE(st.bytes_in_use, st.bytes_limit);
+  }
+  // Blocks changed streams, and the pool ran out and was waited for.
+  EXPECT_GT(a->GetStats().stream_waits, 0u);
+  EXPECT_GT(a->GetStats().host_waits, 0u);
+  for (const Block& b : live) {
+    for (std::uintptr_t u : b.users) {
+      GPUALLOC_ASSERT_OK(a->RecordStream(b.p, Stream(u)));
+    }
+    GPUALLOC_ASSERT_OK(a->Deallocate(b.p, Stream(b.stream)));
+  }
+  ExpectNoHazards(*sim);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+}
+
+}  // namespace
+}  // namespace gpualloc
