@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "core/bfc.h"
 #include "core/growth.h"
+#include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
 #include "core/options.h"
@@ -22,16 +23,6 @@
 
 namespace gpualloc {
 namespace {
-
-std::string Bytes(std::uint64_t b) {
-  constexpr double kGiB = 1024.0 * 1024 * 1024;
-  if (b >= (std::uint64_t{1} << 30))
-    return absl::StrFormat("%.2f GiB", b / kGiB);
-  if (b >= (std::uint64_t{1} << 20))
-    return absl::StrFormat("%.2f MiB", b / (1024.0 * 1024));
-  if (b >= 1024) return absl::StrFormat("%.2f KiB", b / 1024.0);
-  return absl::StrFormat("%d B", b);
-}
 
 // The oracle of a backend without streams: its work runs in call order, so
 // memory freed "on" any stream is free for every stream.
@@ -70,17 +61,8 @@ class BfcAllocator final : public Allocator {
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
                                  std::size_t alignment) override {
     const std::uint64_t min_block = resolved_.min_block_size;
-    if (alignment != 0 && !core::IsPowerOfTwo(alignment)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Allocate(%d bytes): alignment %d is not a power of two", bytes,
-          alignment));
-    }
-    if (alignment > resolved_.max_alignment) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("Allocate(%d bytes): alignment %d exceeds the "
-                          "largest supported alignment %d (one growth granule)",
-                          bytes, alignment, resolved_.max_alignment));
-    }
+    GPUALLOC_RETURN_IF_ERROR(
+        core::CheckAlignment(bytes, alignment, resolved_.max_alignment));
     const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
     // Sizes beyond the limit are rejected before any arithmetic can overflow.
     if (bytes > resolved_.limit) return RejectTooLarge(bytes);
@@ -175,14 +157,7 @@ class BfcAllocator final : public Allocator {
   }
 
   void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-#if GPUALLOC_DEBUG_CHECKS >= 2
-    absl::Status status = ValidateLocked();
-    if (!status.ok()) {
-      std::fprintf(stderr, "gpualloc: %s\n",
-                   std::string(status.message()).c_str());
-      std::abort();
-    }
-#endif
+    GPUALLOC_VALIDATE_EACH_OP(ValidateLocked());
   }
 
   Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -220,8 +195,8 @@ class BfcAllocator final : public Allocator {
         "out of memory: Allocate(%d bytes) can never succeed: it exceeds the "
         "allocator's limit of %d bytes (%s) on %s. Hint: raise memory_fraction "
         "(now %g) or set memory_limit.",
-        bytes, resolved_.limit, Bytes(resolved_.limit), backend_->info().name,
-        resolved_.options.memory_fraction));
+        bytes, resolved_.limit, core::FormatBytes(resolved_.limit),
+        backend_->info().name, resolved_.options.memory_fraction));
   }
 
   // Asks the backend for a region of `size` bytes; on success the core gets it.
@@ -377,7 +352,8 @@ class BfcAllocator final : public Allocator {
     if (free_bytes >= size) {
       hint = absl::StrFormat(
           "%s are free but in pieces (largest %s): fragmentation. %s",
-          Bytes(free_bytes), Bytes(s.largest_free_block_bytes),
+          core::FormatBytes(free_bytes),
+          core::FormatBytes(s.largest_free_block_bytes),
           resolved_.options.preallocate
               ? "Growing on demand (preallocate=false) lets garbage collection "
                 "return whole free regions; freeing long-lived blocks earlier, "

@@ -20,6 +20,18 @@ std::string FormatBytes(std::uint64_t b) {
   return absl::StrFormat("%d B", b);
 }
 
+Stats StatsFromCounters(const LiveCounters& k, std::uint64_t limit) {
+  Stats s;
+  s.num_allocs = k.num_allocs;
+  s.bytes_in_use = k.bytes_in_use;
+  s.peak_bytes_in_use = k.peak_bytes_in_use;
+  s.largest_alloc_size = k.largest_alloc_size;
+  s.bytes_limit = limit;
+  s.bytes_requested = k.bytes_requested;
+  s.peak_bytes_requested = k.peak_bytes_requested;
+  return s;
+}
+
 absl::Status CheckAlignment(std::size_t bytes, std::size_t alignment,
                             std::uint64_t max_alignment) {
   if (alignment != 0 && !IsPowerOfTwo(alignment)) {

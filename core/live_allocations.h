@@ -88,6 +88,10 @@ struct LiveCounters {
   std::uint64_t peak_bytes_held = 0;
 };
 
+// The Stats fields the counters give (in use, requested, their peaks, the
+// largest allocation) and the limit; the caller fills in the rest.
+Stats StatsFromCounters(const LiveCounters& k, std::uint64_t limit);
+
 class LiveAllocations {
  public:
   // Freed addresses are remembered (the last `history` of them) so that a

@@ -199,30 +199,16 @@ class PlatformAllocator final : public Allocator {
   }
 
   void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-#if GPUALLOC_DEBUG_CHECKS >= 2
-    absl::Status status = ValidateLocked();
-    if (!status.ok()) {
-      std::fprintf(stderr, "gpualloc: %s\n",
-                   std::string(status.message()).c_str());
-      std::abort();
-    }
-#endif
+    GPUALLOC_VALIDATE_EACH_OP(ValidateLocked());
   }
 
   Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const LiveCounters& k = live_.counters();
-    Stats s;
-    s.num_allocs = k.num_allocs;
-    s.bytes_in_use = k.bytes_in_use;
-    s.peak_bytes_in_use = k.peak_bytes_in_use;
-    s.largest_alloc_size = k.largest_alloc_size;
-    s.bytes_limit = resolved_.limit;
+    Stats s = StatsFromCounters(k, resolved_.limit);
     // Every device block is live: reserved is what the live blocks hold, and
     // nothing is free (largest_free_block_bytes and fragmentation stay 0).
     s.bytes_reserved = k.bytes_held;
     s.peak_bytes_reserved = k.peak_bytes_held;
-    s.bytes_requested = k.bytes_requested;
-    s.peak_bytes_requested = k.peak_bytes_requested;
     s.num_ooms = num_ooms_;
     s.backend_allocs = backend_allocs_;
     s.backend_frees = backend_frees_;

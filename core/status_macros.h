@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -47,6 +48,24 @@
 #define GPUALLOC_DCHECK(cond) \
   do {                        \
   } while (false && (cond))
+#endif
+
+// debug_checks=2: after every allocator operation, the facades validate and
+// stop the process at the first broken invariant, naming it.
+#if GPUALLOC_DEBUG_CHECKS >= 2
+#define GPUALLOC_VALIDATE_EACH_OP(expr)                         \
+  do {                                                          \
+    const ::absl::Status gpualloc_v_ = (expr);                  \
+    if (!gpualloc_v_.ok()) {                                    \
+      std::fprintf(stderr, "gpualloc: %s\n",                    \
+                   std::string(gpualloc_v_.message()).c_str()); \
+      std::abort();                                             \
+    }                                                           \
+  } while (false)
+#else
+#define GPUALLOC_VALIDATE_EACH_OP(expr) \
+  do {                                  \
+  } while (false)
 #endif
 
 #endif  // GPUALLOC_CORE_STATUS_MACROS_H_
