@@ -261,6 +261,18 @@ class BfcAllocator final : public Allocator {
     return first_error;
   }
 
+  // One more attempt at the core; *event_failed tells a failing event call
+  // from an honest "nothing fits".
+  std::optional<DeviceAddress> Retry(std::uint64_t size, std::uint64_t bytes,
+                                     std::uint64_t align, Stream stream,
+                                     bool* event_failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::optional<DeviceAddress> a =
+        core_.Allocate(size, bytes, align, stream.handle, oracle_);
+    *event_failed = !a.has_value() && stream_order_.has_error();
+    return a;
+  }
+
   // Out of fitting free chunks: grow (or preallocate), then wait for the work
   // of other streams' frees, then collect free regions and grow again; each
   // step retries the core before the next. Only then out of memory.
@@ -269,12 +281,6 @@ class BfcAllocator final : public Allocator {
       std::uint64_t needed, Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // A retry that met a failing event call stops everything (EventFailure).
     bool event_failed = false;
-    auto retry = [&]() -> std::optional<DeviceAddress> {
-      std::optional<DeviceAddress> a =
-          core_.Allocate(size, bytes, align, stream.handle, oracle_);
-      event_failed = !a.has_value() && stream_order_.has_error();
-      return a;
-    };
     absl::Status why;
     if (resolved_.options.preallocate) {
       if (core_.num_regions() == 0) {
@@ -292,7 +298,9 @@ class BfcAllocator final : public Allocator {
       why = Grow(needed);
     }
     if (why.ok()) {
-      if (std::optional<DeviceAddress> a = retry()) return *a;
+      if (std::optional<DeviceAddress> a =
+              Retry(size, bytes, align, stream, &event_failed))
+        return *a;
       if (event_failed) return EventFailure(bytes, stream);
       why =
           absl::ResourceExhaustedError("no free chunk fits even after growing");
@@ -306,7 +314,9 @@ class BfcAllocator final : public Allocator {
       if (!pending.empty()) {
         absl::Status waited = stream_order_.WaitForAll(pending);
         if (!waited.ok()) return EventFailure(bytes, stream, waited);
-        if (std::optional<DeviceAddress> a = retry()) return *a;
+        if (std::optional<DeviceAddress> a =
+                Retry(size, bytes, align, stream, &event_failed))
+          return *a;
         if (event_failed) return EventFailure(bytes, stream);
       }
     }
@@ -316,7 +326,9 @@ class BfcAllocator final : public Allocator {
       GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
       absl::Status grown = Grow(needed);
       if (grown.ok()) {
-        if (std::optional<DeviceAddress> a = retry()) return *a;
+        if (std::optional<DeviceAddress> a =
+                Retry(size, bytes, align, stream, &event_failed))
+          return *a;
         if (event_failed) return EventFailure(bytes, stream);
       } else if (!absl::IsResourceExhausted(grown)) {
         return grown;
