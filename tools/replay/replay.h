@@ -1,0 +1,125 @@
+// tools/replay/replay.h: traces, their replay on a simulated device, and the
+// result fields of SPEC section 7. Shared by gpualloc-replay, gpualloc-tune and
+// the demo; uses the public headers only.
+#ifndef GPUALLOC_TOOLS_REPLAY_REPLAY_H_
+#define GPUALLOC_TOOLS_REPLAY_REPLAY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+
+namespace gpualloc::replay {
+
+struct TraceOp {
+  enum class Kind : std::uint8_t { kAlloc, kFree };
+  Kind kind = Kind::kAlloc;
+  std::uint64_t id = 0;      // dense allocation id; a free names its alloc's
+  std::uint64_t size = 0;    // bytes as requested (a free: its alloc's size)
+  std::uint64_t stream = 0;  // 0 = the default stream
+};
+
+struct Trace {
+  std::string name;  // the file name without directory and extension
+  std::vector<TraceOp> ops;
+  std::uint64_t num_allocs = 0;
+  std::uint64_t num_frees = 0;
+  std::uint64_t num_streams = 0;
+};
+
+// Parses a trace; the format is told by the header line:
+//   the project CSV  "seq,action,addr_or_id,size,stream" (../shared/traces);
+//   RMM's logging_resource_adaptor CSV "Thread,Time,Action,Pointer,Size,Stream"
+//     (actions allocate, free, "allocate failure"; pointers are mapped to ids,
+//     a failed allocation is skipped, a free of an unknown pointer is an
+//     error).
+// Malformed input is InvalidArgument "NAME:LINE: expected ..., got ...".
+absl::StatusOr<Trace> ParseTrace(absl::string_view text,
+                                 absl::string_view name);
+// Reads the file and parses it; the name is the file's stem.
+absl::StatusOr<Trace> LoadTrace(const std::string& path);
+
+// What the address-space picture needs: every block with its lifetime in op
+// indices, and every region the allocator held, placed in address order.
+struct TimelineBlock {
+  std::uint64_t id = 0;
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;      // as requested
+  std::uint64_t alloc_op = 0;  // index in Trace::ops
+  std::uint64_t free_op = 0;   // index of its free, or ops.size() if never
+  std::uint64_t stream = 0;
+};
+struct TimelineRegion {
+  std::uint64_t base = 0;
+  std::uint64_t size = 0;
+  std::uint64_t from_op = 0;  // first op it existed after
+  std::uint64_t to_op = 0;    // op at which it was returned, or ops.size()
+};
+struct Timeline {
+  std::uint64_t num_ops = 0;
+  std::vector<TimelineBlock> blocks;
+  std::vector<TimelineRegion> regions;
+  // Reserved and in-use bytes after each of up to ~2000 evenly spaced ops.
+  std::vector<std::uint64_t> sample_ops;
+  std::vector<std::uint64_t> sample_reserved;
+  std::vector<std::uint64_t> sample_in_use;
+};
+
+struct ReplayOptions {
+  bool record_timeline = false;
+  // Called now and then with (ops done, ops total), for a progress line.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+};
+
+// The fields of SPEC section 7, for one (trace, configuration).
+struct ReplayResult {
+  std::string trace;
+  std::string config;     // the configuration string as given ("" = defaults)
+  std::string label;      // name= from the configuration, or the config string
+  std::uint64_t ops = 0;  // Allocate + Deallocate calls made
+  std::uint64_t ooms = 0;
+  std::vector<std::uint64_t> failed_ids;
+  std::uint64_t peak_bytes_in_use = 0;
+  std::uint64_t peak_bytes_requested = 0;
+  std::uint64_t peak_bytes_reserved = 0;
+  std::uint64_t final_bytes_reserved = 0;
+  double utilization = 0;  // peak_bytes_requested / peak_bytes_reserved
+  double fragmentation_at_peak = 0;  // at the op of peak bytes requested
+  std::uint64_t largest_free_block_bytes = 0;  // at the end
+  std::uint64_t backend_allocs = 0;
+  std::uint64_t backend_frees = 0;
+  std::uint64_t backend_calls = 0;       // every simulated device call
+  std::uint64_t modeled_backend_ns = 0;  // their modeled cost
+  std::uint64_t events_recorded = 0;
+  std::uint64_t hazards = 0;
+  double ns_per_op = 0;  // wall time of the replay loop / ops
+  Stats stats;           // the allocator's at the end of the trace
+  std::string device;    // the simulated device's name and size
+  Timeline timeline;     // when ReplayOptions::record_timeline
+};
+
+// Replays `trace` on the device and allocator `config_string` describes
+// (SPEC section 5; the backend is the simulator unless backend= says
+// otherwise; the process environment is not read: a replay is reproducible).
+// An allocation that fails is counted and its free skipped. Errors: a bad
+// configuration or an allocator that cannot be created.
+absl::StatusOr<ReplayResult> Replay(const Trace& trace,
+                                    const std::string& config_string,
+                                    const ReplayOptions& options = {});
+
+// One JSON object (one line) with every field above except the timeline.
+std::string ToJson(const ReplayResult& result);
+
+// PyTorch's peak reserved bytes per trace name, read from the baseline table
+// of a SOURCES.md ("| trace | PyTorch peak reserved | ... |", values in GiB).
+absl::StatusOr<std::map<std::string, std::uint64_t>> LoadBaseline(
+    const std::string& sources_md);
+
+}  // namespace gpualloc::replay
+
+#endif  // GPUALLOC_TOOLS_REPLAY_REPLAY_H_
