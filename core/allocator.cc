@@ -295,6 +295,12 @@ class BfcAllocator final : public Allocator {
             "the preallocated region has no free chunk large enough");
       }
     } else {
+      // Fully free regions that could not serve this request only inflate
+      // what is reserved: return them before asking for more.
+      if (resolved_.options.trim_before_growth &&
+          !core_.FreeRegions().empty()) {
+        GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
+      }
       why = Grow(needed);
     }
     if (why.ok()) {

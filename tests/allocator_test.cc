@@ -300,9 +300,31 @@ TEST(AllocatorTest, GarbageCollectionReturnsFreeRegionsOnOom) {
   GPUALLOC_EXPECT_OK(a->Validate());
 }
 
+TEST(AllocatorTest, TrimBeforeGrowthKeepsThePeakDown) {
+  for (bool trim : {true, false}) {
+    SCOPED_TRACE(trim);
+    Options o = Growth(256 * kMiB);
+    o.trim_before_growth = trim;
+    auto a = MakeAllocator(o, MakeSim(kGiB));
+    void* keep = *a->Allocate(2 * kMiB);
+    void* p = *a->Allocate(8 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(p));
+    // 16 MiB fits nowhere: the free 8 MiB region goes back first (or stays).
+    GPUALLOC_ASSERT_OK(a->Allocate(16 * kMiB));
+    const Stats s = a->GetStats();
+    EXPECT_EQ(s.bytes_reserved, (trim ? 18 : 26) * kMiB);
+    EXPECT_EQ(s.peak_bytes_reserved, (trim ? 18 : 26) * kMiB);
+    EXPECT_EQ(s.backend_frees, trim ? 1u : 0u);
+    EXPECT_EQ(s.num_ooms, 0u);
+    GPUALLOC_EXPECT_OK(a->Validate());
+    (void)keep;
+  }
+}
+
 TEST(AllocatorTest, WithoutGarbageCollectionTheSameRequestFails) {
   Options o = Growth(64 * kMiB);
   o.garbage_collection = false;
+  o.trim_before_growth = false;
   auto a = MakeAllocator(o, MakeSim(kGiB));
   std::vector<void*> ptrs;
   for (int i = 0; i < 32; ++i) ptrs.push_back(*a->Allocate(2 * kMiB));
