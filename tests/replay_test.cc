@@ -1,0 +1,452 @@
+// tests/replay_test.cc: the trace parsers, the replay's numbers on hand-made
+// traces with known answers, the JSON form, the PyTorch baseline and the
+// bundled traces (SPEC section 7).
+#include "tools/replay/replay.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpualloc::replay {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr absl::string_view kHeader = "seq,action,addr_or_id,size,stream\n";
+constexpr absl::string_view kRmm = "Thread,Time,Action,Pointer,Size,Stream\n";
+
+// A preallocated 64 MiB arena on a small simulated H100: every number below
+// is exact.
+constexpr absl::string_view kPrealloc =
+    "backend=sim,arch=h100,device_memory=1GiB,preallocate=true,mem_limit=64MiB";
+
+// gMock's string matchers take std::string, not absl::string_view.
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+std::string TraceDir() { return GPUALLOC_TRACE_DIR; }
+
+Trace MustParse(absl::string_view text) {
+  absl::StatusOr<Trace> t = ParseTrace(text, "t");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : Trace{};
+}
+
+// The number after "key": in a one-line JSON object (enough for our flat
+// fields; the stats object's keys are looked up after "stats").
+double JsonNumber(const std::string& json, absl::string_view key,
+                  std::size_t from = 0) {
+  const std::string k = absl::StrCat("\"", key, "\":");
+  std::size_t at = json.find(k, from);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no " << key << " in " << json;
+    return -1;
+  }
+  at += k.size();
+  std::size_t end = json.find_first_of(",}]", at);
+  double v = 0;
+  EXPECT_TRUE(absl::SimpleAtod(json.substr(at, end - at), &v))
+      << key << " in " << json;
+  return v;
+}
+
+TEST(ParseTrace, ProjectCsv) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,1000,0\n"
+                                   "1,alloc,1,2000,3\n"
+                                   "2,free,0,1000,0\r\n"
+                                   "3,free,1,2000,3\n"));
+  EXPECT_EQ(t.name, "t");
+  ASSERT_EQ(t.ops.size(), 4u);
+  EXPECT_EQ(t.num_allocs, 2u);
+  EXPECT_EQ(t.num_frees, 2u);
+  EXPECT_EQ(t.num_streams, 2u);
+  EXPECT_EQ(t.ops[1].kind, TraceOp::Kind::kAlloc);
+  EXPECT_EQ(t.ops[1].size, 2000u);
+  EXPECT_EQ(t.ops[1].stream, 1u);  // raw 3: the first non-default stream
+  EXPECT_EQ(t.ops[2].kind, TraceOp::Kind::kFree);
+  EXPECT_EQ(t.ops[2].id, 0u);
+  EXPECT_EQ(t.ops[3].id, 1u);
+  EXPECT_EQ(t.ops[3].size, 2000u);
+}
+
+TEST(ParseTrace, SparseIdsBecomeDense) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,7,10,0\n"
+                                   "1,alloc,3,20,0\n"
+                                   "2,free,3,20,0\n"));
+  EXPECT_EQ(t.ops[0].id, 0u);
+  EXPECT_EQ(t.ops[1].id, 1u);
+  EXPECT_EQ(t.ops[2].id, 1u);
+  EXPECT_EQ(t.num_streams, 1u);
+}
+
+TEST(ParseTrace, RmmCsv) {
+  Trace t = MustParse(
+      absl::StrCat(kRmm,
+                   "140,10:00:00.001,allocate,0x7f0000000000,1024,0x0\n"
+                   "140,10:00:00.002,allocate failure,0x0,99999999999,0x0\n"
+                   "140,10:00:00.003,free,0x7f0000000000,1024,0x0\n"
+                   // The pointer comes back: a new allocation.
+                   "141,10:00:00.004,allocate,0x7f0000000000,2048,0x5a\n"
+                   "141,10:00:00.005,allocate,0x7f0000100000,512,0x0\n"));
+  ASSERT_EQ(t.ops.size(), 4u);  // the failure is skipped
+  EXPECT_EQ(t.num_allocs, 3u);
+  EXPECT_EQ(t.num_frees, 1u);
+  EXPECT_EQ(t.num_streams, 2u);
+  EXPECT_EQ(t.ops[1].kind, TraceOp::Kind::kFree);
+  EXPECT_EQ(t.ops[1].id, 0u);
+  EXPECT_EQ(t.ops[2].id, 1u);
+  EXPECT_EQ(t.ops[2].size, 2048u);
+  EXPECT_EQ(t.ops[2].stream, 1u);
+  EXPECT_EQ(t.ops[3].id, 2u);
+}
+
+struct BadCase {
+  std::string text;
+  std::string message;  // a substring of the error
+};
+
+TEST(ParseTrace, MalformedInputNamesFileLineAndExpectation) {
+  const std::string h(kHeader);
+  const std::string r(kRmm);
+  const std::vector<BadCase> cases = {
+      {"", "bad.csv:1: expected header"},
+      {"\n\n", "bad.csv:1: expected header"},
+      {"seq,action,id,size,stream\n", "bad.csv:1: expected header"},
+      {h + "0,alloc,0,10\n", "bad.csv:2: expected 5 fields"},
+      {h + "0,alloc,0,10,0,9\n", "bad.csv:2: expected 5 fields"},
+      {h + "1,alloc,0,10,0\n", "bad.csv:2: expected seq 0, got \"1\""},
+      {h + "0,alloc,0,10,0\n0,alloc,1,10,0\n",
+       "bad.csv:3: expected seq 1, got \"0\""},
+      {h + "0,alloc,x,10,0\n", "bad.csv:2: expected a decimal id"},
+      {h + "0,alloc,0,1x,0\n", "bad.csv:2: expected a decimal size"},
+      {h + "0,alloc,0,-5,0\n", "bad.csv:2: expected a decimal size"},
+      {h + "0,alloc,0,99999999999999999999,0\n",
+       "bad.csv:2: expected a decimal size"},
+      {h + "0,alloc,0,10,s\n", "bad.csv:2: expected a decimal stream"},
+      {h + "0,malloc,0,10,0\n",
+       "bad.csv:2: expected action alloc or free, got \"malloc\""},
+      {h + "0,free,5,10,0\n",
+       "bad.csv:2: expected the id of a live allocation, got id 5, unknown"},
+      {h + "0,alloc,0,10,0\n1,free,0,10,0\n2,free,0,10,0\n",
+       "bad.csv:4: expected the id of a live allocation, got id 0, already "
+       "freed"},
+      {h + "0,alloc,0,10,0\n1,alloc,0,10,0\n",
+       "bad.csv:3: expected a new allocation id, got id 0"},
+      {h + "0,alloc,0,10,0\n1,free,0,10,0\n2,alloc,0,10,0\n",
+       "bad.csv:4: expected a new allocation id"},
+      {r + "1,t,allocate,0x10,5\n", "bad.csv:2: expected 6 fields"},
+      {r + "1,t,reserve,0x10,5,0x0\n",
+       "bad.csv:2: expected action allocate, free or \"allocate failure\", "
+       "got \"reserve\""},
+      {r + "1,t,allocate,0xzz,5,0x0\n", "bad.csv:2: expected a pointer"},
+      {r + "1,t,allocate,0x10,five,0x0\n",
+       "bad.csv:2: expected a decimal size"},
+      {r + "1,t,allocate,0x10,5,stream\n", "bad.csv:2: expected a stream"},
+      {r + "1,t,free,0x10,5,0x0\n",
+       "bad.csv:2: expected the pointer of a live allocation"},
+      {r + "1,t,allocate,0x10,5,0x0\n1,t,allocate,0x10,5,0x0\n",
+       "bad.csv:3: expected a pointer not live"},
+  };
+  for (const BadCase& c : cases) {
+    absl::StatusOr<Trace> t = ParseTrace(c.text, "bad.csv");
+    ASSERT_FALSE(t.ok()) << c.text;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(Msg(t.status()), HasSubstr(c.message)) << c.text;
+  }
+}
+
+TEST(LoadTrace, NamesTheFileInErrorsAndTheStemInTheTrace) {
+  const std::string path =
+      ::testing::TempDir() + "/gpualloc_replay_bad_trace.csv";
+  {
+    std::ofstream out(path);
+    out << kHeader << "0,alloc,0,10,0\n1,frees,0,10,0\n";
+  }
+  absl::StatusOr<Trace> t = LoadTrace(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(Msg(t.status()), StartsWith(path + ":3: expected action"));
+  {
+    std::ofstream out(path);
+    out << kHeader << "0,alloc,0,10,0\n";
+  }
+  t = LoadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->name, "gpualloc_replay_bad_trace");
+  std::remove(path.c_str());
+  EXPECT_EQ(LoadTrace(path).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Replay, PreallocatedPeaksAreExact) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,1000,0\n"
+                                   "1,alloc,1,3000,0\n"
+                                   "2,free,0,1000,0\n"
+                                   "3,alloc,2,500,0\n"
+                                   "4,free,1,3000,0\n"));
+  absl::StatusOr<ReplayResult> r = Replay(t, std::string(kPrealloc));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ops, 5u);
+  EXPECT_EQ(r->ooms, 0u);
+  EXPECT_TRUE(r->failed_ids.empty());
+  EXPECT_EQ(r->peak_bytes_requested, 4000u);
+  EXPECT_EQ(r->peak_bytes_in_use, 1024u + 3072u);  // 256 B blocks
+  EXPECT_EQ(r->peak_bytes_reserved, 64u << 20);
+  EXPECT_EQ(r->final_bytes_reserved, 64u << 20);
+  EXPECT_DOUBLE_EQ(r->utilization, 4000.0 / (64 << 20));
+  EXPECT_EQ(r->backend_allocs, 1u);
+  EXPECT_EQ(r->backend_frees, 0u);
+  EXPECT_EQ(r->backend_calls, 1u);
+  EXPECT_GT(r->modeled_backend_ns, 0u);
+  EXPECT_EQ(r->hazards, 0u);
+  EXPECT_GT(r->ns_per_op, 0);
+  EXPECT_EQ(r->stats.bytes_requested, 500u);
+  EXPECT_EQ(r->label, kPrealloc);
+  EXPECT_EQ(r->device, "sim h100 1.07 GB");
+  // At the peak (after op 1) two blocks sit at the start of one region: the
+  // free space is one block, so nothing is fragmented.
+  EXPECT_DOUBLE_EQ(r->fragmentation_at_peak, 0);
+}
+
+TEST(Replay, FragmentationIsReadAtThePeakNotAtTheEnd) {
+  // a and b fill the front of the arena; a goes, leaving a 1 MiB hole that
+  // c (3 MiB) does not fit: at the peak (after op 3, 4 MiB live) the free
+  // space is the hole plus a 59 MiB tail. Then everything is freed.
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,1048576,0\n"
+                                   "1,alloc,1,1048576,0\n"
+                                   "2,free,0,1048576,0\n"
+                                   "3,alloc,2,3145728,0\n"
+                                   "4,free,1,1048576,0\n"
+                                   "5,free,2,3145728,0\n"));
+  absl::StatusOr<ReplayResult> r = Replay(t, std::string(kPrealloc));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->peak_bytes_requested, 4u << 20);
+  EXPECT_NEAR(r->fragmentation_at_peak, 1.0 - 59.0 / 60.0, 1e-12);
+  EXPECT_DOUBLE_EQ(r->stats.fragmentation, 0);  // all free again
+}
+
+TEST(Replay, OutOfMemoryIsCountedAndItsFreeSkipped) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,3145728,0\n"  // 3 MiB: fits
+                                   "1,alloc,1,2097152,0\n"  // 2 MiB: no room
+                                   "2,alloc,2,1048576,0\n"  // 1 MiB: fits
+                                   "3,free,1,2097152,0\n"   // skipped
+                                   "4,alloc,3,8388608,0\n"  // 8 MiB: never
+                                   "5,free,0,3145728,0\n"
+                                   "6,free,3,8388608,0\n"));  // skipped
+  const std::string config =
+      "arch=h100,device_memory=1GiB,preallocate=true,mem_limit=4MiB,name=tiny";
+  absl::StatusOr<ReplayResult> r = Replay(t, config);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ooms, 2u);
+  EXPECT_THAT(r->failed_ids, ElementsAre(1u, 3u));
+  EXPECT_EQ(r->ops, 5u);  // 4 Allocate calls, 1 Deallocate
+  EXPECT_EQ(r->stats.num_ooms, 2u);
+  EXPECT_EQ(r->peak_bytes_requested, 4u << 20);
+  EXPECT_EQ(r->label, "tiny");
+  EXPECT_EQ(r->device, "sim h100 1.07 GB");  // backend=sim was added
+}
+
+TEST(Replay, PlatformModeCallsTheBackendPerAllocation) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,1000,0\n"
+                                   "1,alloc,1,2000,0\n"
+                                   "2,free,0,1000,0\n"
+                                   "3,alloc,2,3000,0\n"));
+  absl::StatusOr<ReplayResult> r =
+      Replay(t, "allocator=platform,arch=h100,device_memory=1GiB");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->backend_allocs, 3u);
+  EXPECT_EQ(r->backend_frees, 1u);
+  EXPECT_EQ(r->peak_bytes_requested, 5000u);  // 2000 + 3000
+}
+
+TEST(Replay, TheEnvironmentIsNotRead) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,1000,0\n"
+                                   "1,alloc,1,1000,0\n"));
+  ASSERT_EQ(setenv("GPUALLOC_ALLOCATOR", "platform", 1), 0);
+  absl::StatusOr<ReplayResult> r = Replay(t, "");
+  unsetenv("GPUALLOC_ALLOCATOR");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->backend_allocs, 1u);  // the default: one preallocated region
+  EXPECT_EQ(r->label, "defaults");
+  EXPECT_THAT(r->device, StartsWith("sim h200 "));
+}
+
+TEST(Replay, ConfigurationErrorsAreReturned) {
+  Trace t = MustParse(absl::StrCat(kHeader, "0,alloc,0,1000,0\n"));
+  absl::StatusOr<ReplayResult> r = Replay(t, "allocator=bogus");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(r.status()), HasSubstr("bogus"));
+  EXPECT_FALSE(Replay(t, "arch=nosuchgpu").ok());
+}
+
+TEST(Replay, MultiStreamTraceFeedsTheHazardDetector) {
+  std::string text(kHeader);
+  int seq = 0;
+  for (int i = 0; i < 200; ++i) {
+    absl::StrAppend(&text, seq++, ",alloc,", i, ",", 4096 * (1 + i % 7), ",",
+                    i % 3, "\n");
+    if (i >= 2) {
+      absl::StrAppend(&text, seq++, ",free,", i - 2, ",0,", (i - 2) % 3, "\n");
+    }
+  }
+  Trace t = MustParse(text);
+  EXPECT_EQ(t.num_streams, 3u);
+  absl::StatusOr<ReplayResult> r = Replay(t, std::string(kPrealloc));
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The allocator never hands out memory another stream may still use.
+  EXPECT_EQ(r->hazards, 0u);
+  EXPECT_GT(r->events_recorded, 0u);
+  EXPECT_GT(r->backend_calls, r->backend_allocs);  // event calls counted too
+}
+
+TEST(Replay, TimelineRecordsBlocksRegionsAndSamples) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,1048576,0\n"
+                                   "1,alloc,1,40000000,0\n"
+                                   "2,free,0,1048576,0\n"
+                                   "3,free,1,40000000,0\n"
+                                   "4,alloc,2,1000,0\n"));
+  ReplayOptions options;
+  options.record_timeline = true;
+  std::vector<std::uint64_t> progress;
+  options.progress = [&](std::uint64_t done, std::uint64_t total) {
+    EXPECT_EQ(total, 5u);
+    progress.push_back(done);
+  };
+  absl::StatusOr<ReplayResult> r =
+      Replay(t, "arch=h100,device_memory=1GiB,preallocate=false", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(progress.back(), 5u);
+  const Timeline& tl = r->timeline;
+  EXPECT_EQ(tl.num_ops, 5u);
+  ASSERT_EQ(tl.blocks.size(), 3u);
+  EXPECT_EQ(tl.blocks[0].alloc_op, 0u);
+  EXPECT_EQ(tl.blocks[0].free_op, 2u);
+  EXPECT_EQ(tl.blocks[1].size, 40000000u);
+  EXPECT_EQ(tl.blocks[1].free_op, 3u);
+  EXPECT_EQ(tl.blocks[2].free_op, 5u);  // never freed
+  EXPECT_NE(tl.blocks[0].address, tl.blocks[1].address);
+  ASSERT_FALSE(tl.regions.empty());
+  EXPECT_EQ(tl.regions[0].from_op, 0u);
+  std::uint64_t first_region_bytes = 0;
+  for (const TimelineRegion& region : tl.regions) {
+    EXPECT_LE(region.from_op, region.to_op);
+    if (region.from_op == 0) first_region_bytes += region.size;
+  }
+  EXPECT_GE(first_region_bytes, 1048576u);
+  ASSERT_EQ(tl.sample_ops.size(), 5u);  // fewer ops than samples: all
+  EXPECT_EQ(tl.sample_reserved.size(), 5u);
+  EXPECT_EQ(tl.sample_in_use.size(), 5u);
+  EXPECT_EQ(tl.sample_in_use[0], 1048576u);
+  EXPECT_EQ(tl.sample_reserved.back(), r->final_bytes_reserved);
+}
+
+TEST(ToJson, HasEveryFieldWithItsMeaning) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,3145728,0\n"
+                                   "1,alloc,1,2097152,0\n"
+                                   "2,free,1,2097152,0\n"));
+  t.name = "we\"ird\\name";
+  absl::StatusOr<ReplayResult> r =
+      Replay(t, "arch=h100,device_memory=1GiB,preallocate=true,mem_limit=4MiB");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string json = ToJson(*r);
+  EXPECT_EQ(json.find('\n'), std::string::npos);
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_EQ(json.back(), '}');
+  EXPECT_THAT(json, HasSubstr(R"("trace":"we\"ird\\name")"));
+  EXPECT_THAT(json, HasSubstr(R"("failed_ids":[1])"));
+  for (absl::string_view key :
+       {"config", "label", "device", "ops", "ooms", "peak_bytes_in_use",
+        "peak_bytes_requested", "peak_bytes_reserved", "final_bytes_reserved",
+        "utilization", "fragmentation_at_peak", "largest_free_block_bytes",
+        "backend_allocs", "backend_frees", "backend_calls",
+        "modeled_backend_ns", "events_recorded", "hazards", "ns_per_op"}) {
+    EXPECT_THAT(json, HasSubstr(absl::StrCat("\"", key, "\":"))) << key;
+  }
+  EXPECT_EQ(JsonNumber(json, "ops"), 2);
+  EXPECT_EQ(JsonNumber(json, "ooms"), 1);
+  EXPECT_EQ(JsonNumber(json, "peak_bytes_requested"), 3145728);
+  EXPECT_EQ(JsonNumber(json, "peak_bytes_reserved"), 4194304);
+  EXPECT_DOUBLE_EQ(JsonNumber(json, "utilization"), 0.75);
+  const std::size_t stats = json.find("\"stats\":{");
+  ASSERT_NE(stats, std::string::npos);
+  for (absl::string_view key :
+       {"num_allocs", "bytes_in_use", "peak_bytes_in_use", "largest_alloc_size",
+        "bytes_limit", "bytes_reserved", "peak_bytes_reserved",
+        "largest_free_block_bytes", "bytes_requested", "peak_bytes_requested",
+        "fragmentation", "num_ooms", "backend_allocs", "backend_frees",
+        "events_recorded", "stream_waits", "host_waits"}) {
+    EXPECT_NE(json.find(absl::StrCat("\"", key, "\":"), stats),
+              std::string::npos)
+        << key;
+  }
+  EXPECT_EQ(JsonNumber(json, "num_allocs", stats), 1);
+  EXPECT_EQ(JsonNumber(json, "bytes_limit", stats), 4194304);
+  EXPECT_EQ(JsonNumber(json, "num_ooms", stats), 1);
+}
+
+TEST(LoadBaseline, ReadsTheBundledTable) {
+  auto b = LoadBaseline(TraceDir() + "/SOURCES.md");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->size(), 4u);
+  EXPECT_EQ(b->at("torch-cs336-medium_128_training"), 7234872410u);  // 6.738
+  EXPECT_EQ(b->at("torch-opt125m-zo-finetune"), 1898375545u);        // 1.768
+  EXPECT_TRUE(b->contains("torch-cs336-medium_1024_training"));
+  EXPECT_TRUE(b->contains("torch-cs336-medium_1024_inference"));
+}
+
+TEST(LoadBaseline, ErrorsNameTheFile) {
+  const std::string path = ::testing::TempDir() + "/gpualloc_baseline.md";
+  {
+    std::ofstream out(path);
+    out << "# nothing here\n";
+  }
+  EXPECT_THAT(Msg(LoadBaseline(path).status()),
+              HasSubstr(path + ": expected a table"));
+  {
+    std::ofstream out(path);
+    out << "| trace | PyTorch peak reserved | x |\n|---|---|---|\n"
+        << "| a | 6.7 GB | 1% |\n";
+  }
+  EXPECT_THAT(Msg(LoadBaseline(path).status()),
+              HasSubstr(path + ":3: expected a size"));
+  std::remove(path.c_str());
+}
+
+TEST(BundledTraces, EachLoadsWithOneOpPerRow) {
+  for (const char* name :
+       {"torch-cs336-medium_128_training", "torch-cs336-medium_1024_training",
+        "torch-cs336-medium_1024_inference", "torch-opt125m-zo-finetune"}) {
+    const std::string path = TraceDir() + "/" + name + ".csv";
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    std::size_t rows = 0;
+    for (std::string line; std::getline(in, line);) ++rows;
+    absl::StatusOr<Trace> t = LoadTrace(path);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->name, name);
+    EXPECT_EQ(t->ops.size(), rows - 1) << name;
+    EXPECT_EQ(t->num_allocs + t->num_frees, t->ops.size());
+    EXPECT_EQ(t->num_streams, 1u);
+  }
+}
+
+}  // namespace
+}  // namespace gpualloc::replay
