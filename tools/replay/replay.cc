@@ -1,0 +1,489 @@
+// tools/replay/replay.cc: a trace replayed on a (simulated) device, the JSON
+// form of the result, and the PyTorch baseline table.
+//
+// Two passes over the trace, each on a fresh backend and allocator:
+//   1. the measured pass: only Allocate/Deallocate (plus, on multi-stream
+//      traces, the simulator's Use and a periodic CompleteAll) inside the
+//      timed loop, so ns_per_op is the allocator's cost and no clock is read
+//      per call;
+//   2. an untimed pass that re-runs the trace up to the op where the live
+//      requested bytes peaked (found from pass 1's outcome) to read the
+//      fragmentation there, and, when a timeline is asked for, on to the end
+//      while recording blocks, regions and samples. The simulator's fake
+//      addresses are deterministic, so pass 2 sees exactly pass 1's layout.
+#include "tools/replay/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/arch.h"
+#include "gpualloc/backend.h"
+#include "gpualloc/config.h"
+#include "gpualloc/registry.h"
+#include "gpualloc/sim_backend.h"
+
+namespace gpualloc::replay {
+namespace {
+
+// Multi-stream traces: the simulator's clock is manual (CreateBackend's
+// default), so queued work completes only when told. Completing everything
+// every kCompleteEvery ops models streams that keep up with the host a short
+// way behind it: a chunk freed on one stream becomes reusable on another a
+// few ops later, as on a real device, and the pending work stays bounded.
+constexpr std::uint64_t kCompleteEvery = 64;
+// Timeline samples of reserved/in-use bytes.
+constexpr std::uint64_t kTimelineSamples = 2000;
+
+struct Device {
+  std::shared_ptr<Backend> backend;
+  std::shared_ptr<SimBackend> sim;  // null for a vendor backend
+  std::unique_ptr<Allocator> allocator;
+};
+
+absl::StatusOr<Device> MakeDevice(const Config& config) {
+  Device d;
+  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateBackend(config, 0);
+  if (!backend.ok()) return backend.status();
+  d.backend = std::move(*backend);
+  d.sim = std::dynamic_pointer_cast<SimBackend>(d.backend);
+  absl::StatusOr<std::unique_ptr<Allocator>> allocator =
+      CreateAllocator(config.options, d.backend);
+  if (!allocator.ok()) return allocator.status();
+  d.allocator = std::move(*allocator);
+  return d;
+}
+
+std::string DeviceName(const Config& config, const DeviceInfo& info) {
+  std::string model = info.name;
+  if (!config.options.arch.empty() && config.options.arch != "auto") {
+    model = config.options.arch;
+  } else if (absl::StatusOr<const ArchProfile*> p =
+                 FindArchProfile(info.vendor, info.arch_id, info.total_bytes);
+             p.ok()) {
+    model = std::string((*p)->name);
+  }
+  return absl::StrFormat("%s %s %.2f GB", info.backend, model,
+                         static_cast<double>(info.total_bytes) / 1e9);
+}
+
+void AppendJsonString(std::string* out, absl::string_view s) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppendFormat(out, "\\u%04x", c);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+// JSON has no NaN or infinity; every ratio here is finite by construction,
+// but a 0 is safer than an unparsable line.
+std::string JsonDouble(double v) {
+  if (!std::isfinite(v)) return "0";
+  return absl::StrFormat("%.9g", v);
+}
+
+}  // namespace
+
+absl::StatusOr<ReplayResult> Replay(const Trace& trace,
+                                    const std::string& config_string,
+                                    const ReplayOptions& options) {
+  absl::StatusOr<ConfigOverrides> overrides = ParseConfigString(config_string);
+  if (!overrides.ok()) return overrides.status();
+  // The simulator unless backend= says otherwise (SPEC section 7).
+  if (!overrides->backend.has_value()) overrides->backend = BackendKind::kSim;
+  // An empty environment: a replay must not depend on the caller's GPUALLOC_*
+  // variables, or two runs of the same command could disagree.
+  absl::StatusOr<Config> config = ResolveConfig(*overrides, MapEnvironment({}));
+  if (!config.ok()) return config.status();
+
+  ReplayResult result;
+  result.trace = trace.name;
+  result.config = config_string;
+  if (overrides->name.has_value() && !overrides->name->empty()) {
+    result.label = *overrides->name;
+  } else if (!config_string.empty()) {
+    result.label = config_string;
+  } else {
+    result.label = "defaults";
+  }
+
+  absl::StatusOr<Device> device = MakeDevice(*config);
+  if (!device.ok()) return device.status();
+  result.device = DeviceName(*config, device->backend->info());
+
+  const std::vector<TraceOp>& ops = trace.ops;
+  const std::uint64_t n = ops.size();
+  const bool multi_stream = trace.num_streams > 1 && device->sim != nullptr;
+  std::vector<void*> ptrs(trace.num_allocs, nullptr);
+  std::vector<std::uint8_t> failed(trace.num_allocs, 0);
+  // The progress callback is called from inside the timed loop (there is no
+  // other place during a long replay), but only every 1% of the ops: one
+  // compare per op, and nothing at all when it is null (the default).
+  const std::uint64_t progress_every =
+      options.progress ? std::max<std::uint64_t>(1, n / 100) : 0;
+  Allocator& allocator = *device->allocator;
+  SimBackend* const sim = device->sim.get();
+
+  // --- Pass 1: measured --------------------------------------------------
+  std::uint64_t calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const TraceOp& op = ops[i];
+    const Stream stream(op.stream);
+    if (op.kind == TraceOp::Kind::kAlloc) {
+      ++calls;
+      absl::StatusOr<void*> p = allocator.Allocate(op.size, stream);
+      if (p.ok()) {
+        ptrs[op.id] = *p;
+        // One stream cannot race with itself, so the hazard detector is fed
+        // only when there are several (and single-stream replays keep their
+        // ns/op free of simulator work).
+        if (multi_stream) {
+          sim->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size);
+        }
+      } else if (absl::IsResourceExhausted(p.status())) {
+        failed[op.id] = 1;
+        ++result.ooms;
+      } else {
+        return p.status();
+      }
+    } else if (!failed[op.id]) {
+      ++calls;
+      absl::Status s = allocator.Deallocate(ptrs[op.id], stream);
+      if (!s.ok()) return s;
+    }
+    if (multi_stream && (i + 1) % kCompleteEvery == 0) sim->CompleteAll();
+    if (progress_every != 0 && i % progress_every == 0) options.progress(i, n);
+  }
+  const auto stop = std::chrono::steady_clock::now();
+  if (options.progress) options.progress(n, n);
+
+  result.ops = calls;
+  const double elapsed_ns =
+      std::chrono::duration<double, std::nano>(stop - start).count();
+  result.ns_per_op = calls == 0 ? 0 : elapsed_ns / static_cast<double>(calls);
+  for (std::uint64_t id = 0; id < failed.size(); ++id) {
+    if (failed[id]) result.failed_ids.push_back(id);
+  }
+
+  const Stats stats = allocator.GetStats();
+  result.stats = stats;
+  result.peak_bytes_in_use = stats.peak_bytes_in_use;
+  result.peak_bytes_requested = stats.peak_bytes_requested;
+  result.peak_bytes_reserved = stats.peak_bytes_reserved;
+  result.final_bytes_reserved = stats.bytes_reserved;
+  result.utilization = stats.peak_bytes_reserved == 0
+                           ? 0
+                           : static_cast<double>(stats.peak_bytes_requested) /
+                                 static_cast<double>(stats.peak_bytes_reserved);
+  result.largest_free_block_bytes = stats.largest_free_block_bytes;
+  result.backend_allocs = stats.backend_allocs;
+  result.backend_frees = stats.backend_frees;
+  result.events_recorded = stats.events_recorded;
+  if (sim != nullptr) {
+    for (int op = 0; op < kNumSimOps; ++op) {
+      result.backend_calls += sim->calls(static_cast<SimOp>(op));
+    }
+    result.modeled_backend_ns = sim->modeled_ns();
+    result.hazards = sim->hazards();
+  }
+
+  // The op after which the live requested bytes peaked (the first time),
+  // from pass 1's outcome: failed allocations hold nothing. Computed here
+  // rather than inside the timed loop, with the same result.
+  std::uint64_t peak_op = 0;
+  bool any_alloc = false;
+  {
+    std::uint64_t live = 0, peak = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const TraceOp& op = ops[i];
+      if (failed[op.id]) continue;
+      if (op.kind == TraceOp::Kind::kAlloc) {
+        live += op.size;
+        if (live > peak || !any_alloc) {
+          peak = live;
+          peak_op = i;
+          any_alloc = true;
+        }
+      } else {
+        live -= op.size;
+      }
+    }
+  }
+  if (!any_alloc && !options.record_timeline) return result;
+
+  // --- Pass 2: fragmentation at the peak, and the timeline -----------------
+  // A fresh device and allocator: the same configuration replays the same
+  // way, so the state after op peak_op is pass 1's state at that moment.
+  absl::StatusOr<Device> again = MakeDevice(*config);
+  if (!again.ok()) return again.status();
+  Allocator& a2 = *again->allocator;
+  SimBackend* const sim2 = again->sim.get();
+  std::fill(ptrs.begin(), ptrs.end(), nullptr);
+  const bool record = options.record_timeline;
+  const std::uint64_t end = record ? n : peak_op + 1;
+  Timeline& tl = result.timeline;
+  tl.num_ops = n;
+  std::vector<std::uint64_t> block_of(record ? trace.num_allocs : 0, 0);
+  // Regions by base: the index in tl.regions of the open one.
+  std::map<std::uint64_t, std::size_t> open_regions;
+  std::uint64_t seen_backend_allocs = 0, seen_backend_frees = 0;
+  const std::uint64_t sample_every =
+      std::max<std::uint64_t>(1, n / kTimelineSamples);
+  for (std::uint64_t i = 0; i < end; ++i) {
+    const TraceOp& op = ops[i];
+    const Stream stream(op.stream);
+    if (!failed[op.id]) {
+      if (op.kind == TraceOp::Kind::kAlloc) {
+        absl::StatusOr<void*> p = a2.Allocate(op.size, stream);
+        // Pass 1 served it; a different answer means the replay is not
+        // deterministic, which would make the picture a lie.
+        if (!p.ok()) {
+          return absl::InternalError(absl::StrCat(
+              "replay of ", trace.name, " is not deterministic: op ", i,
+              " succeeded in the measured pass but now fails: ",
+              p.status().message()));
+        }
+        ptrs[op.id] = *p;
+        if (multi_stream) {
+          sim2->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size);
+        }
+        if (record) {
+          block_of[op.id] = tl.blocks.size();
+          TimelineBlock b;
+          b.id = op.id;
+          b.address = reinterpret_cast<std::uintptr_t>(*p);
+          b.size = op.size;
+          b.alloc_op = i;
+          b.free_op = n;
+          b.stream = op.stream;
+          tl.blocks.push_back(b);
+        }
+      } else {
+        absl::Status s = a2.Deallocate(ptrs[op.id], stream);
+        if (!s.ok()) return s;
+        if (record) tl.blocks[block_of[op.id]].free_op = i;
+      }
+    }
+    if (multi_stream && (i + 1) % kCompleteEvery == 0) sim2->CompleteAll();
+    if (i == peak_op && any_alloc) {
+      result.fragmentation_at_peak = a2.GetStats().fragmentation;
+    }
+    if (!record) continue;
+    const Stats s = a2.GetStats();
+    // Regions change only when the backend was called: only then is the
+    // (costly) snapshot taken and compared with the open regions.
+    if (s.backend_allocs != seen_backend_allocs ||
+        s.backend_frees != seen_backend_frees) {
+      seen_backend_allocs = s.backend_allocs;
+      seen_backend_frees = s.backend_frees;
+      const Snapshot snap = a2.GetSnapshot();
+      std::map<std::uint64_t, std::uint64_t> now;  // base -> size
+      for (const RegionSnapshot& r : snap.regions) now[r.base] = r.size;
+      for (auto it = open_regions.begin(); it != open_regions.end();) {
+        if (!now.contains(it->first)) {
+          tl.regions[it->second].to_op = i;
+          it = open_regions.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (const auto& [base, size] : now) {
+        auto it = open_regions.find(base);
+        if (it == open_regions.end()) {
+          TimelineRegion r;
+          r.base = base;
+          r.size = size;
+          r.from_op = i;
+          r.to_op = n;
+          open_regions.emplace(base, tl.regions.size());
+          tl.regions.push_back(r);
+        } else {
+          // An expandable region grows in place: keep its largest extent.
+          TimelineRegion& r = tl.regions[it->second];
+          r.size = std::max(r.size, size);
+        }
+      }
+    }
+    if (i % sample_every == 0 || i + 1 == n) {
+      tl.sample_ops.push_back(i);
+      tl.sample_reserved.push_back(s.bytes_reserved);
+      tl.sample_in_use.push_back(s.bytes_in_use);
+    }
+  }
+  return result;
+}
+
+std::string ToJson(const ReplayResult& r) {
+  std::string out = "{";
+  auto key = [&out](absl::string_view k) {
+    if (out.size() > 1) out.push_back(',');
+    AppendJsonString(&out, k);
+    out.push_back(':');
+  };
+  auto str = [&](absl::string_view k, absl::string_view v) {
+    key(k);
+    AppendJsonString(&out, v);
+  };
+  auto num = [&](absl::string_view k, std::uint64_t v) {
+    key(k);
+    absl::StrAppend(&out, v);
+  };
+  auto dbl = [&](absl::string_view k, double v) {
+    key(k);
+    out += JsonDouble(v);
+  };
+  str("trace", r.trace);
+  str("config", r.config);
+  str("label", r.label);
+  str("device", r.device);
+  num("ops", r.ops);
+  num("ooms", r.ooms);
+  key("failed_ids");
+  out.push_back('[');
+  for (std::size_t i = 0; i < r.failed_ids.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    absl::StrAppend(&out, r.failed_ids[i]);
+  }
+  out.push_back(']');
+  num("peak_bytes_in_use", r.peak_bytes_in_use);
+  num("peak_bytes_requested", r.peak_bytes_requested);
+  num("peak_bytes_reserved", r.peak_bytes_reserved);
+  num("final_bytes_reserved", r.final_bytes_reserved);
+  dbl("utilization", r.utilization);
+  dbl("fragmentation_at_peak", r.fragmentation_at_peak);
+  num("largest_free_block_bytes", r.largest_free_block_bytes);
+  num("backend_allocs", r.backend_allocs);
+  num("backend_frees", r.backend_frees);
+  num("backend_calls", r.backend_calls);
+  num("modeled_backend_ns", r.modeled_backend_ns);
+  num("events_recorded", r.events_recorded);
+  num("hazards", r.hazards);
+  dbl("ns_per_op", r.ns_per_op);
+  // TensorFlow's statistics at the end of the trace, under their own names.
+  const Stats& s = r.stats;
+  key("stats");
+  std::string inner = "{";
+  auto snum = [&inner](absl::string_view k, std::uint64_t v) {
+    if (inner.size() > 1) inner.push_back(',');
+    AppendJsonString(&inner, k);
+    absl::StrAppend(&inner, ":", v);
+  };
+  snum("num_allocs", s.num_allocs);
+  snum("bytes_in_use", s.bytes_in_use);
+  snum("peak_bytes_in_use", s.peak_bytes_in_use);
+  snum("largest_alloc_size", s.largest_alloc_size);
+  snum("bytes_limit", s.bytes_limit);
+  snum("bytes_reserved", s.bytes_reserved);
+  snum("peak_bytes_reserved", s.peak_bytes_reserved);
+  snum("largest_free_block_bytes", s.largest_free_block_bytes);
+  snum("bytes_requested", s.bytes_requested);
+  snum("peak_bytes_requested", s.peak_bytes_requested);
+  absl::StrAppend(&inner, ",\"fragmentation\":", JsonDouble(s.fragmentation));
+  snum("num_ooms", s.num_ooms);
+  snum("backend_allocs", s.backend_allocs);
+  snum("backend_frees", s.backend_frees);
+  snum("events_recorded", s.events_recorded);
+  snum("stream_waits", s.stream_waits);
+  snum("host_waits", s.host_waits);
+  inner.push_back('}');
+  out += inner;
+  out.push_back('}');
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, std::uint64_t>> LoadBaseline(
+    const std::string& sources_md) {
+  std::ifstream in(sources_md);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(sources_md, ": cannot open the baseline"));
+  }
+  std::map<std::string, std::uint64_t> baseline;
+  std::string line;
+  std::size_t number = 0;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::vector<absl::string_view> cells = absl::StrSplit(line, '|');
+    for (auto& c : cells) c = absl::StripAsciiWhitespace(c);
+    // "| a | b |" splits into "", "a", "b", "".
+    const bool is_row = cells.size() >= 4 && cells.front().empty();
+    if (!in_table) {
+      in_table =
+          is_row && cells[1] == "trace" && cells[2] == "PyTorch peak reserved";
+      continue;
+    }
+    if (!is_row) {
+      if (!baseline.empty()) break;  // the end of the table
+      continue;
+    }
+    if (absl::StartsWith(cells[1], "---")) continue;  // the separator row
+    // "6.738 GiB": GiB is the table's unit; MiB is accepted too.
+    std::vector<absl::string_view> parts =
+        absl::StrSplit(cells[2], ' ', absl::SkipEmpty());
+    double value = 0;
+    double scale = 0;
+    if (parts.size() == 2) {
+      if (parts[1] == "GiB") scale = 1024.0 * 1024 * 1024;
+      if (parts[1] == "MiB") scale = 1024.0 * 1024;
+    }
+    if (scale == 0 || !absl::SimpleAtod(parts[0], &value) || value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          sources_md, ":", number,
+          ": expected a size like \"6.738 GiB\", got \"", cells[2], "\""));
+    }
+    baseline[std::string(cells[1])] =
+        static_cast<std::uint64_t>(std::llround(value * scale));
+  }
+  if (baseline.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        sources_md,
+        ": expected a table \"| trace | PyTorch peak reserved | ... |\", got "
+        "none"));
+  }
+  return baseline;
+}
+
+}  // namespace gpualloc::replay

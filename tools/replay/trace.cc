@@ -1,0 +1,304 @@
+// tools/replay/trace.cc: the two trace formats of SPEC section 7.
+//
+// Both parsers are strict: a trace that does not say exactly what happened
+// would make every number the replay reports meaningless, so any malformed
+// line is an InvalidArgument "NAME:LINE: expected <what>, got <text>".
+#include <charconv>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "tools/replay/replay.h"
+
+namespace gpualloc::replay {
+namespace {
+
+constexpr absl::string_view kProjectHeader =
+    "seq,action,addr_or_id,size,stream";
+constexpr absl::string_view kRmmHeader =
+    "Thread,Time,Action,Pointer,Size,Stream";
+
+// Long lines are cut in messages so one bad line cannot flood a terminal.
+std::string Quote(absl::string_view text) {
+  constexpr size_t kMax = 80;
+  if (text.size() > kMax)
+    return absl::StrCat("\"", text.substr(0, kMax), "...\"");
+  return absl::StrCat("\"", text, "\"");
+}
+
+absl::Status Malformed(absl::string_view name, size_t line,
+                       absl::string_view expected, absl::string_view got) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ":", line, ": expected ", expected, ", got ", got));
+}
+
+// Plain decimal, no sign, no spaces inside (fields are trimmed first).
+bool ParseDecimal(absl::string_view text, std::uint64_t* value) {
+  if (text.empty()) return false;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *value, 10);
+  return ec == std::errc() && ptr == end;
+}
+
+// "0x7f12..." (RMM writes pointers and streams this way) or plain decimal.
+bool ParseHexOrDecimal(absl::string_view text, std::uint64_t* value) {
+  if (absl::StartsWithIgnoreCase(text, "0x")) {
+    text.remove_prefix(2);
+    if (text.empty()) return false;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, *value, 16);
+    return ec == std::errc() && ptr == end;
+  }
+  return ParseDecimal(text, value);
+}
+
+// Splits `text` into lines, dropping a trailing '\r' (files written on
+// Windows) and reporting 1-based line numbers.
+struct Line {
+  size_t number;
+  absl::string_view text;
+};
+std::vector<Line> SplitLines(absl::string_view text) {
+  std::vector<Line> lines;
+  size_t number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++number;
+    if (absl::EndsWith(line, "\r")) line.remove_suffix(1);
+    lines.push_back({number, line});
+  }
+  // A final newline leaves one empty piece that is not a line.
+  while (!lines.empty() && lines.back().text.empty()) lines.pop_back();
+  return lines;
+}
+
+// Raw stream values become 0 (the default stream) or 1, 2, ... in order of
+// first use, as in the project CSV; Trace::num_streams counts the distinct
+// values.
+class StreamNumbers {
+ public:
+  std::uint64_t Map(std::uint64_t raw) {
+    if (raw == 0) {
+      seen_default_ = true;
+      return 0;
+    }
+    auto [it, inserted] = numbers_.try_emplace(raw, numbers_.size() + 1);
+    return it->second;
+  }
+  std::uint64_t count() const {
+    return numbers_.size() + (seen_default_ ? 1 : 0);
+  }
+
+ private:
+  bool seen_default_ = false;
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> numbers_;
+};
+
+absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
+                                   absl::string_view name) {
+  Trace trace;
+  // The CSV's ids are mapped to dense ids in order of their alloc rows, so a
+  // hand-written trace with sparse ids replays too.
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> live;  // csv id -> dense
+  absl::flat_hash_set<std::uint64_t> ever;
+  std::vector<std::uint64_t> sizes;
+  StreamNumbers streams;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const Line& line = lines[i];
+    std::vector<absl::string_view> f = absl::StrSplit(line.text, ',');
+    if (f.size() != 5) {
+      return Malformed(name, line.number,
+                       absl::StrCat("5 fields (", kProjectHeader, ")"),
+                       absl::StrCat(f.size(), " in ", Quote(line.text)));
+    }
+    for (auto& field : f) field = absl::StripAsciiWhitespace(field);
+    std::uint64_t seq = 0, id = 0, size = 0, stream = 0;
+    if (!ParseDecimal(f[0], &seq) || seq != i - 1) {
+      return Malformed(name, line.number, absl::StrCat("seq ", i - 1),
+                       Quote(f[0]));
+    }
+    if (!ParseDecimal(f[2], &id)) {
+      return Malformed(name, line.number, "a decimal id in addr_or_id",
+                       Quote(f[2]));
+    }
+    if (!ParseDecimal(f[3], &size)) {
+      return Malformed(name, line.number, "a decimal size in bytes",
+                       Quote(f[3]));
+    }
+    if (!ParseDecimal(f[4], &stream)) {
+      return Malformed(name, line.number, "a decimal stream number",
+                       Quote(f[4]));
+    }
+    TraceOp op;
+    op.stream = streams.Map(stream);
+    if (f[1] == "alloc") {
+      if (!ever.insert(id).second) {
+        return Malformed(name, line.number, "a new allocation id",
+                         absl::StrCat("id ", id, ", allocated before"));
+      }
+      op.kind = TraceOp::Kind::kAlloc;
+      op.id = sizes.size();
+      op.size = size;
+      live.emplace(id, op.id);
+      sizes.push_back(size);
+      ++trace.num_allocs;
+    } else if (f[1] == "free") {
+      auto it = live.find(id);
+      if (it == live.end()) {
+        return Malformed(
+            name, line.number, "the id of a live allocation",
+            absl::StrCat("id ", id,
+                         ever.contains(id) ? ", already freed" : ", unknown"));
+      }
+      op.kind = TraceOp::Kind::kFree;
+      op.id = it->second;
+      op.size = sizes[op.id];
+      live.erase(it);
+      ++trace.num_frees;
+    } else {
+      return Malformed(name, line.number, "action alloc or free", Quote(f[1]));
+    }
+    trace.ops.push_back(op);
+  }
+  trace.num_streams = streams.count();
+  return trace;
+}
+
+absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
+                               absl::string_view name) {
+  Trace trace;
+  // Pointers are reused after their free, so they name a live allocation
+  // only: each allocate gets the next dense id.
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> live;  // pointer -> id
+  std::vector<std::uint64_t> sizes;
+  StreamNumbers streams;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const Line& line = lines[i];
+    std::vector<absl::string_view> f = absl::StrSplit(line.text, ',');
+    if (f.size() != 6) {
+      return Malformed(name, line.number,
+                       absl::StrCat("6 fields (", kRmmHeader, ")"),
+                       absl::StrCat(f.size(), " in ", Quote(line.text)));
+    }
+    for (auto& field : f) field = absl::StripAsciiWhitespace(field);
+    const absl::string_view action = f[2];
+    if (action == "allocate failure") continue;  // nothing was allocated
+    const bool is_alloc = action == "allocate";
+    if (!is_alloc && action != "free") {
+      return Malformed(name, line.number,
+                       "action allocate, free or \"allocate failure\"",
+                       Quote(action));
+    }
+    std::uint64_t pointer = 0, size = 0, stream = 0;
+    if (!ParseHexOrDecimal(f[3], &pointer)) {
+      return Malformed(name, line.number, "a pointer like 0x7f0000000000",
+                       Quote(f[3]));
+    }
+    if (!ParseDecimal(f[4], &size)) {
+      return Malformed(name, line.number, "a decimal size in bytes",
+                       Quote(f[4]));
+    }
+    if (!ParseHexOrDecimal(f[5], &stream)) {
+      return Malformed(name, line.number, "a stream (0x... or decimal)",
+                       Quote(f[5]));
+    }
+    TraceOp op;
+    op.stream = streams.Map(stream);
+    if (is_alloc) {
+      if (live.contains(pointer)) {
+        return Malformed(
+            name, line.number, "a pointer not live",
+            absl::StrCat(Quote(f[3]), ", allocated and not freed"));
+      }
+      op.kind = TraceOp::Kind::kAlloc;
+      op.id = sizes.size();
+      op.size = size;
+      live.emplace(pointer, op.id);
+      sizes.push_back(size);
+      ++trace.num_allocs;
+    } else {
+      auto it = live.find(pointer);
+      if (it == live.end()) {
+        return Malformed(name, line.number, "the pointer of a live allocation",
+                         absl::StrCat(Quote(f[3]), ", not allocated"));
+      }
+      op.kind = TraceOp::Kind::kFree;
+      op.id = it->second;
+      op.size = sizes[op.id];
+      live.erase(it);
+      ++trace.num_frees;
+    }
+    trace.ops.push_back(op);
+  }
+  trace.num_streams = streams.count();
+  return trace;
+}
+
+std::string Stem(const std::string& path) {
+  std::string base = path;
+  if (size_t slash = base.find_last_of('/'); slash != std::string::npos) {
+    base = base.substr(slash + 1);
+  }
+  if (size_t dot = base.find_last_of('.');
+      dot != std::string::npos && dot > 0) {
+    base = base.substr(0, dot);
+  }
+  return base;
+}
+
+}  // namespace
+
+absl::StatusOr<Trace> ParseTrace(absl::string_view text,
+                                 absl::string_view name) {
+  const std::vector<Line> lines = SplitLines(text);
+  if (lines.empty()) {
+    return Malformed(
+        name, 1,
+        absl::StrCat("header \"", kProjectHeader, "\" or \"", kRmmHeader, "\""),
+        "an empty file");
+  }
+  const absl::string_view header = absl::StripAsciiWhitespace(lines[0].text);
+  absl::StatusOr<Trace> trace;
+  if (header == kProjectHeader) {
+    trace = ParseProject(lines, name);
+  } else if (header == kRmmHeader) {
+    trace = ParseRmm(lines, name);
+  } else {
+    return Malformed(
+        name, lines[0].number,
+        absl::StrCat("header \"", kProjectHeader, "\" or \"", kRmmHeader, "\""),
+        Quote(header));
+  }
+  if (trace.ok()) trace->name = std::string(name);
+  return trace;
+}
+
+absl::StatusOr<Trace> LoadTrace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open the trace"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat(path, ": cannot read the trace"));
+  }
+  // Messages name the file as given (so a user can open it); the trace is
+  // named by its stem, the key of the baseline table.
+  absl::StatusOr<Trace> trace = ParseTrace(text.str(), path);
+  if (trace.ok()) trace->name = Stem(path);
+  return trace;
+}
+
+}  // namespace gpualloc::replay

@@ -1,0 +1,239 @@
+// tools/replay_main.cc: gpualloc-replay, real traces replayed against one or
+// more configurations side by side (SPEC section 7).
+//
+// Every trace is parsed before any replay starts, so a bad file fails the run
+// at once instead of after minutes of work. Uses the public headers and
+// tools/replay only.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "tools/replay/replay.h"
+#ifdef GPUALLOC_REPLAY_HAS_SVG
+#include <fstream>
+
+#include "tools/replay/svg.h"
+#endif
+
+namespace {
+
+using gpualloc::replay::ReplayResult;
+using gpualloc::replay::Trace;
+
+constexpr absl::string_view kUsage =
+    "usage: gpualloc-replay [--json] [--svg FILE] [--baseline SOURCES.md]\n"
+    "                       [--config STRING]... TRACE...\n"
+    "\n"
+    "Replays allocation traces (the project CSV or RMM's logging CSV) on a\n"
+    "simulated device, once per configuration, and prints a side-by-side\n"
+    "table: peak requested and reserved bytes, utilization, fragmentation at\n"
+    "the peak, backend calls and their modeled time, stream hazards and the\n"
+    "allocator's wall time per call.\n"
+    "\n"
+    "  --config STRING      a configuration (key=value,...: allocator,\n"
+    "                       preallocate, mem_fraction, mem_limit, expandable,\n"
+    "                       arch, gc, backend, device_memory, cross_stream,\n"
+    "                       name); repeat for more. Default: one, the\n"
+    "                       defaults. The backend is the simulator unless\n"
+    "                       backend= says otherwise; the environment is not\n"
+    "                       read, so replays are reproducible.\n"
+    "  --json               one JSON object per (trace, configuration)\n"
+    "  --svg FILE           draw the address space over time into FILE\n"
+    "  --baseline FILE      add PyTorch's peak reserved from FILE's table\n"
+    "                       (tests/data/traces/SOURCES.md) and our ratio\n"
+    "  --help               this text\n";
+
+std::string Gib(std::uint64_t bytes) {
+  return absl::StrFormat("%.3f GiB",
+                         static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+}
+
+int Fail(absl::string_view message) {
+  std::fprintf(stderr, "gpualloc-replay: %.*s\n",
+               static_cast<int>(message.size()), message.data());
+  return 1;
+}
+
+// A plain text table: columns padded to their widest cell, numbers right-
+// aligned, so configurations line up under each other.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    std::string line;
+    for (std::size_t c = 0; c < rows[r].size(); ++c) {
+      const int w = static_cast<int>(width[c]);
+      // The first two columns (trace, configuration) are text.
+      if (c < 2) {
+        absl::StrAppendFormat(&line, "%s%-*s", c == 0 ? "" : "  ", w,
+                              rows[r][c]);
+      } else {
+        absl::StrAppendFormat(&line, "  %*s", w, rows[r][c]);
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  std::string svg_path;
+  std::string baseline_path;
+  std::vector<std::string> configs;
+  std::vector<std::string> paths;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc) return std::nullopt;
+      return std::string(argv[++i]);
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%.*s", static_cast<int>(kUsage.size()), kUsage.data());
+      return 0;
+    } else if (arg == "--json") {
+      json = true;
+    } else if (arg == "--svg" || arg == "--baseline" || arg == "--config") {
+      std::optional<std::string> v = value();
+      if (!v.has_value()) {
+        return Fail(absl::StrCat(arg, " needs a value\n", kUsage));
+      }
+      if (arg == "--svg") svg_path = *v;
+      if (arg == "--baseline") baseline_path = *v;
+      if (arg == "--config") configs.push_back(*v);
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      return Fail(absl::StrCat("unknown option ", arg, "\n", kUsage));
+    } else {
+      paths.emplace_back(arg);
+    }
+  }
+  if (paths.empty()) return Fail(absl::StrCat("no trace given\n", kUsage));
+#ifndef GPUALLOC_REPLAY_HAS_SVG
+  if (!svg_path.empty()) {
+    return Fail(
+        "--svg is not available in this build (no tools/replay/svg.cc)");
+  }
+#endif
+  if (configs.empty()) configs.push_back("");
+
+  std::map<std::string, std::uint64_t> baseline;
+  if (!baseline_path.empty()) {
+    auto b = gpualloc::replay::LoadBaseline(baseline_path);
+    if (!b.ok()) return Fail(b.status().message());
+    baseline = std::move(*b);
+  }
+  std::vector<Trace> traces;
+  for (const std::string& path : paths) {
+    absl::StatusOr<Trace> t = gpualloc::replay::LoadTrace(path);
+    if (!t.ok()) return Fail(t.status().message());
+    traces.push_back(std::move(*t));
+  }
+
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  std::vector<ReplayResult> results;
+  for (const Trace& trace : traces) {
+    for (const std::string& config : configs) {
+      gpualloc::replay::ReplayOptions options;
+      options.record_timeline = !svg_path.empty();
+      if (tty) {
+        const std::string what = absl::StrCat(
+            trace.name, " [", config.empty() ? "defaults" : config, "]");
+        options.progress = [what](std::uint64_t done, std::uint64_t total) {
+          std::fprintf(stderr, "\r%s: %3d%%", what.c_str(),
+                       total == 0 ? 100 : static_cast<int>(100 * done / total));
+          std::fflush(stderr);
+        };
+      }
+      absl::StatusOr<ReplayResult> r =
+          gpualloc::replay::Replay(trace, config, options);
+      if (tty) std::fprintf(stderr, "\r\033[K");
+      if (!r.ok()) {
+        return Fail(absl::StrCat(trace.name, " with config \"", config,
+                                 "\": ", r.status().message()));
+      }
+      if (json) {
+        std::printf("%s\n", gpualloc::replay::ToJson(*r).c_str());
+        std::fflush(stdout);
+      }
+      // Without a timeline a result is small; with one, it is kept for the
+      // picture only.
+      results.push_back(std::move(*r));
+    }
+  }
+
+  if (!json) {
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> header = {
+        "trace",          "config",        "ops",         "ooms",
+        "peak requested", "peak reserved", "utilization", "frag@peak",
+        "backend a/f",    "modeled ms",    "hazards",     "ns/op"};
+    if (!baseline_path.empty()) {
+      header.push_back("PyTorch peak reserved");
+      header.push_back("ours/PyTorch");
+    }
+    rows.push_back(header);
+    for (const ReplayResult& r : results) {
+      std::vector<std::string> row = {
+          r.trace,
+          r.label,
+          absl::StrCat(r.ops),
+          absl::StrCat(r.ooms),
+          Gib(r.peak_bytes_requested),
+          Gib(r.peak_bytes_reserved),
+          absl::StrFormat("%.1f%%", 100 * r.utilization),
+          absl::StrFormat("%.3f", r.fragmentation_at_peak),
+          absl::StrCat(r.backend_allocs, "/", r.backend_frees),
+          absl::StrFormat("%.2f",
+                          static_cast<double>(r.modeled_backend_ns) / 1e6),
+          absl::StrCat(r.hazards),
+          absl::StrFormat("%.0f", r.ns_per_op)};
+      if (!baseline_path.empty()) {
+        auto it = baseline.find(r.trace);
+        if (it == baseline.end() || it->second == 0) {
+          row.push_back("-");
+          row.push_back("-");
+        } else {
+          row.push_back(Gib(it->second));
+          row.push_back(absl::StrFormat(
+              "%.3f", static_cast<double>(r.peak_bytes_reserved) /
+                          static_cast<double>(it->second)));
+        }
+      }
+      rows.push_back(std::move(row));
+    }
+    PrintTable(rows);
+  }
+
+#ifdef GPUALLOC_REPLAY_HAS_SVG
+  if (!svg_path.empty()) {
+    std::vector<gpualloc::replay::SvgPanel> panels;
+    for (const ReplayResult& r : results) {
+      panels.push_back({absl::StrCat(r.trace, " / ", r.label), &r});
+    }
+    std::ofstream out(svg_path, std::ios::binary);
+    out << gpualloc::replay::RenderSvg(panels);
+    out.close();
+    if (!out) return Fail(absl::StrCat(svg_path, ": cannot write the SVG"));
+  }
+#endif
+  return 0;
+}
