@@ -27,7 +27,7 @@
 namespace gpualloc::replay {
 namespace {
 
-constexpr double kLeft = 110;  // room for band labels
+constexpr double kLeft = 130;  // room for band labels
 constexpr double kRight = 20;
 constexpr double kPlotWidth = 1200;
 constexpr double kTitleHeight = 26;
@@ -134,7 +134,9 @@ std::vector<Band> MakeBands(const std::vector<TimelineRegion>& regions) {
   std::sort(spans.begin(), spans.end());
   std::vector<Band> bands;
   for (const auto& [lo, hi] : spans) {
-    if (!bands.empty() && lo < bands.back().hi) {
+    // Touching regions share a band too: an allocator growing by many small
+    // regions placed back to back would otherwise get hundreds of bands.
+    if (!bands.empty() && lo <= bands.back().hi) {
       bands.back().hi = std::max(bands.back().hi, hi);
     } else {
       bands.push_back(Band{lo, hi, 0, 0});
@@ -308,6 +310,22 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
     }
   }
 
+  // Reserved memory over its lifetime, light grey under the blocks: grey
+  // without a block is reserved but free, the fragmentation to be seen.
+  for (const TimelineRegion& reg : t.regions) {
+    const Band* band = BandOf(bands, reg.base);
+    if (band == nullptr) continue;
+    const std::uint64_t to = std::max(reg.to_op, reg.from_op + 1);
+    const double y = YOf(*band, reg.base);
+    const double h = YOf(*band, std::min(band->hi, reg.base + reg.size)) - y;
+    absl::StrAppendFormat(
+        &out,
+        "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+        "height=\"%.2f\" class=\"g\"/>\n",
+        kLeft + static_cast<double>(reg.from_op) * xscale, area_y + y,
+        static_cast<double>(to - reg.from_op) * xscale, std::max(h, 0.5));
+  }
+
   // Blocks.
   const bool merge = t.blocks.size() > kMaxExactBlocks;
   const int columns = static_cast<int>(kPlotWidth);
@@ -372,13 +390,20 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
   }
   out += "</g>\n";
 
-  // Region outlines over their lifetimes, dashed, on top of the blocks.
+  // Region outlines over their lifetimes, dashed, on top of the blocks. An
+  // outline only a few pixels tall would be a black smear hiding the blocks;
+  // those regions still show as the grey underneath.
+  std::uint64_t thin_regions = 0;
   for (const TimelineRegion& reg : t.regions) {
     const Band* band = BandOf(bands, reg.base);
     if (band == nullptr) continue;
     const std::uint64_t to = std::max(reg.to_op, reg.from_op + 1);
     const double y = YOf(*band, reg.base);
     const double h = YOf(*band, std::min(band->hi, reg.base + reg.size)) - y;
+    if (h < 4) {
+      ++thin_regions;
+      continue;
+    }
     absl::StrAppendFormat(
         &out,
         "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
@@ -408,6 +433,10 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
                           "(grey)",
                           merged);
   }
+  if (thin_regions > 0) {
+    absl::StrAppendFormat(&note, " (%d too thin to outline; grey = reserved)",
+                          thin_regions);
+  }
   if (outside > 0) {
     absl::StrAppendFormat(&note, "; %d blocks outside every region left out",
                           outside);
@@ -424,7 +453,7 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
       "<text class=\"s\" text-anchor=\"middle\" transform=\"translate(%.1f "
       "%.1f) rotate(-90)\">address (regions in address order, growing "
       "down)</text>\n",
-      14.0, area_y + kAddressHeight / 2);
+      12.0, area_y + kAddressHeight / 2);
 }
 
 }  // namespace
@@ -437,7 +466,8 @@ std::string RenderSvg(const std::vector<SvgPanel>& panels) {
       "width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n"
       "<style>.t{font:bold 14px sans-serif}.s{font:11px sans-serif;"
       "fill:#222}.k{stroke:#000;stroke-opacity:0.35;stroke-width:0.5}"
-      ".r{fill:none;stroke:#333;stroke-width:0.8;stroke-dasharray:4 3}"
+      ".g{fill:#e4e4e4}.r{fill:none;stroke:#333;stroke-width:0.8;stroke-"
+      "dasharray:4 3}"
       "</style>\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
       kTotalWidth, height, kTotalWidth, height);
