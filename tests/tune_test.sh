@@ -6,7 +6,7 @@ tune=$1
 trace=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$tune" --base device_memory=80GB --grid growth=exact\|doubling \
+"$tune" --base device_memory=80GB,preallocate=false --grid growth=exact\|doubling \
   --grid split_bound=0\|1MiB --csv "$dir/out.csv" --json "$dir/out.json" \
   "$trace" >"$dir/table.txt"
 cat "$dir/table.txt"

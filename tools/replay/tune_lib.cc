@@ -235,8 +235,9 @@ std::string FormatTable(const std::vector<RankedConfig>& ranked,
                         "config");
   for (const RankedConfig& r : ranked) {
     if (!r.status.ok()) {
-      absl::StrAppendFormat(&out, "%4d  %5s  error: %s  %s\n", r.rank, "-",
-                            r.status.message(), r.config);
+      // The config first: the message can be long.
+      absl::StrAppendFormat(&out, "%4d  %5s  %s  error: %s\n", r.rank, "-",
+                            r.config, r.status.message());
       continue;
     }
     absl::StrAppendFormat(&out, "%4d  %5d", r.rank, r.ooms);
