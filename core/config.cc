@@ -25,8 +25,10 @@
 //    between them: a mem_fraction the program gives beats a GPUALLOC_MEM_LIMIT
 //    in the environment (the variable is then reported as overridden). At one
 //    level mem_limit beats mem_fraction, as Options::memory_limit does.
-//  - A size of 0 is rejected for mem_limit and device_memory: in Options 0
-//    means "unset", so accepting it would silently mean something else.
+//  - A size of 0 is rejected for mem_limit, device_memory, granularity and
+//    min_block: in Options 0 means "unset" (or "the profile's"), so accepting
+//    it would silently mean something else. split_bound takes 0: there it
+//    means "always split", which is also the default.
 #include "gpualloc/config.h"
 
 #include <array>
@@ -268,6 +270,23 @@ absl::StatusOr<std::uint64_t> ParsePositiveSize(absl::string_view value,
   return bytes;
 }
 
+// The allocator would reject the same value at creation, but only here can
+// the message name the variable or key that carried it.
+absl::Status CheckMinBlock(std::uint64_t bytes, absl::string_view value,
+                           const Where& where) {
+  if (bytes < 16 || (bytes & (bytes - 1)) != 0) {
+    return Bad(where, value, "not a power of two of at least 16 bytes");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::uint64_t> ParseMinBlock(absl::string_view value,
+                                            const Where& where) {
+  GPUALLOC_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeAt(value, where));
+  GPUALLOC_RETURN_IF_ERROR(CheckMinBlock(bytes, value, where));
+  return bytes;
+}
+
 // A keyword from a fixed list; the error lists the list.
 template <typename T, std::size_t N>
 absl::StatusOr<T> ParseKeyword(
@@ -306,6 +325,8 @@ constexpr std::array<std::pair<absl::string_view, Tristate>, 5> kTristates = {
 constexpr std::array<std::pair<absl::string_view, CrossStreamReuse>, 2>
     kCrossStream = {{{"when_complete", CrossStreamReuse::kWhenComplete},
                      {"stream_wait", CrossStreamReuse::kStreamWait}}};
+constexpr std::array<std::pair<absl::string_view, GrowthPolicy>, 2> kGrowth = {
+    {{"exact", GrowthPolicy::kExact}, {"doubling", GrowthPolicy::kDoubling}}};
 
 template <typename T, std::size_t N>
 std::string KeywordName(
@@ -367,6 +388,10 @@ enum class Key {
   kBackend,
   kDeviceMemory,
   kCrossStream,
+  kGrowth,
+  kGranularity,
+  kMinBlock,
+  kSplitBound,
   kName,
 };
 
@@ -378,7 +403,7 @@ struct KeyInfo {
 };
 
 // The table of config.h, in its order (Config::settings follows it).
-constexpr std::array<KeyInfo, 11> kKeys = {{
+constexpr std::array<KeyInfo, 15> kKeys = {{
     {Key::kAllocator,
      "allocator",
      "GPUALLOC_ALLOCATOR",
@@ -398,6 +423,10 @@ constexpr std::array<KeyInfo, 11> kKeys = {{
     {Key::kBackend, "backend", "GPUALLOC_BACKEND", {"", ""}},
     {Key::kDeviceMemory, "device_memory", "GPUALLOC_DEVICE_MEMORY", {"", ""}},
     {Key::kCrossStream, "cross_stream", "GPUALLOC_CROSS_STREAM", {"", ""}},
+    {Key::kGrowth, "growth", "GPUALLOC_GROWTH", {"", ""}},
+    {Key::kGranularity, "granularity", "GPUALLOC_GRANULARITY", {"", ""}},
+    {Key::kMinBlock, "min_block", "GPUALLOC_MIN_BLOCK", {"", ""}},
+    {Key::kSplitBound, "split_bound", "GPUALLOC_SPLIT_BOUND", {"", ""}},
     {Key::kName, "name", "GPUALLOC_NAME", {"", ""}},
 }};
 
@@ -463,6 +492,27 @@ absl::Status ParseInto(Key key, absl::string_view value, const Where& where,
                                 ParseKeyword(value, where, kCrossStream));
       return absl::OkStatus();
     }
+    case Key::kGrowth: {
+      GPUALLOC_ASSIGN_OR_RETURN(out.growth_policy,
+                                ParseKeyword(value, where, kGrowth));
+      return absl::OkStatus();
+    }
+    case Key::kGranularity: {
+      GPUALLOC_ASSIGN_OR_RETURN(out.growth_granularity,
+                                ParsePositiveSize(value, where));
+      return absl::OkStatus();
+    }
+    case Key::kMinBlock: {
+      GPUALLOC_ASSIGN_OR_RETURN(out.min_block_size,
+                                ParseMinBlock(value, where));
+      return absl::OkStatus();
+    }
+    case Key::kSplitBound: {
+      // 0 is a real setting here (always split), not "unset".
+      GPUALLOC_ASSIGN_OR_RETURN(out.max_internal_fragmentation,
+                                ParseSizeAt(value, where));
+      return absl::OkStatus();
+    }
     case Key::kName: {
       GPUALLOC_ASSIGN_OR_RETURN(out.name, ParseName(value, where));
       return absl::OkStatus();
@@ -509,6 +559,20 @@ absl::Status CheckOverrides(ConfigOverrides& o) {
     GPUALLOC_RETURN_IF_ERROR(CheckKeyword(*o.cross_stream_reuse,
                                           where("cross_stream"), kCrossStream));
   }
+  if (o.growth_policy.has_value()) {
+    GPUALLOC_RETURN_IF_ERROR(
+        CheckKeyword(*o.growth_policy, where("growth"), kGrowth));
+  }
+  if (o.growth_granularity.has_value()) {
+    GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(
+        *o.growth_granularity, absl::StrCat(*o.growth_granularity),
+        where("granularity")));
+  }
+  if (o.min_block_size.has_value()) {
+    GPUALLOC_RETURN_IF_ERROR(CheckMinBlock(*o.min_block_size,
+                                           absl::StrCat(*o.min_block_size),
+                                           where("min_block")));
+  }
   return absl::OkStatus();
 }
 
@@ -535,6 +599,14 @@ bool IsSet(Key key, const ConfigOverrides& o) {
       return o.device_memory.has_value();
     case Key::kCrossStream:
       return o.cross_stream_reuse.has_value();
+    case Key::kGrowth:
+      return o.growth_policy.has_value();
+    case Key::kGranularity:
+      return o.growth_granularity.has_value();
+    case Key::kMinBlock:
+      return o.min_block_size.has_value();
+    case Key::kSplitBound:
+      return o.max_internal_fragmentation.has_value();
     case Key::kName:
       return o.name.has_value();
   }
@@ -574,6 +646,18 @@ void CopyField(Key key, const ConfigOverrides& from, ConfigOverrides& to) {
     case Key::kCrossStream:
       to.cross_stream_reuse = from.cross_stream_reuse;
       return;
+    case Key::kGrowth:
+      to.growth_policy = from.growth_policy;
+      return;
+    case Key::kGranularity:
+      to.growth_granularity = from.growth_granularity;
+      return;
+    case Key::kMinBlock:
+      to.min_block_size = from.min_block_size;
+      return;
+    case Key::kSplitBound:
+      to.max_internal_fragmentation = from.max_internal_fragmentation;
+      return;
     case Key::kName:
       to.name = from.name;
       return;
@@ -605,6 +689,15 @@ std::string ValueText(Key key, const Config& c) {
       return c.device_memory == 0 ? "unset" : absl::StrCat(c.device_memory);
     case Key::kCrossStream:
       return KeywordName(o.cross_stream_reuse, kCrossStream);
+    case Key::kGrowth:
+      return KeywordName(o.growth_policy, kGrowth);
+    case Key::kGranularity:
+      return o.growth_granularity == 0 ? "profile"
+                                       : absl::StrCat(o.growth_granularity);
+    case Key::kMinBlock:
+      return o.min_block_size == 0 ? "profile" : absl::StrCat(o.min_block_size);
+    case Key::kSplitBound:
+      return absl::StrCat(o.max_internal_fragmentation);
     case Key::kName:
       return o.name;
   }
@@ -844,6 +937,12 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
     o.garbage_collection = *merged.garbage_collection;
   if (merged.cross_stream_reuse)
     o.cross_stream_reuse = *merged.cross_stream_reuse;
+  if (merged.growth_policy) o.growth_policy = *merged.growth_policy;
+  if (merged.growth_granularity)
+    o.growth_granularity = *merged.growth_granularity;
+  if (merged.min_block_size) o.min_block_size = *merged.min_block_size;
+  if (merged.max_internal_fragmentation)
+    o.max_internal_fragmentation = *merged.max_internal_fragmentation;
   if (merged.name) o.name = *merged.name;
   if (merged.backend) config.backend = *merged.backend;
   if (merged.device_memory) config.device_memory = *merged.device_memory;

@@ -42,9 +42,9 @@ const ConfigSetting& SettingOf(const Config& c, const std::string& key) {
 }
 
 const std::vector<std::string> kAllKeys = {
-    "allocator",     "preallocate",  "mem_fraction", "mem_limit",
-    "expandable",    "arch",         "gc",           "backend",
-    "device_memory", "cross_stream", "name"};
+    "allocator", "preallocate", "mem_fraction", "mem_limit",     "expandable",
+    "arch",      "gc",          "backend",      "device_memory", "cross_stream",
+    "growth",    "granularity", "min_block",    "split_bound",   "name"};
 
 TEST(ConfigTest, DefaultsAreJaxs) {
   auto c = Resolve("");
@@ -80,6 +80,14 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(SettingOf(*c, "backend").value, "auto");
   EXPECT_EQ(SettingOf(*c, "device_memory").value, "unset");
   EXPECT_EQ(SettingOf(*c, "cross_stream").value, "when_complete");
+  EXPECT_EQ(SettingOf(*c, "growth").value, "exact");
+  EXPECT_EQ(SettingOf(*c, "granularity").value, "profile");
+  EXPECT_EQ(SettingOf(*c, "min_block").value, "profile");
+  EXPECT_EQ(SettingOf(*c, "split_bound").value, "0");
+  EXPECT_EQ(c->options.growth_granularity, defaults.growth_granularity);
+  EXPECT_EQ(c->options.min_block_size, defaults.min_block_size);
+  EXPECT_EQ(c->options.max_internal_fragmentation,
+            defaults.max_internal_fragmentation);
   EXPECT_EQ(SettingOf(*c, "name").value, "");
 }
 
@@ -136,6 +144,18 @@ TEST(ConfigTest, EachVariableAndAlias) {
        ValueOrigin::kVariable},
       {"GPUALLOC_CROSS_STREAM", "when_complete", "cross_stream",
        "when_complete", ValueOrigin::kVariable},
+      {"GPUALLOC_GROWTH", "doubling", "growth", "doubling",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_GROWTH", "EXACT", "growth", "exact", ValueOrigin::kVariable},
+      {"GPUALLOC_GRANULARITY", "32MiB", "granularity", "33554432",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MIN_BLOCK", "4096", "min_block", "4096",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MIN_BLOCK", "1KiB", "min_block", "1024",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_SPLIT_BOUND", "1MiB", "split_bound", "1048576",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_SPLIT_BOUND", "0", "split_bound", "0", ValueOrigin::kVariable},
       {"GPUALLOC_NAME", "train step", "name", "train step",
        ValueOrigin::kVariable},
       // JAX/XLA/TF aliases.
@@ -184,6 +204,10 @@ TEST(ConfigTest, VariablesReachTheOptions) {
                         {"GPUALLOC_BACKEND", "sim"},
                         {"GPUALLOC_DEVICE_MEMORY", "80GB"},
                         {"GPUALLOC_CROSS_STREAM", "stream_wait"},
+                        {"GPUALLOC_GROWTH", "doubling"},
+                        {"GPUALLOC_GRANULARITY", "2MiB"},
+                        {"GPUALLOC_MIN_BLOCK", "512"},
+                        {"GPUALLOC_SPLIT_BOUND", "1MiB"},
                         {"GPUALLOC_NAME", "job"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->options.mode, AllocatorMode::kPlatform);
@@ -197,6 +221,10 @@ TEST(ConfigTest, VariablesReachTheOptions) {
   EXPECT_EQ(c->backend, BackendKind::kSim);
   EXPECT_EQ(c->device_memory, 80'000'000'000u);
   EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kStreamWait);
+  EXPECT_EQ(c->options.growth_policy, GrowthPolicy::kDoubling);
+  EXPECT_EQ(c->options.growth_granularity, 2 * kMiB);
+  EXPECT_EQ(c->options.min_block_size, 512u);
+  EXPECT_EQ(c->options.max_internal_fragmentation, 1 * kMiB);
   EXPECT_EQ(c->options.name, "job");
   for (const ConfigSetting& s : c->settings) {
     EXPECT_EQ(s.origin, ValueOrigin::kVariable) << s.key;
@@ -302,6 +330,12 @@ TEST(ConfigTest, BadOverridesAreRejectedLikeParsedOnes) {
   cases.back().o.arch = "h300";
   cases.push_back({"device memory", {}, "option device_memory=\"0\""});
   cases.back().o.device_memory = 0;
+  cases.push_back({"growth enum", {}, "option growth"});
+  cases.back().o.growth_policy = static_cast<GrowthPolicy>(7);
+  cases.push_back({"zero granularity", {}, "option granularity=\"0\""});
+  cases.back().o.growth_granularity = 0;
+  cases.push_back({"min block", {}, "option min_block=\"100\""});
+  cases.back().o.min_block_size = 100;
   cases.push_back({"backend enum", {}, "option backend"});
   cases.back().o.backend = static_cast<BackendKind>(42);
   for (const Case& t : cases) {
@@ -418,6 +452,15 @@ TEST(ConfigTest, BadValueForEveryVariable) {
       {"GPUALLOC_DEVICE_MEMORY", "0GiB", "more than 0 bytes"},
       {"GPUALLOC_CROSS_STREAM", "never",
        "not one of when_complete, stream_wait"},
+      {"GPUALLOC_GROWTH", "linear", "not one of exact, doubling"},
+      {"GPUALLOC_GROWTH", "", "empty"},
+      {"GPUALLOC_GRANULARITY", "0", "more than 0 bytes"},
+      {"GPUALLOC_GRANULARITY", "2M", "unknown unit"},
+      {"GPUALLOC_MIN_BLOCK", "300", "power of two"},
+      {"GPUALLOC_MIN_BLOCK", "8", "power of two"},
+      {"GPUALLOC_MIN_BLOCK", "0", "power of two"},
+      {"GPUALLOC_SPLIT_BOUND", "-1", "not a size"},
+      {"GPUALLOC_SPLIT_BOUND", "1.5B", "whole number of bytes"},
       {"GPUALLOC_NAME", "", "empty"},
   };
   for (const BadCase& t : cases) {
@@ -455,6 +498,29 @@ TEST(ConfigTest, ConfigStringGood) {
   EXPECT_EQ(o->device_memory, 192 * kGiB);
   EXPECT_EQ(o->cross_stream_reuse, CrossStreamReuse::kStreamWait);
   EXPECT_EQ(o->name, "my run");
+}
+
+TEST(ConfigTest, TuningKeysReachTheOptions) {
+  auto c = Resolve(
+      "growth=doubling,granularity=32MiB,min_block=4KiB,"
+      "split_bound=1MiB",
+      {{"GPUALLOC_SPLIT_BOUND", "2MiB"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.growth_policy, GrowthPolicy::kDoubling);
+  EXPECT_EQ(c->options.growth_granularity, 32 * kMiB);
+  EXPECT_EQ(c->options.min_block_size, 4 * kKiB);
+  EXPECT_EQ(c->options.max_internal_fragmentation, 1 * kMiB);
+  EXPECT_EQ(SettingOf(*c, "split_bound").source, "config string");
+  // split_bound=0 is a setting (always split), not "unset": it beats the
+  // variable.
+  c = Resolve("split_bound=0", {{"GPUALLOC_SPLIT_BOUND", "2MiB"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.max_internal_fragmentation, 0u);
+  EXPECT_EQ(SettingOf(*c, "split_bound").origin, ValueOrigin::kOption);
+  auto bad = Resolve("granularity=0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("config string granularity=\"0\""));
 }
 
 TEST(ConfigTest, ConfigStringEmptySetsNothing) {
@@ -611,6 +677,10 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"backend", "auto", ValueOrigin::kDefault, "default"},
       {"device_memory", "unset", ValueOrigin::kDefault, "default"},
       {"cross_stream", "when_complete", ValueOrigin::kDefault, "default"},
+      {"growth", "exact", ValueOrigin::kDefault, "default"},
+      {"granularity", "profile", ValueOrigin::kDefault, "default"},
+      {"min_block", "profile", ValueOrigin::kDefault, "default"},
+      {"split_bound", "0", ValueOrigin::kDefault, "default"},
       {"name", "x", ValueOrigin::kOption, "config string"},
   };
   ASSERT_EQ(c->settings.size(), want.size());
@@ -626,7 +696,8 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
 TEST(ConfigTest, SettingValuesReadBackAsTheSameConfig) {
   auto c = Resolve(
       "mem_limit=1.5GiB,mem_fraction=0.3,device_memory=80GB,"
-      "backend=sim,arch=H200,allocator=async,expandable=1");
+      "backend=sim,arch=H200,allocator=async,expandable=1,growth=doubling,"
+      "granularity=32MiB,min_block=1KiB,split_bound=0.5MiB");
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<std::string> parts;
   for (const ConfigSetting& s : c->settings) {

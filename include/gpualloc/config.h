@@ -27,6 +27,14 @@
 //   backend       GPUALLOC_BACKEND       auto|sim|cuda|hip
 //   device_memory GPUALLOC_DEVICE_MEMORY sim only: the device's size, e.g. 80GB
 //   cross_stream  GPUALLOC_CROSS_STREAM  when_complete|stream_wait
+//   growth        GPUALLOC_GROWTH        exact|doubling
+//   (Options::growth_policy) granularity   GPUALLOC_GRANULARITY   a size:
+//   region sizes are multiples
+//                                        (default: the profile's)
+//   min_block     GPUALLOC_MIN_BLOCK     a power of two >= 16 bytes: chunk
+//                                        rounding (default: the profile's)
+//   split_bound   GPUALLOC_SPLIT_BOUND   a size, 0 allowed: surplus kept
+//                                        unsplit (max_internal_fragmentation)
 //   name          GPUALLOC_NAME          a label
 // Sizes take B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers
 // of 1024), or no unit (bytes).
@@ -39,7 +47,7 @@
 //  - numbers are plain decimals ("0.75", ".9"): no sign, exponent, inf or nan;
 //  - a size may have a fraction only when the result is a whole number of
 //    bytes ("1.5GiB" yes, "1.5B" no); sizes beyond 64 bits are errors, and
-//    mem_limit and device_memory must be more than 0;
+//    mem_limit, device_memory and granularity must be more than 0;
 //  - every variable that is set is parsed, even when a higher level decides
 //    the value (a bad XLA_* alias is an error even with GPUALLOC_* set);
 //  - each key resolves on its own; a mem_limit from any level then overrides
@@ -85,6 +93,10 @@ struct ConfigOverrides {
   std::optional<BackendKind> backend;
   std::optional<std::uint64_t> device_memory;
   std::optional<CrossStreamReuse> cross_stream_reuse;
+  std::optional<GrowthPolicy> growth_policy;
+  std::optional<std::uint64_t> growth_granularity;
+  std::optional<std::uint64_t> min_block_size;
+  std::optional<std::uint64_t> max_internal_fragmentation;
   std::optional<std::string> name;
 };
 

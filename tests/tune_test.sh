@@ -1,0 +1,23 @@
+#!/bin/sh
+# gpualloc-tune end to end: exit 0, a ranked table, the CSV header and one CSV
+# row per (configuration, trace); then exit 1 on a bad argument.
+set -eu
+tune=$1
+trace=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$tune" --base device_memory=80GB,preallocate=false --grid growth=exact\|doubling \
+  --grid split_bound=0\|1MiB --csv "$dir/out.csv" --json "$dir/out.json" \
+  "$trace" >"$dir/table.txt"
+cat "$dir/table.txt"
+head -n 1 "$dir/out.csv" | grep -q '^rank,config,trace,error,ops,ooms,peak_bytes_in_use,' \
+  || { echo "bad CSV header: $(head -n 1 "$dir/out.csv")"; exit 1; }
+rows=$(($(wc -l <"$dir/out.csv") - 1))
+[ "$rows" -eq 4 ] || { echo "expected 4 CSV rows, got $rows"; exit 1; }
+[ "$(wc -l <"$dir/out.json")" -eq 4 ] || { echo "expected 4 JSON lines"; exit 1; }
+grep -q '^ *1 ' "$dir/table.txt" || { echo "no rank 1 in the table"; exit 1; }
+if "$tune" --grid nonsense=1 "$trace" >/dev/null 2>"$dir/err.txt"; then
+  echo "a bad --grid key was accepted"; exit 1
+fi
+grep -q 'unknown key' "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+echo ok

@@ -1,0 +1,81 @@
+// tools/replay/tune_lib.h: the parts of gpualloc-tune worth testing on their
+// own: the grid of configurations, the ranking and the report formats.
+#ifndef GPUALLOC_TOOLS_REPLAY_TUNE_LIB_H_
+#define GPUALLOC_TOOLS_REPLAY_TUNE_LIB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tools/replay/replay.h"
+
+namespace gpualloc::replay {
+
+// One --grid argument: a configuration key and the values it takes.
+struct GridAxis {
+  std::string key;
+  std::vector<std::string> values;
+};
+
+// "KEY=V1|V2|..." -> GridAxis. Every value is checked as "KEY=V" with the
+// configuration parser, so a typo fails before any replay starts.
+// InvalidArgument on an empty key or value, a ',' in a value (it would smuggle
+// in another key) or a value the parser rejects.
+absl::StatusOr<GridAxis> ParseGridAxis(absl::string_view text);
+
+// Without --grid: both big profiles, both growth policies, preallocation on
+// and off, split bound 0 and 1 MiB, granularity 2 MiB and 32 MiB (32
+// configurations).
+std::vector<GridAxis> DefaultGrid();
+
+// The cross product, each combined with `base`: "base,k1=v,k2=w,...", the
+// last axis varying fastest. InvalidArgument when two axes name the same key
+// or an axis names a key `base` sets, or `base` does not parse.
+absl::StatusOr<std::vector<std::string>> ExpandGrid(
+    const std::string& base, const std::vector<GridAxis>& axes);
+
+// The replay of one trace under one configuration, or why it could not run.
+struct TuneRow {
+  std::string config;
+  std::string trace;
+  absl::Status status;  // not OK: the allocator could not be created, etc.
+  ReplayResult result;  // when status is OK
+};
+
+// One configuration's totals over every trace.
+struct RankedConfig {
+  std::string config;
+  int rank = 0;         // 1 = best
+  absl::Status status;  // the first failed row's; failed configs rank last
+  std::uint64_t ooms = 0;
+  std::vector<std::uint64_t> peak_reserved;  // per trace, in `traces` order
+  std::uint64_t peak_reserved_total = 0;
+  std::uint64_t modeled_backend_ns = 0;
+};
+
+// Groups rows by configuration (in `configs` order; `traces` gives the
+// column order) and ranks them by total OOMs, then the sum of peak reserved
+// bytes, then modeled backend time, all ascending; ties keep grid order.
+// Configurations with a failed row come after every complete one.
+std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,
+                               const std::vector<std::string>& traces,
+                               const std::vector<TuneRow>& rows);
+
+// The ranked table for a terminal.
+std::string FormatTable(const std::vector<RankedConfig>& ranked,
+                        const std::vector<std::string>& traces);
+
+// One line per (config, trace), header first; rows in rank order.
+std::string FormatCsv(const std::vector<RankedConfig>& ranked,
+                      const std::vector<TuneRow>& rows);
+// One JSON object per line per (config, trace): ToJson's fields plus "rank"
+// (and "error" for failed rows).
+std::string FormatJson(const std::vector<RankedConfig>& ranked,
+                       const std::vector<TuneRow>& rows);
+
+}  // namespace gpualloc::replay
+
+#endif  // GPUALLOC_TOOLS_REPLAY_TUNE_LIB_H_

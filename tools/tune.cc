@@ -1,0 +1,156 @@
+// gpualloc-tune: sweeps a grid of configurations over traces and ranks them
+// (SPEC section 7). The grid and ranking live in tools/replay/tune_lib.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/replay/replay.h"
+#include "tools/replay/tune_lib.h"
+
+namespace {
+
+using gpualloc::replay::GridAxis;
+
+constexpr char kUsage[] =
+    "usage: gpualloc-tune [--csv FILE] [--json FILE] [--base CONFIG]\n"
+    "                     [--grid KEY=V1|V2|...]... TRACE...\n"
+    "\n"
+    "Replays every TRACE under every configuration of a grid (the cross\n"
+    "product of the --grid values, each combined with --base) on the\n"
+    "simulated device and ranks the configurations by total OOMs, then the\n"
+    "sum of peak reserved bytes, then modeled backend time.\n"
+    "\n"
+    "  --grid KEY=V1|V2  a configuration key and its values, e.g.\n"
+    "                    --grid arch=h100|mi300x --grid split_bound=0|1MiB\n"
+    "                    (keys as in gpualloc-info --help). Without --grid:\n"
+    "                    arch=h100|mi300x growth=exact|doubling\n"
+    "                    preallocate=true|false split_bound=0|1MiB\n"
+    "                    granularity=2MiB|32MiB\n"
+    "  --base CONFIG     settings every configuration shares, e.g.\n"
+    "                    device_memory=80GB\n"
+    "  --csv FILE        one row per (configuration, trace), with its rank\n"
+    "  --json FILE       the same as one JSON object per line\n"
+    "  --help            this text\n";
+
+int BadArguments(const std::string& message) {
+  std::fprintf(stderr, "gpualloc-tune: %s\n\n%s", message.c_str(), kUsage);
+  return 1;
+}
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "gpualloc-tune: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv_path;
+  std::string json_path;
+  std::string base;
+  bool base_given = false;
+  std::vector<GridAxis> axes;
+  std::vector<std::string> trace_paths;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&](std::string& into) {
+      if (i + 1 >= argc) return false;
+      into = argv[++i];
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--csv") {
+      if (!value(csv_path)) return BadArguments("--csv needs a FILE");
+    } else if (arg == "--json") {
+      if (!value(json_path)) return BadArguments("--json needs a FILE");
+    } else if (arg == "--base") {
+      if (base_given) return BadArguments("--base given twice");
+      if (!value(base)) return BadArguments("--base needs a CONFIG");
+      base_given = true;
+    } else if (arg == "--grid") {
+      std::string text;
+      if (!value(text)) return BadArguments("--grid needs KEY=V1|V2|...");
+      absl::StatusOr<GridAxis> axis = gpualloc::replay::ParseGridAxis(text);
+      if (!axis.ok()) return BadArguments(std::string(axis.status().message()));
+      axes.push_back(*std::move(axis));
+    } else if (absl::StartsWith(arg, "-") && arg != "-") {
+      return BadArguments(absl::StrCat("unknown option ", arg));
+    } else {
+      trace_paths.push_back(arg);
+    }
+  }
+  if (trace_paths.empty()) return BadArguments("no TRACE given");
+  if (axes.empty()) axes = gpualloc::replay::DefaultGrid();
+  absl::StatusOr<std::vector<std::string>> configs =
+      gpualloc::replay::ExpandGrid(base, axes);
+  if (!configs.ok())
+    return BadArguments(std::string(configs.status().message()));
+
+  std::vector<gpualloc::replay::Trace> traces;
+  std::vector<std::string> names;
+  for (const std::string& path : trace_paths) {
+    absl::StatusOr<gpualloc::replay::Trace> trace =
+        gpualloc::replay::LoadTrace(path);
+    if (!trace.ok()) {
+      std::fprintf(stderr, "gpualloc-tune: %s\n",
+                   std::string(trace.status().message()).c_str());
+      return 1;
+    }
+    names.push_back(trace->name);
+    traces.push_back(*std::move(trace));
+  }
+
+  std::vector<gpualloc::replay::TuneRow> rows;
+  // Progress on a terminal only: a full default sweep takes a while, and
+  // logs should not fill with carriage returns.
+  const bool progress = isatty(fileno(stderr)) != 0;
+  const std::size_t total = configs->size() * traces.size();
+  for (const std::string& config : *configs) {
+    for (const gpualloc::replay::Trace& trace : traces) {
+      gpualloc::replay::TuneRow row;
+      row.config = config;
+      row.trace = trace.name;
+      absl::StatusOr<gpualloc::replay::ReplayResult> result =
+          gpualloc::replay::Replay(trace, config);
+      if (result.ok()) {
+        row.result = *std::move(result);
+      } else {
+        row.status = result.status();
+      }
+      rows.push_back(std::move(row));
+      if (progress) {
+        std::fprintf(stderr, "\r%zu/%zu replays", rows.size(), total);
+      }
+    }
+  }
+  if (progress) std::fprintf(stderr, "\n");
+
+  const std::vector<gpualloc::replay::RankedConfig> ranked =
+      gpualloc::replay::Rank(*configs, names, rows);
+  std::fputs(gpualloc::replay::FormatTable(ranked, names).c_str(), stdout);
+  if (!csv_path.empty() &&
+      !WriteFile(csv_path, gpualloc::replay::FormatCsv(ranked, rows))) {
+    return 1;
+  }
+  if (!json_path.empty() &&
+      !WriteFile(json_path, gpualloc::replay::FormatJson(ranked, rows))) {
+    return 1;
+  }
+  return 0;
+}
