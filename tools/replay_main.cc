@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -21,11 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "tools/replay/replay.h"
-#ifdef GPUALLOC_REPLAY_HAS_SVG
-#include <fstream>
-
 #include "tools/replay/svg.h"
-#endif
 
 namespace {
 
@@ -127,12 +124,6 @@ int main(int argc, char** argv) {
     }
   }
   if (paths.empty()) return Fail(absl::StrCat("no trace given\n", kUsage));
-#ifndef GPUALLOC_REPLAY_HAS_SVG
-  if (!svg_path.empty()) {
-    return Fail(
-        "--svg is not available in this build (no tools/replay/svg.cc)");
-  }
-#endif
   if (configs.empty()) configs.push_back("");
 
   std::map<std::string, std::uint64_t> baseline;
@@ -223,7 +214,6 @@ int main(int argc, char** argv) {
     PrintTable(rows);
   }
 
-#ifdef GPUALLOC_REPLAY_HAS_SVG
   if (!svg_path.empty()) {
     std::vector<gpualloc::replay::SvgPanel> panels;
     for (const ReplayResult& r : results) {
@@ -234,6 +224,5 @@ int main(int argc, char** argv) {
     out.close();
     if (!out) return Fail(absl::StrCat(svg_path, ": cannot write the SVG"));
   }
-#endif
   return 0;
 }

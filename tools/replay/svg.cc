@@ -185,8 +185,11 @@ double YOf(const Band& b, std::uint64_t address) {
                      static_cast<double>(b.hi - b.lo);
 }
 
-void AppendChart(const Timeline& t, double x0, double y0, double xscale,
-                 std::string& out) {
+// `exact_peak`: the replay's peak reserved; the samples may fall between the
+// moments it was reached (platform mode frees at once), so the label says the
+// exact value and the dot sits on the highest sample.
+void AppendChart(const Timeline& t, std::uint64_t exact_peak, double x0,
+                 double y0, double xscale, std::string& out) {
   absl::StrAppendFormat(&out,
                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
                         "height=\"%.1f\" fill=\"#f6f6f6\" stroke=\"#ccc\"/>\n",
@@ -200,7 +203,7 @@ void AppendChart(const Timeline& t, double x0, double y0, double xscale,
                           x0 + 6, y0 + 16);
     return;
   }
-  std::uint64_t top = 1;
+  std::uint64_t top = std::max<std::uint64_t>(1, exact_peak);
   std::size_t peak = 0;
   for (std::size_t i = 0; i < n; ++i) {
     top = std::max({top, t.sample_reserved[i], t.sample_in_use[i]});
@@ -235,7 +238,8 @@ void AppendChart(const Timeline& t, double x0, double y0, double xscale,
       "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" text-anchor=\"%s\">peak "
       "reserved %.2f GiB</text>\n",
       left ? px - 6 : px + 6, std::max(py + 4, y0 + 12), left ? "end" : "start",
-      static_cast<double>(t.sample_reserved[peak]) / kGiB);
+      static_cast<double>(std::max(exact_peak, t.sample_reserved[peak])) /
+          kGiB);
   // Legend and scale.
   absl::StrAppendFormat(
       &out,
@@ -267,7 +271,8 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
   const double num_ops =
       static_cast<double>(std::max<std::uint64_t>(1, t.num_ops));
   const double xscale = kPlotWidth / num_ops;
-  AppendChart(t, kLeft, chart_y, xscale, out);
+  AppendChart(t, panel.result->peak_bytes_reserved, kLeft, chart_y, xscale,
+              out);
 
   absl::StrAppendFormat(&out,
                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
