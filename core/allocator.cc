@@ -71,8 +71,8 @@ class BfcAllocator final : public Allocator {
     if (needed > resolved_.limit) return RejectTooLarge(bytes);
 
     core::LockGuard lock(&mu_);
-    std::optional<DeviceAddress> address = core_.Allocate(
-        size, bytes, align, stream.handle, oracle_, PoolFor(size));
+    std::optional<DeviceAddress> address =
+        core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {
       if (stream_order_.has_error()) return EventFailure(bytes, stream);
       absl::StatusOr<DeviceAddress> grown =
@@ -200,16 +200,7 @@ class BfcAllocator final : public Allocator {
   }
 
   // Asks the backend for a region of `size` bytes; on success the core gets it.
-  // Small requests live in small regions when growing on demand (see
-  // Options::small_pool_threshold); a preallocated region serves everything.
-  core::Pool PoolFor(std::uint64_t size) const {
-    return !resolved_.options.preallocate &&
-                   size < resolved_.options.small_pool_threshold
-               ? core::Pool::kSmall
-               : core::Pool::kLarge;
-  }
-
-  absl::Status AddRegion(std::uint64_t size, core::Pool pool)
+  absl::Status AddRegion(std::uint64_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<DeviceAddress> base = backend_->Allocate(size);
     if (!base.ok()) return base.status();
@@ -221,13 +212,12 @@ class BfcAllocator final : public Allocator {
           backend_->info().backend, *base, size, resolved_.min_block_size));
     }
     ++backend_allocs_;
-    core_.AddRegion(*base, size, pool);
+    core_.AddRegion(*base, size);
     return absl::OkStatus();
   }
 
   // Tries the growth candidates, largest first. OK when a region was added.
-  absl::Status Grow(std::uint64_t needed, core::Pool pool)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status Grow(std::uint64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     core::GrowthRequest request;
     request.needed = needed;
     request.reserved = core_.counters().bytes_reserved;
@@ -244,7 +234,7 @@ class BfcAllocator final : public Allocator {
     }
     absl::Status last;
     for (std::uint64_t size : sizes) {
-      last = AddRegion(size, pool);
+      last = AddRegion(size);
       if (last.ok()) {
         next_region_size_ = core::NextRegionSize(size, next_region_size_);
         return last;
@@ -277,8 +267,8 @@ class BfcAllocator final : public Allocator {
                                      std::uint64_t align, Stream stream,
                                      bool* event_failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::optional<DeviceAddress> a = core_.Allocate(
-        size, bytes, align, stream.handle, oracle_, PoolFor(size));
+    std::optional<DeviceAddress> a =
+        core_.Allocate(size, bytes, align, stream.handle, oracle_);
     *event_failed = !a.has_value() && stream_order_.has_error();
     return a;
   }
@@ -294,7 +284,7 @@ class BfcAllocator final : public Allocator {
     absl::Status why;
     if (resolved_.options.preallocate) {
       if (core_.num_regions() == 0) {
-        why = AddRegion(resolved_.limit, core::Pool::kLarge);
+        why = AddRegion(resolved_.limit);
         if (!why.ok()) {
           why = absl::Status(why.code(),
                              absl::StrFormat("preallocating %d bytes: %s",
@@ -311,7 +301,7 @@ class BfcAllocator final : public Allocator {
           !core_.FreeRegions().empty()) {
         GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
       }
-      why = Grow(needed, PoolFor(size));
+      why = Grow(needed);
     }
     if (why.ok()) {
       if (std::optional<DeviceAddress> a =
@@ -340,7 +330,7 @@ class BfcAllocator final : public Allocator {
     if (!resolved_.options.preallocate &&
         resolved_.options.garbage_collection && !core_.FreeRegions().empty()) {
       GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
-      absl::Status grown = Grow(needed, PoolFor(size));
+      absl::Status grown = Grow(needed);
       if (grown.ok()) {
         if (std::optional<DeviceAddress> a =
                 Retry(size, bytes, align, stream, &event_failed))

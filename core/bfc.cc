@@ -15,16 +15,15 @@ absl::Status Broken(absl::string_view invariant, absl::string_view detail) {
 
 }  // namespace
 
-BfcCore::BfcCore(const BfcConfig& config)
-    : config_(config), bins_{FreeBins(&chunks_), FreeBins(&chunks_)} {
+BfcCore::BfcCore(const BfcConfig& config) : config_(config), bins_(&chunks_) {
   GPUALLOC_DCHECK(IsPowerOfTwo(config_.min_block_size));
 }
 
-void BfcCore::InsertFree(ChunkId id) { BinsOf(id).Insert(id); }
+void BfcCore::InsertFree(ChunkId id) { bins_.Insert(id); }
 
-void BfcCore::RemoveFree(ChunkId id) { BinsOf(id).Remove(id); }
+void BfcCore::RemoveFree(ChunkId id) { bins_.Remove(id); }
 
-RegionId BfcCore::AddRegion(DeviceAddress base, std::uint64_t size, Pool pool) {
+RegionId BfcCore::AddRegion(DeviceAddress base, std::uint64_t size) {
   GPUALLOC_DCHECK(size > 0 && size % config_.min_block_size == 0);
   GPUALLOC_DCHECK(base % config_.min_block_size == 0);
   RegionId id;
@@ -40,7 +39,7 @@ RegionId BfcCore::AddRegion(DeviceAddress base, std::uint64_t size, Pool pool) {
   c.address = base;
   c.size = size;
   c.region = id;
-  regions_[id] = Region{base, size, chunk, true, pool};
+  regions_[id] = Region{base, size, chunk, true};
   region_index_.emplace(base, id);
   InsertFree(chunk);
   counters_.bytes_reserved += size;
@@ -111,7 +110,7 @@ ChunkId BfcCore::SplitFront(ChunkId id, std::uint64_t size, bool copy_fence) {
     regions_[c.region].first = front;
   }
   c.prev = front;
-  BinsOf(id).Rekey(id, c.size - size, c.address + size);
+  bins_.Rekey(id, c.size - size, c.address + size);
   return front;
 }
 
@@ -216,7 +215,7 @@ ChunkId BfcCore::FindUsable(ChunkId first, std::uintptr_t stream,
                             ReuseOracle* oracle) {
   for (ChunkId id = first, n = 0;
        id != kNoChunk && n < kMaxCrossStreamCandidates;
-       id = BinsOf(id).NextFit(id), ++n) {
+       id = bins_.NextFit(id), ++n) {
     if (UsableOn(chunks_[id], stream)) return id;
     // Without an oracle nobody can vouch for other streams' work.
     if (oracle == nullptr) continue;
@@ -236,12 +235,12 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
                                                std::uint64_t requested,
                                                std::uint64_t alignment,
                                                std::uintptr_t stream,
-                                               ReuseOracle* oracle, Pool pool) {
+                                               ReuseOracle* oracle) {
   const std::uint64_t min_block = config_.min_block_size;
   // With a stricter alignment, any chunk of size + (alignment - min_block)
   // holds an aligned start followed by `size` bytes.
   const std::uint64_t search = size + (alignment - min_block);
-  ChunkId id = bins_[static_cast<int>(pool)].FindBestFit(search);
+  ChunkId id = bins_.FindBestFit(search);
   if (id == kNoChunk) return std::nullopt;
   if (ABSL_PREDICT_FALSE(!UsableOn(chunks_[id], stream))) {
     id = FindUsable(id, stream, oracle);
@@ -339,14 +338,14 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
     }
     const DeviceAddress base = p.address;
     Unlink(id);
-    BinsOf(prev).Rekey(prev, merged, base);
+    bins_.Rekey(prev, merged, base);
   } else if (next_free) {
     // The free successor absorbs the chunk: it now starts at its address.
     Chunk& n = chunks_[next];
     const std::uint64_t merged = n.size + c.size;
     AbsorbFence(n, c, oracle);
     Unlink(id);
-    BinsOf(next).Rekey(next, merged, address);
+    bins_.Rekey(next, merged, address);
   } else {
     InsertFree(id);
   }
@@ -425,12 +424,8 @@ void BfcCore::ResetPeaks() {
 }
 
 std::uint64_t BfcCore::LargestFreeBlock() const {
-  std::uint64_t largest = 0;
-  for (const FreeBins& bins : bins_) {
-    const ChunkId id = bins.Largest();
-    if (id != kNoChunk) largest = std::max(largest, chunks_[id].size);
-  }
-  return largest;
+  const ChunkId id = bins_.Largest();
+  return id == kNoChunk ? 0 : chunks_[id].size;
 }
 
 absl::Status BfcCore::Validate() const {
@@ -499,7 +494,7 @@ absl::Status BfcCore::Validate() const {
                                         "neighbours and did not merge",
                                         prev, id, c.address));
         }
-        if (!BinsOf(id).Contains(id)) {
+        if (!bins_.Contains(id)) {
           return Broken(
               "I5",
               absl::StrFormat("free chunk %d (%#x, %d bytes) is not in its bin",
@@ -528,7 +523,7 @@ absl::Status BfcCore::Validate() const {
                                               "in the in-use map under its id",
                                               id, c.address));
         }
-        if (BinsOf(id).Contains(id)) {
+        if (bins_.Contains(id)) {
           return Broken(
               "I6", absl::StrFormat("in-use chunk %d at %#x is in a bin", id,
                                     c.address));
@@ -558,11 +553,11 @@ absl::Status BfcCore::Validate() const {
                                     base, r.size, expected));
     }
   }
-  if (free_chunks != num_free_chunks()) {
+  if (free_chunks != bins_.size()) {
     return Broken("I5", absl::StrFormat("%d free chunks but %d bin entries",
-                                        free_chunks, num_free_chunks()));
+                                        free_chunks, bins_.size()));
   }
-  for (const FreeBins& bins : bins_) GPUALLOC_RETURN_IF_ERROR(bins.Validate());
+  GPUALLOC_RETURN_IF_ERROR(bins_.Validate());
   if (in_use_chunks != in_use_.size()) {
     return Broken("I6", absl::StrFormat(
                             "%d in-use chunks but %d entries in the in-use map",

@@ -45,7 +45,6 @@
 #ifndef GPUALLOC_CORE_BFC_H_
 #define GPUALLOC_CORE_BFC_H_
 
-#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -61,13 +60,6 @@
 #include "gpualloc/allocator.h"
 
 namespace gpualloc::core {
-
-// Regions belong to one of two pools, each with its own free bins: requests
-// below a threshold are served from small regions only and the rest from
-// large ones (PyTorch's small/large pools), so that small long-lived blocks
-// do not pin large regions. With one pool in use it is plain BFC.
-enum class Pool : std::uint8_t { kLarge = 0, kSmall = 1 };
-inline constexpr int kNumPools = 2;
 
 struct BfcConfig {
   // Power of two; every chunk size and address is a multiple of it.
@@ -101,8 +93,7 @@ class BfcCore {
   // Adds [base, base + size) as a region made of one free chunk.
   // REQUIRES: base and size are non-zero multiples of min_block_size and the
   // range overlaps no region.
-  RegionId AddRegion(DeviceAddress base, std::uint64_t size,
-                     Pool pool = Pool::kLarge);
+  RegionId AddRegion(DeviceAddress base, std::uint64_t size);
 
   // Removes a fully free region; the caller returns its memory to the device.
   // REQUIRES: IsRegionFree(id).
@@ -132,8 +123,7 @@ class BfcCore {
                                         std::uint64_t requested,
                                         std::uint64_t alignment,
                                         std::uintptr_t stream,
-                                        ReuseOracle* oracle = nullptr,
-                                        Pool pool = Pool::kLarge);
+                                        ReuseOracle* oracle = nullptr);
 
   // Frees the chunk that starts at `address`; its last use was queued on
   // `stream` (and on the streams RecordStream added), before the free stamped
@@ -158,9 +148,7 @@ class BfcCore {
   std::uint64_t FreeBytes() const {
     return counters_.bytes_reserved - counters_.bytes_in_use;
   }
-  std::uint64_t num_free_chunks() const {
-    return bins_[0].size() + bins_[1].size();
-  }
+  std::uint64_t num_free_chunks() const { return bins_.size(); }
   std::size_t num_fence_sets() const { return fences_.live_count(); }
   // The streams other than `for_stream` named by the conditions of free
   // chunks that `oracle` does not know complete, each once. Cold: walks every
@@ -180,16 +168,7 @@ class BfcCore {
     std::uint64_t size = 0;
     ChunkId first = kNoChunk;
     bool live = false;
-    Pool pool = Pool::kLarge;
   };
-
-  // The bins of the pool the chunk's region belongs to.
-  FreeBins& BinsOf(ChunkId id) {
-    return bins_[static_cast<int>(regions_[chunks_[id].region].pool)];
-  }
-  const FreeBins& BinsOf(ChunkId id) const {
-    return bins_[static_cast<int>(regions_[chunks_[id].region].pool)];
-  }
 
   void InsertFree(ChunkId id);
   void RemoveFree(ChunkId id);
@@ -249,7 +228,7 @@ class BfcCore {
 
   BfcConfig config_;
   ChunkTable chunks_;
-  std::array<FreeBins, kNumPools> bins_;
+  FreeBins bins_;
   AddressMap in_use_;  // in-use chunk address -> id
   FenceSets fences_;
   std::vector<Region> regions_;

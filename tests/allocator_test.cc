@@ -321,28 +321,6 @@ TEST(AllocatorTest, TrimBeforeGrowthKeepsThePeakDown) {
   }
 }
 
-TEST(AllocatorTest, SmallRequestsGrowTheirOwnRegions) {
-  for (std::uint64_t threshold : {std::uint64_t{1} << 20, std::uint64_t{0}}) {
-    SCOPED_TRACE(threshold);
-    Options o = Growth(256 * kMiB);
-    o.trim_before_growth = false;
-    o.small_pool_threshold = threshold;
-    auto a = MakeAllocator(o, MakeSim(kGiB));
-    void* large = *a->Allocate(6 * kMiB);
-    GPUALLOC_ASSERT_OK(a->Deallocate(large));
-    // With a small pool, a 4 KiB block does not settle in the free 6 MiB
-    // region (where it would pin it); it gets a 2 MiB region of its own.
-    void* small = *a->Allocate(4096);
-    const bool separate = threshold != 0;
-    EXPECT_EQ(small == large, !separate);
-    EXPECT_EQ(a->GetStats().bytes_reserved, (separate ? 8 : 6) * kMiB);
-    // The large region is whole again for a large request.
-    EXPECT_EQ(a->Allocate(6 * kMiB).ok(), true);
-    EXPECT_EQ(a->GetStats().bytes_reserved, (separate ? 8 : 12) * kMiB);
-    GPUALLOC_EXPECT_OK(a->Validate());
-  }
-}
-
 TEST(AllocatorTest, WithoutGarbageCollectionTheSameRequestFails) {
   Options o = Growth(64 * kMiB);
   o.garbage_collection = false;

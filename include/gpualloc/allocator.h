@@ -85,11 +85,6 @@ struct Options {
   // the fully free regions (none of which could serve the request). Lowers
   // the peak reserved at the cost of backend frees.
   bool trim_before_growth = true;
-  // Growing on demand: requests below this many bytes are served from their
-  // own regions (one growth granule each), apart from larger ones, so that
-  // small long-lived blocks do not pin large regions (PyTorch's small pool).
-  // 0 serves everything from one pool. Preallocation ignores it.
-  std::uint64_t small_pool_threshold = std::uint64_t{1} << 20;
   GrowthPolicy growth_policy = GrowthPolicy::kExact;
   // Region sizes are multiples of this; 0 takes the architecture profile's
   // recommended granularity. Must be a multiple of the device's minimum.
