@@ -61,8 +61,10 @@ class BfcAllocator final : public Allocator {
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
                                  std::size_t alignment) override {
     const std::uint64_t min_block = resolved_.min_block_size;
-    GPUALLOC_RETURN_IF_ERROR(
-        core::CheckAlignment(bytes, alignment, resolved_.max_alignment));
+    if (alignment != 0) {  // 0, the common case, needs no check
+      GPUALLOC_RETURN_IF_ERROR(
+          core::CheckAlignment(bytes, alignment, resolved_.max_alignment));
+    }
     const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
     // Sizes beyond the limit are rejected before any arithmetic can overflow.
     if (bytes > resolved_.limit) return RejectTooLarge(bytes);
