@@ -251,10 +251,10 @@ TEST(AllocatorStreamsTest, SingleStreamWorkloadRecordsNoEvent) {
   }
 }
 
-// The real PyTorch traces of ../shared/traces (one stream each) replayed on a
-// simulated H100: zero events per free. Skipped where the traces are absent.
+// The bundled real PyTorch traces (tests/data/traces, one stream each)
+// replayed on a simulated H100: zero events per free.
 TEST(AllocatorStreamsTest, RealSingleStreamTracesRecordNoEvent) {
-  const std::string dir = GPUALLOC_SHARED_TRACES_DIR;
+  const std::string dir = GPUALLOC_TRACE_DIR;
   std::vector<std::string> names = {"torch-cs336-medium_1024_inference.csv",
                                     "torch-cs336-medium_1024_training.csv",
                                     "torch-cs336-medium_128_training.csv",
@@ -302,7 +302,7 @@ TEST(AllocatorStreamsTest, RealSingleStreamTracesRecordNoEvent) {
       ++replayed;
     }
   }
-  if (replayed == 0) GTEST_SKIP() << "no traces in " << dir;
+  EXPECT_EQ(replayed, 8) << "traces missing from " << dir;
 }
 
 TEST(AllocatorStreamsTest, BackendWithoutStreamsTreatsAllStreamsAsOne) {
