@@ -80,17 +80,12 @@ class AsyncAllocator final : public Allocator {
                                  std::size_t alignment) override {
     GPUALLOC_RETURN_IF_ERROR(
         CheckAlignment(bytes, alignment, resolved_.max_alignment));
-    const std::uint64_t min_block = resolved_.min_block_size;
-    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
-    OutOfMemoryFacts facts{kMode, bytes, bytes, bytes, resolved_.limit};
-    // Sizes beyond the limit are rejected before any arithmetic can overflow.
-    if (bytes > resolved_.limit) return RejectTooLarge(facts);
-    facts.size = RoundUp(bytes == 0 ? 1 : bytes, min_block);
     // The pool rounds its own sizes; only a stricter alignment than the
     // device's needs padding from us.
-    const std::uint64_t unit =
-        std::max<std::uint64_t>(backend_->info().allocation_alignment, 1);
-    facts.device = facts.size + (align > unit ? align - unit : 0);
+    const BlockPlan plan =
+        PlanBlock(kMode, bytes, alignment, resolved_.min_block_size,
+                  resolved_.limit, backend_->info(), /*whole_units=*/false);
+    const OutOfMemoryFacts& facts = plan.facts;
     if (facts.device > resolved_.limit) return RejectTooLarge(facts);
 
     LockGuard lock(&mu_);
@@ -135,21 +130,17 @@ class AsyncAllocator final : public Allocator {
                           backend_->info().backend, facts.device, stream.handle,
                           bytes, base.status().message()));
     }
-    // The padding computed above assumes a base on the device's alignment.
-    if (*base == 0 || *base % std::min(align, unit) != 0) {
+    const absl::StatusOr<DeviceAddress> address =
+        HandOutAddress(backend_->info(), "PoolAllocate", *base, plan);
+    if (!address.ok()) {
       (void)backend_->PoolFree(*base, stream);
-      return absl::InternalError(absl::StrFormat(
-          "backend %s's pool returned %#x for %d bytes, not aligned to %d (its "
-          "allocation alignment %d, the requested alignment %d)",
-          backend_->info().backend, *base, facts.device, std::min(align, unit),
-          unit, align));
+      return address.status();
     }
     ++backend_allocs_;
-    const DeviceAddress address = RoundUp(*base, align);
-    live_.Insert(address, LiveAllocation{*base, facts.device, facts.size, bytes,
-                                         stream.handle});
+    live_.Insert(*address, LiveAllocation{*base, facts.device, facts.size,
+                                          bytes, stream.handle});
     MaybeValidate();
-    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
   }
 
   absl::Status Deallocate(void* ptr, Stream stream) override {

@@ -29,6 +29,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/backend.h"
@@ -43,13 +44,6 @@ std::string FormatBytes(std::uint64_t bytes);
 absl::Status CheckAlignment(std::size_t bytes, std::size_t alignment,
                             std::uint64_t max_alignment);
 
-// Bytes to ask the device for so that a block of `size` bytes aligned to
-// `align` fits in it, when the device guarantees `device_alignment` (a power of
-// two; 0 counts as 1) and accounts whole units of it. When `align` is stricter,
-// the block may start up to align - device_alignment bytes in.
-std::uint64_t DeviceRequestSize(std::uint64_t size, std::uint64_t align,
-                                std::uint64_t device_alignment);
-
 // What an out-of-memory report of the platform and async modes states.
 struct OutOfMemoryFacts {
   absl::string_view mode;    // "platform", "async"
@@ -60,6 +54,37 @@ struct OutOfMemoryFacts {
   std::uint64_t in_use = 0;
   std::uint64_t reserved = 0;
 };
+// The device's share of one Allocate: what an out-of-memory report states
+// (the sizes), the alignment handed out and the device's own alignment.
+struct BlockPlan {
+  OutOfMemoryFacts facts;   // mode, bytes, size, device (asked) and limit
+  std::uint64_t align = 0;  // handed-out alignment, >= the minimum block
+  std::uint64_t unit = 0;   // the device's allocation alignment, >= 1
+};
+
+// Plans Allocate(bytes, alignment) of a mode that asks the device for each
+// block. The size is the request rounded to the minimum block (a 0-byte
+// request gets one, so its pointer is unique). When `align` is stricter than
+// the device's `unit`, the block is padded by align - unit so that an aligned
+// address fits; `whole_units` rounds the device size up to units too (plain
+// allocations, which the device accounts in units; a pool rounds its own).
+// A request above the limit is left unrounded (no overflow): the caller
+// rejects every plan whose facts.device exceeds the limit.
+// REQUIRES: CheckAlignment(bytes, alignment, ...) passed.
+BlockPlan PlanBlock(absl::string_view mode, std::size_t bytes,
+                    std::size_t alignment, std::uint64_t min_block_size,
+                    std::uint64_t limit, const DeviceInfo& device,
+                    bool whole_units);
+
+// The pointer to hand out for the block `call` returned at `base` under
+// `plan`: base rounded up to plan.align. Internal, naming the backend, when
+// base is 0 or not on the alignment the padding assumed; the caller then
+// returns the block.
+absl::StatusOr<DeviceAddress> HandOutAddress(const DeviceInfo& device,
+                                             absl::string_view call,
+                                             DeviceAddress base,
+                                             const BlockPlan& plan);
+
 // ResourceExhausted: "out of memory: Allocate(...) on DEVICE (NAME, MODE
 // allocator): WHY. limit, in use, reserved. Hint: HINT".
 absl::Status OutOfMemoryError(const DeviceInfo& device, const Options& options,

@@ -55,17 +55,12 @@ class PlatformAllocator final : public Allocator {
                                  std::size_t alignment) override {
     GPUALLOC_RETURN_IF_ERROR(
         CheckAlignment(bytes, alignment, resolved_.max_alignment));
-    const std::uint64_t min_block = resolved_.min_block_size;
-    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
-    OutOfMemoryFacts facts{kMode, bytes, bytes, bytes, resolved_.limit};
-    // Sizes beyond the limit are rejected before any arithmetic can overflow.
-    if (bytes > resolved_.limit) return RejectTooLarge(facts);
     // 0 bytes get a minimum block: a unique non-null pointer (Allocator's
     // contract), which a device allocation of 0 bytes would not give.
-    facts.size = RoundUp(bytes == 0 ? 1 : bytes, min_block);
-    const std::uint64_t unit =
-        std::max<std::uint64_t>(backend_->info().allocation_alignment, 1);
-    facts.device = DeviceRequestSize(facts.size, align, unit);
+    const BlockPlan plan =
+        PlanBlock(kMode, bytes, alignment, resolved_.min_block_size,
+                  resolved_.limit, backend_->info(), /*whole_units=*/true);
+    const OutOfMemoryFacts& facts = plan.facts;
     if (facts.device > resolved_.limit) return RejectTooLarge(facts);
 
     LockGuard lock(&mu_);
@@ -97,21 +92,17 @@ class PlatformAllocator final : public Allocator {
                           backend_->info().backend, facts.device, bytes,
                           base.status().message()));
     }
-    // The padding computed above assumes a base on the device's alignment.
-    if (*base == 0 || *base % std::min(align, unit) != 0) {
+    const absl::StatusOr<DeviceAddress> address =
+        HandOutAddress(backend_->info(), "Allocate", *base, plan);
+    if (!address.ok()) {
       (void)backend_->Free(*base);
-      return absl::InternalError(absl::StrFormat(
-          "backend %s returned %#x for %d bytes, not aligned to %d (its "
-          "allocation alignment %d, the requested alignment %d)",
-          backend_->info().backend, *base, facts.device, std::min(align, unit),
-          unit, align));
+      return address.status();
     }
     ++backend_allocs_;
-    const DeviceAddress address = RoundUp(*base, align);
-    live_.Insert(address, LiveAllocation{*base, facts.device, facts.size, bytes,
-                                         stream.handle});
+    live_.Insert(*address, LiveAllocation{*base, facts.device, facts.size,
+                                          bytes, stream.handle});
     MaybeValidate();
-    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
   }
 
   absl::Status Deallocate(void* ptr, Stream stream) override {
