@@ -317,18 +317,28 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
 
   // Reserved memory over its lifetime, light grey under the blocks: grey
   // without a block is reserved but free, the fragmentation to be seen.
+  // Each region's box over its lifetime, drawn twice: grey under the blocks,
+  // outlined above them.
+  struct Box {
+    double x, y, w, h;
+  };
+  std::vector<Box> boxes;
+  boxes.reserve(t.regions.size());
   for (const TimelineRegion& reg : t.regions) {
     const Band* band = BandOf(bands, reg.base);
     if (band == nullptr) continue;
     const std::uint64_t to = std::max(reg.to_op, reg.from_op + 1);
     const double y = YOf(*band, reg.base);
     const double h = YOf(*band, std::min(band->hi, reg.base + reg.size)) - y;
-    absl::StrAppendFormat(
-        &out,
-        "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-        "height=\"%.2f\" class=\"g\"/>\n",
-        kLeft + static_cast<double>(reg.from_op) * xscale, area_y + y,
-        static_cast<double>(to - reg.from_op) * xscale, std::max(h, 0.5));
+    boxes.push_back({kLeft + static_cast<double>(reg.from_op) * xscale,
+                     area_y + y, static_cast<double>(to - reg.from_op) * xscale,
+                     h});
+  }
+  for (const Box& b : boxes) {
+    absl::StrAppendFormat(&out,
+                          "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                          "height=\"%.2f\" class=\"g\"/>\n",
+                          b.x, b.y, b.w, std::max(b.h, 0.5));
   }
 
   // Blocks.
@@ -399,22 +409,15 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
   // outline only a few pixels tall would be a black smear hiding the blocks;
   // those regions still show as the grey underneath.
   std::uint64_t thin_regions = 0;
-  for (const TimelineRegion& reg : t.regions) {
-    const Band* band = BandOf(bands, reg.base);
-    if (band == nullptr) continue;
-    const std::uint64_t to = std::max(reg.to_op, reg.from_op + 1);
-    const double y = YOf(*band, reg.base);
-    const double h = YOf(*band, std::min(band->hi, reg.base + reg.size)) - y;
-    if (h < 4) {
+  for (const Box& b : boxes) {
+    if (b.h < 4) {
       ++thin_regions;
       continue;
     }
-    absl::StrAppendFormat(
-        &out,
-        "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-        "height=\"%.2f\" class=\"r\"/>\n",
-        kLeft + static_cast<double>(reg.from_op) * xscale, area_y + y,
-        static_cast<double>(to - reg.from_op) * xscale, std::max(h, 0.5));
+    absl::StrAppendFormat(&out,
+                          "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                          "height=\"%.2f\" class=\"r\"/>\n",
+                          b.x, b.y, b.w, std::max(b.h, 0.5));
   }
 
   // Axes.
