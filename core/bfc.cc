@@ -305,7 +305,6 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
   // The freed chunk's condition: the freeing stream, plus the streams
   // RecordStream added, all at this free's stamp.
   c.in_use = false;
-  c.requested = 0;
   c.stream = stream;
   c.free_stamp = stamp;
   if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet)) {
