@@ -1,10 +1,11 @@
 // backends/registry.cc: the backend a configuration names, and one allocator
 // per device (gpualloc/registry.h).
 //
-// The vendor backends (backends/cuda, backends/hip) land in later issues; until
-// then this build knows the simulator only, and the errors for cuda, hip and
-// auto say so and name the way to the simulator. kVendorBackends below is the
-// one place a vendor backend will be added.
+// The vendor backends (backends/cuda, backends/hip) are in the build when
+// their toolkit headers were found (backends/vendor_backends.h); the errors
+// for a backend this build lacks, and for auto when no driver loads, say so
+// and name the way to the simulator. kVendorBackends below is the one place a
+// vendor backend is added.
 #include "gpualloc/registry.h"
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "backends/vendor_backends.h"
 #include "core/lock.h"
 #include "gpualloc/sim_backend.h"
 
@@ -61,11 +63,20 @@ struct VendorBackend {
   absl::StatusOr<int> (*count)(const Config&);
 };
 
-// In the order auto tries them. Neither is built yet (SPEC section 3: they
-// land in their own issues).
+// In the order auto tries them. A backend this build lacks has no functions.
 constexpr VendorBackend kVendorBackends[] = {
+#if GPUALLOC_HAVE_CUDA_BACKEND
+    {BackendKind::kCuda, "CUDA", &backends::CreateCudaBackend,
+     &backends::CudaDeviceCount},
+#else
     {BackendKind::kCuda, "CUDA", nullptr, nullptr},
+#endif
+#if GPUALLOC_HAVE_HIP_BACKEND
+    {BackendKind::kHip, "HIP", &backends::CreateHipBackend,
+     &backends::HipDeviceCount},
+#else
     {BackendKind::kHip, "HIP", nullptr, nullptr},
+#endif
 };
 
 const VendorBackend& FindVendorBackend(BackendKind kind) {

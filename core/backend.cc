@@ -62,4 +62,27 @@ absl::StatusOr<PoolUsage> Backend::GetPoolUsage() {
   return NotSupported("GetPoolUsage", "stream_ordered_pools");
 }
 
+absl::StatusOr<DeviceAddress> Backend::ReserveAddress(std::uint64_t,
+                                                      std::uint64_t) {
+  return NotSupported("ReserveAddress", "virtual_memory");
+}
+absl::Status Backend::FreeAddress(DeviceAddress, std::uint64_t) {
+  return NotSupported("FreeAddress", "virtual_memory");
+}
+absl::StatusOr<PhysicalHandle> Backend::CreatePhysical(std::uint64_t) {
+  return NotSupported("CreatePhysical", "virtual_memory");
+}
+absl::Status Backend::ReleasePhysical(PhysicalHandle) {
+  return NotSupported("ReleasePhysical", "virtual_memory");
+}
+absl::Status Backend::Map(DeviceAddress, std::uint64_t, PhysicalHandle) {
+  return NotSupported("Map", "virtual_memory");
+}
+absl::Status Backend::Unmap(DeviceAddress, std::uint64_t) {
+  return NotSupported("Unmap", "virtual_memory");
+}
+absl::Status Backend::SetAccess(DeviceAddress, std::uint64_t) {
+  return NotSupported("SetAccess", "virtual_memory");
+}
+
 }  // namespace gpualloc

@@ -2,7 +2,7 @@
 // device.
 //
 // A Backend translates a handful of device operations (physical allocate and
-// free, later virtual memory, streams and events, stream-ordered pools) into
+// free, virtual memory, streams and events, stream-ordered pools) into
 // vendor calls. It sits on the cold path: the allocator calls it only to grow,
 // shrink or synchronize, so a virtual call per operation costs nothing that
 // matters.
@@ -47,6 +47,11 @@ struct Stream {
 
 // An event names a point in a stream's work. Opaque; 0 is never an event.
 using EventHandle = std::uint64_t;
+
+// Physical device memory made for virtual-memory mapping
+// (CUmemGenericAllocationHandle / hipMemGenericAllocationHandle_t). Opaque; 0
+// is never a handle.
+using PhysicalHandle = std::uint64_t;
 
 // Reuse rules of a stream-ordered pool (CUDA's cudaMemPoolReuse* attributes;
 // HIP mirrors them). Memory freed on stream A may be handed to stream B when:
@@ -155,8 +160,41 @@ class Backend {
   virtual absl::Status PoolTrim(std::uint64_t keep_bytes);
   virtual absl::StatusOr<PoolUsage> GetPoolUsage();
 
-  // Virtual memory (SPEC section 3) lands with its issue, behind
-  // capabilities.virtual_memory, the same way.
+  // --- Virtual memory (capabilities.virtual_memory) -------------------------
+  // The CUDA driver's cuMem* calls, one for one; HIP's hipMem* mirror them.
+  // Every backend checks CUDA's rules before any vendor call and answers
+  // InvalidArgument naming the rule broken:
+  //   - sizes, addresses and alignments are multiples of
+  //     info().min_granularity (the allocator maps in multiples of the
+  //     recommended one);
+  //   - a mapping starts at offset 0 of its physical handle and covers all of
+  //     it; Unmap names whole mappings exactly (no partial unmap), and the
+  //     range it names holds nothing unmapped;
+  //   - an address range is freed only once nothing is mapped in it.
+  // Out of physical memory is ResourceExhausted; out of address space too.
+  //
+  // Reserves `bytes` of address space aligned to `alignment` (0: the
+  // granularity) with nothing behind it (cuMemAddressReserve).
+  virtual absl::StatusOr<DeviceAddress> ReserveAddress(std::uint64_t bytes,
+                                                       std::uint64_t alignment);
+  // Gives back a whole reservation (cuMemAddressFree).
+  virtual absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes);
+  // Physical memory of `bytes` on this device (cuMemCreate); counts against
+  // the device's capacity like Allocate.
+  virtual absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes);
+  // Drops the handle (cuMemRelease). Memory still mapped stays usable and
+  // returns to the device when its last mapping goes, as in CUDA.
+  virtual absl::Status ReleasePhysical(PhysicalHandle handle);
+  // Maps all of `handle` (offset 0) at `address` inside a reservation
+  // (cuMemMap). The range is not accessible until SetAccess.
+  virtual absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                           PhysicalHandle handle);
+  // Unmaps whole mappings covering exactly [address, address + bytes)
+  // (cuMemUnmap).
+  virtual absl::Status Unmap(DeviceAddress address, std::uint64_t bytes);
+  // Makes mapped [address, address + bytes), which may span several
+  // mappings, readable and writable by this device (cuMemSetAccess).
+  virtual absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes);
 
  protected:
   // Unimplemented naming this backend and the missing capability.
