@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "core/bfc.h"
+#include "core/expandable.h"
 #include "core/growth.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
@@ -42,17 +43,25 @@ class BfcAllocator final : public Allocator {
       : resolved_(std::move(resolved)),
         backend_(std::move(backend)),
         core_(core::BfcConfig{resolved_.min_block_size,
-                              resolved_.options.max_internal_fragmentation}),
+                              resolved_.options.max_internal_fragmentation,
+                              resolved_.large_page}),
         stream_order_(backend_.get(), resolved_.options.cross_stream_reuse),
         oracle_(backend_->info().capabilities.streams
                     ? static_cast<core::ReuseOracle*>(&stream_order_)
                     : &no_streams_),
-        next_region_size_(resolved_.granularity) {}
+        next_region_size_(resolved_.granularity) {
+    if (resolved_.expandable) {
+      space_ = std::make_unique<core::ExpandableSpace>(backend_.get(),
+                                                       resolved_.granularity);
+    }
+  }
 
   ~BfcAllocator() override {
     core::LockGuard lock(&mu_);
     // Return every region. Live allocations die with the allocator (as with
-    // any caching allocator); their memory still goes back to the device.
+    // any caching allocator); their memory still goes back to the device
+    // (expandable regions: ~ExpandableSpace unmaps and frees the range).
+    if (space_ != nullptr) return;
     for (DeviceAddress base : core_.RegionBases()) {
       (void)backend_->Free(base);
     }
@@ -141,9 +150,9 @@ class BfcAllocator final : public Allocator {
  private:
   absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(core_.Validate());
-    // F1: every region the backend handed out and not yet took back is one
-    // of the core's regions.
-    if (backend_allocs_ - backend_frees_ != core_.num_regions()) {
+    if (space_ != nullptr) {
+      GPUALLOC_RETURN_IF_ERROR(ValidateMappings());
+    } else if (backend_allocs_ - backend_frees_ != core_.num_regions()) {
       return absl::InternalError(absl::StrFormat(
           "invariant F1 broken: %d regions in the core, but %d backend "
           "allocations minus %d frees",
@@ -154,6 +163,33 @@ class BfcAllocator final : public Allocator {
       return absl::InternalError(
           absl::StrFormat("invariant F2 broken: %d bytes reserved, limit %d",
                           core_.counters().bytes_reserved, resolved_.limit));
+    }
+    return absl::OkStatus();
+  }
+
+  // F1 with expandable regions: the core's regions are exactly the maximal
+  // runs of mapped granules (so mapped bytes equal reserved bytes, nothing is
+  // mapped twice and no chunk lies in unmapped memory).
+  absl::Status ValidateMappings() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (space_->mapped_bytes() != core_.counters().bytes_reserved) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant F1 broken: %d bytes mapped but %d reserved in the core",
+          space_->mapped_bytes(), core_.counters().bytes_reserved));
+    }
+    const auto runs = space_->MappedRunsWithin(space_->base(), space_->size());
+    const std::vector<DeviceAddress> bases = core_.RegionBases();
+    if (runs.size() != bases.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant F1 broken: %d runs of mapped granules but %d regions",
+          runs.size(), bases.size()));
+    }
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const std::uint64_t size = core_.region_size(*core_.RegionAt(bases[i]));
+      if (runs[i].first != bases[i] || runs[i].second != size) {
+        return absl::InternalError(absl::StrFormat(
+            "invariant F1 broken: mapped run [%#x, +%d) but region [%#x, +%d)",
+            runs[i].first, runs[i].second, bases[i], size));
+      }
     }
     return absl::OkStatus();
   }
@@ -182,8 +218,9 @@ class BfcAllocator final : public Allocator {
             : 1.0 - static_cast<double>(s.largest_free_block_bytes) /
                         static_cast<double>(free_bytes);
     s.num_ooms = num_ooms_;
-    s.backend_allocs = backend_allocs_;
-    s.backend_frees = backend_frees_;
+    // Expandable regions: granule mappings made and undone.
+    s.backend_allocs = space_ != nullptr ? space_->maps() : backend_allocs_;
+    s.backend_frees = space_ != nullptr ? space_->unmaps() : backend_frees_;
     s.events_recorded = stream_order_.events_recorded();
     s.stream_waits = stream_order_.stream_waits();
     s.host_waits = stream_order_.host_waits();
@@ -220,6 +257,7 @@ class BfcAllocator final : public Allocator {
 
   // Tries the growth candidates, largest first. OK when a region was added.
   absl::Status Grow(std::uint64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (space_ != nullptr) return GrowExpandable(needed);
     core::GrowthRequest request;
     request.needed = needed;
     request.reserved = core_.counters().bytes_reserved;
@@ -247,8 +285,133 @@ class BfcAllocator final : public Allocator {
     return last;
   }
 
-  // Returns every fully free region to the backend.
+  // The reserved range, on first use: at least the device's memory.
+  absl::Status EnsureReserved() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (space_->reserved()) return absl::OkStatus();
+    return space_->Reserve(
+        std::max(backend_->info().total_bytes, resolved_.limit));
+  }
+
+  // Maps [address, address + bytes) and hands it to the core, joined with
+  // the regions on either side.
+  absl::Status MapRegion(DeviceAddress address, std::uint64_t bytes,
+                         std::uint64_t handle_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_RETURN_IF_ERROR(space_->Map(address, bytes, handle_bytes));
+    core::RegionId id = core_.AddRegion(address, bytes);
+    if (address > space_->base()) {
+      if (std::optional<core::RegionId> before = core_.RegionAt(address - 1)) {
+        id = core_.JoinRegions(*before, id, oracle_);
+      }
+    }
+    if (std::optional<core::RegionId> after = core_.RegionAt(address + bytes)) {
+      core_.JoinRegions(id, *after, oracle_);
+    }
+    return absl::OkStatus();
+  }
+
+  // Preallocation with expandable regions: the whole limit at once, in at
+  // most about 64 handles (Trim can give back each whole handle later).
+  absl::Status PreallocateExpandable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
+    const std::uint64_t unit = space_->unit();
+    const std::uint64_t handle =
+        std::max(unit, core::RoundUpToMultiple(resolved_.limit / 64, unit));
+    const std::uint64_t big =
+        core::RoundDownToMultiple(resolved_.limit, handle);
+    if (big != 0) {
+      GPUALLOC_RETURN_IF_ERROR(MapRegion(space_->base(), big, handle));
+    }
+    if (resolved_.limit > big) {
+      GPUALLOC_RETURN_IF_ERROR(
+          MapRegion(space_->base() + big, resolved_.limit - big, unit));
+    }
+    return absl::OkStatus();
+  }
+
+  // Maps the least that makes room for `needed` bytes (PlanGrowth): at the
+  // end of what is mapped, or in a hole left by an earlier trim.
+  absl::Status GrowExpandable(std::uint64_t needed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
+    std::vector<core::Extent> extents;
+    for (DeviceAddress base : core_.RegionBases()) {
+      const core::RegionId id = *core_.RegionAt(base);
+      const core::RegionEdges edges = core_.region_edges(id);
+      extents.push_back(core::Extent{base, core_.region_size(id),
+                                     edges.free_head, edges.free_tail});
+    }
+    const std::optional<core::GrowthPlan> plan = core::PlanGrowth(
+        extents, space_->base(), space_->size(), needed, space_->unit());
+    if (!plan.has_value()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "no hole of the reserved range of %d bytes can take %d more bytes",
+          space_->size(), needed));
+    }
+    // Free granules elsewhere could not serve this request: unmap them
+    // first, keeping the free memory the plan joins.
+    if (resolved_.options.trim_before_growth) {
+      GPUALLOC_RETURN_IF_ERROR(
+          UnmapFree(plan->address, plan->address + plan->bytes));
+    }
+    const std::uint64_t reserved = core_.counters().bytes_reserved;
+    if (reserved + plan->bytes > resolved_.limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "mapping %d more bytes would pass the limit of %d bytes (%d mapped)",
+          plan->bytes, resolved_.limit, reserved));
+    }
+    return MapRegion(plan->address, plan->bytes, space_->unit());
+  }
+
+  // Unmaps every whole mapping inside a free chunk, except chunks touching
+  // [keep_begin, keep_end); first the host waits for the work of every
+  // stream that may still use that memory (unmapping does not wait).
+  absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<std::pair<DeviceAddress, std::uint64_t>> targets;
+    for (const core::BfcCore::FreeSpan& span : core_.FreeSpans()) {
+      if (span.address <= keep_end && span.address + span.size >= keep_begin) {
+        continue;
+      }
+      for (const auto& run : space_->MappedRunsWithin(span.address, span.size))
+        targets.push_back(run);
+    }
+    if (targets.empty()) return absl::OkStatus();
+    if (oracle_ == &stream_order_) {
+      std::vector<std::uintptr_t> streams;
+      for (const auto& [address, bytes] : targets) {
+        for (std::uintptr_t s :
+             core_.StreamsUsingFree(address, bytes, stream_order_)) {
+          if (std::find(streams.begin(), streams.end(), s) == streams.end())
+            streams.push_back(s);
+        }
+      }
+      if (!streams.empty()) {
+        absl::Status waited = stream_order_.WaitForAll(streams);
+        if (!waited.ok()) {
+          (void)stream_order_.TakeError();
+          return absl::Status(
+              waited.code(),
+              absl::StrFormat("waiting for the work that used free memory "
+                              "before unmapping it: %s",
+                              waited.message()));
+        }
+      }
+    }
+    absl::Status first_error;
+    for (const auto& [address, bytes] : targets) {
+      std::uint64_t unmapped = 0;
+      absl::Status status = space_->Unmap(address, bytes, &unmapped);
+      if (unmapped != 0) core_.CarveFree(address, unmapped);
+      if (!status.ok() && first_error.ok()) first_error = status;
+    }
+    return first_error;
+  }
+
+  // Returns every fully free region to the backend (expandable regions:
+  // unmaps every free granule).
   absl::Status ReleaseFreeRegions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (space_ != nullptr) return UnmapFree(1, 0);
     absl::Status first_error;
     for (core::RegionId id : core_.FreeRegions()) {
       const DeviceAddress base = core_.region_base(id);
@@ -261,6 +424,16 @@ class BfcAllocator final : public Allocator {
       core_.RemoveRegion(id);
     }
     return first_error;
+  }
+
+  // Whether garbage collection would give anything back.
+  bool HasFreeToRelease() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (space_ == nullptr) return !core_.FreeRegions().empty();
+    for (const core::BfcCore::FreeSpan& span : core_.FreeSpans()) {
+      if (!space_->MappedRunsWithin(span.address, span.size).empty())
+        return true;
+    }
+    return false;
   }
 
   // One more attempt at the core; *event_failed tells a failing event call
@@ -284,22 +457,24 @@ class BfcAllocator final : public Allocator {
     // A retry that met a failing event call stops everything (EventFailure).
     bool event_failed = false;
     absl::Status why;
-    if (resolved_.options.preallocate) {
-      if (core_.num_regions() == 0) {
-        why = AddRegion(resolved_.limit);
+    if (resolved_.options.preallocate && core_.num_regions() == 0) {
+      {
+        why = space_ != nullptr ? PreallocateExpandable()
+                                : AddRegion(resolved_.limit);
         if (!why.ok()) {
           why = absl::Status(why.code(),
                              absl::StrFormat("preallocating %d bytes: %s",
                                              resolved_.limit, why.message()));
         }
-      } else {
-        why = absl::ResourceExhaustedError(
-            "the preallocated region has no free chunk large enough");
       }
+    } else if (resolved_.options.preallocate && space_ == nullptr) {
+      why = absl::ResourceExhaustedError(
+          "the preallocated region has no free chunk large enough");
     } else {
       // Fully free regions that could not serve this request only inflate
-      // what is reserved: return them before asking for more.
-      if (resolved_.options.trim_before_growth &&
+      // what is reserved: return them before asking for more (expandable
+      // regions do the same with free granules inside Grow).
+      if (space_ == nullptr && resolved_.options.trim_before_growth &&
           !core_.FreeRegions().empty()) {
         GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
       }
@@ -329,8 +504,8 @@ class BfcAllocator final : public Allocator {
       }
     }
 
-    if (!resolved_.options.preallocate &&
-        resolved_.options.garbage_collection && !core_.FreeRegions().empty()) {
+    if ((!resolved_.options.preallocate || space_ != nullptr) &&
+        resolved_.options.garbage_collection && HasFreeToRelease()) {
       GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
       absl::Status grown = Grow(needed);
       if (grown.ok()) {
@@ -406,6 +581,9 @@ class BfcAllocator final : public Allocator {
 
   mutable core::Lock mu_;
   core::BfcCore core_ ABSL_GUARDED_BY(mu_);
+  // Expandable regions, or null (regions are separate backend allocations).
+  // Declared after core_ and destroyed before it: unmaps, frees the range.
+  std::unique_ptr<core::ExpandableSpace> space_ ABSL_GUARDED_BY(mu_);
   core::StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
   NoStreams no_streams_;
   core::ReuseOracle* const oracle_;  // &stream_order_ or &no_streams_

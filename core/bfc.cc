@@ -23,29 +23,223 @@ void BfcCore::InsertFree(ChunkId id) { bins_.Insert(id); }
 
 void BfcCore::RemoveFree(ChunkId id) { bins_.Remove(id); }
 
+RegionId BfcCore::NewRegionId() {
+  if (!free_region_ids_.empty()) {
+    const RegionId id = free_region_ids_.back();
+    free_region_ids_.pop_back();
+    return id;
+  }
+  regions_.emplace_back();
+  return static_cast<RegionId>(regions_.size() - 1);
+}
+
 RegionId BfcCore::AddRegion(DeviceAddress base, std::uint64_t size) {
   GPUALLOC_DCHECK(size > 0 && size % config_.min_block_size == 0);
   GPUALLOC_DCHECK(base % config_.min_block_size == 0);
-  RegionId id;
-  if (!free_region_ids_.empty()) {
-    id = free_region_ids_.back();
-    free_region_ids_.pop_back();
-  } else {
-    id = static_cast<RegionId>(regions_.size());
-    regions_.emplace_back();
-  }
+  const RegionId id = NewRegionId();
   const ChunkId chunk = chunks_.New();
   Chunk& c = chunks_[chunk];
   c.address = base;
   c.size = size;
   c.region = id;
-  regions_[id] = Region{base, size, chunk, true};
+  regions_[id] = Region{base, size, chunk, chunk, true};
   region_index_.emplace(base, id);
   InsertFree(chunk);
   counters_.bytes_reserved += size;
   counters_.peak_bytes_reserved =
       std::max(counters_.peak_bytes_reserved, counters_.bytes_reserved);
   return id;
+}
+
+ChunkId BfcCore::NewFreeLike(const Chunk& from, DeviceAddress address,
+                             std::uint64_t size, RegionId region) {
+  // Copy what is needed first: New() may move the table under `from`.
+  const Fence fence = from.fence;
+  const std::uintptr_t stream = from.stream;
+  const std::uint64_t stamp = from.free_stamp;
+  const FenceSetId set = from.fence_set;
+  const ChunkId id = chunks_.New();
+  Chunk& c = chunks_[id];
+  c.address = address;
+  c.size = size;
+  c.region = region;
+  c.fence = fence;
+  c.stream = stream;
+  c.free_stamp = stamp;
+  if (fence == Fence::kSet) {
+    c.fence_set = fences_.New();
+    for (const StreamStamp& pair : fences_.Get(set)) {
+      fences_.Add(c.fence_set, pair.stream, pair.stamp);
+    }
+  }
+  return id;
+}
+
+RegionId BfcCore::JoinRegions(RegionId left, RegionId right,
+                              const ReuseOracle* oracle) {
+  Region& l = regions_[left];
+  Region& r = regions_[right];
+  GPUALLOC_DCHECK(l.live && r.live && l.base + l.size == r.base);
+  for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
+    chunks_[id].region = left;
+  }
+  const ChunkId seam_left = l.last;
+  const ChunkId seam_right = r.first;
+  chunks_[seam_left].next = seam_right;
+  chunks_[seam_right].prev = seam_left;
+  l.size += r.size;
+  l.last = r.last;
+  region_index_.erase(r.base);
+  r = Region();
+  free_region_ids_.push_back(right);
+
+  Chunk& a = chunks_[seam_left];
+  Chunk& b = chunks_[seam_right];
+  if (!a.in_use && !b.in_use) {
+    const std::uint64_t merged = a.size + b.size;
+    AbsorbFence(a, b, oracle);
+    RemoveFree(seam_right);
+    Unlink(seam_right);
+    bins_.Rekey(seam_left, merged, chunks_[seam_left].address);
+  }
+  return left;
+}
+
+void BfcCore::CarveFree(DeviceAddress address, std::uint64_t bytes) {
+  const std::optional<RegionId> found = RegionAt(address);
+  GPUALLOC_DCHECK(found.has_value());
+  const RegionId rid = *found;
+  // The free chunk holding the range.
+  ChunkId id = regions_[rid].first;
+  while (chunks_[id].address + chunks_[id].size <= address) {
+    id = chunks_[id].next;
+  }
+  const DeviceAddress end = address + bytes;
+  const Chunk& c = chunks_[id];
+  GPUALLOC_DCHECK(!c.in_use && c.address <= address &&
+                  end <= c.address + c.size && bytes > 0);
+  const Region old = regions_[rid];
+  const ChunkId prev = c.prev;
+  const ChunkId next = c.next;
+  const DeviceAddress chunk_start = c.address;
+  const DeviceAddress chunk_end = c.address + c.size;
+
+  // The pieces of the chunk left on either side of the hole.
+  ChunkId front = kNoChunk, back = kNoChunk;
+  if (chunk_start < address) {
+    front = NewFreeLike(chunks_[id], chunk_start, address - chunk_start, rid);
+  }
+  if (end < chunk_end) {
+    back = NewFreeLike(chunks_[id], end, chunk_end - end, rid);
+  }
+  RemoveFree(id);
+  ReleaseFenceSet(chunks_[id]);
+  chunks_.Delete(id);
+
+  // The part before the hole keeps the region id; the part after gets a new
+  // one unless nothing is before the hole.
+  const ChunkId before_last = front != kNoChunk ? front : prev;
+  const ChunkId after_first = back != kNoChunk ? back : next;
+  if (before_last != kNoChunk) {
+    chunks_[before_last].next = kNoChunk;
+    if (front != kNoChunk) {
+      chunks_[front].prev = prev;
+      if (prev != kNoChunk) chunks_[prev].next = front;
+    }
+    Region& r = regions_[rid];
+    r.first = prev != kNoChunk ? old.first : before_last;
+    r.last = before_last;
+    r.size = address - old.base;
+  }
+  if (after_first != kNoChunk) {
+    chunks_[after_first].prev = kNoChunk;
+    if (back != kNoChunk) {
+      chunks_[back].next = next;
+      if (next != kNoChunk) chunks_[next].prev = back;
+    }
+    RegionId after = rid;
+    if (before_last != kNoChunk) {
+      after = NewRegionId();
+      for (ChunkId k = after_first; k != kNoChunk; k = chunks_[k].next) {
+        chunks_[k].region = after;
+      }
+    } else {
+      region_index_.erase(old.base);
+    }
+    regions_[after] = Region{end, old.base + old.size - end, after_first,
+                             next != kNoChunk ? old.last : after_first, true};
+    region_index_.emplace(end, after);
+  }
+  if (before_last == kNoChunk && after_first == kNoChunk) {
+    region_index_.erase(old.base);
+    regions_[rid] = Region();
+    free_region_ids_.push_back(rid);
+  }
+  if (front != kNoChunk) InsertFree(front);
+  if (back != kNoChunk) InsertFree(back);
+  counters_.bytes_reserved -= bytes;
+}
+
+RegionEdges BfcCore::region_edges(RegionId id) const {
+  const Region& r = regions_[id];
+  RegionEdges e;
+  if (!chunks_[r.first].in_use) e.free_head = chunks_[r.first].size;
+  if (!chunks_[r.last].in_use) e.free_tail = chunks_[r.last].size;
+  return e;
+}
+
+std::optional<RegionId> BfcCore::RegionAt(DeviceAddress address) const {
+  auto it = region_index_.upper_bound(address);
+  if (it == region_index_.begin()) return std::nullopt;
+  --it;
+  const Region& r = regions_[it->second];
+  if (address >= r.base + r.size) return std::nullopt;
+  return it->second;
+}
+
+std::vector<BfcCore::FreeSpan> BfcCore::FreeSpans() const {
+  std::vector<FreeSpan> spans;
+  for (const auto& [base, rid] : region_index_) {
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      if (!c.in_use) spans.push_back(FreeSpan{c.address, c.size});
+    }
+  }
+  return spans;
+}
+
+std::vector<std::uintptr_t> BfcCore::StreamsUsingFree(
+    DeviceAddress address, std::uint64_t bytes,
+    const ReuseOracle& oracle) const {
+  std::vector<std::uintptr_t> streams;
+  auto note = [&](std::uintptr_t stream, std::uint64_t stamp) {
+    if (oracle.KnownComplete(stream, stamp)) return;
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
+      streams.push_back(stream);
+    }
+  };
+  const DeviceAddress end = address + bytes;
+  std::optional<RegionId> rid = RegionAt(address);
+  if (!rid.has_value()) return streams;
+  for (ChunkId id = regions_[*rid].first; id != kNoChunk;
+       id = chunks_[id].next) {
+    const Chunk& c = chunks_[id];
+    if (c.address >= end) break;
+    if (c.in_use || c.address + c.size <= address) continue;
+    if (c.fence == Fence::kStream) note(c.stream, c.free_stamp);
+    if (c.fence == Fence::kSet) {
+      for (const StreamStamp& pair : fences_.Get(c.fence_set)) {
+        note(pair.stream, pair.stamp);
+      }
+    }
+  }
+  return streams;
+}
+
+bool BfcCore::LargePageFits(const Chunk& c, std::uint64_t size) const {
+  const DeviceAddress start = RoundUp(c.address, config_.large_page);
+  return start + size <= c.address + c.size;
 }
 
 bool BfcCore::IsRegionFree(RegionId id) const {
@@ -121,7 +315,11 @@ void BfcCore::Unlink(ChunkId id) {
   } else {
     regions_[c.region].first = c.next;
   }
-  if (c.next != kNoChunk) chunks_[c.next].prev = c.prev;
+  if (c.next != kNoChunk) {
+    chunks_[c.next].prev = c.prev;
+  } else {
+    regions_[c.region].last = c.prev;
+  }
   chunks_.Delete(id);
 }
 
@@ -247,6 +445,7 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
     if (id == kNoChunk) return std::nullopt;
   }
 
+  alignment = PlacementAlignment(chunks_[id], size, alignment);
   const std::uint64_t misalignment = chunks_[id].address & (alignment - 1);
   if (misalignment != 0) {
     // Rare: the front padding becomes a free chunk of its own; `id` keeps the
@@ -545,6 +744,11 @@ absl::Status BfcCore::Validate() const {
       prev_free = !c.in_use;
       expected = c.address + c.size;
       prev = id;
+    }
+    if (prev != r.last) {
+      return Broken(
+          "I2", absl::StrFormat("region %#x: last chunk is %d, recorded as %d",
+                                base, prev, r.last));
     }
     if (expected != base + r.size) {
       return Broken("I2",

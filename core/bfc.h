@@ -16,8 +16,9 @@
 // Invariants (numbered; Validate() checks each and names the broken one):
 //   I1. Regions are disjoint; the region index holds exactly the live regions.
 //   I2. A region's chunks tile it: the first starts at the base, each next one
-//       starts where its predecessor ends, the last ends at the region's end,
-//       prev/next links agree, and every chunk names its region.
+//       starts where its predecessor ends, the last ends at the region's end
+//       and is the region's recorded last chunk, prev/next links agree, and
+//       every chunk names its region.
 //   I3. Chunk sizes are non-zero multiples of the minimum block size and
 //       addresses are multiples of it.
 //   I4. No two neighbouring chunks are both free (they would have merged).
@@ -66,6 +67,17 @@ struct BfcConfig {
   std::uint64_t min_block_size = 256;
   // A surplus of at most this many bytes stays with the allocation (no split).
   std::uint64_t max_internal_fragmentation = 0;
+  // Big-page placement: an allocation of at least this many bytes starts on
+  // a multiple of it when its best-fit chunk has room for that, so that it
+  // costs no extra memory (the front padding stays free). A power of two
+  // >= min_block_size, or 0 for none.
+  std::uint64_t large_page = 0;
+};
+
+// The free memory at both ends of a region (0 where the end chunk is in use).
+struct RegionEdges {
+  std::uint64_t free_head = 0;
+  std::uint64_t free_tail = 0;
 };
 
 // Counters maintained on every operation (the rest of Stats is derived).
@@ -98,6 +110,38 @@ class BfcCore {
   // Removes a fully free region; the caller returns its memory to the device.
   // REQUIRES: IsRegionFree(id).
   void RemoveRegion(RegionId id);
+
+  // Expandable regions (core/expandable.h) change regions in place:
+  //
+  // Joins region `right`, which starts where `left` ends, onto `left` and
+  // returns left's id; right's id is gone. Free chunks meeting at the seam
+  // merge (the union of their stream conditions, minus pairs `oracle` knows
+  // complete). O(chunks of right).
+  // REQUIRES: both live; region_base(right) == left's end.
+  RegionId JoinRegions(RegionId left, RegionId right,
+                       const ReuseOracle* oracle = nullptr);
+  // Takes [address, address + bytes) out of the free chunk that holds it:
+  // the bytes leave the reserved total, the rest of that chunk stays free
+  // (with its condition), and the region splits around the hole (the part
+  // after it becomes a region of its own; a region left empty disappears).
+  // REQUIRES: the range is non-empty, lies in one free chunk, and its ends
+  // are multiples of min_block_size.
+  void CarveFree(DeviceAddress address, std::uint64_t bytes);
+  RegionEdges region_edges(RegionId id) const;
+  // The region containing `address`, if any.
+  std::optional<RegionId> RegionAt(DeviceAddress address) const;
+  // Every free chunk as [address, address + size), in address order.
+  struct FreeSpan {
+    DeviceAddress address = 0;
+    std::uint64_t size = 0;
+  };
+  std::vector<FreeSpan> FreeSpans() const;
+  // The streams whose work may still use free chunk memory in
+  // [address, address + bytes) (any stream, including the caller's): what a
+  // host must wait for before that memory is unmapped.
+  std::vector<std::uintptr_t> StreamsUsingFree(DeviceAddress address,
+                                               std::uint64_t bytes,
+                                               const ReuseOracle& oracle) const;
 
   bool IsRegionFree(RegionId id) const;
   // Ids of the regions whose memory is entirely free, in address order.
@@ -167,6 +211,7 @@ class BfcCore {
     DeviceAddress base = 0;
     std::uint64_t size = 0;
     ChunkId first = kNoChunk;
+    ChunkId last = kNoChunk;
     bool live = false;
   };
 
@@ -179,6 +224,22 @@ class BfcCore {
   ChunkId SplitFront(ChunkId id, std::uint64_t size, bool copy_fence);
   // Takes chunk record `id` out of its region's list and deletes it.
   void Unlink(ChunkId id);
+  // A new free chunk record for [address, address + size) in `region`,
+  // carrying a copy of `from`'s stream condition; not linked, not in a bin.
+  ChunkId NewFreeLike(const Chunk& from, DeviceAddress address,
+                      std::uint64_t size, RegionId region);
+  RegionId NewRegionId();
+  // The placement of an allocation of `size` bytes in free chunk `c`: the
+  // alignment to use (big-page placement when it costs nothing).
+  std::uint64_t PlacementAlignment(const Chunk& c, std::uint64_t size,
+                                   std::uint64_t alignment) const {
+    if (ABSL_PREDICT_TRUE(size < config_.large_page ||
+                          alignment >= config_.large_page)) {
+      return alignment;
+    }
+    return LargePageFits(c, size) ? config_.large_page : alignment;
+  }
+  bool LargePageFits(const Chunk& c, std::uint64_t size) const;
   absl::Status DiagnoseBadAddress(absl::string_view operation,
                                   DeviceAddress address) const;
 

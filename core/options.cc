@@ -113,6 +113,20 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                                "expandable=auto (on where it works) or false",
                                device.backend, device.name));
   }
+  if (options.expandable == Tristate::kOn &&
+      options.mode != AllocatorMode::kBfc) {
+    return Bad("expandable",
+               absl::StrFormat("expandable regions belong to allocator=bfc; "
+                               "allocator=%s manages no regions of its own",
+                               AllocatorModeName(options.mode)));
+  }
+  r.expandable = options.mode == AllocatorMode::kBfc &&
+                 options.expandable != Tristate::kOff &&
+                 device.capabilities.virtual_memory;
+  if (options.large_page_placement && r.profile != nullptr) {
+    const std::uint64_t page = r.profile->large_page_size;
+    if (IsPowerOfTwo(page) && page > r.min_block_size) r.large_page = page;
+  }
   // Any alignment up to one granule can be honoured by padding inside a region.
   r.max_alignment = granularity;
   return r;

@@ -20,6 +20,10 @@ struct ResolvedOptions {
   std::uint64_t granularity = 0;         // region sizes are multiples of this
   std::uint64_t min_block_size = 0;
   std::uint64_t max_alignment = 0;  // largest alignment Allocate accepts
+  // Expandable regions resolved for this device (Options.expandable).
+  bool expandable = false;
+  // Big-page placement threshold and alignment; 0 for none.
+  std::uint64_t large_page = 0;
 };
 
 // InvalidArgument naming the offending field and value; the device is only

@@ -97,10 +97,16 @@ struct Options {
   // free chunk. 0 always splits (the surplus is at least min_block_size).
   std::uint64_t max_internal_fragmentation = 0;
   CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kWhenComplete;
-  // Expandable regions (one virtual range grown by mapping granules). kAuto
-  // turns them on where the backend's virtual memory works; kOn fails at
-  // creation where it does not.
+  // Expandable regions (bfc mode): one reserved address range of the
+  // device's size, grown by mapping granules at the end of what is mapped, so
+  // that all free memory stays mergeable; Trim and garbage collection unmap
+  // free granules. kAuto turns them on where the backend's virtual memory
+  // works; kOn fails at creation where it does not (or in another mode).
   Tristate expandable = Tristate::kAuto;
+  // Allocations of at least the profile's big-page / fragment size (2 MiB)
+  // start on a multiple of it when their best-fit free chunk has room for
+  // that, so placement costs no extra reserved memory.
+  bool large_page_placement = true;
   // Architecture profile name, or "auto" to pick it from the device.
   std::string arch = "auto";
   // A label used in messages and reports.

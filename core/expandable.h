@@ -1,0 +1,122 @@
+// core/expandable.h: expandable regions: one reserved address range, grown
+// by mapping physical granules into it.
+//
+// Growth by separate physical regions fragments memory: the free end of one
+// region never merges with the start of the next. With virtual memory the
+// allocator reserves one address range of at least the device's size once and
+// maps granules where it must grow, so new memory joins the free chunk next to
+// it and every free byte stays mergeable; free granules can be unmapped again
+// (Trim, garbage collection, before growth), which leaves holes that later
+// growth fills first when that maps less.
+//
+// The BFC core sees each mapped extent as one region (BfcCore::JoinRegions and
+// CarveFree keep it so): regions are exactly the maximal mapped runs.
+//
+// Two parts:
+//   PlanGrowth: pure arithmetic (where to map, how much), unit tested alone.
+//   ExpandableSpace: the reservation and its mappings, and the backend calls
+//     (ReserveAddress, CreatePhysical, Map, SetAccess, ReleasePhysical,
+//     Unmap, FreeAddress). Each mapping is one physical handle of `unit`
+//     bytes (or a larger one when preallocating), released as soon as it is
+//     mapped: unmapping then returns its memory, as in CUDA.
+//
+// Thread safety: none; the allocator facade's lock guards it.
+#ifndef GPUALLOC_CORE_EXPANDABLE_H_
+#define GPUALLOC_CORE_EXPANDABLE_H_
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/status.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc::core {
+
+// A mapped extent as the planner sees it.
+struct Extent {
+  DeviceAddress base = 0;
+  std::uint64_t size = 0;
+  std::uint64_t free_head = 0;  // free bytes at its start
+  std::uint64_t free_tail = 0;  // free bytes at its end
+};
+
+struct GrowthPlan {
+  DeviceAddress address = 0;  // where to map
+  std::uint64_t bytes = 0;    // how much: a multiple of the unit
+};
+
+// The smallest mapping inside [space_base, space_base + space_size) after
+// which a free chunk of at least `needed` bytes exists, counting the free ends
+// of the extents it touches; ties go to the lowest address. nullopt when no
+// hole or the space after the last extent is large enough.
+// REQUIRES: extents sorted, disjoint, inside the space, with unit-aligned
+// bounds relative to space_base; unit > 0; needed > 0.
+std::optional<GrowthPlan> PlanGrowth(const std::vector<Extent>& extents,
+                                     DeviceAddress space_base,
+                                     std::uint64_t space_size,
+                                     std::uint64_t needed, std::uint64_t unit);
+
+class ExpandableSpace {
+ public:
+  // `unit`: the granule mapped at a time (a multiple of the device's minimum
+  // granularity). Reserves nothing yet.
+  ExpandableSpace(Backend* backend, std::uint64_t unit)
+      : backend_(*backend), unit_(unit) {}
+  // Unmaps everything still mapped and frees the reservation; errors are
+  // ignored (the allocator is going away).
+  ~ExpandableSpace();
+
+  ExpandableSpace(const ExpandableSpace&) = delete;
+  ExpandableSpace& operator=(const ExpandableSpace&) = delete;
+
+  // Reserves `bytes` (rounded up to the unit), aligned to the unit, once.
+  absl::Status Reserve(std::uint64_t bytes);
+  bool reserved() const { return size_ != 0; }
+  DeviceAddress base() const { return base_; }
+  std::uint64_t size() const { return size_; }
+  std::uint64_t unit() const { return unit_; }
+
+  // Maps [address, address + bytes) as handles of `handle_bytes` each (a
+  // multiple of the unit dividing `bytes`) and makes it accessible. On error
+  // nothing stays mapped and the error names the step.
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   std::uint64_t handle_bytes);
+  // Unmaps every mapping inside [address, address + bytes), one call each.
+  // On error the mappings before the failing one are gone (reported through
+  // *unmapped, in bytes) and the rest stay.
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes,
+                     std::uint64_t* unmapped);
+  // The runs of whole mappings inside [address, address + bytes), merged
+  // where adjacent, in address order.
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> MappedRunsWithin(
+      DeviceAddress address, std::uint64_t bytes) const;
+
+  std::uint64_t mapped_bytes() const { return mapped_bytes_; }
+  std::size_t num_mappings() const { return mappings_.size(); }
+  std::uint64_t maps() const { return maps_; }
+  std::uint64_t unmaps() const { return unmaps_; }
+  // Mapping start -> size, in address order.
+  const absl::btree_map<DeviceAddress, std::uint64_t>& mappings() const {
+    return mappings_;
+  }
+
+ private:
+  // Maps one handle of `bytes` at `address` (create, map, release).
+  absl::Status MapOne(DeviceAddress address, std::uint64_t bytes);
+
+  Backend& backend_;
+  const std::uint64_t unit_;
+  DeviceAddress base_ = 0;
+  std::uint64_t size_ = 0;
+  absl::btree_map<DeviceAddress, std::uint64_t> mappings_;
+  std::uint64_t mapped_bytes_ = 0;
+  std::uint64_t maps_ = 0;
+  std::uint64_t unmaps_ = 0;
+};
+
+}  // namespace gpualloc::core
+
+#endif  // GPUALLOC_CORE_EXPANDABLE_H_
