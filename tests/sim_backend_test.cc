@@ -78,6 +78,13 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kPoolTrim), "pool_trim");
   EXPECT_EQ(SimOpName(SimOp::kConfigurePool), "configure_pool");
   EXPECT_EQ(SimOpName(SimOp::kGetPoolUsage), "get_pool_usage");
+  EXPECT_EQ(SimOpName(SimOp::kReserveAddress), "reserve_address");
+  EXPECT_EQ(SimOpName(SimOp::kFreeAddress), "free_address");
+  EXPECT_EQ(SimOpName(SimOp::kCreatePhysical), "create_physical");
+  EXPECT_EQ(SimOpName(SimOp::kReleasePhysical), "release_physical");
+  EXPECT_EQ(SimOpName(SimOp::kMap), "map");
+  EXPECT_EQ(SimOpName(SimOp::kUnmap), "unmap");
+  EXPECT_EQ(SimOpName(SimOp::kSetAccess), "set_access");
   EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
   // Every op has a name of its own.
   for (int i = 0; i < kNumSimOps; ++i) {
@@ -103,7 +110,7 @@ TEST(SimBackendTest, DefaultsDescribeAnH200) {
   EXPECT_EQ(d.allocation_alignment, 256u);
   EXPECT_EQ(d.page_sizes, (std::vector<std::uint64_t>{4 * kKiB, 64 * kKiB,
                                                       2 * kMiB, 512 * kMiB}));
-  EXPECT_FALSE(d.capabilities.virtual_memory);
+  EXPECT_TRUE(d.capabilities.virtual_memory);
   EXPECT_TRUE(d.capabilities.streams);
   EXPECT_TRUE(d.capabilities.stream_ordered_pools);
   EXPECT_FALSE(d.capabilities.host_accessible);
