@@ -81,6 +81,15 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     // Returns whatever a failed test left behind, so one failure does not
     // cascade into the next test on a shared device.
     if (backend_ == nullptr) return;
+    for (const auto& [address, bytes] : mappings_) {
+      (void)backend_->Unmap(address, bytes);
+    }
+    for (PhysicalHandle handle : handles_) {
+      (void)backend_->ReleasePhysical(handle);
+    }
+    for (const auto& [address, bytes] : reservations_) {
+      (void)backend_->FreeAddress(address, bytes);
+    }
     for (const conformance_internal::Block& block : live_) {
       (void)backend_->Free(block.address);
     }
@@ -153,8 +162,72 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     DestroyEventOrFail(event);
   }
 
+  // --- Virtual memory: each helper reports a failure and remembers what is
+  // live for TearDown.
+  DeviceAddress ReserveOrFail(std::uint64_t bytes, std::uint64_t alignment) {
+    absl::StatusOr<DeviceAddress> address =
+        backend_->ReserveAddress(bytes, alignment);
+    EXPECT_TRUE(address.ok()) << "ReserveAddress(" << bytes << ", " << alignment
+                              << "): " << address.status();
+    if (!address.ok()) return 0;
+    EXPECT_NE(*address, 0u);
+    reservations_.emplace_back(*address, bytes);
+    return *address;
+  }
+  void FreeAddressOrFail(DeviceAddress address, std::uint64_t bytes) {
+    const absl::Status status = backend_->FreeAddress(address, bytes);
+    EXPECT_TRUE(status.ok()) << "FreeAddress: " << status;
+    Forget(&reservations_, {address, bytes});
+  }
+  PhysicalHandle CreatePhysicalOrFail(std::uint64_t bytes) {
+    absl::StatusOr<PhysicalHandle> handle = backend_->CreatePhysical(bytes);
+    EXPECT_TRUE(handle.ok())
+        << "CreatePhysical(" << bytes << "): " << handle.status();
+    if (!handle.ok()) return 0;
+    EXPECT_NE(*handle, 0u) << "0 is never a handle";
+    handles_.push_back(*handle);
+    return *handle;
+  }
+  void ReleasePhysicalOrFail(PhysicalHandle handle) {
+    const absl::Status status = backend_->ReleasePhysical(handle);
+    EXPECT_TRUE(status.ok()) << "ReleasePhysical(" << handle << "): " << status;
+    handles_.erase(std::remove(handles_.begin(), handles_.end(), handle),
+                   handles_.end());
+  }
+  // Maps and sets access.
+  void MapOrFail(DeviceAddress address, std::uint64_t bytes,
+                 PhysicalHandle handle) {
+    const absl::Status mapped = backend_->Map(address, bytes, handle);
+    EXPECT_TRUE(mapped.ok()) << "Map: " << mapped;
+    if (!mapped.ok()) return;
+    mappings_.emplace_back(address, bytes);
+    const absl::Status access = backend_->SetAccess(address, bytes);
+    EXPECT_TRUE(access.ok()) << "SetAccess: " << access;
+  }
+  // Unmaps mappings MapOrFail made that tile [address, address + bytes).
+  void UnmapOrFail(DeviceAddress address, std::uint64_t bytes) {
+    const absl::Status status = backend_->Unmap(address, bytes);
+    EXPECT_TRUE(status.ok()) << "Unmap: " << status;
+    mappings_.erase(std::remove_if(mappings_.begin(), mappings_.end(),
+                                   [&](const auto& m) {
+                                     return m.first >= address &&
+                                            m.first < address + bytes;
+                                   }),
+                    mappings_.end());
+  }
+  static void Forget(std::vector<std::pair<DeviceAddress, std::uint64_t>>* v,
+                     std::pair<DeviceAddress, std::uint64_t> range) {
+    v->erase(std::remove(v->begin(), v->end(), range), v->end());
+  }
+  // The granule the virtual-memory tests map in, and the smallest one.
+  std::uint64_t Granule() const { return info().recommended_granularity; }
+  std::uint64_t MinGranule() const { return info().min_granularity; }
+
   std::shared_ptr<Backend> backend_;
   std::vector<conformance_internal::Block> live_;
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> reservations_;
+  std::vector<PhysicalHandle> handles_;
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> mappings_;
   // Only the default stream: on a real device any other handle must be a
   // stream the runtime created.
   std::vector<DeviceAddress> pool_live_;
@@ -522,6 +595,260 @@ TEST_P(BackendConformanceTest, PoolAllocateBeyondTheDeviceIsResourceExhausted) {
   absl::StatusOr<DeviceAddress> small = backend_->PoolAllocate(256, Stream());
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_TRUE(backend_->PoolFree(*small, Stream()).ok());
+}
+
+// --- Virtual memory ----------------------------------------------------------
+
+TEST_P(BackendConformanceTest, VirtualMemoryCallsNeedTheCapability) {
+  if (info().capabilities.virtual_memory) {
+    GTEST_SKIP() << info().name << " has virtual memory";
+  }
+  const std::uint64_t g = Granule();
+  const std::vector<absl::Status> statuses = {
+      backend_->ReserveAddress(g, 0).status(),
+      backend_->FreeAddress(g, g),
+      backend_->CreatePhysical(g).status(),
+      backend_->ReleasePhysical(1),
+      backend_->Map(g, g, 1),
+      backend_->Unmap(g, g),
+      backend_->SetAccess(g, g)};
+  for (const absl::Status& status : statuses) {
+    EXPECT_TRUE(absl::IsUnimplemented(status)) << status;
+    EXPECT_NE(status.message().find(info().backend), std::string::npos)
+        << "names the backend: " << status;
+    EXPECT_NE(status.message().find("virtual_memory"), std::string::npos)
+        << status;
+  }
+}
+
+TEST_P(BackendConformanceTest, VirtualMemoryRoundTrip) {
+  if (!info().capabilities.virtual_memory) GTEST_SKIP() << "no VMM";
+  const std::uint64_t g = Granule();
+  if (!HasRoomFor(4 * g)) GTEST_SKIP() << "device is full";
+  const std::uint64_t free_before = FreeBytes();
+
+  const DeviceAddress any = ReserveOrFail(4 * g, 0);
+  ASSERT_NE(any, 0u);
+  EXPECT_EQ(any % MinGranule(), 0u);
+  const DeviceAddress aligned = ReserveOrFail(2 * g, 4 * g);
+  ASSERT_NE(aligned, 0u);
+  EXPECT_EQ(aligned % (4 * g), 0u);
+  EXPECT_TRUE(aligned + 2 * g <= any || any + 4 * g <= aligned)
+      << "reservations overlap";
+
+  const PhysicalHandle a = CreatePhysicalOrFail(g);
+  const PhysicalHandle b = CreatePhysicalOrFail(2 * g);
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  EXPECT_NE(a, b);
+  MapOrFail(any, g, a);
+  MapOrFail(any + g, 2 * g, b);
+  // Access again over both mappings at once.
+  const absl::Status access = backend_->SetAccess(any, 3 * g);
+  EXPECT_TRUE(access.ok()) << access;
+  UnmapOrFail(any, 3 * g);  // two whole mappings in one call
+  // A handle maps again after its mapping went, elsewhere.
+  MapOrFail(aligned, g, a);
+  UnmapOrFail(aligned, g);
+  ReleasePhysicalOrFail(a);
+  ReleasePhysicalOrFail(b);
+  FreeAddressOrFail(aligned, 2 * g);
+  FreeAddressOrFail(any, 4 * g);
+  EXPECT_EQ(FreeBytes(), free_before);
+}
+
+TEST_P(BackendConformanceTest, VirtualMemoryRuleViolationsChangeNothing) {
+  if (!info().capabilities.virtual_memory) GTEST_SKIP() << "no VMM";
+  const std::uint64_t g = Granule();
+  const std::uint64_t m = MinGranule();
+  if (!HasRoomFor(4 * g)) GTEST_SKIP() << "device is full";
+
+  const DeviceAddress r = ReserveOrFail(4 * g, 0);
+  const PhysicalHandle one = CreatePhysicalOrFail(g);
+  const PhysicalHandle two = CreatePhysicalOrFail(2 * g);
+  ASSERT_NE(r, 0u);
+  ASSERT_NE(one, 0u);
+  ASSERT_NE(two, 0u);
+  // A reservation given back: nothing may be mapped there any more.
+  const DeviceAddress gone = ReserveOrFail(g, 0);
+  ASSERT_NE(gone, 0u);
+  FreeAddressOrFail(gone, g);
+  const std::uint64_t free = FreeBytes();
+
+  auto expect_invalid = [&](const std::string& what, absl::Status status) {
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << what << ": " << status;
+    EXPECT_EQ(FreeBytes(), free) << what;
+  };
+  // Before anything is mapped.
+  expect_invalid("reserve 0 bytes", backend_->ReserveAddress(0, 0).status());
+  expect_invalid("reserve alignment not a power of two",
+                 backend_->ReserveAddress(g, 3 * m).status());
+  expect_invalid("create 0 bytes", backend_->CreatePhysical(0).status());
+  expect_invalid("release handle 0", backend_->ReleasePhysical(0));
+  expect_invalid("map handle 0", backend_->Map(r, g, 0));
+  expect_invalid("map a part of a handle", backend_->Map(r, g, two));
+  expect_invalid("map more than a handle", backend_->Map(r, 2 * g, one));
+  expect_invalid("map past the reservation",
+                 backend_->Map(r + 3 * g, 2 * g, two));
+  expect_invalid("map into a freed reservation", backend_->Map(gone, g, one));
+  expect_invalid("unmap what is not mapped", backend_->Unmap(r, g));
+  expect_invalid("set access on what is not mapped", backend_->SetAccess(r, g));
+  if (m > 1) {
+    expect_invalid("reserve a size off the granularity",
+                   backend_->ReserveAddress(g + m / 2, 0).status());
+    expect_invalid("reserve alignment below the granularity",
+                   backend_->ReserveAddress(g, m / 2).status());
+    expect_invalid("create a size off the granularity",
+                   backend_->CreatePhysical(g + m / 2).status());
+    expect_invalid("map at an address off the granularity",
+                   backend_->Map(r + m / 2, g, one));
+  }
+
+  // [r, r + g) holds `one`, [r + g, r + 3g) holds `two`, [r + 3g, r + 4g)
+  // nothing.
+  MapOrFail(r, g, one);
+  MapOrFail(r + g, 2 * g, two);
+  const std::uint64_t mapped_free = FreeBytes();
+  EXPECT_EQ(mapped_free, free);
+  expect_invalid("map over a mapping", backend_->Map(r, g, one));
+  expect_invalid("map overlapping a mapping's end",
+                 backend_->Map(r + 2 * g, g, one));
+  expect_invalid("unmap part of a mapping", backend_->Unmap(r, 2 * g));
+  expect_invalid("unmap from inside a mapping", backend_->Unmap(r + 2 * g, g));
+  expect_invalid("unmap with a hole", backend_->Unmap(r, 4 * g));
+  expect_invalid("unmap an unmapped tail", backend_->Unmap(r + 3 * g, g));
+  expect_invalid("set access with a hole", backend_->SetAccess(r, 4 * g));
+  expect_invalid("free a reservation with mappings",
+                 backend_->FreeAddress(r, 4 * g));
+  expect_invalid("free part of a reservation", backend_->FreeAddress(r, 2 * g));
+  expect_invalid("free from inside a reservation",
+                 backend_->FreeAddress(r + g, 3 * g));
+  expect_invalid("free a freed reservation", backend_->FreeAddress(gone, g));
+
+  // Everything still works.
+  const absl::Status access = backend_->SetAccess(r + g, 2 * g);
+  EXPECT_TRUE(access.ok()) << access;
+  UnmapOrFail(r, 3 * g);
+  ReleasePhysicalOrFail(one);
+  ReleasePhysicalOrFail(two);
+  const std::uint64_t released_free = FreeBytes();
+  EXPECT_TRUE(absl::IsInvalidArgument(backend_->ReleasePhysical(one)))
+      << "double release";
+  EXPECT_EQ(FreeBytes(), released_free);
+  FreeAddressOrFail(r, 4 * g);
+  EXPECT_TRUE(absl::IsInvalidArgument(backend_->FreeAddress(r, 4 * g)))
+      << "double free of a reservation";
+}
+
+TEST_P(BackendConformanceTest, PhysicalMemoryCountsAgainstFreeBytes) {
+  if (!info().capabilities.virtual_memory) GTEST_SKIP() << "no VMM";
+  const std::uint64_t g = Granule();
+  if (!HasRoomFor(8 * g)) GTEST_SKIP() << "device is full";
+  const std::uint64_t before = FreeBytes();
+
+  const PhysicalHandle handle = CreatePhysicalOrFail(4 * g);
+  ASSERT_NE(handle, 0u);
+  EXPECT_LE(FreeBytes() + 4 * g, before);
+  const DeviceAddress r = ReserveOrFail(4 * g, 0);
+  ASSERT_NE(r, 0u);
+  MapOrFail(r, 4 * g, handle);
+  EXPECT_LE(FreeBytes() + 4 * g, before) << "mapping takes nothing more";
+  UnmapOrFail(r, 4 * g);
+  EXPECT_LE(FreeBytes() + 4 * g, before) << "the handle still holds it";
+  ReleasePhysicalOrFail(handle);
+  EXPECT_EQ(FreeBytes(), before);
+  FreeAddressOrFail(r, 4 * g);
+
+  // More than the device has: ResourceExhausted, and nothing changes.
+  const std::uint64_t m = MinGranule();
+  const std::uint64_t too_big = (info().total_bytes / m + 1) * m;
+  const absl::StatusOr<PhysicalHandle> huge = backend_->CreatePhysical(too_big);
+  EXPECT_TRUE(absl::IsResourceExhausted(huge.status())) << huge.status();
+  if (huge.ok()) handles_.push_back(*huge);
+  EXPECT_EQ(FreeBytes(), before);
+}
+
+TEST_P(BackendConformanceTest, ReleaseWhileMappedKeepsMemoryUntilUnmap) {
+  if (!info().capabilities.virtual_memory) GTEST_SKIP() << "no VMM";
+  const std::uint64_t g = Granule();
+  if (!HasRoomFor(4 * g)) GTEST_SKIP() << "device is full";
+  const std::uint64_t before = FreeBytes();
+  const PhysicalHandle handle = CreatePhysicalOrFail(2 * g);
+  const DeviceAddress r = ReserveOrFail(4 * g, 0);
+  ASSERT_NE(handle, 0u);
+  ASSERT_NE(r, 0u);
+  MapOrFail(r, 2 * g, handle);
+  ReleasePhysicalOrFail(handle);
+  EXPECT_LE(FreeBytes() + 2 * g, before) << "still mapped, still in use";
+  const std::uint64_t held = FreeBytes();
+  EXPECT_TRUE(absl::IsInvalidArgument(backend_->ReleasePhysical(handle)))
+      << "released twice";
+  EXPECT_TRUE(absl::IsInvalidArgument(backend_->Map(r + 2 * g, 2 * g, handle)))
+      << "a released handle maps no more";
+  EXPECT_EQ(FreeBytes(), held);
+  if (info().capabilities.host_accessible) {
+    auto* bytes = reinterpret_cast<unsigned char*>(r);
+    for (std::uint64_t off = 0; off < 2 * g; off += 4096) {
+      bytes[off] = static_cast<unsigned char>(off / 4096 * 7 + 1);
+    }
+    std::uint64_t wrong = 0;
+    for (std::uint64_t off = 0; off < 2 * g; off += 4096) {
+      wrong += bytes[off] != static_cast<unsigned char>(off / 4096 * 7 + 1);
+    }
+    EXPECT_EQ(wrong, 0u) << "memory of a released handle stays usable";
+  }
+  UnmapOrFail(r, 2 * g);
+  EXPECT_EQ(FreeBytes(), before) << "the last mapping gave it back";
+  FreeAddressOrFail(r, 4 * g);
+}
+
+TEST_P(BackendConformanceTest, HostAccessiblePatternThroughAdjacentMappings) {
+  if (!info().capabilities.virtual_memory) GTEST_SKIP() << "no VMM";
+  if (!info().capabilities.host_accessible) {
+    GTEST_SKIP() << info().name << " is not host accessible";
+  }
+  const std::uint64_t g = Granule();
+  if (!HasRoomFor(4 * g)) GTEST_SKIP() << "device is full";
+  const DeviceAddress r = ReserveOrFail(4 * g, 0);
+  const PhysicalHandle first = CreatePhysicalOrFail(g);
+  const PhysicalHandle second = CreatePhysicalOrFail(2 * g);
+  ASSERT_NE(r, 0u);
+  ASSERT_NE(first, 0u);
+  ASSERT_NE(second, 0u);
+  ASSERT_TRUE(backend_->Map(r, g, first).ok());
+  mappings_.emplace_back(r, g);
+  ASSERT_TRUE(backend_->Map(r + g, 2 * g, second).ok());
+  mappings_.emplace_back(r + g, 2 * g);
+  // One SetAccess over both mappings.
+  ASSERT_TRUE(backend_->SetAccess(r, 3 * g).ok());
+
+  auto pattern = [](std::uint64_t offset) {
+    return static_cast<unsigned char>((offset * 131 + offset / 4099 + 7) &
+                                      0xff);
+  };
+  // One pass of writes across the boundary between the two mappings.
+  auto* bytes = reinterpret_cast<unsigned char*>(r);
+  for (std::uint64_t off = 0; off < 3 * g; ++off) bytes[off] = pattern(off);
+  // The first handle released while mapped: its data stays.
+  ReleasePhysicalOrFail(first);
+  std::uint64_t wrong = 0;
+  for (std::uint64_t off = 0; off < 3 * g; ++off) {
+    wrong += bytes[off] != pattern(off);
+  }
+  EXPECT_EQ(wrong, 0u);
+
+  // The second handle keeps its contents when mapped again elsewhere.
+  UnmapOrFail(r, 3 * g);
+  MapOrFail(r + 2 * g, 2 * g, second);
+  const auto* again = reinterpret_cast<const unsigned char*>(r + 2 * g);
+  wrong = 0;
+  for (std::uint64_t off = 0; off < 2 * g; ++off) {
+    wrong += again[off] != pattern(g + off);
+  }
+  EXPECT_EQ(wrong, 0u) << "physical memory survives unmap and map";
+  UnmapOrFail(r + 2 * g, 2 * g);
+  ReleasePhysicalOrFail(second);
+  FreeAddressOrFail(r, 4 * g);
 }
 
 }  // namespace gpualloc::testing

@@ -1,12 +1,14 @@
 // tests/sim_backend_test.cc: the simulated device beyond the conformance suite:
-// option validation, placement, accounting, fault injection, counters and the
-// two memory kinds.
+// option validation, placement, accounting, fault injection, counters, the
+// two memory kinds, and virtual memory (costs, counters, faults, observers,
+// rule messages, fake placement, host mappings, access and unmap hazards).
 
 #include "gpualloc/sim_backend.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -78,6 +81,13 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kPoolTrim), "pool_trim");
   EXPECT_EQ(SimOpName(SimOp::kConfigurePool), "configure_pool");
   EXPECT_EQ(SimOpName(SimOp::kGetPoolUsage), "get_pool_usage");
+  EXPECT_EQ(SimOpName(SimOp::kReserveAddress), "reserve_address");
+  EXPECT_EQ(SimOpName(SimOp::kFreeAddress), "free_address");
+  EXPECT_EQ(SimOpName(SimOp::kCreatePhysical), "create_physical");
+  EXPECT_EQ(SimOpName(SimOp::kReleasePhysical), "release_physical");
+  EXPECT_EQ(SimOpName(SimOp::kMap), "map");
+  EXPECT_EQ(SimOpName(SimOp::kUnmap), "unmap");
+  EXPECT_EQ(SimOpName(SimOp::kSetAccess), "set_access");
   EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
   // Every op has a name of its own.
   for (int i = 0; i < kNumSimOps; ++i) {
@@ -103,7 +113,7 @@ TEST(SimBackendTest, DefaultsDescribeAnH200) {
   EXPECT_EQ(d.allocation_alignment, 256u);
   EXPECT_EQ(d.page_sizes, (std::vector<std::uint64_t>{4 * kKiB, 64 * kKiB,
                                                       2 * kMiB, 512 * kMiB}));
-  EXPECT_FALSE(d.capabilities.virtual_memory);
+  EXPECT_TRUE(d.capabilities.virtual_memory);
   EXPECT_TRUE(d.capabilities.streams);
   EXPECT_TRUE(d.capabilities.stream_ordered_pools);
   EXPECT_FALSE(d.capabilities.host_accessible);
@@ -221,6 +231,13 @@ INSTANTIATE_TEST_SUITE_P(
             "bad_memory_kind",
             [](SimOptions& o) { o.memory = static_cast<SimMemory>(7); },
             "SimOptions.memory", "kHostBacked"},
+        BadOptionsCase{"host_backed_vmm_granule_below_a_page",
+                       [](SimOptions& o) {
+                         o.memory = SimMemory::kHostBacked;
+                         o.total_bytes = kGiB;
+                         o.min_granularity = 1024;
+                       },
+                       "SimOptions.min_granularity", "host page size"},
         BadOptionsCase{
             "bad_clock",
             [](SimOptions& o) { o.clock = static_cast<SimClock>(5); },
@@ -558,6 +575,627 @@ TEST(SimBackendDeathTest, HostBackedOverrunFaults) {
   volatile unsigned char* bytes = reinterpret_cast<unsigned char*>(*a);
   bytes[64 * kKiB - 1] = 1;  // the last byte is fine
   EXPECT_DEATH(bytes[64 * kKiB] = 1, "");
+}
+
+// --- Virtual memory ----------------------------------------------------------
+
+// Reserves, creates, maps and sets access, asserting each step.
+struct VmmRange {
+  DeviceAddress address = 0;
+  PhysicalHandle handle = 0;
+};
+
+VmmRange MapNew(SimBackend& sim, std::uint64_t reserve, std::uint64_t map) {
+  VmmRange r;
+  absl::StatusOr<DeviceAddress> address = sim.ReserveAddress(reserve, 0);
+  EXPECT_TRUE(address.ok()) << address.status();
+  absl::StatusOr<PhysicalHandle> handle = sim.CreatePhysical(map);
+  EXPECT_TRUE(handle.ok()) << handle.status();
+  if (!address.ok() || !handle.ok()) return r;
+  r.address = *address;
+  r.handle = *handle;
+  GPUALLOC_EXPECT_OK(sim.Map(r.address, map, r.handle));
+  GPUALLOC_EXPECT_OK(sim.SetAccess(r.address, map));
+  return r;
+}
+
+TEST(SimVmmTest, CallsAreCountedAndCostTheirModeledTime) {
+  SimOptions o = Profile("h100", kGiB);
+  o.cost_ns[static_cast<int>(SimOp::kReserveAddress)] = 1;
+  o.cost_ns[static_cast<int>(SimOp::kFreeAddress)] = 10;
+  o.cost_ns[static_cast<int>(SimOp::kCreatePhysical)] = 100;
+  o.cost_ns[static_cast<int>(SimOp::kReleasePhysical)] = 1'000;
+  o.cost_ns[static_cast<int>(SimOp::kMap)] = 10'000;
+  o.cost_ns[static_cast<int>(SimOp::kUnmap)] = 100'000;
+  o.cost_ns[static_cast<int>(SimOp::kSetAccess)] = 1'000'000;
+  auto sim = Create(o);
+  ASSERT_NE(sim, nullptr);
+  const VmmRange r = MapNew(*sim, 4 * kMiB, 2 * kMiB);
+  GPUALLOC_ASSERT_OK(sim->Unmap(r.address, 2 * kMiB));
+  GPUALLOC_ASSERT_OK(sim->ReleasePhysical(r.handle));
+  GPUALLOC_ASSERT_OK(sim->FreeAddress(r.address, 4 * kMiB));
+  EXPECT_EQ(sim->modeled_ns(), 1'111'111u);
+  // Failed calls count, and cost nothing.
+  EXPECT_FALSE(sim->ReleasePhysical(r.handle).ok());
+  EXPECT_FALSE(sim->Map(r.address, 2 * kMiB, r.handle).ok());
+  EXPECT_FALSE(sim->SetAccess(r.address, 2 * kMiB).ok());
+  EXPECT_EQ(sim->modeled_ns(), 1'111'111u);
+  for (SimOp op : {SimOp::kReserveAddress, SimOp::kFreeAddress,
+                   SimOp::kCreatePhysical, SimOp::kUnmap}) {
+    EXPECT_EQ(sim->calls(op), 1u) << SimOpName(op);
+    EXPECT_EQ(sim->failed_calls(op), 0u) << SimOpName(op);
+  }
+  for (SimOp op : {SimOp::kReleasePhysical, SimOp::kMap, SimOp::kSetAccess}) {
+    EXPECT_EQ(sim->calls(op), 2u) << SimOpName(op);
+    EXPECT_EQ(sim->failed_calls(op), 1u) << SimOpName(op);
+  }
+}
+
+TEST(SimVmmTest, DefaultCostsAreTensOfMicrosecondsForTheHeavyCalls) {
+  const SimOptions defaults;
+  auto cost = [&](SimOp op) { return defaults.cost_ns[static_cast<int>(op)]; };
+  for (SimOp op : {SimOp::kCreatePhysical, SimOp::kReleasePhysical,
+                   SimOp::kUnmap, SimOp::kSetAccess}) {
+    EXPECT_GE(cost(op), 10'000u) << SimOpName(op);
+    EXPECT_LT(cost(op), 100'000u) << SimOpName(op);
+  }
+  for (SimOp op : {SimOp::kReserveAddress, SimOp::kFreeAddress, SimOp::kMap}) {
+    EXPECT_GT(cost(op), 0u) << SimOpName(op);
+  }
+}
+
+TEST(SimVmmTest, WithoutTheCapabilityEveryCallIsUnimplementedAndCounted) {
+  SimOptions o = Profile("h200");
+  o.virtual_memory = false;
+  auto sim = Create(o);
+  ASSERT_NE(sim, nullptr);
+  EXPECT_FALSE(sim->info().capabilities.virtual_memory);
+  const std::vector<absl::Status> statuses = {
+      sim->ReserveAddress(2 * kMiB, 0).status(),
+      sim->FreeAddress(2 * kMiB, 2 * kMiB),
+      sim->CreatePhysical(2 * kMiB).status(),
+      sim->ReleasePhysical(1),
+      sim->Map(2 * kMiB, 2 * kMiB, 1),
+      sim->Unmap(2 * kMiB, 2 * kMiB),
+      sim->SetAccess(2 * kMiB, 2 * kMiB)};
+  for (const absl::Status& status : statuses) {
+    EXPECT_TRUE(absl::IsUnimplemented(status)) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "virtual_memory"))
+        << status;
+  }
+  for (SimOp op : {SimOp::kReserveAddress, SimOp::kFreeAddress,
+                   SimOp::kCreatePhysical, SimOp::kReleasePhysical, SimOp::kMap,
+                   SimOp::kUnmap, SimOp::kSetAccess}) {
+    EXPECT_EQ(sim->calls(op), 1u) << SimOpName(op);
+    EXPECT_EQ(sim->failed_calls(op), 1u) << SimOpName(op);
+  }
+  EXPECT_EQ(sim->modeled_ns(), 0u);
+  EXPECT_EQ(sim->reserved_address_bytes(), 0u);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
+// One op's fault: the call fails with the injected status, changes nothing,
+// and the same call then succeeds.
+struct VmmFaultState {
+  DeviceAddress reservation = 0;  // 8 MiB; [0, 2 MiB) mapped and accessible
+  PhysicalHandle spare = 0;       // 2 MiB, not mapped
+  DeviceAddress extra = 0;        // what `prepare` made
+};
+
+struct VmmFaultCase {
+  std::string name;
+  SimOp op;
+  // Brings the device to the state the call needs (not under the fault).
+  std::function<absl::Status(SimBackend&, VmmFaultState&)> prepare;
+  std::function<absl::Status(SimBackend&, VmmFaultState&)> call;
+};
+
+class SimVmmFaultTest : public ::testing::TestWithParam<VmmFaultCase> {};
+
+TEST_P(SimVmmFaultTest, FailsOnceAndChangesNothing) {
+  for (SimMemory memory : {SimMemory::kFake, SimMemory::kHostBacked}) {
+    auto sim = Create(Profile("mi300x", 256 * kMiB, memory));
+    ASSERT_NE(sim, nullptr);
+    const VmmRange r = MapNew(*sim, 8 * kMiB, 2 * kMiB);
+    absl::StatusOr<PhysicalHandle> spare = sim->CreatePhysical(2 * kMiB);
+    ASSERT_TRUE(spare.ok());
+    VmmFaultState state{r.address, *spare, 0};
+    if (GetParam().prepare) {
+      GPUALLOC_ASSERT_OK(GetParam().prepare(*sim, state));
+    }
+    const std::uint64_t mapped = sim->mapped_bytes();
+    const std::uint64_t physical = sim->physical_bytes();
+    const std::uint64_t reserved = sim->reserved_address_bytes();
+    const std::uint64_t free = *sim->FreeBytes();
+    const bool accessible = sim->IsAccessible(r.address, 8 * kMiB);
+    const std::uint64_t ns = sim->modeled_ns();
+    sim->FailNthCall(GetParam().op, 1, absl::DataLossError("injected"));
+    const absl::Status failed = GetParam().call(*sim, state);
+    EXPECT_EQ(sim->modeled_ns(), ns) << "a failed call costs nothing";
+    EXPECT_TRUE(absl::IsDataLoss(failed)) << failed;
+    EXPECT_EQ(failed.message(), "injected");
+    EXPECT_EQ(sim->mapped_bytes(), mapped);
+    EXPECT_EQ(sim->physical_bytes(), physical);
+    EXPECT_EQ(sim->reserved_address_bytes(), reserved);
+    EXPECT_EQ(*sim->FreeBytes(), free);
+    EXPECT_EQ(sim->IsAccessible(r.address, 8 * kMiB), accessible);
+    EXPECT_TRUE(sim->IsAccessible(r.address, 2 * kMiB));
+    EXPECT_EQ(sim->failed_calls(GetParam().op), 1u);
+    if (memory == SimMemory::kHostBacked) {
+      // The mapped memory is still there and writable.
+      std::memset(reinterpret_cast<void*>(r.address), 0x3c, 2 * kMiB);
+    }
+    const absl::Status again = GetParam().call(*sim, state);
+    EXPECT_TRUE(again.ok()) << again;
+    EXPECT_EQ(sim->failed_calls(GetParam().op), 1u);
+    EXPECT_GT(sim->modeled_ns(), ns);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryOp, SimVmmFaultTest,
+    ::testing::Values(
+        VmmFaultCase{"reserve", SimOp::kReserveAddress, nullptr,
+                     [](SimBackend& sim, VmmFaultState&) {
+                       return sim.ReserveAddress(2 * kMiB, 0).status();
+                     }},
+        VmmFaultCase{"free_address", SimOp::kFreeAddress,
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       absl::StatusOr<DeviceAddress> a =
+                           sim.ReserveAddress(4 * kMiB, 0);
+                       if (a.ok()) s.extra = *a;
+                       return a.status();
+                     },
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       return sim.FreeAddress(s.extra, 4 * kMiB);
+                     }},
+        VmmFaultCase{"create", SimOp::kCreatePhysical, nullptr,
+                     [](SimBackend& sim, VmmFaultState&) {
+                       return sim.CreatePhysical(2 * kMiB).status();
+                     }},
+        VmmFaultCase{"release", SimOp::kReleasePhysical, nullptr,
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       return sim.ReleasePhysical(s.spare);
+                     }},
+        VmmFaultCase{"map", SimOp::kMap, nullptr,
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       return sim.Map(s.reservation + 2 * kMiB, 2 * kMiB,
+                                      s.spare);
+                     }},
+        VmmFaultCase{"set_access", SimOp::kSetAccess,
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       return sim.Map(s.reservation + 2 * kMiB, 2 * kMiB,
+                                      s.spare);
+                     },
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       return sim.SetAccess(s.reservation + 2 * kMiB, 2 * kMiB);
+                     }},
+        VmmFaultCase{"unmap", SimOp::kUnmap,
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       absl::Status mapped =
+                           sim.Map(s.reservation + 4 * kMiB, 2 * kMiB, s.spare);
+                       if (!mapped.ok()) return mapped;
+                       return sim.SetAccess(s.reservation + 4 * kMiB, 2 * kMiB);
+                     },
+                     [](SimBackend& sim, VmmFaultState& s) {
+                       return sim.Unmap(s.reservation + 4 * kMiB, 2 * kMiB);
+                     }}),
+    [](const ::testing::TestParamInfo<VmmFaultCase>& info) {
+      return info.param.name;
+    });
+
+TEST(SimVmmTest, ObserversFollowEveryStep) {
+  auto sim = Create(Profile("h100", 64 * kMiB));
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> r = sim->ReserveAddress(16 * kMiB, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(sim->reserved_address_bytes(), 16 * kMiB);
+  absl::StatusOr<PhysicalHandle> a = sim->CreatePhysical(2 * kMiB);
+  absl::StatusOr<PhysicalHandle> b = sim->CreatePhysical(4 * kMiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(sim->physical_bytes(), 6 * kMiB);
+  EXPECT_EQ(*sim->FreeBytes(), 58 * kMiB);
+  EXPECT_EQ(sim->bytes_allocated(), 0u) << "plain allocations only";
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+
+  GPUALLOC_ASSERT_OK(sim->Map(*r, 2 * kMiB, *a));
+  GPUALLOC_ASSERT_OK(sim->Map(*r + 2 * kMiB, 4 * kMiB, *b));
+  EXPECT_EQ(sim->mapped_bytes(), 6 * kMiB);
+  EXPECT_FALSE(sim->IsAccessible(*r, 2 * kMiB)) << "mapped, no access yet";
+  GPUALLOC_ASSERT_OK(sim->SetAccess(*r + 2 * kMiB, 2 * kMiB));  // part of b
+  EXPECT_TRUE(sim->IsAccessible(*r + 2 * kMiB, 2 * kMiB));
+  EXPECT_TRUE(sim->IsAccessible(*r + 3 * kMiB, 1));
+  EXPECT_FALSE(sim->IsAccessible(*r + 2 * kMiB, 4 * kMiB));
+  GPUALLOC_ASSERT_OK(sim->SetAccess(*r, 6 * kMiB));  // both mappings
+  EXPECT_TRUE(sim->IsAccessible(*r, 6 * kMiB));
+  EXPECT_TRUE(sim->IsAccessible(*r + 1, 6 * kMiB - 1));
+  EXPECT_FALSE(sim->IsAccessible(*r, 6 * kMiB + 1));
+  EXPECT_FALSE(sim->IsAccessible(*r, 0)) << "an empty range";
+  EXPECT_FALSE(sim->IsAccessible(*r - 1, 2));
+
+  // Released while mapped: still physical memory, still accessible.
+  GPUALLOC_ASSERT_OK(sim->ReleasePhysical(*a));
+  EXPECT_EQ(sim->physical_bytes(), 6 * kMiB);
+  EXPECT_TRUE(sim->IsAccessible(*r, 2 * kMiB));
+  GPUALLOC_ASSERT_OK(sim->Unmap(*r, 2 * kMiB));
+  EXPECT_EQ(sim->physical_bytes(), 4 * kMiB) << "a's last mapping went";
+  EXPECT_EQ(sim->mapped_bytes(), 4 * kMiB);
+  EXPECT_FALSE(sim->IsAccessible(*r, 1));
+  EXPECT_TRUE(sim->IsAccessible(*r + 2 * kMiB, 4 * kMiB));
+  GPUALLOC_ASSERT_OK(sim->Unmap(*r + 2 * kMiB, 4 * kMiB));
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  EXPECT_EQ(sim->physical_bytes(), 4 * kMiB) << "b is not released";
+  EXPECT_FALSE(sim->IsAccessible(*r + 2 * kMiB, 1));
+  // Mapped again, access must be set again.
+  GPUALLOC_ASSERT_OK(sim->Map(*r + 8 * kMiB, 4 * kMiB, *b));
+  EXPECT_FALSE(sim->IsAccessible(*r + 8 * kMiB, 4 * kMiB));
+  GPUALLOC_ASSERT_OK(sim->Unmap(*r + 8 * kMiB, 4 * kMiB));
+  GPUALLOC_ASSERT_OK(sim->ReleasePhysical(*b));
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  GPUALLOC_ASSERT_OK(sim->FreeAddress(*r, 16 * kMiB));
+  EXPECT_EQ(sim->reserved_address_bytes(), 0u);
+  EXPECT_EQ(*sim->FreeBytes(), 64 * kMiB);
+
+  // Plain allocations are not virtual memory.
+  absl::StatusOr<DeviceAddress> plain = sim->Allocate(kMiB);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(sim->IsAccessible(*plain, kMiB));
+}
+
+TEST(SimVmmTest, AHandleMayBeMappedTwice) {
+  auto sim = Create(Profile("h100", 64 * kMiB, SimMemory::kHostBacked));
+  ASSERT_NE(sim, nullptr);
+  const VmmRange r = MapNew(*sim, 8 * kMiB, 2 * kMiB);
+  GPUALLOC_ASSERT_OK(sim->Map(r.address + 4 * kMiB, 2 * kMiB, r.handle));
+  GPUALLOC_ASSERT_OK(sim->SetAccess(r.address + 4 * kMiB, 2 * kMiB));
+  EXPECT_EQ(sim->mapped_bytes(), 4 * kMiB);
+  EXPECT_EQ(sim->physical_bytes(), 2 * kMiB);
+  // Both views show the same memory.
+  auto* first = reinterpret_cast<unsigned char*>(r.address);
+  auto* second = reinterpret_cast<unsigned char*>(r.address + 4 * kMiB);
+  first[12345] = 0xa7;
+  EXPECT_EQ(second[12345], 0xa7);
+  GPUALLOC_ASSERT_OK(sim->ReleasePhysical(r.handle));
+  GPUALLOC_ASSERT_OK(sim->Unmap(r.address, 2 * kMiB));
+  EXPECT_EQ(sim->physical_bytes(), 2 * kMiB) << "one mapping is left";
+  EXPECT_EQ(second[12345], 0xa7);
+  GPUALLOC_ASSERT_OK(sim->Unmap(r.address + 4 * kMiB, 2 * kMiB));
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  EXPECT_EQ(*sim->FreeBytes(), 64 * kMiB);
+}
+
+// Each broken rule is InvalidArgument naming the rule and the values.
+TEST(SimVmmTest, RuleViolationsNameTheRuleAndTheValues) {
+  auto sim = Create(Profile("h100", 64 * kMiB));
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> r = sim->ReserveAddress(8 * kMiB, 0);
+  absl::StatusOr<PhysicalHandle> h = sim->CreatePhysical(4 * kMiB);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(h.ok());
+  const DeviceAddress a = *r;
+  auto hex = [](std::uint64_t x) { return absl::StrFormat("%#x", x); };
+  struct Case {
+    std::string what;
+    absl::Status status;
+    std::vector<std::string> mentions;
+  };
+  std::vector<Case> cases = {
+      {"reserve size",
+       sim->ReserveAddress(kMiB, 0).status(),
+       {"ReserveAddress", "1048576", "minimum granularity", "2097152"}},
+      {"reserve alignment",
+       sim->ReserveAddress(2 * kMiB, 6 * kMiB).status(),
+       {"alignment", "power of two"}},
+      {"reserve small alignment",
+       sim->ReserveAddress(2 * kMiB, kMiB).status(),
+       {"alignment", "minimum granularity"}},
+      {"create size",
+       sim->CreatePhysical(3 * kMiB).status(),
+       {"CreatePhysical", "3145728", "minimum granularity"}},
+      {"map address",
+       sim->Map(a + kMiB, 4 * kMiB, *h),
+       {"Map", hex(a + kMiB), "not a multiple"}},
+      {"map unknown handle",
+       sim->Map(a, 4 * kMiB, 99),
+       {"handle 99", "no such physical handle"}},
+      {"map part", sim->Map(a, 2 * kMiB, *h), {"whole handle", "4194304"}},
+      {"map outside",
+       sim->Map(a + 6 * kMiB, 4 * kMiB, *h),
+       {"past the end of the reservation", hex(a), hex(a + 8 * kMiB)}},
+      {"map nowhere",
+       sim->Map(2 * kMiB, 4 * kMiB, *h),
+       {"not inside a reservation", hex(2 * kMiB)}},
+      {"unmap nothing",
+       sim->Unmap(a, 2 * kMiB),
+       {"Unmap", "nothing is mapped", hex(a)}},
+      {"set access unmapped",
+       sim->SetAccess(a, 2 * kMiB),
+       {"SetAccess", "not mapped", hex(a)}},
+      {"release unknown",
+       sim->ReleasePhysical(77),
+       {"handle 77", "no such physical handle"}},
+      {"free inside",
+       sim->FreeAddress(a + 2 * kMiB, 6 * kMiB),
+       {"FreeAddress", "inside the reservation", "whole reservation"}},
+      {"free part",
+       sim->FreeAddress(a, 2 * kMiB),
+       {"8388608", "whole reservation"}},
+      {"free wrap",
+       sim->FreeAddress(~std::uint64_t{0} - 2 * kMiB + 1, 4 * kMiB),
+       {"wraps"}},
+  };
+  GPUALLOC_ASSERT_OK(sim->Map(a + 2 * kMiB, 4 * kMiB, *h));
+  cases.push_back({"map over",
+                   sim->Map(a, 4 * kMiB, *h),
+                   {"overlaps the mapping", hex(a + 2 * kMiB)}});
+  cases.push_back({"unmap partial",
+                   sim->Unmap(a + 2 * kMiB, 2 * kMiB),
+                   {"ends inside the mapping", "no partial unmap"}});
+  cases.push_back({"unmap interior",
+                   sim->Unmap(a + 4 * kMiB, 2 * kMiB),
+                   {"inside the mapping", "no partial unmap"}});
+  cases.push_back({"unmap hole",
+                   sim->Unmap(a + 2 * kMiB, 6 * kMiB),
+                   {"not mapped", hex(a + 6 * kMiB), hex(a + 8 * kMiB)}});
+  cases.push_back({"set access hole",
+                   sim->SetAccess(a, 6 * kMiB),
+                   {"not mapped", hex(a), hex(a + 2 * kMiB)}});
+  cases.push_back({"free mapped",
+                   sim->FreeAddress(a, 8 * kMiB),
+                   {"still in it", "unmap it first"}});
+  GPUALLOC_ASSERT_OK(sim->ReleasePhysical(*h));
+  cases.push_back({"release twice",
+                   sim->ReleasePhysical(*h),
+                   {"already released", "mapping"}});
+  cases.push_back(
+      {"map released", sim->Map(a + 6 * kMiB, 4 * kMiB, *h), {"released"}});
+  for (const Case& c : cases) {
+    EXPECT_TRUE(absl::IsInvalidArgument(c.status))
+        << c.what << ": " << c.status;
+    for (const std::string& m : c.mentions) {
+      EXPECT_TRUE(absl::StrContains(c.status.message(), m))
+          << c.what << ": '" << m << "' not in: " << c.status;
+    }
+    EXPECT_TRUE(absl::StrContains(c.status.message(), sim->info().name))
+        << c.what;
+  }
+  EXPECT_EQ(sim->mapped_bytes(), 4 * kMiB);
+  EXPECT_EQ(sim->physical_bytes(), 4 * kMiB);
+  EXPECT_EQ(sim->reserved_address_bytes(), 8 * kMiB);
+}
+
+TEST(SimVmmTest, CreatePhysicalOutOfMemoryGivesTheNumbers) {
+  auto sim = Create(Profile("h100", 64 * kMiB));
+  ASSERT_NE(sim, nullptr);
+  GPUALLOC_ASSERT_OK(sim->Allocate(16 * kMiB));
+  GPUALLOC_ASSERT_OK(sim->CreatePhysical(32 * kMiB));
+  const absl::StatusOr<PhysicalHandle> more = sim->CreatePhysical(32 * kMiB);
+  ASSERT_TRUE(absl::IsResourceExhausted(more.status())) << more.status();
+  for (std::uint64_t n : {32 * kMiB, 48 * kMiB, 64 * kMiB, 16 * kMiB}) {
+    EXPECT_TRUE(absl::StrContains(more.status().message(), absl::StrCat(n)))
+        << n << ": " << more.status();
+  }
+  EXPECT_EQ(sim->physical_bytes(), 32 * kMiB);
+  // Plain allocations see the handle's memory as taken, and name it.
+  const absl::StatusOr<DeviceAddress> plain = sim->Allocate(32 * kMiB);
+  ASSERT_TRUE(absl::IsResourceExhausted(plain.status()));
+  EXPECT_TRUE(absl::StrContains(plain.status().message(),
+                                "33554432 by physical memory handles"))
+      << plain.status();
+  GPUALLOC_EXPECT_OK(sim->CreatePhysical(16 * kMiB));
+}
+
+TEST(SimVmmTest, FakeReservationsAreDeterministicDisjointAndNeverReused) {
+  auto x = Create(Profile("h200"));
+  auto y = Create(Profile("h200"));
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> ranges;
+  for (std::uint64_t size : {2 * kMiB, 64 * kMiB, 4 * kMiB}) {
+    absl::StatusOr<DeviceAddress> plain_x = x->Allocate(size);
+    absl::StatusOr<DeviceAddress> plain_y = y->Allocate(size);
+    absl::StatusOr<DeviceAddress> reserved_x =
+        x->ReserveAddress(size, 32 * kMiB);
+    absl::StatusOr<DeviceAddress> reserved_y =
+        y->ReserveAddress(size, 32 * kMiB);
+    ASSERT_TRUE(plain_x.ok() && reserved_x.ok());
+    ASSERT_TRUE(plain_y.ok() && reserved_y.ok());
+    EXPECT_EQ(*plain_x, *plain_y);
+    EXPECT_EQ(*reserved_x, *reserved_y) << "same calls, same addresses";
+    EXPECT_EQ(*reserved_x % (32 * kMiB), 0u);
+    ranges.emplace_back(*plain_x, size);
+    ranges.emplace_back(*reserved_x, size);
+  }
+  // Freed and reserved again: a new address.
+  const auto [last, last_size] = ranges.back();
+  GPUALLOC_ASSERT_OK(x->FreeAddress(last, last_size));
+  absl::StatusOr<DeviceAddress> again = x->ReserveAddress(last_size, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(*again, last);
+  ranges.emplace_back(*again, last_size);
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t i = 1; i < ranges.size(); ++i) {
+    EXPECT_LT(ranges[i - 1].first + ranges[i - 1].second, ranges[i].first)
+        << "ranges touch or overlap at " << ranges[i].first;
+  }
+  // All inside ordinal 0's window.
+  EXPECT_GE(ranges.front().first, 0x7f0000000000u);
+  EXPECT_LE(ranges.back().first + ranges.back().second,
+            0x7f0000000000u + (std::uint64_t{1} << 48));
+}
+
+TEST(SimVmmTest, FakeAddressSpaceIsSharedWithPlainAllocations) {
+  auto sim = Create(Profile("h100", std::uint64_t{1} << 60));
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> half =
+      sim->ReserveAddress(std::uint64_t{1} << 47, 0);
+  ASSERT_TRUE(half.ok()) << half.status();
+  const absl::StatusOr<DeviceAddress> plain =
+      sim->Allocate(std::uint64_t{1} << 47);
+  EXPECT_TRUE(absl::IsResourceExhausted(plain.status())) << plain.status();
+  const absl::StatusOr<DeviceAddress> more =
+      sim->ReserveAddress(std::uint64_t{1} << 47, 0);
+  EXPECT_TRUE(absl::IsResourceExhausted(more.status())) << more.status();
+  EXPECT_TRUE(absl::StrContains(more.status().message(), "address space"))
+      << more.status();
+  EXPECT_EQ(sim->reserved_address_bytes(), std::uint64_t{1} << 47);
+  GPUALLOC_EXPECT_OK(sim->Allocate(kGiB));
+  GPUALLOC_EXPECT_OK(sim->ReserveAddress(kGiB, 0));
+}
+
+TEST(SimVmmTest, HostBackedReservationsAreRealMappings) {
+  auto sim = Create(Profile("mi300x", 64 * kMiB, SimMemory::kHostBacked));
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> r = sim->ReserveAddress(8 * kMiB, 16 * kMiB);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r % (16 * kMiB), 0u);
+  EXPECT_TRUE(IsMapped(*r));
+  EXPECT_TRUE(IsMapped(*r + 8 * kMiB - 1));
+  // Memory of an AMD-sized 4 KiB granule, mapped in the middle.
+  absl::StatusOr<PhysicalHandle> h = sim->CreatePhysical(4 * kKiB);
+  ASSERT_TRUE(h.ok());
+  GPUALLOC_ASSERT_OK(sim->Map(*r + 12 * kKiB, 4 * kKiB, *h));
+  GPUALLOC_ASSERT_OK(sim->SetAccess(*r + 12 * kKiB, 4 * kKiB));
+  std::memset(reinterpret_cast<void*>(*r + 12 * kKiB), 0x11, 4 * kKiB);
+  GPUALLOC_ASSERT_OK(sim->Unmap(*r + 12 * kKiB, 4 * kKiB));
+  EXPECT_TRUE(IsMapped(*r + 12 * kKiB)) << "back to reserved";
+  GPUALLOC_ASSERT_OK(sim->ReleasePhysical(*h));
+  GPUALLOC_ASSERT_OK(sim->FreeAddress(*r, 8 * kMiB));
+  EXPECT_FALSE(IsMapped(*r));
+  EXPECT_FALSE(IsMapped(*r + 8 * kMiB - 1));
+}
+
+TEST(SimVmmTest, HostBackedReserveBeyondTheHostIsResourceExhausted) {
+  auto sim = Create(Profile("h100", kGiB, SimMemory::kHostBacked));
+  ASSERT_NE(sim, nullptr);
+  const absl::StatusOr<DeviceAddress> r =
+      sim->ReserveAddress(std::uint64_t{1} << 62, 0);
+  EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_EQ(sim->reserved_address_bytes(), 0u);
+}
+
+TEST(SimVmmTest, DestructorUnmapsAndClosesEverything) {
+  auto sim = Create(Profile("h100", 64 * kMiB, SimMemory::kHostBacked));
+  ASSERT_NE(sim, nullptr);
+  const VmmRange r = MapNew(*sim, 8 * kMiB, 2 * kMiB);
+  GPUALLOC_ASSERT_OK(sim->CreatePhysical(2 * kMiB));  // never mapped
+  EXPECT_TRUE(IsMapped(r.address));
+  sim.reset();
+  EXPECT_FALSE(IsMapped(r.address));
+  EXPECT_FALSE(IsMapped(r.address + 8 * kMiB - 1));
+}
+
+TEST(SimVmmDeathTest, HostBackedMemoryFaultsWithoutAccessAndAfterUnmap) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto sim = Create(Profile("h100", 64 * kMiB, SimMemory::kHostBacked));
+  ASSERT_NE(sim, nullptr);
+  const VmmRange r = MapNew(*sim, 8 * kMiB, 2 * kMiB);
+  volatile unsigned char* bytes = reinterpret_cast<unsigned char*>(r.address);
+  bytes[2 * kMiB - 1] = 1;
+  EXPECT_DEATH(bytes[2 * kMiB] = 1, "") << "reserved, not mapped";
+  absl::StatusOr<PhysicalHandle> h = sim->CreatePhysical(2 * kMiB);
+  ASSERT_TRUE(h.ok());
+  GPUALLOC_ASSERT_OK(sim->Map(r.address + 4 * kMiB, 2 * kMiB, *h));
+  EXPECT_DEATH(bytes[4 * kMiB] = 1, "") << "mapped, no access";
+  GPUALLOC_ASSERT_OK(sim->Unmap(r.address, 2 * kMiB));
+  EXPECT_DEATH(bytes[0] = 1, "") << "unmapped";
+}
+
+// --- Virtual memory and the work/hazard detector ----------------------------
+
+TEST(SimVmmHazardTest, UseOfInaccessibleMemoryIsAnAccessViolation) {
+  auto sim = Create(Profile("h100", 64 * kMiB));
+  ASSERT_NE(sim, nullptr);
+  const Stream s(7);
+  absl::StatusOr<DeviceAddress> r = sim->ReserveAddress(8 * kMiB, 0);
+  absl::StatusOr<PhysicalHandle> a = sim->CreatePhysical(2 * kMiB);
+  absl::StatusOr<PhysicalHandle> b = sim->CreatePhysical(2 * kMiB);
+  ASSERT_TRUE(r.ok() && a.ok() && b.ok());
+  sim->Use(s, *r, 256);  // reserved only
+  EXPECT_EQ(sim->access_violations(), 1u);
+  GPUALLOC_ASSERT_OK(sim->Map(*r, 2 * kMiB, *a));
+  GPUALLOC_ASSERT_OK(sim->Map(*r + 2 * kMiB, 2 * kMiB, *b));
+  sim->Use(s, *r, 256);  // mapped, no access
+  EXPECT_EQ(sim->access_violations(), 2u);
+  GPUALLOC_ASSERT_OK(sim->SetAccess(*r, 4 * kMiB));
+  sim->Use(s, *r + 2 * kMiB - 128, 256);  // across two mappings
+  sim->Use(s, *r, 4 * kMiB);
+  EXPECT_EQ(sim->access_violations(), 2u);
+  sim->Use(s, *r + 4 * kMiB - 128, 256);  // runs off the end
+  EXPECT_EQ(sim->access_violations(), 3u);
+
+  // Plain allocations and pool blocks are usable; freed ones are not.
+  absl::StatusOr<DeviceAddress> plain = sim->Allocate(1000);
+  absl::StatusOr<DeviceAddress> pooled = sim->PoolAllocate(1000, s);
+  ASSERT_TRUE(plain.ok() && pooled.ok());
+  sim->Use(s, *plain, 1000);
+  sim->Use(s, *pooled, 1000);
+  EXPECT_EQ(sim->access_violations(), 3u);
+  GPUALLOC_ASSERT_OK(sim->Free(*plain));
+  sim->Use(s, *plain, 1000);
+  sim->Use(s, 0x1000, 16);
+  EXPECT_EQ(sim->access_violations(), 5u);
+  EXPECT_EQ(sim->hazards(), 0u) << "counted apart from stream hazards";
+
+  const std::vector<SimHazard> log = sim->access_violation_log();
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_EQ(log[0].kind, SimHazardKind::kInaccessible);
+  EXPECT_EQ(log[0].stream, s);
+  EXPECT_EQ(log[0].address, *r);
+  EXPECT_EQ(log[0].bytes, 256u);
+  EXPECT_TRUE(absl::StrContains(log[0].ToString(), "access violation"))
+      << log[0].ToString();
+  EXPECT_EQ(log[4].address, 0x1000u);
+}
+
+TEST(SimVmmHazardTest, UnmapWhileWorkStillUsesTheMemoryIsAHazard) {
+  for (SimClock clock : {SimClock::kManual, SimClock::kModeled}) {
+    SimOptions o = Profile("h100", 64 * kMiB);
+    o.clock = clock;
+    auto sim = Create(o);
+    ASSERT_NE(sim, nullptr);
+    const Stream s(3);
+    const VmmRange r = MapNew(*sim, 8 * kMiB, 4 * kMiB);
+    sim->Use(s, r.address + kMiB, 4096);
+    GPUALLOC_ASSERT_OK(sim->Unmap(r.address, 4 * kMiB));
+    ASSERT_EQ(sim->hazards(), 1u);
+    const std::vector<SimHazard> log = sim->hazard_log();
+    ASSERT_EQ(log.size(), 1u);
+    EXPECT_EQ(log[0].kind, SimHazardKind::kUnmapInUse);
+    EXPECT_EQ(log[0].other, s);
+    EXPECT_EQ(log[0].address, r.address + kMiB);
+    EXPECT_EQ(log[0].bytes, 4096u);
+    EXPECT_TRUE(absl::StrContains(log[0].ToString(), "Unmap"))
+        << log[0].ToString();
+    EXPECT_EQ(sim->access_violations(), 0u);
+
+    // After the work completes, unmapping is fine; work elsewhere does not
+    // matter.
+    GPUALLOC_ASSERT_OK(sim->Map(r.address, 4 * kMiB, r.handle));
+    GPUALLOC_ASSERT_OK(sim->SetAccess(r.address, 4 * kMiB));
+    sim->Use(s, r.address, 4 * kMiB);
+    sim->CompleteStream(s);
+    absl::StatusOr<DeviceAddress> plain = sim->Allocate(kMiB);
+    ASSERT_TRUE(plain.ok());
+    sim->Use(Stream(4), *plain, kMiB);
+    GPUALLOC_ASSERT_OK(sim->Unmap(r.address, 4 * kMiB));
+    EXPECT_EQ(sim->hazards(), 1u);
+    EXPECT_EQ(sim->access_violations(), 0u);
+  }
+}
+
+TEST(SimVmmHazardTest, UnmapCountsEachStreamStillUsingTheRange) {
+  auto sim = Create(Profile("h100", 64 * kMiB));
+  ASSERT_NE(sim, nullptr);
+  const VmmRange r = MapNew(*sim, 8 * kMiB, 2 * kMiB);
+  sim->Use(Stream(1), r.address, 256);
+  sim->Use(Stream(2), r.address + kMiB, 256);
+  sim->Use(Stream(5), r.address + kMiB, 256);
+  sim->CompleteStream(Stream(5));
+  GPUALLOC_ASSERT_OK(sim->Unmap(r.address, 2 * kMiB));
+  EXPECT_EQ(sim->hazards(), 2u + 1u)
+      << "streams 1 and 2, plus 5 racing 2 on the same bytes";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // tests/sim_conformance_test.cc: the backend conformance suite on the
 // simulator, with fake addresses (NVIDIA and AMD numbers), with host-backed
-// memory, and with the streams and pool capabilities off.
+// memory, with the streams and pool capabilities off, and with virtual memory
+// on (the default) and off.
 
 #include <cstdint>
 #include <memory>
@@ -46,6 +47,32 @@ SimOptions FakeMi300x() {
   return o;
 }
 
+// Host-backed AMD numbers: virtual memory in 4 KiB granules, mapped in 2 MiB.
+SimOptions HostBackedMi300x() {
+  SimOptions o;
+  o.profile = "mi300x";
+  o.total_bytes = std::uint64_t{128} << 20;
+  o.memory = SimMemory::kHostBacked;
+  return o;
+}
+
+// Virtual memory off, fake and host-backed.
+SimOptions NoVmmH200() {
+  SimOptions o;
+  o.profile = "h200";
+  o.virtual_memory = false;
+  return o;
+}
+
+SimOptions NoVmmHostBackedMi250x() {
+  SimOptions o;
+  o.profile = "mi250x";
+  o.total_bytes = std::uint64_t{128} << 20;
+  o.memory = SimMemory::kHostBacked;
+  o.virtual_memory = false;
+  return o;
+}
+
 // A device without streams (and so without pools), and one with streams but
 // no pool: the capability-off paths.
 SimOptions NoStreamsA100() {
@@ -69,7 +96,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Sim("host_backed_h100", HostBackedH100()),
                       Sim("fake_mi300x", FakeMi300x()),
                       Sim("no_streams_a100", NoStreamsA100()),
-                      Sim("no_pool_modeled_h100", NoPoolModeledH100())),
+                      Sim("no_pool_modeled_h100", NoPoolModeledH100()),
+                      Sim("host_backed_mi300x", HostBackedMi300x()),
+                      Sim("no_vmm_h200", NoVmmH200()),
+                      Sim("no_vmm_host_backed_mi250x",
+                          NoVmmHostBackedMi250x())),
     BackendFactoryName);
 
 }  // namespace

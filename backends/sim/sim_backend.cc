@@ -37,6 +37,21 @@
 //    covered by a later one of the same stream at the same start is dropped at
 //    once, so reusing one block on one stream keeps one entry however long
 //    nothing completes.
+//  - Virtual memory: reservations, physical handles and mappings are three
+//    maps; a mapping is always a whole handle, so a handle counts its
+//    mappings and a released one lives (and counts against the capacity)
+//    until the last goes. Accessible memory is a set of disjoint, merged
+//    ranges, so "is all of [a, b) accessible" is one lookup. Every rule is
+//    checked before any system call, and system calls come before any
+//    bookkeeping changes, so a failed call changes nothing. Fake
+//    reservations come down from the top of the ordinal's window while plain
+//    allocations go up from the bottom; each side checks the other's mark.
+//    Host-backed ones are real: PROT_NONE anonymous reservations, memfd
+//    handles mapped MAP_SHARED | MAP_FIXED over them, mprotect for access.
+//  - Use checks that its range is usable (one live allocation, one pool
+//    segment, or accessible mapped memory) and counts an access violation
+//    otherwise; Unmap counts a hazard per stream whose incomplete work
+//    still touches the range.
 //  - The pool carves blocks out of segments taken like plain allocations
 //    (same placement, guards and host mappings). Each free block carries the
 //    condition of its free: the freeing stream, its clock at the free, and
@@ -242,6 +257,20 @@ absl::string_view SimOpName(SimOp op) {
       return "configure_pool";
     case SimOp::kGetPoolUsage:
       return "get_pool_usage";
+    case SimOp::kReserveAddress:
+      return "reserve_address";
+    case SimOp::kFreeAddress:
+      return "free_address";
+    case SimOp::kCreatePhysical:
+      return "create_physical";
+    case SimOp::kReleasePhysical:
+      return "release_physical";
+    case SimOp::kMap:
+      return "map";
+    case SimOp::kUnmap:
+      return "unmap";
+    case SimOp::kSetAccess:
+      return "set_access";
     case SimOp::kCount:
       break;
   }
@@ -249,6 +278,21 @@ absl::string_view SimOpName(SimOp op) {
 }
 
 std::string SimHazard::ToString() const {
+  switch (kind) {
+    case SimHazardKind::kStreamOrder:
+      break;
+    case SimHazardKind::kUnmapInUse:
+      return absl::StrFormat(
+          "hazard: Unmap of [%#x, %#x) (%d bytes) while work queued on stream "
+          "%#x still uses it (unmap only after the work's events completed)",
+          address, address + bytes, bytes, other.handle);
+    case SimHazardKind::kInaccessible:
+      return absl::StrFormat(
+          "access violation: stream %#x touched [%#x, %#x) (%d bytes), which "
+          "is not inside one live allocation, pool segment or mapped range "
+          "with access set",
+          stream.handle, address, address + bytes, bytes);
+  }
   return absl::StrFormat(
       "hazard: stream %#x touched [%#x, %#x) (%d bytes) while work queued on "
       "stream %#x still uses it and stream %#x was not made to wait for it",
@@ -267,7 +311,8 @@ class SimBackend::Impl {
         host_page_size_(static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE))),
         modeled_clock_(options.clock == SimClock::kModeled),
         work_ns_(options.work_ns),
-        next_fake_address_(fake_base_) {}
+        next_fake_address_(fake_base_),
+        fake_reserve_low_(fake_base_ + kFakeWindow) {}
 
   ~Impl() {
     core::LockGuard lock(&mu_);
@@ -279,6 +324,15 @@ class SimBackend::Impl {
     for (const auto& [address, segment] : pool_segments_) {
       if (segment.mapping != nullptr) {
         munmap(segment.mapping, segment.mapping_length);
+      }
+    }
+    if (memory_ == SimMemory::kHostBacked) {
+      // A reservation's munmap takes its mappings with it.
+      for (const auto& [address, reservation] : reservations_) {
+        munmap(reinterpret_cast<void*>(address), reservation.size);
+      }
+      for (const auto& [handle, physical] : physicals_) {
+        if (physical.fd >= 0) close(physical.fd);
       }
     }
   }
@@ -421,6 +475,14 @@ class SimBackend::Impl {
     if (duration_ns == 0) duration_ns = work_ns_;
     const DeviceAddress end = SaturatingEnd(address, bytes);
     StreamState& s = GetStream(stream.handle);
+    if (end > address && !UsableLocked(address, end)) {
+      ++access_violations_;
+      if (access_violation_log_.size() < kHazardLogSize) {
+        access_violation_log_.push_back(SimHazard{SimHazardKind::kInaccessible,
+                                                  stream, stream, address,
+                                                  end - address});
+      }
+    }
     if (end > address) {
       for (auto& [handle, other] : streams_) {
         if (handle == stream.handle || other.by_address.empty()) continue;
@@ -430,8 +492,8 @@ class SimBackend::Impl {
         if (!overlap.has_value()) continue;
         ++hazards_;
         if (hazard_log_.size() < kHazardLogSize) {
-          hazard_log_.push_back(SimHazard{stream, Stream(handle),
-                                          overlap->first,
+          hazard_log_.push_back(SimHazard{SimHazardKind::kStreamOrder, stream,
+                                          Stream(handle), overlap->first,
                                           overlap->second - overlap->first});
         }
       }
@@ -546,6 +608,94 @@ class SimBackend::Impl {
                    absl::StatusOr<PoolUsage>(pool_usage_));
   }
 
+  // --- Virtual memory --------------------------------------------------------
+
+  absl::StatusOr<DeviceAddress> ReserveAddress(std::uint64_t bytes,
+                                               std::uint64_t alignment) {
+    core::LockGuard lock(&mu_);
+    if (absl::Status fault = BeginCall(SimOp::kReserveAddress); !fault.ok()) {
+      return fault;
+    }
+    return EndCall(SimOp::kReserveAddress,
+                   ReserveAddressLocked(bytes, alignment));
+  }
+
+  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) {
+    core::LockGuard lock(&mu_);
+    if (absl::Status fault = BeginCall(SimOp::kFreeAddress); !fault.ok()) {
+      return fault;
+    }
+    return EndCall(SimOp::kFreeAddress, FreeAddressLocked(address, bytes));
+  }
+
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) {
+    core::LockGuard lock(&mu_);
+    if (absl::Status fault = BeginCall(SimOp::kCreatePhysical); !fault.ok()) {
+      return fault;
+    }
+    return EndCall(SimOp::kCreatePhysical, CreatePhysicalLocked(bytes));
+  }
+
+  absl::Status ReleasePhysical(PhysicalHandle handle) {
+    core::LockGuard lock(&mu_);
+    if (absl::Status fault = BeginCall(SimOp::kReleasePhysical); !fault.ok()) {
+      return fault;
+    }
+    return EndCall(SimOp::kReleasePhysical, ReleasePhysicalLocked(handle));
+  }
+
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   PhysicalHandle handle) {
+    core::LockGuard lock(&mu_);
+    if (absl::Status fault = BeginCall(SimOp::kMap); !fault.ok()) {
+      return fault;
+    }
+    return EndCall(SimOp::kMap, MapLocked(address, bytes, handle));
+  }
+
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) {
+    core::LockGuard lock(&mu_);
+    if (absl::Status fault = BeginCall(SimOp::kUnmap); !fault.ok()) {
+      return fault;
+    }
+    return EndCall(SimOp::kUnmap, UnmapLocked(address, bytes));
+  }
+
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) {
+    core::LockGuard lock(&mu_);
+    if (absl::Status fault = BeginCall(SimOp::kSetAccess); !fault.ok()) {
+      return fault;
+    }
+    return EndCall(SimOp::kSetAccess, SetAccessLocked(address, bytes));
+  }
+
+  std::uint64_t mapped_bytes() const {
+    core::LockGuard lock(&mu_);
+    return mapped_bytes_;
+  }
+  std::uint64_t physical_bytes() const {
+    core::LockGuard lock(&mu_);
+    return physical_bytes_;
+  }
+  std::uint64_t reserved_address_bytes() const {
+    core::LockGuard lock(&mu_);
+    return reserved_bytes_;
+  }
+  bool IsAccessible(DeviceAddress address, std::uint64_t bytes) const {
+    core::LockGuard lock(&mu_);
+    const DeviceAddress end = SaturatingEnd(address, bytes);
+    return end > address && AccessibleLocked(address, end);
+  }
+
+  std::uint64_t access_violations() const {
+    core::LockGuard lock(&mu_);
+    return access_violations_;
+  }
+  std::vector<SimHazard> access_violation_log() const {
+    core::LockGuard lock(&mu_);
+    return access_violation_log_;
+  }
+
   // --- Faults and counters ---------------------------------------------------
 
   void FailNthCall(SimOp op, std::uint64_t k, absl::Status status) {
@@ -639,7 +789,8 @@ class SimBackend::Impl {
   }
 
   std::uint64_t DeviceFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return info_.total_bytes - bytes_allocated_ - pool_usage_.reserved;
+    return info_.total_bytes - bytes_allocated_ - pool_usage_.reserved -
+           physical_bytes_;
   }
 
   // Picks an address for `size` bytes (a multiple of the alignment) and, for
@@ -656,7 +807,8 @@ class SimBackend::Impl {
     allocation->size = size;
     if (memory_ == SimMemory::kFake) {
       const DeviceAddress address = AlignUp(next_fake_address_, placement);
-      const std::uint64_t window_end = fake_base_ + kFakeWindow;
+      // Reservations come down from the top of the window.
+      const std::uint64_t window_end = fake_reserve_low_;
       if (address > window_end || size > window_end - address ||
           guard > window_end - address - size) {
         return absl::ResourceExhaustedError(absl::StrFormat(
@@ -709,9 +861,10 @@ class SimBackend::Impl {
     if (bytes > free) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "out of memory on %s: requested %d bytes, %d of %d bytes in use "
-          "(%d by plain allocations, %d by the stream-ordered pool; %d free)",
+          "(%d by plain allocations, %d by the stream-ordered pool, %d by "
+          "physical memory handles; %d free)",
           info_.name, bytes, info_.total_bytes - free, info_.total_bytes,
-          bytes_allocated_, pool_usage_.reserved, free));
+          bytes_allocated_, pool_usage_.reserved, physical_bytes_, free));
     }
     Allocation allocation;
     absl::StatusOr<DeviceAddress> address =
@@ -750,6 +903,508 @@ class SimBackend::Impl {
     }
     ReleaseAboveThreshold();
     return absl::OkStatus();
+  }
+
+  // --- Virtual memory --------------------------------------------------------
+
+  // A reservation of address space; mappings live inside reservations.
+  struct Reservation {
+    std::uint64_t size = 0;
+  };
+  // Physical memory made by CreatePhysical. A released handle stays here
+  // while it is mapped (its memory is still alive), marked released.
+  struct Physical {
+    std::uint64_t size = 0;
+    int fd = -1;  // host-backed and not released: its memfd
+    bool released = false;
+    std::uint64_t mappings = 0;  // how many mappings of it exist
+  };
+  struct Mapping {
+    std::uint64_t size = 0;  // the handle's size: mappings are whole handles
+    PhysicalHandle handle = 0;
+  };
+
+  absl::Status VmmInvalid(const std::string& call,
+                          absl::string_view rule) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call, " on ", info_.name, ": ", rule));
+  }
+
+  // The system call `what` failed with `error` during `call`.
+  absl::Status SystemError(const std::string& call, absl::string_view what,
+                           int error) const {
+    const std::string message = absl::StrCat(call, " on ", info_.name, ": ",
+                                             what, ": ", std::strerror(error));
+    if (error == ENOMEM || error == EMFILE || error == ENFILE ||
+        error == ENOSPC) {
+      return absl::ResourceExhaustedError(message);
+    }
+    return absl::InternalError(message);
+  }
+
+  // Checks that `value` (the `what` of `call`) is a multiple of the minimum
+  // granularity, and positive when it is a size.
+  absl::Status CheckGranular(const std::string& call, absl::string_view what,
+                             std::uint64_t value, bool size) const {
+    const std::uint64_t granule = info_.min_granularity;
+    if (size && value == 0) {
+      return VmmInvalid(call, absl::StrCat(what, " must be positive"));
+    }
+    if (value % granule != 0) {
+      return VmmInvalid(
+          call, absl::StrFormat("%s %#x (%d) is not a multiple of the minimum "
+                                "granularity (%d bytes)",
+                                what, value, value, granule));
+    }
+    return absl::OkStatus();
+  }
+
+  // Checks the address, size and wrap-around of [address, address + bytes).
+  absl::Status CheckRange(const std::string& call, DeviceAddress address,
+                          std::uint64_t bytes) const {
+    if (absl::Status s = CheckGranular(call, "the address", address, false);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckGranular(call, "the size", bytes, true);
+        !s.ok()) {
+      return s;
+    }
+    if (bytes > std::numeric_limits<std::uint64_t>::max() - address) {
+      return VmmInvalid(call, "the range wraps around the address space");
+    }
+    return absl::OkStatus();
+  }
+
+  static std::string RangeCall(absl::string_view name, DeviceAddress address,
+                               std::uint64_t bytes) {
+    return absl::StrFormat("%s of [%#x, %#x) (%d bytes)", name, address,
+                           address + bytes, bytes);
+  }
+
+  absl::StatusOr<DeviceAddress> ReserveAddressLocked(std::uint64_t bytes,
+                                                     std::uint64_t alignment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string call = absl::StrFormat(
+        "ReserveAddress of %d bytes aligned to %d", bytes, alignment);
+    if (absl::Status s = CheckGranular(call, "the size", bytes, true);
+        !s.ok()) {
+      return s;
+    }
+    if (alignment == 0) alignment = info_.min_granularity;
+    if (!IsPowerOfTwo(alignment)) {
+      return VmmInvalid(call, "the alignment must be a power of two");
+    }
+    if (absl::Status s = CheckGranular(call, "the alignment", alignment, true);
+        !s.ok()) {
+      return s;
+    }
+    DeviceAddress address = 0;
+    if (memory_ == SimMemory::kFake) {
+      // Down from the lowest reservation so far, a guard granule below it,
+      // staying above what plain allocations and pool segments took.
+      const std::uint64_t guard = info_.recommended_granularity;
+      const DeviceAddress top = fake_reserve_low_;
+      const DeviceAddress low = next_fake_address_;
+      if (top < low || top - low < guard || top - low - guard < bytes ||
+          ((top - guard - bytes) & ~(alignment - 1)) < low) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "%s on %s: fake address space exhausted: [%#x, %#x) is left "
+            "between plain allocations and reservations (%d bytes per device; "
+            "addresses are never reused)",
+            call, info_.name, low, top, kFakeWindow));
+      }
+      address = (top - guard - bytes) & ~(alignment - 1);
+      fake_reserve_low_ = address;
+    } else {
+      // Over-reserve by the alignment, then trim both ends, so that the
+      // reservation is exactly [address, address + bytes).
+      const std::uint64_t page = host_page_size_;
+      const std::uint64_t slack = alignment > page ? alignment - page : 0;
+      if (bytes > std::numeric_limits<std::uint64_t>::max() - slack) {
+        return absl::ResourceExhaustedError(
+            absl::StrFormat("%s on %s: larger than the host's address space",
+                            call, info_.name));
+      }
+      const std::uint64_t length = bytes + slack;
+      void* mapping = mmap(nullptr, length, PROT_NONE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (mapping == MAP_FAILED) {
+        const int error = errno;
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "%s on %s: mmap of %d bytes of host address space: %s", call,
+            info_.name, length, std::strerror(error)));
+      }
+      const DeviceAddress base = reinterpret_cast<std::uintptr_t>(mapping);
+      address = AlignUp(base, alignment);
+      if (address > base) {
+        (void)munmap(mapping, address - base);
+      }
+      if (base + length > address + bytes) {
+        (void)munmap(reinterpret_cast<void*>(address + bytes),
+                     base + length - address - bytes);
+      }
+    }
+    reservations_.emplace(address, Reservation{bytes});
+    reserved_bytes_ += bytes;
+    return address;
+  }
+
+  absl::Status FreeAddressLocked(DeviceAddress address, std::uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string call = RangeCall("FreeAddress", address, bytes);
+    if (absl::Status s = CheckRange(call, address, bytes); !s.ok()) return s;
+    auto it = reservations_.find(address);
+    if (it == reservations_.end()) {
+      const auto holder = ReservationHolding(address);
+      if (holder != reservations_.end()) {
+        return VmmInvalid(
+            call,
+            absl::StrFormat(
+                "%#x is inside the reservation [%#x, %#x): FreeAddress "
+                "takes a whole reservation",
+                address, holder->first, holder->first + holder->second.size));
+      }
+      return VmmInvalid(
+          call, absl::StrFormat("no reservation starts at %#x", address));
+    }
+    if (it->second.size != bytes) {
+      return VmmInvalid(call,
+                        absl::StrFormat("the reservation at %#x has %d bytes: "
+                                        "FreeAddress takes a whole reservation",
+                                        address, it->second.size));
+    }
+    const auto mapped = mappings_.lower_bound(address);
+    if (mapped != mappings_.end() && mapped->first < address + bytes) {
+      return VmmInvalid(
+          call,
+          absl::StrFormat("the mapping [%#x, %#x) of physical handle "
+                          "%d is still in it: unmap it first",
+                          mapped->first, mapped->first + mapped->second.size,
+                          mapped->second.handle));
+    }
+    if (memory_ == SimMemory::kHostBacked &&
+        munmap(reinterpret_cast<void*>(address), bytes) != 0) {
+      return SystemError(call, "munmap", errno);
+    }
+    reservations_.erase(it);
+    reserved_bytes_ -= bytes;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<PhysicalHandle> CreatePhysicalLocked(std::uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string call =
+        absl::StrFormat("CreatePhysical of %d bytes", bytes);
+    if (absl::Status s = CheckGranular(call, "the size", bytes, true);
+        !s.ok()) {
+      return s;
+    }
+    const std::uint64_t free = DeviceFreeLocked();
+    if (bytes > free) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "out of memory on %s: CreatePhysical of %d bytes, %d of %d bytes in "
+          "use (%d by plain allocations, %d by the stream-ordered pool, %d by "
+          "physical memory handles; %d free)",
+          info_.name, bytes, info_.total_bytes - free, info_.total_bytes,
+          bytes_allocated_, pool_usage_.reserved, physical_bytes_, free));
+    }
+    Physical physical;
+    physical.size = bytes;
+    if (memory_ == SimMemory::kHostBacked) {
+      const int fd = memfd_create("gpualloc-sim-physical", MFD_CLOEXEC);
+      if (fd < 0) return SystemError(call, "memfd_create", errno);
+      if (bytes >
+              static_cast<std::uint64_t>(std::numeric_limits<off_t>::max()) ||
+          ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+        const int error = errno;
+        close(fd);
+        return SystemError(call, "ftruncate of the memfd", error);
+      }
+      physical.fd = fd;
+    }
+    const PhysicalHandle handle = next_physical_++;
+    physicals_.emplace(handle, physical);
+    physical_bytes_ += bytes;
+    return handle;
+  }
+
+  absl::Status ReleasePhysicalLocked(PhysicalHandle handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string call =
+        absl::StrFormat("ReleasePhysical of handle %d", handle);
+    auto it = physicals_.find(handle);
+    if (it == physicals_.end()) {
+      return VmmInvalid(call,
+                        "no such physical handle (never created, or released "
+                        "and no longer mapped)");
+    }
+    Physical& physical = it->second;
+    if (physical.released) {
+      return VmmInvalid(
+          call, absl::StrFormat("the handle was already released (its %d "
+                                "bytes stay until its %d mapping(s) go)",
+                                physical.size, physical.mappings));
+    }
+    if (physical.fd >= 0) {
+      // Whatever close answers, the descriptor is gone (Linux frees it
+      // before reporting an error).
+      const int fd = std::exchange(physical.fd, -1);
+      if (close(fd) != 0) return SystemError(call, "close of the memfd", errno);
+    }
+    if (physical.mappings > 0) {
+      physical.released = true;  // alive until its last mapping goes
+      return absl::OkStatus();
+    }
+    physical_bytes_ -= physical.size;
+    physicals_.erase(it);
+    return absl::OkStatus();
+  }
+
+  absl::Status MapLocked(DeviceAddress address, std::uint64_t bytes,
+                         PhysicalHandle handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string call = absl::StrCat(RangeCall("Map", address, bytes),
+                                          " to physical handle ", handle);
+    if (absl::Status s = CheckRange(call, address, bytes); !s.ok()) return s;
+    const DeviceAddress end = address + bytes;
+    auto physical = physicals_.find(handle);
+    if (physical == physicals_.end()) {
+      return VmmInvalid(call,
+                        "no such physical handle (never created, or released "
+                        "and no longer mapped)");
+    }
+    if (physical->second.released) {
+      return VmmInvalid(call,
+                        "the handle was released: only a live handle can be "
+                        "mapped");
+    }
+    if (physical->second.size != bytes) {
+      return VmmInvalid(
+          call, absl::StrFormat("a mapping covers its whole handle from "
+                                "offset 0, and the handle has %d bytes",
+                                physical->second.size));
+    }
+    const auto reservation = ReservationHolding(address);
+    if (reservation == reservations_.end()) {
+      return VmmInvalid(
+          call, absl::StrFormat("%#x is not inside a reservation", address));
+    }
+    const DeviceAddress reservation_end =
+        reservation->first + reservation->second.size;
+    if (end > reservation_end) {
+      return VmmInvalid(
+          call, absl::StrFormat("the range runs past the end of the "
+                                "reservation [%#x, %#x): a mapping lies "
+                                "inside one reservation",
+                                reservation->first, reservation_end));
+    }
+    auto overlap = mappings_.lower_bound(end);
+    if (overlap != mappings_.begin()) {
+      --overlap;
+      if (overlap->first + overlap->second.size > address) {
+        return VmmInvalid(
+            call, absl::StrFormat("the range overlaps the mapping [%#x, %#x) "
+                                  "of physical handle %d",
+                                  overlap->first,
+                                  overlap->first + overlap->second.size,
+                                  overlap->second.handle));
+      }
+    }
+    if (memory_ == SimMemory::kHostBacked) {
+      void* mapped = mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+                          MAP_SHARED | MAP_FIXED, physical->second.fd, 0);
+      if (mapped == MAP_FAILED) {
+        const int error = errno;
+        // A failed MAP_FIXED may have dropped what was there: put the
+        // reservation's inaccessible memory back.
+        (void)mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+                   0);
+        return SystemError(call, "mmap of the memfd", error);
+      }
+    }
+    mappings_.emplace(address, Mapping{bytes, handle});
+    ++physical->second.mappings;
+    mapped_bytes_ += bytes;
+    return absl::OkStatus();
+  }
+
+  absl::Status UnmapLocked(DeviceAddress address, std::uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string call = RangeCall("Unmap", address, bytes);
+    if (absl::Status s = CheckRange(call, address, bytes); !s.ok()) return s;
+    const DeviceAddress end = address + bytes;
+    if (!mappings_.contains(address)) {
+      const auto holder = MappingHolding(address);
+      if (holder != mappings_.end()) {
+        return VmmInvalid(
+            call, absl::StrFormat("%#x is inside the mapping [%#x, %#x): "
+                                  "Unmap takes whole mappings (no partial "
+                                  "unmap)",
+                                  address, holder->first,
+                                  holder->first + holder->second.size));
+      }
+      return VmmInvalid(call,
+                        absl::StrFormat("nothing is mapped at %#x", address));
+    }
+    for (DeviceAddress at = address; at < end;) {
+      const auto it = mappings_.find(at);
+      if (it == mappings_.end()) {
+        const auto next = mappings_.lower_bound(at);
+        const DeviceAddress hole_end =
+            next == mappings_.end() ? end : std::min(end, next->first);
+        return VmmInvalid(
+            call, absl::StrFormat("[%#x, %#x) in the range is not mapped: "
+                                  "Unmap takes contiguous whole mappings",
+                                  at, hole_end));
+      }
+      const DeviceAddress mapping_end = at + it->second.size;
+      if (mapping_end > end) {
+        return VmmInvalid(
+            call, absl::StrFormat("the range ends inside the mapping [%#x, "
+                                  "%#x): Unmap takes whole mappings (no "
+                                  "partial unmap)",
+                                  at, mapping_end));
+      }
+      at = mapping_end;
+    }
+    if (memory_ == SimMemory::kHostBacked) {
+      void* back =
+          mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+      if (back == MAP_FAILED) {
+        return SystemError(call, "mmap of PROT_NONE memory over the range",
+                           errno);
+      }
+    }
+    FlagUnmapInUse(address, end);
+    for (auto it = mappings_.lower_bound(address);
+         it != mappings_.end() && it->first < end;) {
+      auto physical = physicals_.find(it->second.handle);
+      if (--physical->second.mappings == 0 && physical->second.released) {
+        physical_bytes_ -= physical->second.size;
+        physicals_.erase(physical);
+      }
+      it = mappings_.erase(it);
+    }
+    mapped_bytes_ -= bytes;
+    RemoveAccess(address, end);
+    return absl::OkStatus();
+  }
+
+  absl::Status SetAccessLocked(DeviceAddress address, std::uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string call = RangeCall("SetAccess", address, bytes);
+    if (absl::Status s = CheckRange(call, address, bytes); !s.ok()) return s;
+    const DeviceAddress end = address + bytes;
+    DeviceAddress at = address;
+    const auto first = MappingHolding(address);
+    if (first != mappings_.end()) at = first->first + first->second.size;
+    while (at < end) {
+      if (at == address || !mappings_.contains(at)) {
+        const auto next = mappings_.lower_bound(at);
+        const DeviceAddress hole_end =
+            next == mappings_.end() ? end : std::min(end, next->first);
+        return VmmInvalid(
+            call, absl::StrFormat("[%#x, %#x) in the range is not mapped: "
+                                  "SetAccess needs the whole range mapped",
+                                  at, hole_end));
+      }
+      at += mappings_.at(at).size;
+    }
+    if (memory_ == SimMemory::kHostBacked &&
+        mprotect(reinterpret_cast<void*>(address), bytes,
+                 PROT_READ | PROT_WRITE) != 0) {
+      return SystemError(call, "mprotect", errno);
+    }
+    AddAccess(address, end);
+    return absl::OkStatus();
+  }
+
+  // The entry of `map` (start -> something with a size) whose range holds
+  // `address`, or end().
+  template <typename Map>
+  static typename Map::const_iterator Holding(const Map& map,
+                                              DeviceAddress address) {
+    auto it = map.upper_bound(address);
+    if (it == map.begin()) return map.end();
+    --it;
+    return address < it->first + it->second.size ? it : map.end();
+  }
+  absl::btree_map<DeviceAddress, Reservation>::const_iterator
+  ReservationHolding(DeviceAddress address) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return Holding(reservations_, address);
+  }
+  absl::btree_map<DeviceAddress, Mapping>::const_iterator MappingHolding(
+      DeviceAddress address) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return Holding(mappings_, address);
+  }
+
+  // accessible_ holds disjoint, non-touching [start, end) ranges.
+  void AddAccess(DeviceAddress start, DeviceAddress end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = accessible_.upper_bound(start);
+    if (it != accessible_.begin() && std::prev(it)->second >= start) --it;
+    while (it != accessible_.end() && it->first <= end) {
+      start = std::min(start, it->first);
+      end = std::max(end, it->second);
+      it = accessible_.erase(it);
+    }
+    accessible_.emplace(start, end);
+  }
+
+  void RemoveAccess(DeviceAddress start, DeviceAddress end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = accessible_.upper_bound(start);
+    if (it != accessible_.begin() && std::prev(it)->second > start) --it;
+    std::vector<std::pair<DeviceAddress, DeviceAddress>> kept;
+    while (it != accessible_.end() && it->first < end) {
+      if (it->first < start) kept.emplace_back(it->first, start);
+      if (it->second > end) kept.emplace_back(end, it->second);
+      it = accessible_.erase(it);
+    }
+    for (const auto& range : kept) accessible_.insert(range);
+  }
+
+  bool AccessibleLocked(DeviceAddress start, DeviceAddress end) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = accessible_.upper_bound(start);
+    if (it == accessible_.begin()) return false;
+    --it;
+    return it->second >= end;
+  }
+
+  // Whether work may touch [start, end): all of it inside one live plain
+  // allocation, one live pool segment, or mapped with access set.
+  bool UsableLocked(DeviceAddress start, DeviceAddress end) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto* allocations : {&live_, &pool_segments_}) {
+      const auto it = Holding(*allocations, start);
+      if (it != allocations->end() && end <= it->first + it->second.size) {
+        return true;
+      }
+    }
+    return AccessibleLocked(start, end);
+  }
+
+  // Flags each stream whose incomplete work uses part of [start, end).
+  void FlagUnmapInUse(DeviceAddress start, DeviceAddress end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto& [handle, s] : streams_) {
+      if (s.by_address.empty()) continue;
+      Prune(s);
+      const std::optional<std::pair<DeviceAddress, DeviceAddress>> overlap =
+          FindUnordered(s, start, end, 0);
+      if (!overlap.has_value()) continue;
+      ++hazards_;
+      if (hazard_log_.size() < kHazardLogSize) {
+        hazard_log_.push_back(SimHazard{
+            SimHazardKind::kUnmapInUse, Stream(handle), Stream(handle),
+            overlap->first, overlap->second - overlap->first});
+      }
+    }
   }
 
   // --- Streams ---------------------------------------------------------------
@@ -1160,6 +1815,8 @@ class SimBackend::Impl {
 
   mutable core::Lock mu_;
   DeviceAddress next_fake_address_ ABSL_GUARDED_BY(mu_);
+  // Fake reservations take addresses below this one, going down.
+  DeviceAddress fake_reserve_low_ ABSL_GUARDED_BY(mu_);
   std::uint64_t bytes_allocated_ ABSL_GUARDED_BY(mu_) = 0;
   absl::btree_map<DeviceAddress, Allocation> live_ ABSL_GUARDED_BY(mu_);
   std::array<Fault, kNumSimOps> faults_ ABSL_GUARDED_BY(mu_);
@@ -1186,6 +1843,20 @@ class SimBackend::Impl {
   // again: a second PoolFree of one is a double free (FailedPrecondition),
   // not an unknown address.
   absl::btree_set<DeviceAddress> pool_freed_starts_ ABSL_GUARDED_BY(mu_);
+
+  absl::btree_map<DeviceAddress, Reservation> reservations_
+      ABSL_GUARDED_BY(mu_);
+  absl::btree_map<PhysicalHandle, Physical> physicals_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<DeviceAddress, Mapping> mappings_ ABSL_GUARDED_BY(mu_);
+  // Mapped ranges with access set: start -> end, disjoint and not touching.
+  absl::btree_map<DeviceAddress, DeviceAddress> accessible_
+      ABSL_GUARDED_BY(mu_);
+  PhysicalHandle next_physical_ ABSL_GUARDED_BY(mu_) = 1;
+  std::uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t physical_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t mapped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t access_violations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<SimHazard> access_violation_log_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
@@ -1215,7 +1886,7 @@ absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
                                   ? options.allocation_alignment
                                   : profile.allocation_alignment;
   info.page_sizes = profile.page_sizes;
-  info.capabilities.virtual_memory = false;
+  info.capabilities.virtual_memory = options.virtual_memory;
   info.capabilities.streams = options.streams;
   // A stream-ordered pool allocates and frees on streams: without streams
   // there is no pool either.
@@ -1253,6 +1924,17 @@ absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
         absl::StrCat(info.min_granularity,
                      " exceeds SimOptions.recommended_granularity (",
                      info.recommended_granularity, ")"));
+  }
+  // Host-backed virtual memory maps host pages at granule boundaries.
+  const auto host_page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  if (options.memory == SimMemory::kHostBacked && options.virtual_memory &&
+      info.min_granularity % host_page != 0) {
+    return InvalidField(
+        "min_granularity",
+        absl::StrCat(info.min_granularity,
+                     " is not a multiple of the host page size (", host_page,
+                     "), which host-backed virtual memory needs (or set "
+                     "SimOptions.virtual_memory = false)"));
   }
   if (!IsPowerOfTwo(info.allocation_alignment)) {
     return InvalidField(
@@ -1403,6 +2085,75 @@ std::uint64_t SimBackend::bytes_allocated() const {
 }
 std::uint64_t SimBackend::live_allocations() const {
   return impl_->live_allocations();
+}
+
+absl::StatusOr<DeviceAddress> SimBackend::ReserveAddress(
+    std::uint64_t bytes, std::uint64_t alignment) {
+  if (!info().capabilities.virtual_memory) {
+    return impl_->Unsupported(SimOp::kReserveAddress,
+                              Backend::ReserveAddress(bytes, alignment));
+  }
+  return impl_->ReserveAddress(bytes, alignment);
+}
+absl::Status SimBackend::FreeAddress(DeviceAddress address,
+                                     std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return impl_->Unsupported(SimOp::kFreeAddress,
+                              Backend::FreeAddress(address, bytes));
+  }
+  return impl_->FreeAddress(address, bytes);
+}
+absl::StatusOr<PhysicalHandle> SimBackend::CreatePhysical(std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return impl_->Unsupported(SimOp::kCreatePhysical,
+                              Backend::CreatePhysical(bytes));
+  }
+  return impl_->CreatePhysical(bytes);
+}
+absl::Status SimBackend::ReleasePhysical(PhysicalHandle handle) {
+  if (!info().capabilities.virtual_memory) {
+    return impl_->Unsupported(SimOp::kReleasePhysical,
+                              Backend::ReleasePhysical(handle));
+  }
+  return impl_->ReleasePhysical(handle);
+}
+absl::Status SimBackend::Map(DeviceAddress address, std::uint64_t bytes,
+                             PhysicalHandle handle) {
+  if (!info().capabilities.virtual_memory) {
+    return impl_->Unsupported(SimOp::kMap,
+                              Backend::Map(address, bytes, handle));
+  }
+  return impl_->Map(address, bytes, handle);
+}
+absl::Status SimBackend::Unmap(DeviceAddress address, std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return impl_->Unsupported(SimOp::kUnmap, Backend::Unmap(address, bytes));
+  }
+  return impl_->Unmap(address, bytes);
+}
+absl::Status SimBackend::SetAccess(DeviceAddress address, std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return impl_->Unsupported(SimOp::kSetAccess,
+                              Backend::SetAccess(address, bytes));
+  }
+  return impl_->SetAccess(address, bytes);
+}
+std::uint64_t SimBackend::mapped_bytes() const { return impl_->mapped_bytes(); }
+std::uint64_t SimBackend::physical_bytes() const {
+  return impl_->physical_bytes();
+}
+std::uint64_t SimBackend::reserved_address_bytes() const {
+  return impl_->reserved_address_bytes();
+}
+bool SimBackend::IsAccessible(DeviceAddress address,
+                              std::uint64_t bytes) const {
+  return impl_->IsAccessible(address, bytes);
+}
+std::uint64_t SimBackend::access_violations() const {
+  return impl_->access_violations();
+}
+std::vector<SimHazard> SimBackend::access_violation_log() const {
+  return impl_->access_violation_log();
 }
 
 }  // namespace gpualloc

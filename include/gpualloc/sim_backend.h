@@ -5,9 +5,13 @@
 // granularity, alignment, page sizes and capabilities (from an architecture
 // profile or given explicitly); addresses that are either fake (nothing
 // touched, so a 192 GiB device costs no host memory) or backed by host memory
-// (so tests can write and check fill patterns); streams and events whose work
-// completes when a test says so or in order on a modeled clock, with a hazard
-// detector; a stream-ordered pool with CUDA's three reuse rules; fault
+// (so tests can write and check fill patterns); virtual memory with CUDA's
+// rules (reserve, create, map, set access, unmap, release, free), really
+// mapped in host-backed mode; streams and events whose work completes when a
+// test says so or in order on a modeled clock, with a hazard detector that
+// also catches work on memory that is not accessible and unmaps of memory
+// pending work still uses; a stream-ordered pool with CUDA's three reuse
+// rules; fault
 // injection (fail the k-th call of an operation); and a counter of every call
 // with a modeled cost per call.
 //
@@ -48,6 +52,13 @@ enum class SimOp : int {
   kPoolTrim,
   kConfigurePool,
   kGetPoolUsage,
+  kReserveAddress,
+  kFreeAddress,
+  kCreatePhysical,
+  kReleasePhysical,
+  kMap,
+  kUnmap,
+  kSetAccess,
   kCount
 };
 inline constexpr int kNumSimOps = static_cast<int>(SimOp::kCount);
@@ -69,9 +80,25 @@ enum class SimClock {
   kModeled,
 };
 
-// A moment the detector flagged: work on `stream` touched memory that work
-// queued earlier on `other` still uses, and `stream` was not made to wait.
+// What the detector flagged.
+enum class SimHazardKind {
+  // Work on `stream` touched memory that work queued earlier on `other` still
+  // uses, and `stream` was not made to wait. Counted by hazards().
+  kStreamOrder,
+  // Unmap of memory that incomplete work queued on `other` (== `stream`)
+  // still uses: the allocator must never unmap memory while an event on it
+  // is pending. Counted by hazards().
+  kUnmapInUse,
+  // Work on `stream` touched memory that is neither a live plain allocation,
+  // nor a block of a live pool segment, nor mapped with access set (`other`
+  // == `stream`). Counted by access_violations(), not hazards(), so that
+  // tests that drive the detector with made-up addresses keep working.
+  kInaccessible,
+};
+
+// A moment the detector flagged.
 struct SimHazard {
+  SimHazardKind kind = SimHazardKind::kStreamOrder;
   Stream stream;
   Stream other;
   DeviceAddress address = 0;  // start of the overlap
@@ -89,18 +116,38 @@ struct SimOptions {
   SimMemory memory = SimMemory::kFake;
   // Modeled device-side cost of one call, in nanoseconds. cudaMalloc and
   // cudaFree synchronize the whole device; the defaults are typical host-side
-  // figures for a large allocation on a Hopper GPU. A pool call that grows
+  // figures for a large allocation on a Hopper GPU. The virtual-memory calls
+  // are costed per call for one 2 MiB granule, in line with published
+  // measurements of the CUDA driver (vAttention, PyTorch's expandable
+  // segments notes): reserving and freeing address space only touches the
+  // driver's address tree (a few us); creating and releasing physical memory
+  // and setting access (which writes page tables) take tens of us; mapping
+  // is cheaper than unmapping, which also flushes TLBs. A pool call that grows
   // the pool by a segment also adds the kAllocate cost, and one that returns
   // a segment to the device (a trim, or the release threshold applied at a
   // synchronization point) the kFree cost, since the device pays for them.
   std::array<std::uint64_t, kNumSimOps> cost_ns = {
-      /*kAllocate=*/50'000,        /*kFree=*/30'000,
-      /*kFreeBytes=*/1'000,        /*kCreateEvent=*/1'000,
-      /*kDestroyEvent=*/1'000,     /*kRecordEvent=*/2'000,
-      /*kQueryEvent=*/500,         /*kStreamWaitEvent=*/2'000,
-      /*kSynchronizeEvent=*/5'000, /*kPoolAllocate=*/1'000,
-      /*kPoolFree=*/1'000,         /*kPoolTrim=*/10'000,
-      /*kConfigurePool=*/1'000,    /*kGetPoolUsage=*/500};
+      /*kAllocate=*/50'000,
+      /*kFree=*/30'000,
+      /*kFreeBytes=*/1'000,
+      /*kCreateEvent=*/1'000,
+      /*kDestroyEvent=*/1'000,
+      /*kRecordEvent=*/2'000,
+      /*kQueryEvent=*/500,
+      /*kStreamWaitEvent=*/2'000,
+      /*kSynchronizeEvent=*/5'000,
+      /*kPoolAllocate=*/1'000,
+      /*kPoolFree=*/1'000,
+      /*kPoolTrim=*/10'000,
+      /*kConfigurePool=*/1'000,
+      /*kGetPoolUsage=*/500,
+      /*kReserveAddress=*/5'000,
+      /*kFreeAddress=*/5'000,
+      /*kCreatePhysical=*/40'000,
+      /*kReleasePhysical=*/20'000,
+      /*kMap=*/10'000,
+      /*kUnmap=*/30'000,
+      /*kSetAccess=*/30'000};
   int ordinal = 0;
   // Capabilities the simulated device offers (tests turn them off to check
   // that a mode the backend cannot serve fails clearly). Without them the
@@ -109,6 +156,10 @@ struct SimOptions {
   // off too.
   bool streams = true;
   bool stream_ordered_pools = true;
+  // Virtual memory (reserve/create/map/unmap...): both the NVIDIA and the AMD
+  // devices the profiles describe support it. Host-backed memory maps it for
+  // real, so it needs min_granularity to be a multiple of the host page size.
+  bool virtual_memory = true;
   SimClock clock = SimClock::kManual;
   // Duration of one piece of work (Use) when the caller gives none.
   std::uint64_t work_ns = 10'000;
@@ -166,6 +217,61 @@ class SimBackend final : public Backend {
   absl::Status PoolTrim(std::uint64_t keep_bytes) override;
   absl::StatusOr<PoolUsage> GetPoolUsage() override;
 
+  // --- Virtual memory (SimOptions::virtual_memory) --------------------------
+  // CUDA's rules, checked before anything changes; each broken rule is
+  // InvalidArgument naming it and the values:
+  //   - sizes, addresses and alignments are multiples of min_granularity
+  //     (sizes positive); a reservation's alignment is 0 (the granularity) or
+  //     a power of two at least the granularity;
+  //   - Map: [address, address + bytes) lies inside one reservation, overlaps
+  //     no mapping, and bytes is the size of `handle`, which is live and not
+  //     released (a mapping is always a whole handle at offset 0; one handle
+  //     may be mapped at several places, as in CUDA);
+  //   - Unmap: the range is exactly one or more whole, contiguous mappings;
+  //   - SetAccess: the whole range is mapped (it may span several mappings
+  //     and cover part of one);
+  //   - FreeAddress: exactly a whole reservation with nothing mapped in it;
+  //   - ReleasePhysical: a live, not yet released handle.
+  // CreatePhysical takes its bytes from the device's capacity like Allocate
+  // (FreeBytes drops; ResourceExhausted with the numbers when they do not
+  // fit). A handle released while mapped is gone, but its memory stays
+  // mapped and usable until the last mapping of it is unmapped; then it
+  // returns to the device. Out of address space is ResourceExhausted.
+  //
+  // Fake memory: reservations come down from the top of the ordinal's 2^48
+  // byte window while plain allocations and pool segments go up from the
+  // bottom, so the two never overlap; addresses are deterministic and never
+  // reused, and a guard of one recommended granule separates reservations.
+  // Host-backed memory: a reservation is an anonymous PROT_NONE mapping
+  // (MAP_NORESERVE), a handle a memfd of its size, Map maps the memfd over
+  // the reservation (MAP_SHARED | MAP_FIXED, PROT_NONE), SetAccess makes it
+  // readable and writable, Unmap puts PROT_NONE anonymous memory back, and
+  // ReleasePhysical closes the memfd (the mappings keep its pages, as CUDA's
+  // mappings keep released memory). A failing system call is Internal (or
+  // ResourceExhausted when the host is out of memory) with errno's text.
+  absl::StatusOr<DeviceAddress> ReserveAddress(
+      std::uint64_t bytes, std::uint64_t alignment) override;
+  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) override;
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) override;
+  absl::Status ReleasePhysical(PhysicalHandle handle) override;
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   PhysicalHandle handle) override;
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+
+  // Bytes currently mapped (each mapping counts, so a handle mapped twice
+  // counts twice).
+  std::uint64_t mapped_bytes() const;
+  // Bytes of physical memory alive: handles not yet released, and released
+  // ones still mapped. Counted against the capacity with bytes_allocated().
+  std::uint64_t physical_bytes() const;
+  // Bytes of address space reserved and not yet freed.
+  std::uint64_t reserved_address_bytes() const;
+  // Whether all of [address, address + bytes) is mapped with access set
+  // (false for an empty range). Plain allocations are not virtual memory:
+  // this answers false for them.
+  bool IsAccessible(DeviceAddress address, std::uint64_t bytes) const;
+
   // --- Device work and the hazard detector ---------------------------------
   // Streams are created on first mention; every handle is an ordinary,
   // independent stream, 0 (the default stream) included: the legacy default
@@ -180,7 +286,10 @@ class SimBackend final : public Backend {
   // When work queued earlier on another stream touches an overlapping range,
   // has not completed, and `stream` was not made to wait for it (through
   // events, transitively), a hazard is counted and logged. This is how tests
-  // and the replay tool "use" memory an allocator handed out.
+  // and the replay tool "use" memory an allocator handed out. A range that
+  // is not all inside one live plain allocation, one live pool segment, or
+  // mapped memory with access set (IsAccessible) is an access violation:
+  // counted and logged apart from the hazards (kInaccessible).
   void Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
            std::uint64_t duration_ns = 0);
   // Manual clock: completes the work queued so far on `stream`, and first the
@@ -195,10 +304,16 @@ class SimBackend final : public Backend {
   std::uint64_t now_ns() const;
   // Pieces of work queued and not yet complete.
   std::uint64_t pending_work() const;
-  // Hazards counted: at most one per Use and other stream.
+  // Hazards counted: at most one per Use and other stream
+  // (kStreamOrder), and one per Unmap and stream whose incomplete work uses
+  // the range (kUnmapInUse).
   std::uint64_t hazards() const;
   // The first hazards found (at most 64), for messages.
   std::vector<SimHazard> hazard_log() const;
+  // Uses of inaccessible memory (kInaccessible): at most one per Use.
+  std::uint64_t access_violations() const;
+  // The first of them (at most 64), for messages.
+  std::vector<SimHazard> access_violation_log() const;
   // Events created and not destroyed.
   std::uint64_t live_events() const;
 
