@@ -130,12 +130,13 @@ class BfcCore {
   RegionEdges region_edges(RegionId id) const;
   // The region containing `address`, if any.
   std::optional<RegionId> RegionAt(DeviceAddress address) const;
-  // Every free chunk as [address, address + size), in address order.
+  // Every free chunk of at least `min_size` bytes as [address, address +
+  // size), in best-fit order (by size). Visits only those chunks.
   struct FreeSpan {
     DeviceAddress address = 0;
     std::uint64_t size = 0;
   };
-  std::vector<FreeSpan> FreeSpans() const;
+  std::vector<FreeSpan> FreeSpans(std::uint64_t min_size) const;
   // The streams whose work may still use free chunk memory in
   // [address, address + bytes) (any stream, including the caller's): what a
   // host must wait for before that memory is unmapped.

@@ -23,8 +23,16 @@ using testing::kMiB;
 using testing::MakeAllocator;
 using testing::MakeSim;
 
-Options Growth(std::uint64_t limit = 0) {
+// These tests are about separate regions (one backend allocation each);
+// expandable regions have their own tests (allocator_expandable_test.cc).
+Options Regions() {
   Options o;
+  o.expandable = Tristate::kOff;
+  return o;
+}
+
+Options Growth(std::uint64_t limit = 0) {
+  Options o = Regions();
   o.preallocate = false;
   o.memory_limit = limit;
   return o;
@@ -32,7 +40,7 @@ Options Growth(std::uint64_t limit = 0) {
 
 TEST(AllocatorTest, PreallocatesTheFractionOnFirstUse) {
   auto sim = MakeSim(80 * kGiB);
-  auto a = MakeAllocator(Options(), sim);
+  auto a = MakeAllocator(Regions(), sim);
   EXPECT_EQ(sim->calls(SimOp::kAllocate), 0u);  // nothing before first use
   auto p = a->Allocate(1000);
   GPUALLOC_ASSERT_OK(p);
@@ -82,7 +90,7 @@ TEST(AllocatorTest, DoublingPolicyGrowsGeometrically) {
 TEST(AllocatorTest, TensorFlowSmallAllocationSums) {
   for (bool preallocate : {true, false}) {
     auto a =
-        MakeAllocator(preallocate ? Options() : Growth(), MakeSim(16 * kGiB));
+        MakeAllocator(preallocate ? Regions() : Growth(), MakeSim(16 * kGiB));
     std::vector<void*> ptrs;
     for (int i = 1; i < 1024; ++i) {
       auto p = a->Allocate(i);
@@ -104,7 +112,7 @@ TEST(AllocatorTest, TensorFlowSmallAllocationSums) {
 TEST(AllocatorTest, TensorFlowRoundsReuseTheFirstPointer) {
   for (bool preallocate : {true, false}) {
     auto a =
-        MakeAllocator(preallocate ? Options() : Growth(), MakeSim(16 * kGiB));
+        MakeAllocator(preallocate ? Regions() : Growth(), MakeSim(16 * kGiB));
     void* first = nullptr;
     for (int round = 0; round < 1024; ++round) {
       std::vector<void*> ptrs;
@@ -160,7 +168,7 @@ TEST(AllocatorTest, BadInputTable) {
   for (bool preallocate : {true, false}) {
     SCOPED_TRACE(preallocate ? "preallocate" : "growth");
     auto sim = MakeSim(kGiB, /*host_backed=*/true);
-    Options o = preallocate ? Options() : Growth();
+    Options o = preallocate ? Regions() : Growth();
     auto a = MakeAllocator(o, sim);
     // Live allocations with a fill pattern, to check they stay intact.
     std::vector<std::pair<unsigned char*, std::size_t>> live;
@@ -268,7 +276,7 @@ TEST(AllocatorTest, OutOfMemoryReportSaysWhy) {
 }
 
 TEST(AllocatorTest, FragmentationHintWhenPiecesAreFree) {
-  Options o;
+  Options o = Regions();
   o.memory_limit = 64 * kMiB;  // preallocated: one region
   auto a = MakeAllocator(o, MakeSim(kGiB));
   std::vector<void*> ptrs;
@@ -395,7 +403,7 @@ TEST(AllocatorTest, FaultInjectionOnGrowth) {
 
 TEST(AllocatorTest, FaultInjectionOnPreallocationIsRetriedLater) {
   auto sim = MakeSim(kGiB);
-  auto a = MakeAllocator(Options(), sim);
+  auto a = MakeAllocator(Regions(), sim);
   sim->FailNthCall(SimOp::kAllocate, 1);
   auto p = a->Allocate(100);
   ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
@@ -478,7 +486,7 @@ TEST(AllocatorTest, PreallocatingAnH200CostsLittleHostMemory) {
   so.profile = "h200";
   auto sim = MakeSim(so);
   const std::size_t before = mallinfo2().uordblks;
-  auto a = MakeAllocator(Options(), sim);
+  auto a = MakeAllocator(Regions(), sim);
   GPUALLOC_ASSERT_OK(a->Allocate(1));
   const std::size_t after = mallinfo2().uordblks;
   EXPECT_LT(after - before, 1u << 20) << "host bytes used: " << after - before;

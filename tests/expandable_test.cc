@@ -230,14 +230,25 @@ TEST(LargePagePlacementTest, LargeAllocationsStartOnABigPageWhenFree) {
 
 TEST(LargePagePlacementTest, NoPaddingWhenTheChunkHasNoRoomForIt) {
   BfcCore core(BfcConfig{256, 0, 2 * kMiB});
-  core.AddRegion(kSpace, 4 * kMiB);
+  core.AddRegion(kSpace, 5 * kMiB);
   auto small = core.Allocate(4096, 4096, 256, 0);
   ASSERT_TRUE(small.has_value());
-  // 4 MiB - 4 KiB free: 3 MiB fits only unaligned, so it stays unaligned.
-  auto big = core.Allocate(3 * kMiB, 3 * kMiB, 256, 0);
+  // 5 MiB - 4 KiB free: 4 MiB fits only unaligned, so it stays unaligned.
+  auto big = core.Allocate(4 * kMiB, 4 * kMiB, 256, 0);
   ASSERT_TRUE(big.has_value());
   EXPECT_EQ(*big, kSpace + 4096);
   EXPECT_TRUE(core.Validate().ok()) << core.Validate();
+}
+
+TEST(LargePagePlacementTest, RaggedSizesAreNotMoved) {
+  // Only whole big pages are aligned: a 3 MiB block would leave a padding
+  // fragment for half a page of TLB reach.
+  BfcCore core(BfcConfig{256, 0, 2 * kMiB});
+  core.AddRegion(kSpace, 16 * kMiB);
+  ASSERT_TRUE(core.Allocate(4096, 4096, 256, 0).has_value());
+  auto big = core.Allocate(3 * kMiB, 3 * kMiB, 256, 0);
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(*big, kSpace + 4096);
 }
 
 TEST(LargePagePlacementTest, SmallAllocationsAreNotMoved) {
