@@ -376,7 +376,8 @@ class BfcAllocator final : public Allocator {
   absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<std::pair<DeviceAddress, std::uint64_t>> targets;
-    for (const core::BfcCore::FreeSpan& span : core_.FreeSpans(space_->unit())) {
+    for (const core::BfcCore::FreeSpan& span :
+         core_.FreeSpans(space_->unit())) {
       if (span.address <= keep_end && span.address + span.size >= keep_begin) {
         continue;
       }
@@ -437,7 +438,8 @@ class BfcAllocator final : public Allocator {
   // Whether garbage collection would give anything back.
   bool HasFreeToRelease() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (space_ == nullptr) return !core_.FreeRegions().empty();
-    for (const core::BfcCore::FreeSpan& span : core_.FreeSpans(space_->unit())) {
+    for (const core::BfcCore::FreeSpan& span :
+         core_.FreeSpans(space_->unit())) {
       if (!space_->MappedRunsWithin(span.address, span.size).empty())
         return true;
     }
