@@ -318,22 +318,22 @@ class BfcAllocator final : public Allocator {
   }
 
   // Preallocation with expandable regions: the whole limit at once, in at
-  // most about 64 handles (Trim can give back each whole handle later).
+  // most 64 handles of nearly equal size (Trim can give back each whole
+  // handle later).
   absl::Status PreallocateExpandable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
     const std::uint64_t unit = space_->unit();
-    const std::uint64_t handle =
-        std::max(unit, core::RoundUpToMultiple(resolved_.limit / 64, unit));
-    const std::uint64_t big =
-        core::RoundDownToMultiple(resolved_.limit, handle);
-    if (big != 0) {
-      GPUALLOC_RETURN_IF_ERROR(MapRegion(space_->base(), big, handle));
-    }
-    if (resolved_.limit > big) {
+    const std::uint64_t units = resolved_.limit / unit;  // the limit is whole
+    const std::uint64_t handles = std::min<std::uint64_t>(64, units);
+    // `longer` handles of q + 1 units, then the rest of q units.
+    const std::uint64_t q = units / handles, longer = units % handles;
+    DeviceAddress at = space_->base();
+    if (longer != 0) {
       GPUALLOC_RETURN_IF_ERROR(
-          MapRegion(space_->base() + big, resolved_.limit - big, unit));
+          MapRegion(at, longer * (q + 1) * unit, (q + 1) * unit));
+      at += longer * (q + 1) * unit;
     }
-    return absl::OkStatus();
+    return MapRegion(at, (handles - longer) * q * unit, q * unit);
   }
 
   // Maps the least that makes room for `needed` bytes (PlanGrowth): at the

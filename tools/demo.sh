@@ -37,7 +37,8 @@ traces="$GPUALLOC_ROOT/tests/data/traces"
 configs=()
 for device in h100 mi300x; do
   configs+=(--config "name=${device}-bfc-preallocate,arch=${device}")
-  configs+=(--config "name=${device}-bfc-growth,arch=${device},preallocate=false")
+  configs+=(--config "name=${device}-bfc-regions,arch=${device},preallocate=false,expandable=false")
+  configs+=(--config "name=${device}-bfc-expandable,arch=${device},preallocate=false")
   configs+=(--config "name=${device}-platform,arch=${device},allocator=platform")
   configs+=(--config "name=${device}-async,arch=${device},allocator=async")
 done
@@ -47,8 +48,10 @@ echo
 "$replay" --baseline "$traces/SOURCES.md" "${configs[@]}" \
   "$traces"/torch-*.csv
 echo
-echo "bfc-preallocate reserves 75% of the device on first use (JAX's default); bfc-growth grows on"
-echo "demand; platform asks the device for every block; async uses the device's stream-ordered pool."
+echo "bfc-preallocate reserves 75% of the device on first use (JAX's default); bfc-regions grows on"
+echo "demand by separate device allocations; bfc-expandable grows on demand by mapping 2 MiB granules"
+echo "into one reserved address range (the default where virtual memory works) and unmaps free ones;"
+echo "platform asks the device for every block; async uses the device's stream-ordered pool."
 echo "The address space over time, for one trace:"
-echo "  $replay --svg demo.svg --config arch=h100,preallocate=false --config arch=h100,allocator=platform \\"
+echo "  $replay --svg demo.svg --config arch=h100,preallocate=false,expandable=false --config arch=h100,preallocate=false \\"
 echo "    $traces/torch-opt125m-zo-finetune.csv"
