@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "tools/replay/replay.h"
+#include "tools/replay/snapshot_view.h"
 #include "tools/replay/svg.h"
 
 namespace {
@@ -32,6 +33,7 @@ using gpualloc::replay::Trace;
 constexpr absl::string_view kUsage =
     "usage: gpualloc-replay [--json] [--svg FILE] [--baseline SOURCES.md]\n"
     "                       [--config STRING]... TRACE...\n"
+    "       gpualloc-replay --svg FILE --snapshot SNAPSHOT.json... [TRACE...]\n"
     "\n"
     "Replays allocation traces (the project CSV or RMM's logging CSV) on a\n"
     "simulated device, once per configuration, and prints a side-by-side\n"
@@ -50,6 +52,9 @@ constexpr absl::string_view kUsage =
     "  --svg FILE           draw the address space over time into FILE\n"
     "  --baseline FILE      add PyTorch's peak reserved from FILE's table\n"
     "                       (tests/data/traces/SOURCES.md) and our ratio\n"
+    "  --snapshot FILE      also draw an allocator snapshot (the JSON of\n"
+    "                       gpualloc_snapshot_json) into the --svg picture,\n"
+    "                       one panel per file; repeat for more\n"
     "  --help               this text\n";
 
 std::string Gib(std::uint64_t bytes) {
@@ -98,6 +103,7 @@ int main(int argc, char** argv) {
   std::string baseline_path;
   std::vector<std::string> configs;
   std::vector<std::string> paths;
+  std::vector<std::string> snapshot_paths;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -109,7 +115,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--json") {
       json = true;
-    } else if (arg == "--svg" || arg == "--baseline" || arg == "--config") {
+    } else if (arg == "--svg" || arg == "--baseline" || arg == "--config" ||
+               arg == "--snapshot") {
       std::optional<std::string> v = value();
       if (!v.has_value()) {
         return Fail(absl::StrCat(arg, " needs a value\n", kUsage));
@@ -117,13 +124,19 @@ int main(int argc, char** argv) {
       if (arg == "--svg") svg_path = *v;
       if (arg == "--baseline") baseline_path = *v;
       if (arg == "--config") configs.push_back(*v);
+      if (arg == "--snapshot") snapshot_paths.push_back(*v);
     } else if (arg.size() > 1 && arg[0] == '-') {
       return Fail(absl::StrCat("unknown option ", arg, "\n", kUsage));
     } else {
       paths.emplace_back(arg);
     }
   }
-  if (paths.empty()) return Fail(absl::StrCat("no trace given\n", kUsage));
+  if (!snapshot_paths.empty() && svg_path.empty()) {
+    return Fail(absl::StrCat("--snapshot needs --svg FILE\n", kUsage));
+  }
+  if (paths.empty() && snapshot_paths.empty()) {
+    return Fail(absl::StrCat("no trace given\n", kUsage));
+  }
   if (configs.empty()) configs.push_back("");
 
   std::map<std::string, std::uint64_t> baseline;
@@ -137,6 +150,14 @@ int main(int argc, char** argv) {
     absl::StatusOr<Trace> t = gpualloc::replay::LoadTrace(path);
     if (!t.ok()) return Fail(t.status().message());
     traces.push_back(std::move(*t));
+  }
+  // Snapshots are read up front too; they are drawn after the traces.
+  std::vector<ReplayResult> snapshots;
+  for (const std::string& path : snapshot_paths) {
+    absl::StatusOr<ReplayResult> s =
+        gpualloc::replay::LoadSnapshotAsReplayResult(path);
+    if (!s.ok()) return Fail(s.status().message());
+    snapshots.push_back(std::move(*s));
   }
 
   const bool tty = isatty(STDERR_FILENO) != 0;
@@ -171,7 +192,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (!json) {
+  if (!json && !results.empty()) {
     std::vector<std::vector<std::string>> rows;
     std::vector<std::string> header = {
         "trace",          "config",        "ops",         "ooms",
@@ -218,6 +239,13 @@ int main(int argc, char** argv) {
     std::vector<gpualloc::replay::SvgPanel> panels;
     for (const ReplayResult& r : results) {
       panels.push_back({absl::StrCat(r.trace, " / ", r.label), &r});
+    }
+    for (const ReplayResult& r : snapshots) {
+      panels.push_back(
+          {absl::StrCat(r.trace, " / snapshot: ", r.timeline.regions.size(),
+                        " regions, ", r.timeline.blocks.size(),
+                        " chunks in use"),
+           &r});
     }
     std::ofstream out(svg_path, std::ios::binary);
     out << gpualloc::replay::RenderSvg(panels);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs a built tree into a staging directory, then compiles and runs a
-# consumer against it through pkg-config alone, and builds a Meson project that
-# takes gpualloc as a subproject.
+# consumer against it through pkg-config alone (the C++ consumer, and the C
+# example examples/embed.c linked shared and static), loads the installed
+# PyTorch hook, and builds a Meson project that takes gpualloc as a subproject.
 #   tools/install-check/run.sh [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -13,10 +14,45 @@ meson install -C "$build" --destdir "$work/stage" >/dev/null
 pc="$(find "$work/stage" -name gpualloc.pc -print -quit)"
 [[ -n "$pc" ]] || { echo "install-check: no gpualloc.pc installed" >&2; exit 1; }
 export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$work/stage"
+# gpualloc.pc lies in LIBDIR/pkgconfig (pkg-config's --variable answers differ
+# between pkg-config and pkgconf under a sysroot).
+libdir="$(dirname "$(dirname "$pc")")"
+for f in "$libdir/libgpualloc.so" "$libdir/libgpualloc.a" \
+  "$libdir/libgpualloc_torch.so"; do
+  [[ -e "$f" ]] || { echo "install-check: ${f#"$work/stage"} not installed" >&2; exit 1; }
+done
+[[ -n "$(find "$work/stage" -path '*/include/gpualloc/gpualloc.h' -print -quit)" ]] ||
+  { echo "install-check: gpualloc/gpualloc.h not installed" >&2; exit 1; }
+# The staged shared library is not on the loader's path.
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # shellcheck disable=SC2046  # pkg-config prints several flags
 "${CXX:-c++}" -std=c++20 "$root/tools/install-check/consumer.cc" \
   $(pkg-config --cflags --libs gpualloc) -o "$work/consumer"
 "$work/consumer"
+
+# The C example, as its comment says to build it (shared library), then
+# against the static archive: pkg-config --static adds the C++ runtime.
+# shellcheck disable=SC2046
+"${CC:-cc}" "$root/examples/embed.c" $(pkg-config --cflags --libs gpualloc) \
+  -o "$work/embed"
+"$work/embed"
+# shellcheck disable=SC2046
+"${CC:-cc}" "$root/examples/embed.c" $(pkg-config --cflags gpualloc) \
+  $(pkg-config --static --libs gpualloc | sed 's/-lgpualloc\b/-l:libgpualloc.a/') \
+  -o "$work/embed-static"
+if ldd "$work/embed-static" | grep -q 'libgpualloc\.so'; then
+  echo "install-check: embed-static links the shared library" >&2
+  exit 1
+fi
+"$work/embed-static" >/dev/null
+
+# The installed PyTorch hook, driven by the harness when the tests were built.
+if [[ -x "$build/tests/torch_hook_harness" ]]; then
+  # Its error-path checks print the hook's one-time message: shown on failure.
+  out="$("$build/tests/torch_hook_harness" "$libdir/libgpualloc_torch.so" \
+    "$root/tests/data/traces/torch-cs336-medium_1024_inference.csv" 2>&1)" ||
+    { echo "$out" >&2; exit 1; }
+fi
 
 # As a Meson subproject: dependency('gpualloc') resolved by override_dependency.
 mkdir -p "$work/sub/subprojects"
@@ -32,4 +68,4 @@ unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 meson setup "$work/sub/build" "$work/sub" >/dev/null
 ninja -C "$work/sub/build" >/dev/null
 "$work/sub/build/consumer"
-echo "install-check: installed copy and subproject both work"
+echo "install-check: installed copy (C++ consumer, C example shared and static, PyTorch hook) and subproject all work"

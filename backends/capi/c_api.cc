@@ -1,0 +1,382 @@
+// backends/capi/c_api.cc: the C API (gpualloc/gpualloc.h) over a
+// DeviceRegistry.
+//
+// Every entry point runs its body through Boundary(), which turns an
+// absl::Status into the matching gpualloc_status_t, stores the message in the
+// calling thread's last error, and catches any C++ exception (the library
+// does not throw by design; std::bad_alloc from a container can) so that
+// none crosses into C.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "backends/capi/gpualloc_version.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/config.h"
+#include "gpualloc/gpualloc.h"
+#include "gpualloc/registry.h"
+#include "gpualloc/snapshot_json.h"
+
+// The handle: the registry, plus which devices were used (for
+// gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators).
+struct gpualloc_handle {
+  std::unique_ptr<gpualloc::DeviceRegistry> registry;
+  std::unique_ptr<std::atomic<gpualloc::Allocator*>[]> used;
+};
+
+namespace gpualloc {
+namespace {
+
+// The C enum mirrors absl::StatusCode value for value.
+static_assert(GPUALLOC_OK == static_cast<int>(absl::StatusCode::kOk));
+static_assert(GPUALLOC_INVALID_ARGUMENT ==
+              static_cast<int>(absl::StatusCode::kInvalidArgument));
+static_assert(GPUALLOC_RESOURCE_EXHAUSTED ==
+              static_cast<int>(absl::StatusCode::kResourceExhausted));
+static_assert(GPUALLOC_FAILED_PRECONDITION ==
+              static_cast<int>(absl::StatusCode::kFailedPrecondition));
+static_assert(GPUALLOC_UNIMPLEMENTED ==
+              static_cast<int>(absl::StatusCode::kUnimplemented));
+static_assert(GPUALLOC_INTERNAL ==
+              static_cast<int>(absl::StatusCode::kInternal));
+static_assert(GPUALLOC_UNAVAILABLE ==
+              static_cast<int>(absl::StatusCode::kUnavailable));
+static_assert(GPUALLOC_UNAUTHENTICATED ==
+              static_cast<int>(absl::StatusCode::kUnauthenticated));
+
+std::string& LastError() {
+  thread_local std::string message;
+  return message;
+}
+
+gpualloc_status_t Report(const char* function, const absl::Status& status) {
+  if (status.ok()) return GPUALLOC_OK;
+  // Assigning may itself run out of memory; the code is returned regardless.
+  try {
+    LastError() = absl::StrCat(function, ": ", status.message());
+  } catch (...) {
+    LastError().clear();
+  }
+  const int code = static_cast<int>(status.code());
+  return code >= 0 && code <= GPUALLOC_UNAUTHENTICATED
+             ? static_cast<gpualloc_status_t>(code)
+             : GPUALLOC_UNKNOWN;
+}
+
+// Runs `body` (returning absl::Status) with every exception caught.
+template <typename Body>
+gpualloc_status_t Boundary(const char* function, Body&& body) noexcept {
+  try {
+    return Report(function, body());
+  } catch (const std::bad_alloc&) {
+    return Report(function, absl::ResourceExhaustedError(
+                                "out of host memory (std::bad_alloc)"));
+  } catch (const std::exception& e) {
+    return Report(function, absl::InternalError(absl::StrCat(
+                                "unexpected C++ exception: ", e.what())));
+  } catch (...) {
+    return Report(function,
+                  absl::InternalError("unexpected unknown C++ exception"));
+  }
+}
+
+absl::Status NullArgument(absl::string_view name) {
+  return absl::InvalidArgumentError(absl::StrCat(name, " is NULL"));
+}
+
+Stream StreamOf(void* stream) { return Stream::FromHandle(stream); }
+
+absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device) {
+  if (handle == nullptr) return NullArgument("the allocator handle");
+  absl::StatusOr<Allocator*> a = handle->registry->Get(device);
+  if (!a.ok()) return a.status();
+  // Get checked the ordinal; remember the device as used.
+  handle->used[static_cast<std::size_t>(device)].store(
+      *a, std::memory_order_release);
+  return a;
+}
+
+absl::Status Create(const char* config, const EnvLookup& env,
+                    gpualloc_t** out) {
+  if (out == nullptr) return NullArgument("out");
+  *out = nullptr;
+  absl::StatusOr<Config> resolved =
+      ResolveConfig(config == nullptr ? "" : config, env);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<std::unique_ptr<DeviceRegistry>> registry =
+      DeviceRegistry::Create(*resolved);
+  if (!registry.ok()) return registry.status();
+  auto handle = std::make_unique<gpualloc_t>();
+  const int n = (*registry)->num_devices();
+  handle->used.reset(
+      new std::atomic<Allocator*>[static_cast<std::size_t>(n)]());
+  for (int i = 0; i < n; ++i) handle->used[i].store(nullptr);
+  handle->registry = std::move(*registry);
+  *out = handle.release();
+  return absl::OkStatus();
+}
+
+absl::Status Malloc(gpualloc_t* handle, int device, size_t size,
+                    size_t alignment, void* stream, void** out) {
+  if (out == nullptr) return NullArgument("out");
+  *out = nullptr;
+  absl::StatusOr<Allocator*> a = AllocatorOf(handle, device);
+  if (!a.ok()) return a.status();
+  absl::StatusOr<void*> p = (*a)->Allocate(size, StreamOf(stream), alignment);
+  if (!p.ok()) return p.status();
+  *out = *p;
+  return absl::OkStatus();
+}
+
+void CopyStats(const Stats& s, gpualloc_stats_t* out) {
+  gpualloc_stats_t full;
+  std::memset(&full, 0, sizeof(full));
+  full.struct_size = sizeof(full);
+  full.num_allocs = s.num_allocs;
+  full.bytes_in_use = s.bytes_in_use;
+  full.peak_bytes_in_use = s.peak_bytes_in_use;
+  full.largest_alloc_size = s.largest_alloc_size;
+  full.bytes_limit = s.bytes_limit;
+  full.bytes_reserved = s.bytes_reserved;
+  full.peak_bytes_reserved = s.peak_bytes_reserved;
+  full.largest_free_block_bytes = s.largest_free_block_bytes;
+  full.bytes_requested = s.bytes_requested;
+  full.peak_bytes_requested = s.peak_bytes_requested;
+  full.num_ooms = s.num_ooms;
+  full.backend_allocs = s.backend_allocs;
+  full.backend_frees = s.backend_frees;
+  full.events_recorded = s.events_recorded;
+  full.stream_waits = s.stream_waits;
+  full.host_waits = s.host_waits;
+  full.fragmentation = s.fragmentation;
+  // The caller's struct may be older (smaller): fill what fits, keep its size.
+  const std::uint64_t size = out->struct_size;
+  std::memcpy(reinterpret_cast<char*>(out) + sizeof(full.struct_size),
+              reinterpret_cast<const char*>(&full) + sizeof(full.struct_size),
+              static_cast<std::size_t>(size) - sizeof(full.struct_size));
+}
+
+}  // namespace
+}  // namespace gpualloc
+
+using gpualloc::Boundary;
+
+extern "C" {
+
+gpualloc_status_t gpualloc_create(const char* config, gpualloc_t** out) {
+  return Boundary("gpualloc_create", [&] {
+    return gpualloc::Create(config, gpualloc::ProcessEnvironment(), out);
+  });
+}
+
+gpualloc_status_t gpualloc_create_isolated(const char* config,
+                                           gpualloc_t** out) {
+  return Boundary("gpualloc_create_isolated", [&] {
+    return gpualloc::Create(config, gpualloc::MapEnvironment({}), out);
+  });
+}
+
+void gpualloc_destroy(gpualloc_t* allocator) {
+  // Destructors do not throw; nothing to report.
+  delete allocator;
+}
+
+gpualloc_status_t gpualloc_device_count(gpualloc_t* allocator, int* out) {
+  return Boundary("gpualloc_device_count", [&]() -> absl::Status {
+    if (allocator == nullptr) {
+      return gpualloc::NullArgument("the allocator handle");
+    }
+    if (out == nullptr) return gpualloc::NullArgument("out");
+    *out = allocator->registry->num_devices();
+    return absl::OkStatus();
+  });
+}
+
+gpualloc_status_t gpualloc_malloc(gpualloc_t* allocator, int device,
+                                  size_t size, void* stream, void** out) {
+  return Boundary("gpualloc_malloc", [&] {
+    return gpualloc::Malloc(allocator, device, size, 0, stream, out);
+  });
+}
+
+gpualloc_status_t gpualloc_malloc_aligned(gpualloc_t* allocator, int device,
+                                          size_t size, size_t alignment,
+                                          void* stream, void** out) {
+  return Boundary("gpualloc_malloc_aligned", [&] {
+    return gpualloc::Malloc(allocator, device, size, alignment, stream, out);
+  });
+}
+
+gpualloc_status_t gpualloc_free(gpualloc_t* allocator, int device, void* ptr,
+                                void* stream) {
+  return Boundary("gpualloc_free", [&]() -> absl::Status {
+    if (allocator == nullptr) {
+      return gpualloc::NullArgument("the allocator handle");
+    }
+    if (ptr == nullptr) return absl::OkStatus();
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    return (*a)->Deallocate(ptr, gpualloc::StreamOf(stream));
+  });
+}
+
+gpualloc_status_t gpualloc_record_stream(gpualloc_t* allocator, int device,
+                                         void* ptr, void* stream) {
+  return Boundary("gpualloc_record_stream", [&]() -> absl::Status {
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    return (*a)->RecordStream(ptr, gpualloc::StreamOf(stream));
+  });
+}
+
+gpualloc_status_t gpualloc_get_stats(gpualloc_t* allocator, int device,
+                                     gpualloc_stats_t* out) {
+  return Boundary("gpualloc_get_stats", [&]() -> absl::Status {
+    if (out == nullptr) return gpualloc::NullArgument("out");
+    if (out->struct_size < sizeof(out->struct_size) ||
+        out->struct_size > sizeof(gpualloc_stats_t)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "out->struct_size is %d: set it to sizeof(gpualloc_stats_t) "
+          "(%d in this library; smaller values from older headers work)",
+          out->struct_size, sizeof(gpualloc_stats_t)));
+    }
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    gpualloc::CopyStats((*a)->GetStats(), out);
+    return absl::OkStatus();
+  });
+}
+
+gpualloc_status_t gpualloc_reset_peak_stats(gpualloc_t* allocator, int device) {
+  return Boundary("gpualloc_reset_peak_stats", [&]() -> absl::Status {
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    (*a)->ResetPeakStats();
+    return absl::OkStatus();
+  });
+}
+
+gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator, int device,
+                                         char** out, size_t* out_length) {
+  return Boundary("gpualloc_snapshot_json", [&]() -> absl::Status {
+    if (out == nullptr) return gpualloc::NullArgument("out");
+    *out = nullptr;
+    if (out_length != nullptr) *out_length = 0;
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    const std::string json =
+        gpualloc::SnapshotToJson((*a)->GetSnapshot(), &(*a)->device());
+    char* copy = static_cast<char*>(std::malloc(json.size() + 1));
+    if (copy == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of host memory for a ", json.size() + 1, "-byte snapshot"));
+    }
+    std::memcpy(copy, json.c_str(), json.size() + 1);
+    *out = copy;
+    if (out_length != nullptr) *out_length = json.size();
+    return absl::OkStatus();
+  });
+}
+
+void gpualloc_string_free(char* text) { std::free(text); }
+
+gpualloc_status_t gpualloc_trim(gpualloc_t* allocator, int device) {
+  return Boundary("gpualloc_trim", [&]() -> absl::Status {
+    if (allocator == nullptr) {
+      return gpualloc::NullArgument("the allocator handle");
+    }
+    if (device != GPUALLOC_ALL_DEVICES) {
+      absl::StatusOr<gpualloc::Allocator*> a =
+          gpualloc::AllocatorOf(allocator, device);
+      if (!a.ok()) return a.status();
+      return (*a)->Trim();
+    }
+    // Every device used so far; the first error is returned after all were
+    // tried.
+    absl::Status first;
+    for (int d = 0; d < allocator->registry->num_devices(); ++d) {
+      gpualloc::Allocator* a =
+          allocator->used[static_cast<std::size_t>(d)].load(
+              std::memory_order_acquire);
+      if (a == nullptr) continue;
+      absl::Status s = a->Trim();
+      if (!s.ok() && first.ok()) {
+        first = absl::Status(s.code(),
+                             absl::StrCat("device ", d, ": ", s.message()));
+      }
+    }
+    return first;
+  });
+}
+
+gpualloc_status_t gpualloc_validate(gpualloc_t* allocator, int device) {
+  return Boundary("gpualloc_validate", [&]() -> absl::Status {
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    return (*a)->Validate();
+  });
+}
+
+const char* gpualloc_last_error(void) { return gpualloc::LastError().c_str(); }
+
+const char* gpualloc_status_name(gpualloc_status_t status) {
+  switch (status) {
+    case GPUALLOC_OK:
+      return "OK";
+    case GPUALLOC_CANCELLED:
+      return "CANCELLED";
+    case GPUALLOC_UNKNOWN:
+      return "UNKNOWN";
+    case GPUALLOC_INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case GPUALLOC_DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case GPUALLOC_NOT_FOUND:
+      return "NOT_FOUND";
+    case GPUALLOC_ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case GPUALLOC_PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case GPUALLOC_RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case GPUALLOC_FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case GPUALLOC_ABORTED:
+      return "ABORTED";
+    case GPUALLOC_OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case GPUALLOC_UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case GPUALLOC_INTERNAL:
+      return "INTERNAL";
+    case GPUALLOC_UNAVAILABLE:
+      return "UNAVAILABLE";
+    case GPUALLOC_DATA_LOSS:
+      return "DATA_LOSS";
+    case GPUALLOC_UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+  }
+  return "UNKNOWN_STATUS";
+}
+
+const char* gpualloc_version(void) { return GPUALLOC_VERSION_STRING; }
+
+}  // extern "C"

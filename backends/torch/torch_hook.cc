@@ -1,0 +1,197 @@
+// backends/torch/torch_hook.cc: libgpualloc_torch.so, the entry points of
+// torch.cuda.memory.CUDAPluggableAllocator(path, "gpualloc_torch_malloc",
+// "gpualloc_torch_free").
+//
+// One process-wide gpualloc handle, created on the first call from the
+// environment (GPUALLOC_* variables and their JAX/XLA/TF aliases;
+// GPUALLOC_BACKEND=sim runs without a GPU). It is never destroyed: PyTorch
+// frees tensors during interpreter shutdown, after static destructors would
+// have run.
+//
+// Failures: malloc returns NULL (PyTorch then raises its out-of-memory
+// error); free cannot report, so both print the first failure's reason to
+// stderr and keep the latest for gpualloc_torch_last_error().
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "gpualloc/gpualloc.h"
+
+namespace {
+
+struct Hook {
+  gpualloc_t* handle = nullptr;
+  gpualloc_status_t create_status = GPUALLOC_OK;
+  std::string create_error;
+  int num_devices = 0;
+  // Devices malloc was called for (the first 64), for record_stream, which
+  // is not told the device.
+  std::atomic<std::uint64_t> used_devices{0};
+};
+
+Hook& Instance() {
+  static Hook* const hook = [] {
+    Hook* h = new Hook;
+    h->create_status = gpualloc_create(nullptr, &h->handle);
+    if (h->create_status != GPUALLOC_OK) {
+      h->create_error = gpualloc_last_error();
+    } else if (gpualloc_device_count(h->handle, &h->num_devices) !=
+               GPUALLOC_OK) {
+      h->num_devices = 0;
+    }
+    return h;
+  }();
+  return *hook;
+}
+
+std::mutex error_mu;
+std::string& LatestError() {
+  static std::string* const error = new std::string;
+  return *error;
+}
+std::atomic<bool> printed{false};
+
+// Keeps `message` as the latest error; prints the first one.
+void Fail(const std::string& message) noexcept {
+  try {
+    {
+      std::lock_guard<std::mutex> lock(error_mu);
+      LatestError() = message;
+    }
+    if (!printed.exchange(true)) {
+      std::fprintf(stderr,
+                   "gpualloc_torch: %s\n(printed once; later errors: "
+                   "gpualloc_torch_last_error())\n",
+                   message.c_str());
+    }
+  } catch (...) {
+    // Out of host memory while reporting: the caller's failure stands.
+  }
+}
+
+// The handle, or NULL after reporting why there is none.
+gpualloc_t* Handle(const char* function) noexcept {
+  try {
+    Hook& h = Instance();
+    if (h.handle == nullptr) {
+      Fail(std::string(function) +
+           ": gpualloc could not be set up from the "
+           "environment: " +
+           h.create_error);
+    }
+    return h.handle;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void FailWithLastError() noexcept {
+  try {
+    Fail(gpualloc_last_error());
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+GPUALLOC_API void* gpualloc_torch_malloc(size_t size, int device,
+                                         void* stream) {
+  gpualloc_t* handle = Handle("gpualloc_torch_malloc");
+  if (handle == nullptr) return nullptr;
+  void* p = nullptr;
+  if (gpualloc_malloc(handle, device, size, stream, &p) != GPUALLOC_OK) {
+    FailWithLastError();
+    return nullptr;
+  }
+  if (device >= 0 && device < 64) {
+    Instance().used_devices.fetch_or(std::uint64_t{1} << device,
+                                     std::memory_order_relaxed);
+  }
+  return p;
+}
+
+// PyTorch's C++ side passes (ptr, size, device, stream).
+GPUALLOC_API void gpualloc_torch_free(void* ptr, size_t size, int device,
+                                      void* stream) {
+  (void)size;  // the allocator knows each block's size
+  gpualloc_t* handle = Handle("gpualloc_torch_free");
+  if (handle == nullptr) return;
+  if (gpualloc_free(handle, device, ptr, stream) != GPUALLOC_OK) {
+    FailWithLastError();
+  }
+}
+
+// torch.cuda.empty_cache(): every fully free region goes back to the device.
+GPUALLOC_API void gpualloc_torch_empty_cache(void) {
+  gpualloc_t* handle = Handle("gpualloc_torch_empty_cache");
+  if (handle == nullptr) return;
+  if (gpualloc_trim(handle, GPUALLOC_ALL_DEVICES) != GPUALLOC_OK) {
+    FailWithLastError();
+  }
+}
+
+// Tensor.record_stream(stream). The device is not given: the devices used so
+// far are asked in turn until one knows the pointer.
+GPUALLOC_API void gpualloc_torch_record_stream(void* ptr, void* stream) {
+  gpualloc_t* handle = Handle("gpualloc_torch_record_stream");
+  if (handle == nullptr) return;
+  Hook& h = Instance();
+  const std::uint64_t used = h.used_devices.load(std::memory_order_relaxed);
+  for (int d = 0; d < h.num_devices; ++d) {
+    if (d < 64 && (used & (std::uint64_t{1} << d)) == 0) continue;
+    if (gpualloc_record_stream(handle, d, ptr, stream) == GPUALLOC_OK) return;
+  }
+  char message[160];
+  std::snprintf(message, sizeof(message),
+                "gpualloc_torch_record_stream: %p is not a live allocation "
+                "on any device gpualloc_torch_malloc served",
+                ptr);
+  Fail(message);
+}
+
+// The latest failure's message ("" if none), from any thread. The pointer
+// stays valid until the calling thread calls this again.
+GPUALLOC_API const char* gpualloc_torch_last_error(void) {
+  thread_local std::string copy;
+  try {
+    std::lock_guard<std::mutex> lock(error_mu);
+    copy = LatestError();
+  } catch (...) {
+    copy.clear();
+  }
+  return copy.c_str();
+}
+
+// For scripts through ctypes: 0 and *out filled (set out->struct_size), or a
+// gpualloc_status_t with the reason in gpualloc_torch_last_error().
+GPUALLOC_API int gpualloc_torch_get_stats(int device, gpualloc_stats_t* out) {
+  gpualloc_t* handle = Handle("gpualloc_torch_get_stats");
+  if (handle == nullptr) return Instance().create_status;
+  const gpualloc_status_t s = gpualloc_get_stats(handle, device, out);
+  if (s != GPUALLOC_OK) FailWithLastError();
+  return s;
+}
+
+// The device's snapshot as JSON (README, "Embedding"), to be released with
+// gpualloc_torch_string_free; NULL on failure.
+GPUALLOC_API char* gpualloc_torch_snapshot_json(int device) {
+  gpualloc_t* handle = Handle("gpualloc_torch_snapshot_json");
+  if (handle == nullptr) return nullptr;
+  char* json = nullptr;
+  if (gpualloc_snapshot_json(handle, device, &json, nullptr) != GPUALLOC_OK) {
+    FailWithLastError();
+    return nullptr;
+  }
+  return json;
+}
+
+GPUALLOC_API void gpualloc_torch_string_free(char* text) {
+  gpualloc_string_free(text);
+}
+
+}  // extern "C"

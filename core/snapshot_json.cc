@@ -1,0 +1,470 @@
+// core/snapshot_json.cc: SnapshotToJson and SnapshotFromJson (see
+// gpualloc/snapshot_json.h).
+//
+// The reader is a small recursive-descent JSON parser into a value tree
+// (snapshots are read by tools, not on a hot path), then a typed walk that
+// names the field path in every error.
+#include "gpualloc/snapshot_json.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace gpualloc {
+namespace {
+
+constexpr absl::string_view kFormat = "gpualloc-snapshot";
+constexpr std::uint64_t kVersion = 1;
+
+void AppendString(std::string* out, absl::string_view s) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppendFormat(out, "\\u%04x", c);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+// The Stats fields, in declaration order, for the writer and the reader.
+struct StatsField {
+  absl::string_view name;
+  std::uint64_t Stats::*member;
+};
+constexpr StatsField kStatsFields[] = {
+    {"num_allocs", &Stats::num_allocs},
+    {"bytes_in_use", &Stats::bytes_in_use},
+    {"peak_bytes_in_use", &Stats::peak_bytes_in_use},
+    {"largest_alloc_size", &Stats::largest_alloc_size},
+    {"bytes_limit", &Stats::bytes_limit},
+    {"bytes_reserved", &Stats::bytes_reserved},
+    {"peak_bytes_reserved", &Stats::peak_bytes_reserved},
+    {"largest_free_block_bytes", &Stats::largest_free_block_bytes},
+    {"bytes_requested", &Stats::bytes_requested},
+    {"peak_bytes_requested", &Stats::peak_bytes_requested},
+    {"num_ooms", &Stats::num_ooms},
+    {"backend_allocs", &Stats::backend_allocs},
+    {"backend_frees", &Stats::backend_frees},
+    {"events_recorded", &Stats::events_recorded},
+    {"stream_waits", &Stats::stream_waits},
+    {"host_waits", &Stats::host_waits},
+};
+
+// ---- Reading -------------------------------------------------------------
+
+struct JsonValue {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  std::string text;  // a number's literal, or a string's decoded bytes
+  std::vector<JsonValue> items;  // an array's elements
+  // An object's members, in order: keys[i] names values[i]. (Two vectors, not
+  // pairs: std::pair of a type still being defined does not compile with
+  // clang and libstdc++ 12.)
+  std::vector<std::string> keys;
+  std::vector<JsonValue> values;
+
+  const JsonValue* Find(absl::string_view key) const {
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) return &values[i];
+    }
+    return nullptr;
+  }
+};
+
+class Parser {
+ public:
+  explicit Parser(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<JsonValue> ParseDocument() {
+    JsonValue v;
+    if (absl::Status s = ParseValue(&v, 0); !s.ok()) return s;
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("end of the document");
+    return v;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+
+  absl::Status Error(absl::string_view expected) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "snapshot JSON: expected ", expected, " at byte ", pos_,
+        pos_ < text_.size() ? absl::StrCat(" ('", text_.substr(pos_, 1), "')")
+                            : std::string(" (end of text)")));
+  }
+
+  void SkipSpace() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' ||
+            text_[pos_] == '\r')) {
+      ++pos_;
+    }
+  }
+
+  bool Consume(absl::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  absl::Status ParseValue(JsonValue* v, int depth) {
+    if (depth > kMaxDepth) return Error("less nesting");
+    SkipSpace();
+    if (pos_ >= text_.size()) return Error("a value");
+    const char c = text_[pos_];
+    if (c == '{') return ParseObject(v, depth);
+    if (c == '[') return ParseArray(v, depth);
+    if (c == '"') {
+      v->kind = JsonValue::Kind::kString;
+      return ParseString(&v->text);
+    }
+    if (Consume("true")) {
+      v->kind = JsonValue::Kind::kBool;
+      v->boolean = true;
+      return absl::OkStatus();
+    }
+    if (Consume("false")) {
+      v->kind = JsonValue::Kind::kBool;
+      return absl::OkStatus();
+    }
+    if (Consume("null")) return absl::OkStatus();
+    return ParseNumber(v);
+  }
+
+  absl::Status ParseNumber(JsonValue* v) {
+    const std::size_t start = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
+    const std::size_t digits = pos_;
+    while (pos_ < text_.size() &&
+           ((text_[pos_] >= '0' && text_[pos_] <= '9') || text_[pos_] == '.' ||
+            text_[pos_] == 'e' || text_[pos_] == 'E' || text_[pos_] == '+' ||
+            text_[pos_] == '-')) {
+      ++pos_;
+    }
+    if (pos_ == digits) {
+      pos_ = start;
+      return Error("a value");
+    }
+    v->kind = JsonValue::Kind::kNumber;
+    v->text = std::string(text_.substr(start, pos_ - start));
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseString(std::string* out) {
+    ++pos_;  // the opening quote
+    while (true) {
+      if (pos_ >= text_.size()) return Error("the end of a string");
+      const char c = text_[pos_++];
+      if (c == '"') return absl::OkStatus();
+      if (static_cast<unsigned char>(c) < 0x20) {
+        --pos_;
+        return Error("no control character inside a string");
+      }
+      if (c != '\\') {
+        out->push_back(c);
+        continue;
+      }
+      if (pos_ >= text_.size()) return Error("an escape");
+      const char e = text_[pos_++];
+      switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+          out->push_back(e);
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
+        case 'u': {
+          if (pos_ + 4 > text_.size()) return Error("four hex digits");
+          unsigned code = 0;
+          const char* first = text_.data() + pos_;
+          auto [ptr, ec] = std::from_chars(first, first + 4, code, 16);
+          if (ec != std::errc() || ptr != first + 4) {
+            return Error("four hex digits");
+          }
+          pos_ += 4;
+          // UTF-8; a lone surrogate half is kept as its own code (names in a
+          // snapshot are ASCII in practice).
+          if (code < 0x80) {
+            out->push_back(static_cast<char>(code));
+          } else if (code < 0x800) {
+            out->push_back(static_cast<char>(0xC0 | (code >> 6)));
+            out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+          } else {
+            out->push_back(static_cast<char>(0xE0 | (code >> 12)));
+            out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
+            out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
+          }
+          break;
+        }
+        default:
+          --pos_;
+          return Error("an escape (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u)");
+      }
+    }
+  }
+
+  absl::Status ParseArray(JsonValue* v, int depth) {
+    v->kind = JsonValue::Kind::kArray;
+    ++pos_;
+    SkipSpace();
+    if (Consume("]")) return absl::OkStatus();
+    while (true) {
+      v->items.emplace_back();
+      if (absl::Status s = ParseValue(&v->items.back(), depth + 1); !s.ok()) {
+        return s;
+      }
+      SkipSpace();
+      if (Consume("]")) return absl::OkStatus();
+      if (!Consume(",")) return Error("',' or ']'");
+    }
+  }
+
+  absl::Status ParseObject(JsonValue* v, int depth) {
+    v->kind = JsonValue::Kind::kObject;
+    ++pos_;
+    SkipSpace();
+    if (Consume("}")) return absl::OkStatus();
+    while (true) {
+      SkipSpace();
+      if (pos_ >= text_.size() || text_[pos_] != '"') return Error("a key");
+      std::string key;
+      if (absl::Status s = ParseString(&key); !s.ok()) return s;
+      SkipSpace();
+      if (!Consume(":")) return Error("':'");
+      JsonValue value;
+      if (absl::Status s = ParseValue(&value, depth + 1); !s.ok()) return s;
+      v->keys.push_back(std::move(key));
+      v->values.push_back(std::move(value));
+      SkipSpace();
+      if (Consume("}")) return absl::OkStatus();
+      if (!Consume(",")) return Error("',' or '}'");
+    }
+  }
+
+  absl::string_view text_;
+  std::size_t pos_ = 0;
+};
+
+absl::Status FieldError(absl::string_view path, absl::string_view expected) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("snapshot JSON: ", path, ": expected ", expected));
+}
+
+// The member `key` of object `v`, of kind `kind`; `path` names `v`.
+absl::StatusOr<const JsonValue*> Member(const JsonValue& v,
+                                        absl::string_view path,
+                                        absl::string_view key,
+                                        JsonValue::Kind kind,
+                                        absl::string_view kind_name) {
+  const std::string where =
+      path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+  const JsonValue* m = v.Find(key);
+  if (m == nullptr) return FieldError(where, "a field (missing)");
+  if (m->kind != kind) return FieldError(where, kind_name);
+  return m;
+}
+
+absl::StatusOr<std::uint64_t> Unsigned(const JsonValue& v,
+                                       absl::string_view path,
+                                       absl::string_view key) {
+  absl::StatusOr<const JsonValue*> m =
+      Member(v, path, key, JsonValue::Kind::kNumber, "a number");
+  if (!m.ok()) return m.status();
+  const std::string& t = (*m)->text;
+  std::uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), value, 10);
+  if (ec != std::errc() || ptr != t.data() + t.size()) {
+    return FieldError(
+        path.empty() ? std::string(key) : absl::StrCat(path, ".", key),
+        absl::StrCat("an unsigned 64-bit integer, got ", t));
+  }
+  return value;
+}
+
+absl::StatusOr<double> Fraction(const JsonValue& v, absl::string_view path,
+                                absl::string_view key) {
+  absl::StatusOr<const JsonValue*> m =
+      Member(v, path, key, JsonValue::Kind::kNumber, "a number");
+  if (!m.ok()) return m.status();
+  const std::string& t = (*m)->text;
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (ec != std::errc() || ptr != t.data() + t.size() ||
+      !std::isfinite(value)) {
+    return FieldError(absl::StrCat(path, ".", key),
+                      absl::StrCat("a finite number, got ", t));
+  }
+  return value;
+}
+
+#define GPUALLOC_JSON_ASSIGN(lhs, expr)                 \
+  do {                                                  \
+    auto json_value_ = (expr);                          \
+    if (!json_value_.ok()) return json_value_.status(); \
+    lhs = *json_value_;                                 \
+  } while (false)
+
+}  // namespace
+
+std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
+  std::string out;
+  // About 100 bytes per chunk.
+  std::size_t chunks = 0;
+  for (const RegionSnapshot& r : snapshot.regions) chunks += r.chunks.size();
+  out.reserve(512 + 48 * snapshot.regions.size() + 100 * chunks);
+  absl::StrAppend(&out, "{\"format\":\"", kFormat, "\",\"version\":", kVersion);
+  if (device != nullptr) {
+    absl::StrAppend(&out, ",\"device\":{\"ordinal\":", device->ordinal,
+                    ",\"backend\":");
+    AppendString(&out, device->backend);
+    out += ",\"name\":";
+    AppendString(&out, device->name);
+    absl::StrAppend(&out, ",\"total_bytes\":", device->total_bytes, "}");
+  }
+  out += ",\"stats\":{";
+  for (const StatsField& f : kStatsFields) {
+    absl::StrAppend(&out, "\"", f.name, "\":", snapshot.stats.*f.member, ",");
+  }
+  const double frag = std::isfinite(snapshot.stats.fragmentation)
+                          ? snapshot.stats.fragmentation
+                          : 0.0;
+  absl::StrAppendFormat(&out, "\"fragmentation\":%.9g},\"regions\":[", frag);
+  for (std::size_t i = 0; i < snapshot.regions.size(); ++i) {
+    const RegionSnapshot& r = snapshot.regions[i];
+    absl::StrAppend(&out, i == 0 ? "" : ",", "{\"base\":", r.base,
+                    ",\"size\":", r.size, ",\"chunks\":[");
+    for (std::size_t j = 0; j < r.chunks.size(); ++j) {
+      const ChunkSnapshot& c = r.chunks[j];
+      absl::StrAppend(&out, j == 0 ? "" : ",", "{\"address\":", c.address,
+                      ",\"size\":", c.size, ",\"requested\":", c.requested,
+                      ",\"state\":\"", c.in_use ? "in_use" : "free",
+                      "\",\"stream\":", c.stream, "}");
+    }
+    out += "]}";
+  }
+  out += "]}";
+  return out;
+}
+
+absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
+  absl::StatusOr<JsonValue> doc = Parser(json).ParseDocument();
+  if (!doc.ok()) return doc.status();
+  if (doc->kind != JsonValue::Kind::kObject) {
+    return FieldError("the document", "an object");
+  }
+  const JsonValue* format = nullptr;
+  GPUALLOC_JSON_ASSIGN(
+      format, Member(*doc, "", "format", JsonValue::Kind::kString, "a string"));
+  if (format->text != kFormat) {
+    return FieldError("format", absl::StrCat("\"", kFormat, "\", got \"",
+                                             format->text, "\""));
+  }
+  std::uint64_t version = 0;
+  GPUALLOC_JSON_ASSIGN(version, Unsigned(*doc, "", "version"));
+  if (version != kVersion) {
+    return FieldError(
+        "version", absl::StrCat(kVersion, " (this reader's), got ", version));
+  }
+
+  Snapshot snapshot;
+  const JsonValue* stats = nullptr;
+  GPUALLOC_JSON_ASSIGN(
+      stats, Member(*doc, "", "stats", JsonValue::Kind::kObject, "an object"));
+  for (const StatsField& f : kStatsFields) {
+    GPUALLOC_JSON_ASSIGN(snapshot.stats.*f.member,
+                         Unsigned(*stats, "stats", f.name));
+  }
+  GPUALLOC_JSON_ASSIGN(snapshot.stats.fragmentation,
+                       Fraction(*stats, "stats", "fragmentation"));
+
+  const JsonValue* regions = nullptr;
+  GPUALLOC_JSON_ASSIGN(regions, Member(*doc, "", "regions",
+                                       JsonValue::Kind::kArray, "an array"));
+  for (std::size_t i = 0; i < regions->items.size(); ++i) {
+    const JsonValue& r = regions->items[i];
+    const std::string path = absl::StrCat("regions[", i, "]");
+    if (r.kind != JsonValue::Kind::kObject) {
+      return FieldError(path, "an object");
+    }
+    RegionSnapshot region;
+    GPUALLOC_JSON_ASSIGN(region.base, Unsigned(r, path, "base"));
+    GPUALLOC_JSON_ASSIGN(region.size, Unsigned(r, path, "size"));
+    const JsonValue* chunks = nullptr;
+    GPUALLOC_JSON_ASSIGN(
+        chunks, Member(r, path, "chunks", JsonValue::Kind::kArray, "an array"));
+    for (std::size_t j = 0; j < chunks->items.size(); ++j) {
+      const JsonValue& c = chunks->items[j];
+      const std::string cpath = absl::StrCat(path, ".chunks[", j, "]");
+      if (c.kind != JsonValue::Kind::kObject) {
+        return FieldError(cpath, "an object");
+      }
+      ChunkSnapshot chunk;
+      GPUALLOC_JSON_ASSIGN(chunk.address, Unsigned(c, cpath, "address"));
+      GPUALLOC_JSON_ASSIGN(chunk.size, Unsigned(c, cpath, "size"));
+      GPUALLOC_JSON_ASSIGN(chunk.requested, Unsigned(c, cpath, "requested"));
+      std::uint64_t stream = 0;
+      GPUALLOC_JSON_ASSIGN(stream, Unsigned(c, cpath, "stream"));
+      chunk.stream = static_cast<std::uintptr_t>(stream);
+      const JsonValue* state = nullptr;
+      GPUALLOC_JSON_ASSIGN(state, Member(c, cpath, "state",
+                                         JsonValue::Kind::kString, "a string"));
+      if (state->text == "in_use") {
+        chunk.in_use = true;
+      } else if (state->text != "free") {
+        return FieldError(
+            absl::StrCat(cpath, ".state"),
+            absl::StrCat("\"in_use\" or \"free\", got \"", state->text, "\""));
+      }
+      region.chunks.push_back(chunk);
+    }
+    snapshot.regions.push_back(std::move(region));
+  }
+  return snapshot;
+}
+
+}  // namespace gpualloc

@@ -1,0 +1,184 @@
+/* gpualloc/gpualloc.h: the C API, for runtimes and foreign-function
+ * interfaces that cannot use the C++ one.
+ *
+ * A gpualloc_t is an opaque handle on one allocator per device, created
+ * lazily on first use of the device, all from one configuration (SPEC section
+ * 5; the keys and variables are listed in gpualloc/config.h):
+ *
+ *   gpualloc_t* a = NULL;
+ *   if (gpualloc_create("backend=sim,preallocate=false", &a) != GPUALLOC_OK) {
+ *     fprintf(stderr, "%s\n", gpualloc_last_error());
+ *   }
+ *   void* p = NULL;
+ *   gpualloc_malloc(a, 0, 1 << 20, stream, &p);
+ *   ...
+ *   gpualloc_free(a, 0, p, stream);
+ *   gpualloc_destroy(a);
+ *
+ * Errors: every call that can fail returns a gpualloc_status_t, whose values
+ * are those of absl::StatusCode; GPUALLOC_OK is 0. A failing call also sets
+ * the calling thread's last-error message (gpualloc_last_error), which names
+ * what was wrong (the configuration key, the address, the out-of-memory
+ * report). A rejected call changes nothing. No C++ exception crosses this
+ * interface: one that would (std::bad_alloc) becomes
+ * GPUALLOC_RESOURCE_EXHAUSTED or GPUALLOC_INTERNAL with its message.
+ *
+ * Streams are opaque handles (a cudaStream_t or hipStream_t cast to void*);
+ * NULL is the default stream. Devices are ordinals from 0.
+ *
+ * Thread safety: every function may be called from any thread at once, except
+ * gpualloc_destroy, which must be the last call on its handle.
+ */
+#ifndef GPUALLOC_GPUALLOC_H_
+#define GPUALLOC_GPUALLOC_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define GPUALLOC_API
+#else
+#define GPUALLOC_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The values of absl::StatusCode. */
+typedef enum gpualloc_status {
+  GPUALLOC_OK = 0,
+  GPUALLOC_CANCELLED = 1,
+  GPUALLOC_UNKNOWN = 2,
+  GPUALLOC_INVALID_ARGUMENT = 3,
+  GPUALLOC_DEADLINE_EXCEEDED = 4,
+  GPUALLOC_NOT_FOUND = 5,
+  GPUALLOC_ALREADY_EXISTS = 6,
+  GPUALLOC_PERMISSION_DENIED = 7,
+  GPUALLOC_RESOURCE_EXHAUSTED = 8, /* out of memory */
+  GPUALLOC_FAILED_PRECONDITION = 9,
+  GPUALLOC_ABORTED = 10,
+  GPUALLOC_OUT_OF_RANGE = 11,
+  GPUALLOC_UNIMPLEMENTED = 12,
+  GPUALLOC_INTERNAL = 13,
+  GPUALLOC_UNAVAILABLE = 14, /* e.g. no driver */
+  GPUALLOC_DATA_LOSS = 15,
+  GPUALLOC_UNAUTHENTICATED = 16
+} gpualloc_status_t;
+
+/* Opaque: the allocators of every device, from one configuration. */
+typedef struct gpualloc_handle gpualloc_t;
+
+/* TensorFlow's allocator statistics (gpualloc::Stats). ABI evolution: the
+ * caller sets struct_size to sizeof(gpualloc_stats_t) as it was compiled;
+ * the library fills only the fields that fit in it, so fields are only ever
+ * added at the end. */
+typedef struct gpualloc_stats {
+  uint64_t struct_size;
+  uint64_t num_allocs;   /* successful allocations, ever */
+  uint64_t bytes_in_use; /* sum of the sizes of in-use chunks */
+  uint64_t peak_bytes_in_use;
+  uint64_t largest_alloc_size; /* largest chunk ever handed out */
+  uint64_t bytes_limit;
+  uint64_t bytes_reserved; /* sum of region sizes */
+  uint64_t peak_bytes_reserved;
+  uint64_t largest_free_block_bytes;
+  uint64_t bytes_requested; /* sum of the sizes as asked */
+  uint64_t peak_bytes_requested;
+  uint64_t num_ooms; /* out-of-memory answers */
+  uint64_t backend_allocs;
+  uint64_t backend_frees;
+  uint64_t events_recorded; /* stream-ordered frees: backend events */
+  uint64_t stream_waits;
+  uint64_t host_waits;
+  /* 1 - largest free block / total free bytes (0 when nothing is free). */
+  double fragmentation;
+} gpualloc_stats_t;
+
+/* Every device: gpualloc_trim's device argument. */
+#define GPUALLOC_ALL_DEVICES (-1)
+
+/* Creates a handle from `config` ("key=value,...", NULL or "" for none) over
+ * the process environment (GPUALLOC_* variables and their JAX/XLA/TF aliases):
+ * the string wins, then the environment, then the defaults. A bad key or value
+ * is GPUALLOC_INVALID_ARGUMENT with a message naming it; *out is then NULL. No
+ * device is touched until its first use. */
+GPUALLOC_API gpualloc_status_t gpualloc_create(const char* config,
+                                               gpualloc_t** out);
+/* The same without reading the environment: the configuration string and the
+ * defaults only (reproducible; for tests and tools). */
+GPUALLOC_API gpualloc_status_t gpualloc_create_isolated(const char* config,
+                                                        gpualloc_t** out);
+/* Releases the handle and every allocator's memory. Memory still allocated
+ * is released with it. NULL is a no-op. */
+GPUALLOC_API void gpualloc_destroy(gpualloc_t* allocator);
+
+/* Number of devices the configured backend sees. */
+GPUALLOC_API gpualloc_status_t gpualloc_device_count(gpualloc_t* allocator,
+                                                     int* out);
+
+/* Device memory of at least `size` bytes for work on `stream`, aligned to the
+ * minimum block size (256 B). 0 bytes gives a unique non-null pointer. Out of
+ * memory is GPUALLOC_RESOURCE_EXHAUSTED with a report; *out is then NULL. */
+GPUALLOC_API gpualloc_status_t gpualloc_malloc(gpualloc_t* allocator,
+                                               int device, size_t size,
+                                               void* stream, void** out);
+/* As gpualloc_malloc, aligned to `alignment` (a power of two; 0: default). */
+GPUALLOC_API gpualloc_status_t gpualloc_malloc_aligned(gpualloc_t* allocator,
+                                                       int device, size_t size,
+                                                       size_t alignment,
+                                                       void* stream,
+                                                       void** out);
+/* Releases `ptr`; `stream` is the stream its last use was queued on. A pointer
+ * this allocator did not hand out, an interior pointer or a second free is
+ * GPUALLOC_INVALID_ARGUMENT or GPUALLOC_FAILED_PRECONDITION with the address
+ * in the message, and changes nothing. NULL is a no-op. */
+GPUALLOC_API gpualloc_status_t gpualloc_free(gpualloc_t* allocator, int device,
+                                             void* ptr, void* stream);
+/* Declares that work on `stream` also uses the live allocation `ptr`
+ * (PyTorch's record_stream): its memory is reused on other streams only once
+ * that work has completed too. */
+GPUALLOC_API gpualloc_status_t gpualloc_record_stream(gpualloc_t* allocator,
+                                                      int device, void* ptr,
+                                                      void* stream);
+
+/* Fills *out (see gpualloc_stats_t: set out->struct_size first). A device not
+ * used yet is created, so its bytes_limit is known. */
+GPUALLOC_API gpualloc_status_t gpualloc_get_stats(gpualloc_t* allocator,
+                                                  int device,
+                                                  gpualloc_stats_t* out);
+/* Resets the peak statistics to the current values. */
+GPUALLOC_API gpualloc_status_t gpualloc_reset_peak_stats(gpualloc_t* allocator,
+                                                         int device);
+
+/* Every region and chunk of the device's allocator, with its statistics, as a
+ * JSON document (the schema is in the README, "Embedding"). *out is a
+ * NUL-terminated string the caller releases with gpualloc_string_free;
+ * *out_length (when not NULL) receives its length. */
+GPUALLOC_API gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator,
+                                                      int device, char** out,
+                                                      size_t* out_length);
+GPUALLOC_API void gpualloc_string_free(char* text);
+
+/* Returns every fully free region of `device` (or of every device used so far,
+ * with GPUALLOC_ALL_DEVICES) to the device. */
+GPUALLOC_API gpualloc_status_t gpualloc_trim(gpualloc_t* allocator, int device);
+/* Checks every invariant of the device's allocator; the message names a broken
+ * one (GPUALLOC_INTERNAL). */
+GPUALLOC_API gpualloc_status_t gpualloc_validate(gpualloc_t* allocator,
+                                                 int device);
+
+/* The message of the last failing call made on the calling thread, or "" if
+ * none failed yet. Successful calls leave it unchanged (like errno). The
+ * pointer stays valid until the thread's next failing call. */
+GPUALLOC_API const char* gpualloc_last_error(void);
+/* "OK", "INVALID_ARGUMENT", ... ; "UNKNOWN_STATUS" for other values. */
+GPUALLOC_API const char* gpualloc_status_name(gpualloc_status_t status);
+/* The library's version, e.g. "0.1.0". */
+GPUALLOC_API const char* gpualloc_version(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* GPUALLOC_GPUALLOC_H_ */

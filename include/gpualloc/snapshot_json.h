@@ -1,0 +1,37 @@
+// gpualloc/snapshot_json.h: an allocator Snapshot as JSON, and back.
+//
+// The document (README, "Embedding"; one line, no spaces):
+//   {"format":"gpualloc-snapshot","version":1,
+//    "device":{"ordinal":0,"backend":"sim","name":"...","total_bytes":N},
+//    "stats":{"num_allocs":N,...every Stats field under its own name...},
+//    "regions":[{"base":N,"size":N,
+//                "chunks":[{"address":N,"size":N,"requested":N,
+//                           "state":"in_use"|"free","stream":N},...]},...]}
+// Regions and chunks are in address order. Every number is an unsigned 64-bit
+// integer written in decimal, except stats.fragmentation (a fraction).
+// "device" is present when a DeviceInfo is given.
+#ifndef GPUALLOC_SNAPSHOT_JSON_H_
+#define GPUALLOC_SNAPSHOT_JSON_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc {
+
+std::string SnapshotToJson(const Snapshot& snapshot,
+                           const DeviceInfo* device = nullptr);
+
+// Parses what SnapshotToJson wrote. Strict about what it needs: malformed
+// JSON, a missing or mistyped field, or a "format"/"version" it does not know
+// is InvalidArgument naming the field (e.g. "regions[2].chunks[0].size") or
+// the byte offset of the syntax error. Unknown fields are skipped, so later
+// versions may add some.
+absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json);
+
+}  // namespace gpualloc
+
+#endif  // GPUALLOC_SNAPSHOT_JSON_H_
