@@ -186,6 +186,16 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
         BackendKindName(config.backend), FromWhere(config, "backend"),
         "; set backend=sim or unset device_memory"));
   }
+  // Only AMD devices have fine-grained device memory.
+  if (config.memory_kind == MemoryKind::kFine &&
+      (config.backend == BackendKind::kSim ||
+       config.backend == BackendKind::kCuda)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory_kind=fine", FromWhere(config, "memory_kind"),
+        " (AMD fine-grained memory) needs backend=hip, but backend=",
+        BackendKindName(config.backend), FromWhere(config, "backend"),
+        "; set backend=hip or memory_kind=coarse"));
+  }
   switch (config.backend) {
     case BackendKind::kSim: {
       SimOptions sim;

@@ -6,11 +6,11 @@
 //    then empty is an error naming the variable or key: `VAR=` in a shell
 //    script is far more often a variable that expanded to nothing than a wish
 //    for the default, and an error says how to get the default (unset it).
-//  - Keywords (booleans, allocator, backend, expandable, cross_stream, arch
-//    and size units) are case-insensitive: Python writes str(True) as "True",
-//    TensorFlow's own boolean variables are case-insensitive, and no two valid
-//    spellings differ only in case. Configuration-string keys are exact
-//    (lower case), like the variable names they stand for.
+//  - Keywords (booleans, allocator, backend, expandable, cross_stream, arch,
+//    memory_kind and size units) are case-insensitive: Python writes str(True)
+//    as "True", TensorFlow's own boolean variables are case-insensitive, and no
+//    two valid spellings differ only in case. Configuration-string keys are
+//    exact (lower case), like the variable names they stand for.
 //  - Numbers are plain decimals: digits with at most one '.', at least one
 //    digit (".95" is accepted: JAX's documentation writes fractions that way).
 //    No sign, exponent, hex, "inf" or "nan".
@@ -327,6 +327,8 @@ constexpr std::array<std::pair<absl::string_view, CrossStreamReuse>, 2>
                      {"stream_wait", CrossStreamReuse::kStreamWait}}};
 constexpr std::array<std::pair<absl::string_view, GrowthPolicy>, 2> kGrowth = {
     {{"exact", GrowthPolicy::kExact}, {"doubling", GrowthPolicy::kDoubling}}};
+constexpr std::array<std::pair<absl::string_view, MemoryKind>, 2> kMemoryKinds =
+    {{{"coarse", MemoryKind::kCoarse}, {"fine", MemoryKind::kFine}}};
 
 template <typename T, std::size_t N>
 std::string KeywordName(
@@ -393,6 +395,7 @@ enum class Key {
   kMinBlock,
   kSplitBound,
   kName,
+  kMemoryKind,
 };
 
 struct KeyInfo {
@@ -403,7 +406,7 @@ struct KeyInfo {
 };
 
 // The table of config.h, in its order (Config::settings follows it).
-constexpr std::array<KeyInfo, 15> kKeys = {{
+constexpr std::array<KeyInfo, 16> kKeys = {{
     {Key::kAllocator,
      "allocator",
      "GPUALLOC_ALLOCATOR",
@@ -428,6 +431,7 @@ constexpr std::array<KeyInfo, 15> kKeys = {{
     {Key::kMinBlock, "min_block", "GPUALLOC_MIN_BLOCK", {"", ""}},
     {Key::kSplitBound, "split_bound", "GPUALLOC_SPLIT_BOUND", {"", ""}},
     {Key::kName, "name", "GPUALLOC_NAME", {"", ""}},
+    {Key::kMemoryKind, "memory_kind", "GPUALLOC_MEMORY_KIND", {"", ""}},
 }};
 
 std::string KeyList() {
@@ -517,6 +521,11 @@ absl::Status ParseInto(Key key, absl::string_view value, const Where& where,
       GPUALLOC_ASSIGN_OR_RETURN(out.name, ParseName(value, where));
       return absl::OkStatus();
     }
+    case Key::kMemoryKind: {
+      GPUALLOC_ASSIGN_OR_RETURN(out.memory_kind,
+                                ParseKeyword(value, where, kMemoryKinds));
+      return absl::OkStatus();
+    }
   }
   return absl::InternalError("unhandled configuration key");
 }
@@ -573,6 +582,10 @@ absl::Status CheckOverrides(ConfigOverrides& o) {
                                            absl::StrCat(*o.min_block_size),
                                            where("min_block")));
   }
+  if (o.memory_kind.has_value()) {
+    GPUALLOC_RETURN_IF_ERROR(
+        CheckKeyword(*o.memory_kind, where("memory_kind"), kMemoryKinds));
+  }
   return absl::OkStatus();
 }
 
@@ -609,6 +622,8 @@ bool IsSet(Key key, const ConfigOverrides& o) {
       return o.max_internal_fragmentation.has_value();
     case Key::kName:
       return o.name.has_value();
+    case Key::kMemoryKind:
+      return o.memory_kind.has_value();
   }
   return false;
 }
@@ -661,6 +676,9 @@ void CopyField(Key key, const ConfigOverrides& from, ConfigOverrides& to) {
     case Key::kName:
       to.name = from.name;
       return;
+    case Key::kMemoryKind:
+      to.memory_kind = from.memory_kind;
+      return;
   }
 }
 
@@ -700,6 +718,8 @@ std::string ValueText(Key key, const Config& c) {
       return absl::StrCat(o.max_internal_fragmentation);
     case Key::kName:
       return o.name;
+    case Key::kMemoryKind:
+      return std::string(MemoryKindName(c.memory_kind));
   }
   return "";
 }
@@ -731,6 +751,16 @@ absl::string_view BackendKindName(BackendKind kind) {
       return "cuda";
     case BackendKind::kHip:
       return "hip";
+  }
+  return "invalid";
+}
+
+absl::string_view MemoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kCoarse:
+      return "coarse";
+    case MemoryKind::kFine:
+      return "fine";
   }
   return "invalid";
 }
@@ -946,6 +976,7 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
   if (merged.name) o.name = *merged.name;
   if (merged.backend) config.backend = *merged.backend;
   if (merged.device_memory) config.device_memory = *merged.device_memory;
+  if (merged.memory_kind) config.memory_kind = *merged.memory_kind;
 
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
     config.settings.push_back(ConfigSetting{std::string(kKeys[i].name),

@@ -42,9 +42,10 @@ const ConfigSetting& SettingOf(const Config& c, const std::string& key) {
 }
 
 const std::vector<std::string> kAllKeys = {
-    "allocator", "preallocate", "mem_fraction", "mem_limit",     "expandable",
-    "arch",      "gc",          "backend",      "device_memory", "cross_stream",
-    "growth",    "granularity", "min_block",    "split_bound",   "name"};
+    "allocator",     "preallocate",  "mem_fraction", "mem_limit",
+    "expandable",    "arch",         "gc",           "backend",
+    "device_memory", "cross_stream", "growth",       "granularity",
+    "min_block",     "split_bound",  "name",         "memory_kind"};
 
 TEST(ConfigTest, DefaultsAreJaxs) {
   auto c = Resolve("");
@@ -89,6 +90,8 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(c->options.max_internal_fragmentation,
             defaults.max_internal_fragmentation);
   EXPECT_EQ(SettingOf(*c, "name").value, "");
+  EXPECT_EQ(c->memory_kind, MemoryKind::kCoarse);
+  EXPECT_EQ(SettingOf(*c, "memory_kind").value, "coarse");
 }
 
 // One variable set: the key takes the value, with the variable as its source.
@@ -158,6 +161,10 @@ TEST(ConfigTest, EachVariableAndAlias) {
       {"GPUALLOC_SPLIT_BOUND", "0", "split_bound", "0", ValueOrigin::kVariable},
       {"GPUALLOC_NAME", "train step", "name", "train step",
        ValueOrigin::kVariable},
+      {"GPUALLOC_MEMORY_KIND", "fine", "memory_kind", "fine",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEMORY_KIND", " Coarse ", "memory_kind", "coarse",
+       ValueOrigin::kVariable},
       // JAX/XLA/TF aliases.
       {"XLA_PYTHON_CLIENT_ALLOCATOR", "default", "allocator", "bfc",
        ValueOrigin::kAlias},
@@ -208,8 +215,10 @@ TEST(ConfigTest, VariablesReachTheOptions) {
                         {"GPUALLOC_GRANULARITY", "2MiB"},
                         {"GPUALLOC_MIN_BLOCK", "512"},
                         {"GPUALLOC_SPLIT_BOUND", "1MiB"},
-                        {"GPUALLOC_NAME", "job"}});
+                        {"GPUALLOC_NAME", "job"},
+                        {"GPUALLOC_MEMORY_KIND", "fine"}});
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_kind, MemoryKind::kFine);
   EXPECT_EQ(c->options.mode, AllocatorMode::kPlatform);
   EXPECT_FALSE(c->options.preallocate);
   EXPECT_EQ(c->options.memory_fraction, 0.5);
@@ -266,6 +275,8 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
       {"cross_stream", "GPUALLOC_CROSS_STREAM", "", "stream_wait",
        "when_complete", "", "stream_wait", "when_complete", ""},
       {"name", "GPUALLOC_NAME", "", "a", "b", "", "a", "b", ""},
+      {"memory_kind", "GPUALLOC_MEMORY_KIND", "", "fine", "coarse", "", "fine",
+       "coarse", ""},
   };
   for (const PrecedenceCase& t : cases) {
     SCOPED_TRACE(t.key + " / " + t.variable + " / " + t.alias);
@@ -682,6 +693,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"min_block", "profile", ValueOrigin::kDefault, "default"},
       {"split_bound", "0", ValueOrigin::kDefault, "default"},
       {"name", "x", ValueOrigin::kOption, "config string"},
+      {"memory_kind", "coarse", ValueOrigin::kDefault, "default"},
   };
   ASSERT_EQ(c->settings.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -730,6 +742,47 @@ TEST(ConfigTest, Names) {
   EXPECT_EQ(ValueOriginName(ValueOrigin::kOption), "option");
   EXPECT_EQ(ValueOriginName(ValueOrigin::kVariable), "variable");
   EXPECT_EQ(ValueOriginName(ValueOrigin::kAlias), "alias");
+  EXPECT_EQ(MemoryKindName(MemoryKind::kCoarse), "coarse");
+  EXPECT_EQ(MemoryKindName(MemoryKind::kFine), "fine");
+}
+
+// memory_kind: AMD's coarse- or fine-grained memory, parsed as strictly as
+// every other keyword.
+TEST(ConfigTest, MemoryKind) {
+  auto c = Resolve("memory_kind=FINE");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(SettingOf(*c, "memory_kind").value, "fine");
+
+  c = Resolve("", {{"GPUALLOC_MEMORY_KIND", "fine"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(SettingOf(*c, "memory_kind").source, "GPUALLOC_MEMORY_KIND");
+
+  for (const char* bad : {"finegrained", "medium", "1", "coarse,"}) {
+    SCOPED_TRACE(bad);
+    auto v = Resolve("", {{"GPUALLOC_MEMORY_KIND", bad}});
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(v.status().message(), HasSubstr("GPUALLOC_MEMORY_KIND"));
+    EXPECT_THAT(v.status().message(), HasSubstr("coarse, fine"));
+  }
+  auto v = Resolve("", {{"GPUALLOC_MEMORY_KIND", ""}});
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  v = Resolve("memory_kind=both");
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(v.status().message(), HasSubstr("config string memory_kind"));
+
+  ConfigOverrides o;
+  o.memory_kind = static_cast<MemoryKind>(7);
+  v = ResolveConfig(o, MapEnvironment({}));
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(v.status().message(), HasSubstr("option memory_kind"));
+  o.memory_kind = MemoryKind::kFine;
+  v = ResolveConfig(o, MapEnvironment({{"GPUALLOC_MEMORY_KIND", "coarse"}}));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(SettingOf(*v, "memory_kind").origin, ValueOrigin::kOption);
 }
 
 }  // namespace

@@ -36,6 +36,11 @@
 //   split_bound   GPUALLOC_SPLIT_BOUND   a size, 0 allowed: surplus kept
 //                                        unsplit (max_internal_fragmentation)
 //   name          GPUALLOC_NAME          a label
+//   memory_kind   GPUALLOC_MEMORY_KIND   coarse|fine: AMD's coarse-grained
+//                                        device memory (the default) or
+//                                        fine-grained (hipExtMallocWithFlags
+//                                        with hipDeviceMallocFinegrained);
+//                                        only the HIP backend takes fine
 // Sizes take B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers
 // of 1024), or no unit (bytes).
 //
@@ -71,6 +76,13 @@ namespace gpualloc {
 enum class BackendKind { kAuto, kSim, kCuda, kHip };
 absl::string_view BackendKindName(BackendKind kind);
 
+// The kind of device memory plain allocations get. AMD devices offer
+// coarse-grained memory (coherent only at kernel boundaries; the fast default)
+// and fine-grained memory (coherent with the host and peers during a kernel,
+// slower). NVIDIA device memory has no such choice.
+enum class MemoryKind { kCoarse, kFine };
+absl::string_view MemoryKindName(MemoryKind kind);  // "coarse", "fine"
+
 // Where an effective value came from.
 enum class ValueOrigin {
   kDefault,   // nobody set it
@@ -98,6 +110,7 @@ struct ConfigOverrides {
   std::optional<std::uint64_t> min_block_size;
   std::optional<std::uint64_t> max_internal_fragmentation;
   std::optional<std::string> name;
+  std::optional<MemoryKind> memory_kind;
 };
 
 // One effective setting, for reports (gpualloc-info) and logs.
@@ -116,6 +129,9 @@ struct Config {
   BackendKind backend = BackendKind::kAuto;
   // Simulated device size in bytes; 0 takes the profile's.
   std::uint64_t device_memory = 0;
+  // Coarse- or fine-grained device memory (HIP only; other backends refuse
+  // fine at creation).
+  MemoryKind memory_kind = MemoryKind::kCoarse;
   // Every key above, in the order of the table, with its origin.
   std::vector<ConfigSetting> settings;
 };

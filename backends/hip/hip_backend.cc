@@ -1,0 +1,1016 @@
+// backends/hip/hip_backend.cc: the HIP/ROCm backend (hip_backend.h).
+//
+// Every call into the runtime goes through the entry-point table. The backend
+// keeps its own books of what it handed out (plain blocks, events, pool
+// blocks, reservations, physical handles, mappings), so that bad input is
+// answered with InvalidArgument before any runtime call, as the Backend
+// interface promises, instead of whatever the runtime does with a stray
+// pointer.
+
+#include "backends/hip/hip_backend.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "core/lock.h"
+#include "core/status_macros.h"
+#include "gpualloc/arch.h"
+
+namespace gpualloc::hip {
+namespace {
+
+constexpr std::uint64_t kKiB = std::uint64_t{1} << 10;
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+
+// hipMallocAsync and hipMallocFromPoolAsync report out of memory as success
+// with a null pointer before ROCm 6.0.
+constexpr int kPoolNullOnOomUntil = 60000000;
+// hipMemAddressReserve: a no-op in 5.2, a null reservation in 5.3-6.0.
+constexpr int kVirtualMemoryWorksFrom = 60100000;
+
+bool IsPowerOfTwo(std::uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+std::uint64_t RoundUp(std::uint64_t x, std::uint64_t multiple) {
+  return (x + multiple - 1) / multiple * multiple;
+}
+
+void* ToPointer(DeviceAddress address) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+}
+DeviceAddress ToAddress(const void* pointer) {
+  return static_cast<DeviceAddress>(reinterpret_cast<std::uintptr_t>(pointer));
+}
+hipStream_t ToStream(Stream stream) {
+  return reinterpret_cast<hipStream_t>(stream.handle);
+}
+hipEvent_t ToEvent(EventHandle event) {
+  return reinterpret_cast<hipEvent_t>(static_cast<std::uintptr_t>(event));
+}
+hipMemGenericAllocationHandle_t ToHandle(PhysicalHandle handle) {
+  return reinterpret_cast<hipMemGenericAllocationHandle_t>(
+      static_cast<std::uintptr_t>(handle));
+}
+
+std::string Hex(std::uint64_t x) { return absl::StrFormat("%#x", x); }
+
+absl::string_view ProcessorName(absl::string_view gcn_arch_name) {
+  return gcn_arch_name.substr(0, gcn_arch_name.find(':'));
+}
+
+}  // namespace
+
+absl::Status HipErrorStatus(const HipApi& api, hipError_t error,
+                            absl::string_view call) {
+  const char* name =
+      api.GetErrorName != nullptr ? api.GetErrorName(error) : nullptr;
+  const std::string message =
+      absl::StrCat(call, " failed: ", name != nullptr ? name : "hipError", " (",
+                   static_cast<int>(error), ")");
+  switch (error) {
+    case hipErrorOutOfMemory:
+      return absl::ResourceExhaustedError(message);
+    case hipErrorInvalidValue:
+      return absl::InvalidArgumentError(message);
+    case hipErrorNoDevice:
+    case hipErrorInsufficientDriver:
+    case hipErrorNotInitialized:
+      return absl::UnavailableError(message);
+    case hipErrorNotSupported:
+      return absl::UnimplementedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+const ArchProfile& ChooseAmdProfile(absl::string_view gcn_arch_name,
+                                    std::uint64_t total_bytes,
+                                    std::string* why) {
+  const absl::string_view processor = ProcessorName(gcn_arch_name);
+  absl::StatusOr<const ArchProfile*> found =
+      FindArchProfile(Vendor::kAmd, processor, total_bytes);
+  const ArchProfile* profile = found.ok() ? *found : nullptr;
+  if (profile == nullptr) {
+    // Unreachable while the table has generic-amd; never crash on it.
+    profile = *FindArchProfile("generic-amd");
+  }
+  if (why != nullptr) {
+    if (gcn_arch_name.empty()) {
+      *why = absl::StrCat("profile ", profile->name,
+                          ": the runtime did not report gcnArchName");
+    } else if (profile->arch_ids.empty()) {
+      *why = absl::StrCat("profile ", profile->name, ": gcnArchName \"",
+                          gcn_arch_name, "\" (processor ", processor,
+                          ") is not in the profile table");
+    } else {
+      *why = absl::StrCat("profile ", profile->name, " (", profile->description,
+                          "): gcnArchName \"", gcn_arch_name, "\" (processor ",
+                          processor, "), ", total_bytes, " bytes");
+    }
+  }
+  return *profile;
+}
+
+absl::StatusOr<int> HipDeviceCountWith(const HipApi& api) {
+  hipError_t e = api.Init(0);
+  if (e != hipSuccess) {
+    return absl::UnavailableError(absl::StrCat(
+        api.library, ": ", HipErrorStatus(api, e, "hipInit(0)").message()));
+  }
+  int count = 0;
+  e = api.GetDeviceCount(&count);
+  if (e != hipSuccess || count <= 0) {
+    return absl::UnavailableError(absl::StrCat(
+        api.library, ": no HIP device: ",
+        e != hipSuccess ? HipErrorStatus(api, e, "hipGetDeviceCount").message()
+                        : std::string("hipGetDeviceCount found 0 devices")));
+  }
+  return count;
+}
+
+// ------------------------------------------------------------ bookkeeping
+
+class HipBackend::State {
+ public:
+  struct PlainBlock {
+    void* original;  // what the runtime returned; hipFree takes this
+    std::uint64_t bytes;
+  };
+  struct Physical {
+    std::uint64_t bytes;
+  };
+  struct Mapping {
+    std::uint64_t bytes;
+    PhysicalHandle handle;
+  };
+
+  core::Lock mu;
+  absl::flat_hash_map<DeviceAddress, PlainBlock> plain ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<EventHandle> events ABSL_GUARDED_BY(mu);
+  hipMemPool_t pool ABSL_GUARDED_BY(mu) = nullptr;
+  absl::flat_hash_map<DeviceAddress, std::uint64_t> pool_blocks
+      ABSL_GUARDED_BY(mu);
+  std::map<DeviceAddress, std::uint64_t> reservations ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<PhysicalHandle, Physical> handles ABSL_GUARDED_BY(mu);
+  std::map<DeviceAddress, Mapping> mappings ABSL_GUARDED_BY(mu);
+
+  // The reservation holding all of [address, address + bytes), or end().
+  std::map<DeviceAddress, std::uint64_t>::const_iterator FindReservation(
+      DeviceAddress address, std::uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = reservations.upper_bound(address);
+    if (it == reservations.begin()) return reservations.end();
+    --it;
+    if (address - it->first > it->second ||
+        bytes > it->second - (address - it->first)) {
+      return reservations.end();
+    }
+    return it;
+  }
+
+  // Whether any mapping overlaps [address, address + bytes).
+  bool AnyMappingIn(DeviceAddress address, std::uint64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = mappings.lower_bound(address);
+    if (it != mappings.end() && it->first < address + bytes) return true;
+    if (it == mappings.begin()) return false;
+    --it;
+    return it->first + it->second.bytes > address;
+  }
+
+  // The mappings tiling [address, address + bytes) exactly, in order; empty
+  // when the range starts or ends inside a mapping or has a hole.
+  std::vector<std::map<DeviceAddress, Mapping>::const_iterator> Tiling(
+      DeviceAddress address, std::uint64_t bytes, bool whole) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<std::map<DeviceAddress, Mapping>::const_iterator> out;
+    auto it = mappings.upper_bound(address);
+    if (it == mappings.begin()) return {};
+    --it;
+    if (whole && it->first != address) return {};
+    DeviceAddress at = address;
+    const DeviceAddress end = address + bytes;
+    while (at < end) {
+      if (it == mappings.end() || it->first > at ||
+          it->first + it->second.bytes <= at) {
+        return {};
+      }
+      out.push_back(it);
+      at = it->first + it->second.bytes;
+      ++it;
+    }
+    if (whole && at != end) return {};
+    return out;
+  }
+};
+
+// ----------------------------------------------------------------- creation
+
+HipBackend::HipBackend(std::shared_ptr<const HipApi> api,
+                       const HipBackendOptions& o)
+    : api_(std::move(api)),
+      ordinal_(o.ordinal),
+      memory_kind_(o.memory_kind),
+      state_(std::make_unique<State>()) {}
+
+HipBackend::~HipBackend() {
+  // What the owner left behind goes back to the device; errors have nowhere
+  // to go here.
+  core::LockGuard guard(&state_->mu);
+  if (api_->SetDevice(ordinal_) != hipSuccess) return;
+  for (const auto& [address, block] : state_->plain) {
+    (void)api_->Free(block.original);
+  }
+  for (EventHandle event : state_->events) {
+    (void)api_->EventDestroy(ToEvent(event));
+  }
+  for (const auto& [address, mapping] : state_->mappings) {
+    (void)api_->MemUnmap(ToPointer(address), mapping.bytes);
+  }
+  for (const auto& [handle, physical] : state_->handles) {
+    (void)api_->MemRelease(ToHandle(handle));
+  }
+  for (const auto& [address, bytes] : state_->reservations) {
+    (void)api_->MemAddressFree(ToPointer(address), bytes);
+  }
+  if (state_->pool != nullptr) {
+    for (const auto& [address, bytes] : state_->pool_blocks) {
+      (void)api_->FreeAsync(ToPointer(address), nullptr);
+    }
+    (void)api_->MemPoolDestroy(state_->pool);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<HipBackend>> HipBackend::Create(
+    std::shared_ptr<const HipApi> api, const HipBackendOptions& options) {
+  if (api == nullptr) {
+    return absl::InvalidArgumentError("HipBackend::Create: no HIP runtime");
+  }
+  if (options.ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HIP device ordinal ", options.ordinal, " is negative"));
+  }
+  std::shared_ptr<HipBackend> backend(new HipBackend(std::move(api), options));
+  GPUALLOC_RETURN_IF_ERROR(backend->Probe());
+  return backend;
+}
+
+absl::Status HipBackend::Probe() {
+  const HipApi& api = *api_;
+  GPUALLOC_ASSIGN_OR_RETURN(const int count, HipDeviceCountWith(api));
+  if (ordinal_ >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HIP device ordinal ", ordinal_, " is out of range: ", api.library,
+        " reports ", count, " device", count == 1 ? "" : "s"));
+  }
+  hipError_t e = api.SetDevice(ordinal_);
+  if (e != hipSuccess) {
+    return HipErrorStatus(api, e, absl::StrCat("hipSetDevice(", ordinal_, ")"));
+  }
+  int driver = 0;
+  e = api.RuntimeGetVersion(&runtime_version_);
+  if (e != hipSuccess) return HipErrorStatus(api, e, "hipRuntimeGetVersion");
+  e = api.DriverGetVersion(&driver);
+  if (e != hipSuccess) return HipErrorStatus(api, e, "hipDriverGetVersion");
+
+  // Name, architecture and memory. hipGetDeviceProperties is null when the
+  // runtime lacks the compiled headers' layout; the name and memory then
+  // come from their own calls and the profile is the generic one.
+  std::string name;
+  std::string gcn_arch_name;
+  std::uint64_t total = 0;
+  if (api.GetDeviceProperties != nullptr) {
+    hipDeviceProp_t props{};
+    e = api.GetDeviceProperties(&props, ordinal_);
+    if (e != hipSuccess) {
+      return HipErrorStatus(
+          api, e, absl::StrCat("hipGetDeviceProperties(", ordinal_, ")"));
+    }
+    name.assign(props.name, strnlen(props.name, sizeof(props.name)));
+    gcn_arch_name.assign(props.gcnArchName,
+                         strnlen(props.gcnArchName, sizeof(props.gcnArchName)));
+    total = props.totalGlobalMem;
+  } else {
+    notes_.push_back(absl::StrCat(
+        api.library,
+        " has no hipGetDeviceProperties in the layout gpualloc was compiled "
+        "for (HIP ",
+        HipVersionText(HIP_VERSION), " headers); the architecture is unknown"));
+    char buffer[256] = {};
+    e = api.DeviceGetName(buffer, sizeof(buffer) - 1, ordinal_);
+    if (e != hipSuccess) return HipErrorStatus(api, e, "hipDeviceGetName");
+    name = buffer;
+    size_t bytes = 0;
+    e = api.DeviceTotalMem(&bytes, ordinal_);
+    if (e != hipSuccess) return HipErrorStatus(api, e, "hipDeviceTotalMem");
+    total = bytes;
+  }
+  if (total == 0) {
+    return absl::InternalError(absl::StrCat("HIP device ", ordinal_, " (", name,
+                                            ") reports 0 bytes of memory"));
+  }
+  std::string why;
+  profile_ = &ChooseAmdProfile(gcn_arch_name, total, &why);
+  notes_.push_back(why);
+
+  info_.backend = "hip";
+  info_.vendor = Vendor::kAmd;
+  info_.name = name.empty() ? std::string(profile_->description) : name;
+  info_.arch_id = std::string(ProcessorName(gcn_arch_name));
+  info_.ordinal = ordinal_;
+  info_.total_bytes = total;
+  info_.min_granularity = profile_->min_granularity;
+  info_.recommended_granularity = profile_->recommended_granularity;
+  info_.allocation_alignment = profile_->allocation_alignment;
+  info_.page_sizes = {4 * kKiB, 2 * kMiB};
+  fragment_ =
+      profile_->large_page_size != 0 ? profile_->large_page_size : 2 * kMiB;
+  info_.driver_version =
+      absl::StrCat("HIP runtime ", HipVersionText(runtime_version_),
+                   ", driver ", driver, " (", api.library, ")");
+  info_.capabilities.streams = true;
+  info_.capabilities.host_accessible = false;
+  notes_.push_back(absl::StrCat(
+      "plain allocations: ", MemoryKindName(memory_kind_), "-grained",
+      memory_kind_ == MemoryKind::kFine
+          ? " (hipExtMallocWithFlags, hipDeviceMallocFinegrained)"
+          : " (hipMalloc)",
+      "; those of ", fragment_, " bytes or more start on a ", fragment_,
+      "-byte fragment boundary"));
+
+  // Stream-ordered pools: only when the device says so.
+  int pools = 0;
+  e = api.DeviceGetAttribute(&pools, hipDeviceAttributeMemoryPoolsSupported,
+                             ordinal_);
+  if (e != hipSuccess) {
+    notes_.push_back(absl::StrCat(
+        "stream_ordered_pools off: ",
+        HipErrorStatus(api, e, "hipDeviceGetAttribute(MemoryPoolsSupported)")
+            .message()));
+  } else if (pools == 0) {
+    notes_.push_back(
+        "stream_ordered_pools off: hipDeviceAttributeMemoryPoolsSupported is "
+        "0");
+  } else {
+    info_.capabilities.stream_ordered_pools = true;
+    notes_.push_back(absl::StrCat(
+        "stream_ordered_pools on: hipDeviceAttributeMemoryPoolsSupported is 1",
+        runtime_version_ < kPoolNullOnOomUntil
+            ? "; this runtime (< 6.0) reports pool out-of-memory as success "
+              "with a null pointer, which is taken as out of memory"
+            : ""));
+  }
+
+  // Virtual memory: the attribute AND a real reservation.
+  int vmm = 0;
+  e = api.DeviceGetAttribute(&vmm, kVirtualMemoryAttribute, ordinal_);
+  const bool runtime_new_layout =
+      runtime_version_ >= kAllocationPropLayoutChangedIn;
+  if (e != hipSuccess) {
+    notes_.push_back(absl::StrCat(
+        "virtual_memory off: ",
+        HipErrorStatus(
+            api, e, "hipDeviceGetAttribute(VirtualMemoryManagementSupported)")
+            .message()));
+  } else if (vmm == 0) {
+    notes_.push_back(
+        "virtual_memory off: "
+        "hipDeviceAttributeVirtualMemoryManagementSupported "
+        "is 0");
+  } else if (kHeadersHaveNewAllocationPropLayout && !runtime_new_layout) {
+    notes_.push_back(absl::StrCat(
+        "virtual_memory off: runtime ", HipVersionText(runtime_version_),
+        " predates ROCm 5.3's hipMemAllocationProp layout of the HIP ",
+        HipVersionText(HIP_VERSION),
+        " headers gpualloc was compiled against (and its virtual memory does "
+        "not work before 6.1)"));
+  } else {
+    void* probe = nullptr;
+    const std::uint64_t bytes = info_.recommended_granularity;
+    e = api.MemAddressReserve(&probe, bytes, 0, nullptr, 0);
+    if (e != hipSuccess) {
+      notes_.push_back(absl::StrCat(
+          "virtual_memory off: the probe ",
+          HipErrorStatus(api, e,
+                         absl::StrCat("hipMemAddressReserve(", bytes, ")"))
+              .message()));
+    } else if (probe == nullptr) {
+      notes_.push_back(absl::StrCat(
+          "virtual_memory off: the device attribute says yes, but "
+          "hipMemAddressReserve returned success with a null address "
+          "(runtime ",
+          HipVersionText(runtime_version_),
+          runtime_version_ < kVirtualMemoryWorksFrom
+              ? "; ROCm 5.2 does nothing and 5.3-6.0 return null, virtual "
+                "memory works from 6.1)"
+              : ")"));
+    } else {
+      (void)api.MemAddressFree(probe, bytes);
+      info_.capabilities.virtual_memory = true;
+      // The runtime's own granularity, when it gives sane numbers.
+      const HipAllocationProp prop(ordinal_, runtime_version_);
+      size_t min = 0;
+      size_t recommended = 0;
+      const hipError_t e1 = api.MemGetAllocationGranularity(
+          &min, prop.pointer(), hipMemAllocationGranularityMinimum);
+      const hipError_t e2 = api.MemGetAllocationGranularity(
+          &recommended, prop.pointer(), hipMemAllocationGranularityRecommended);
+      if (e1 == hipSuccess && e2 == hipSuccess && IsPowerOfTwo(min) &&
+          IsPowerOfTwo(recommended) && min <= recommended) {
+        info_.min_granularity = min;
+        info_.recommended_granularity = recommended;
+        notes_.push_back(absl::StrCat(
+            "virtual_memory on: attribute 1 and a real reservation; "
+            "hipMemGetAllocationGranularity: ",
+            min, " minimum, ", recommended, " recommended",
+            prop.mirrored() ? "; hipMemAllocationProp passed in the ROCm 5.3 "
+                              "layout the runtime reads"
+                            : ""));
+      } else {
+        notes_.push_back(absl::StrCat(
+            "virtual_memory on: attribute 1 and a real reservation; "
+            "hipMemGetAllocationGranularity gave no usable answer, the "
+            "profile's granularity stays (",
+            info_.min_granularity, " / ", info_.recommended_granularity, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------ plain memory
+
+absl::StatusOr<std::uint64_t> HipBackend::FreeBytes() {
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  size_t free = 0;
+  size_t total = 0;
+  e = api_->MemGetInfo(&free, &total);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemGetInfo");
+  return std::min<std::uint64_t>(free, info_.total_bytes);
+}
+
+absl::StatusOr<DeviceAddress> HipBackend::Allocate(std::uint64_t bytes) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(
+        "HIP Allocate(0): a plain allocation needs at least one byte");
+  }
+  if (bytes > info_.total_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("HIP Allocate(", bytes, "): more than device ", ordinal_,
+                     "'s ", info_.total_bytes, " bytes"));
+  }
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const bool fine = memory_kind_ == MemoryKind::kFine;
+  const auto raw = [&](std::uint64_t size, void** out) {
+    *out = nullptr;
+    return fine
+               ? api_->ExtMallocWithFlags(out, size, hipDeviceMallocFinegrained)
+               : api_->Malloc(out, size);
+  };
+  const auto fail = [&](hipError_t error, std::uint64_t size) {
+    const std::string call = fine
+                                 ? absl::StrCat("hipExtMallocWithFlags(", size,
+                                                ", hipDeviceMallocFinegrained)")
+                                 : absl::StrCat("hipMalloc(", size, ")");
+    absl::Status s = HipErrorStatus(*api_, error, call);
+    if (absl::IsResourceExhausted(s)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("HIP device ", ordinal_, " is out of memory for ", bytes,
+                       " bytes: ", s.message()));
+    }
+    return s;
+  };
+
+  const bool large = bytes >= fragment_;
+  const std::uint64_t size = large ? RoundUp(bytes, fragment_) : bytes;
+  void* pointer = nullptr;
+  e = raw(size, &pointer);
+  if (e != hipSuccess) return fail(e, size);
+  if (pointer == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("HIP device ", ordinal_, ": allocating ", size,
+                     " bytes returned success with a null pointer"));
+  }
+  State::PlainBlock block{pointer, size};
+  DeviceAddress address = ToAddress(pointer);
+  if (large && address % fragment_ != 0) {
+    // Not on a fragment boundary: take one fragment more and start inside
+    // it; Free returns the original pointer.
+    e = api_->Free(pointer);
+    if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipFree");
+    const std::uint64_t padded = size + fragment_;
+    e = raw(padded, &pointer);
+    if (e != hipSuccess) return fail(e, padded);
+    if (pointer == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("HIP device ", ordinal_, ": allocating ", padded,
+                       " bytes returned success with a null pointer"));
+    }
+    block = State::PlainBlock{pointer, padded};
+    address = RoundUp(ToAddress(pointer), fragment_);
+  }
+  core::LockGuard guard(&state_->mu);
+  state_->plain.emplace(address, block);
+  return address;
+}
+
+absl::Status HipBackend::Free(DeviceAddress address) {
+  State::PlainBlock block{};
+  {
+    core::LockGuard guard(&state_->mu);
+    auto it = state_->plain.find(address);
+    if (it == state_->plain.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("HIP Free(", Hex(address), "): not an address Allocate ",
+                       "returned on device ", ordinal_, ", or freed already"));
+    }
+    block = it->second;
+    state_->plain.erase(it);
+  }
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e == hipSuccess) e = api_->Free(block.original);
+  if (e != hipSuccess) {
+    return HipErrorStatus(*api_, e,
+                          absl::StrCat("hipFree(", Hex(address), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------ events
+
+absl::StatusOr<EventHandle> HipBackend::CreateEvent() {
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  hipEvent_t event = nullptr;
+  e = api_->EventCreateWithFlags(&event, hipEventDisableTiming);
+  if (e != hipSuccess) {
+    return HipErrorStatus(*api_, e,
+                          "hipEventCreateWithFlags(hipEventDisableTiming)");
+  }
+  if (event == nullptr) {
+    return absl::InternalError(
+        "hipEventCreateWithFlags returned success with a null event");
+  }
+  const EventHandle handle = ToAddress(event);
+  core::LockGuard guard(&state_->mu);
+  state_->events.insert(handle);
+  return handle;
+}
+
+#define GPUALLOC_HIP_CHECK_EVENT(event, op)                        \
+  do {                                                             \
+    core::LockGuard guard(&state_->mu);                            \
+    if (!state_->events.contains(event)) {                         \
+      return absl::InvalidArgumentError(                           \
+          absl::StrCat("HIP ", op, "(", Hex(event),                \
+                       "): not an event CreateEvent returned, or " \
+                       "destroyed already"));                      \
+    }                                                              \
+  } while (0)
+
+absl::Status HipBackend::DestroyEvent(EventHandle event) {
+  {
+    core::LockGuard guard(&state_->mu);
+    if (state_->events.erase(event) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HIP DestroyEvent(", Hex(event),
+          "): not an event CreateEvent returned, or destroyed already"));
+    }
+  }
+  const hipError_t e = api_->EventDestroy(ToEvent(event));
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipEventDestroy");
+  return absl::OkStatus();
+}
+
+absl::Status HipBackend::RecordEvent(EventHandle event, Stream stream) {
+  GPUALLOC_HIP_CHECK_EVENT(event, "RecordEvent");
+  const hipError_t e = api_->EventRecord(ToEvent(event), ToStream(stream));
+  if (e != hipSuccess) {
+    return HipErrorStatus(*api_, e,
+                          absl::StrCat("hipEventRecord(", Hex(event),
+                                       ", stream ", Hex(stream.handle), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> HipBackend::QueryEvent(EventHandle event) {
+  GPUALLOC_HIP_CHECK_EVENT(event, "QueryEvent");
+  const hipError_t e = api_->EventQuery(ToEvent(event));
+  if (e == hipSuccess) return true;
+  if (e == hipErrorNotReady) return false;
+  return HipErrorStatus(*api_, e, "hipEventQuery");
+}
+
+absl::Status HipBackend::StreamWaitEvent(Stream stream, EventHandle event) {
+  GPUALLOC_HIP_CHECK_EVENT(event, "StreamWaitEvent");
+  const hipError_t e =
+      api_->StreamWaitEvent(ToStream(stream), ToEvent(event), 0);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipStreamWaitEvent");
+  return absl::OkStatus();
+}
+
+absl::Status HipBackend::SynchronizeEvent(EventHandle event) {
+  GPUALLOC_HIP_CHECK_EVENT(event, "SynchronizeEvent");
+  const hipError_t e = api_->EventSynchronize(ToEvent(event));
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipEventSynchronize");
+  return absl::OkStatus();
+}
+
+#undef GPUALLOC_HIP_CHECK_EVENT
+
+// ------------------------------------------------------------------- pools
+
+absl::Status HipBackend::ConfigurePool(const PoolOptions& options) {
+  if (!info_.capabilities.stream_ordered_pools) {
+    return NotSupported("ConfigurePool", "stream_ordered_pools");
+  }
+  core::LockGuard guard(&state_->mu);
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  if (state_->pool == nullptr) {
+    // Our own pool, so that its attributes and trimming do not touch the
+    // device's default pool other code in the process may use.
+    hipMemPoolProps props{};
+    props.allocType = hipMemAllocationTypePinned;
+    props.location.type = hipMemLocationTypeDevice;
+    props.location.id = ordinal_;
+    hipMemPool_t pool = nullptr;
+    e = api_->MemPoolCreate(&pool, &props);
+    if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemPoolCreate");
+    state_->pool = pool;
+  }
+  std::uint64_t threshold = options.release_threshold;
+  e = api_->MemPoolSetAttribute(state_->pool, hipMemPoolAttrReleaseThreshold,
+                                &threshold);
+  if (e != hipSuccess) {
+    return HipErrorStatus(*api_, e, "hipMemPoolSetAttribute(ReleaseThreshold)");
+  }
+  const std::pair<hipMemPoolAttr, bool> reuse[] = {
+      {hipMemPoolReuseFollowEventDependencies,
+       options.reuse.follow_event_dependencies},
+      {hipMemPoolReuseAllowOpportunistic, options.reuse.opportunistic},
+      {hipMemPoolReuseAllowInternalDependencies,
+       options.reuse.internal_dependencies},
+  };
+  for (const auto& [attribute, on] : reuse) {
+    int value = on ? 1 : 0;
+    e = api_->MemPoolSetAttribute(state_->pool, attribute, &value);
+    if (e != hipSuccess) {
+      return HipErrorStatus(*api_, e,
+                            absl::StrCat("hipMemPoolSetAttribute(",
+                                         static_cast<int>(attribute), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceAddress> HipBackend::PoolAllocate(std::uint64_t bytes,
+                                                       Stream stream) {
+  if (!info_.capabilities.stream_ordered_pools) {
+    return NotSupported("PoolAllocate", "stream_ordered_pools");
+  }
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(
+        "HIP PoolAllocate(0): a pool allocation needs at least one byte");
+  }
+  hipMemPool_t pool = nullptr;
+  {
+    core::LockGuard guard(&state_->mu);
+    pool = state_->pool;
+  }
+  if (pool == nullptr) {
+    return absl::FailedPreconditionError(
+        "HIP PoolAllocate before ConfigurePool: configure the pool first");
+  }
+  if (bytes > info_.total_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("HIP PoolAllocate(", bytes, "): more than device ",
+                     ordinal_, "'s ", info_.total_bytes, " bytes"));
+  }
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  void* pointer = nullptr;
+  e = api_->MallocFromPoolAsync(&pointer, bytes, pool, ToStream(stream));
+  if (e != hipSuccess) {
+    absl::Status s = HipErrorStatus(
+        *api_, e, absl::StrCat("hipMallocFromPoolAsync(", bytes, ")"));
+    if (absl::IsResourceExhausted(s)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("HIP device ", ordinal_, " pool is out of memory for ",
+                       bytes, " bytes: ", s.message()));
+    }
+    return s;
+  }
+  if (pointer == nullptr) {
+    // ROCm before 6.0 says out of memory this way.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "HIP device ", ordinal_, " pool is out of memory for ", bytes,
+        " bytes: hipMallocFromPoolAsync returned success with a null pointer "
+        "(runtime ",
+        HipVersionText(runtime_version_), ")"));
+  }
+  core::LockGuard guard(&state_->mu);
+  state_->pool_blocks.emplace(ToAddress(pointer), bytes);
+  return ToAddress(pointer);
+}
+
+absl::Status HipBackend::PoolFree(DeviceAddress address, Stream stream) {
+  if (!info_.capabilities.stream_ordered_pools) {
+    return NotSupported("PoolFree", "stream_ordered_pools");
+  }
+  {
+    core::LockGuard guard(&state_->mu);
+    if (state_->pool_blocks.erase(address) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HIP PoolFree(", Hex(address),
+          "): not an address PoolAllocate returned, or freed already"));
+    }
+  }
+  const hipError_t e = api_->FreeAsync(ToPointer(address), ToStream(stream));
+  if (e != hipSuccess) {
+    return HipErrorStatus(*api_, e,
+                          absl::StrCat("hipFreeAsync(", Hex(address), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipBackend::PoolTrim(std::uint64_t keep_bytes) {
+  if (!info_.capabilities.stream_ordered_pools) {
+    return NotSupported("PoolTrim", "stream_ordered_pools");
+  }
+  core::LockGuard guard(&state_->mu);
+  if (state_->pool == nullptr) return absl::OkStatus();  // nothing held
+  const hipError_t e = api_->MemPoolTrimTo(state_->pool, keep_bytes);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemPoolTrimTo");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PoolUsage> HipBackend::GetPoolUsage() {
+  if (!info_.capabilities.stream_ordered_pools) {
+    return NotSupported("GetPoolUsage", "stream_ordered_pools");
+  }
+  core::LockGuard guard(&state_->mu);
+  PoolUsage usage;
+  if (state_->pool == nullptr) return usage;
+  const std::pair<hipMemPoolAttr, std::uint64_t*> attributes[] = {
+      {hipMemPoolAttrReservedMemCurrent, &usage.reserved},
+      {hipMemPoolAttrUsedMemCurrent, &usage.used},
+      {hipMemPoolAttrReservedMemHigh, &usage.peak_reserved},
+      {hipMemPoolAttrUsedMemHigh, &usage.peak_used},
+  };
+  for (const auto& [attribute, out] : attributes) {
+    std::uint64_t value = 0;
+    const hipError_t e =
+        api_->MemPoolGetAttribute(state_->pool, attribute, &value);
+    if (e != hipSuccess) {
+      return HipErrorStatus(*api_, e,
+                            absl::StrCat("hipMemPoolGetAttribute(",
+                                         static_cast<int>(attribute), ")"));
+    }
+    *out = value;
+  }
+  return usage;
+}
+
+// ---------------------------------------------------------- virtual memory
+
+namespace {
+
+absl::Status RuleBroken(absl::string_view op, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("HIP ", op, ": ", why));
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceAddress> HipBackend::ReserveAddress(
+    std::uint64_t bytes, std::uint64_t alignment) {
+  if (!info_.capabilities.virtual_memory) {
+    return NotSupported("ReserveAddress", "virtual_memory");
+  }
+  const std::uint64_t g = info_.min_granularity;
+  const std::string op =
+      absl::StrCat("ReserveAddress(", bytes, ", ", alignment, ")");
+  if (bytes == 0 || bytes % g != 0) {
+    return RuleBroken(op, absl::StrCat("the size must be a positive multiple "
+                                       "of the granularity ",
+                                       g));
+  }
+  if (alignment != 0 && (alignment % g != 0 || !IsPowerOfTwo(alignment))) {
+    return RuleBroken(op, absl::StrCat("the alignment must be 0 or a power-of-"
+                                       "two multiple of the granularity ",
+                                       g));
+  }
+  core::LockGuard guard(&state_->mu);
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  void* pointer = nullptr;
+  e = api_->MemAddressReserve(&pointer, bytes, alignment, nullptr, 0);
+  const std::string call =
+      absl::StrCat("hipMemAddressReserve(", bytes, ", ", alignment, ")");
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, call);
+  if (pointer == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(call, " returned success with a null address"));
+  }
+  state_->reservations.emplace(ToAddress(pointer), bytes);
+  return ToAddress(pointer);
+}
+
+absl::Status HipBackend::FreeAddress(DeviceAddress address,
+                                     std::uint64_t bytes) {
+  if (!info_.capabilities.virtual_memory) {
+    return NotSupported("FreeAddress", "virtual_memory");
+  }
+  const std::string op =
+      absl::StrCat("FreeAddress(", Hex(address), ", ", bytes, ")");
+  core::LockGuard guard(&state_->mu);
+  auto it = state_->reservations.find(address);
+  if (it == state_->reservations.end() || it->second != bytes) {
+    return RuleBroken(op, "not a whole reservation ReserveAddress returned");
+  }
+  if (state_->AnyMappingIn(address, bytes)) {
+    return RuleBroken(op, "memory is still mapped in the range; Unmap first");
+  }
+  const hipError_t e = api_->MemAddressFree(ToPointer(address), bytes);
+  if (e != hipSuccess) {
+    return HipErrorStatus(
+        *api_, e,
+        absl::StrCat("hipMemAddressFree(", Hex(address), ", ", bytes, ")"));
+  }
+  state_->reservations.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PhysicalHandle> HipBackend::CreatePhysical(std::uint64_t bytes) {
+  if (!info_.capabilities.virtual_memory) {
+    return NotSupported("CreatePhysical", "virtual_memory");
+  }
+  const std::uint64_t g = info_.min_granularity;
+  const std::string op = absl::StrCat("CreatePhysical(", bytes, ")");
+  if (bytes == 0 || bytes % g != 0) {
+    return RuleBroken(op, absl::StrCat("the size must be a positive multiple "
+                                       "of the granularity ",
+                                       g));
+  }
+  if (bytes > info_.total_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("HIP ", op, ": more than device ", ordinal_, "'s ",
+                     info_.total_bytes, " bytes"));
+  }
+  core::LockGuard guard(&state_->mu);
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const HipAllocationProp prop(ordinal_, runtime_version_);
+  hipMemGenericAllocationHandle_t handle = nullptr;
+  e = api_->MemCreate(&handle, bytes, prop.pointer(), 0);
+  if (e != hipSuccess) {
+    return HipErrorStatus(*api_, e, absl::StrCat("hipMemCreate(", bytes, ")"));
+  }
+  if (handle == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("hipMemCreate(", bytes, ") returned a null handle"));
+  }
+  const PhysicalHandle h = ToAddress(handle);
+  state_->handles.emplace(h, State::Physical{bytes});
+  return h;
+}
+
+absl::Status HipBackend::ReleasePhysical(PhysicalHandle handle) {
+  if (!info_.capabilities.virtual_memory) {
+    return NotSupported("ReleasePhysical", "virtual_memory");
+  }
+  core::LockGuard guard(&state_->mu);
+  auto it = state_->handles.find(handle);
+  if (it == state_->handles.end()) {
+    return RuleBroken(absl::StrCat("ReleasePhysical(", Hex(handle), ")"),
+                      "not a handle CreatePhysical returned, or released "
+                      "already");
+  }
+  // As in CUDA, memory still mapped stays until its last mapping goes.
+  const hipError_t e = api_->MemRelease(ToHandle(handle));
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemRelease");
+  state_->handles.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status HipBackend::Map(DeviceAddress address, std::uint64_t bytes,
+                             PhysicalHandle handle) {
+  if (!info_.capabilities.virtual_memory) {
+    return NotSupported("Map", "virtual_memory");
+  }
+  const std::uint64_t g = info_.min_granularity;
+  const std::string op =
+      absl::StrCat("Map(", Hex(address), ", ", bytes, ", ", Hex(handle), ")");
+  if (address % g != 0 || bytes == 0 || bytes % g != 0) {
+    return RuleBroken(op, absl::StrCat("the address and size must be "
+                                       "multiples of the granularity ",
+                                       g));
+  }
+  core::LockGuard guard(&state_->mu);
+  auto h = state_->handles.find(handle);
+  if (h == state_->handles.end()) {
+    return RuleBroken(op, "not a live handle CreatePhysical returned");
+  }
+  if (h->second.bytes != bytes) {
+    return RuleBroken(op,
+                      absl::StrCat("a mapping covers all of its handle (",
+                                   h->second.bytes, " bytes) from offset 0"));
+  }
+  if (state_->FindReservation(address, bytes) == state_->reservations.end()) {
+    return RuleBroken(op, "the range is not inside one reservation");
+  }
+  if (state_->AnyMappingIn(address, bytes)) {
+    return RuleBroken(op, "part of the range is mapped already");
+  }
+  hipError_t e = api_->SetDevice(ordinal_);
+  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  e = api_->MemMap(ToPointer(address), bytes, 0, ToHandle(handle), 0);
+  if (e != hipSuccess) {
+    return HipErrorStatus(*api_, e,
+                          absl::StrCat("hipMemMap(", Hex(address), ", ", bytes,
+                                       ", 0, ", Hex(handle), ")"));
+  }
+  state_->mappings.emplace(address, State::Mapping{bytes, handle});
+  return absl::OkStatus();
+}
+
+absl::Status HipBackend::Unmap(DeviceAddress address, std::uint64_t bytes) {
+  if (!info_.capabilities.virtual_memory) {
+    return NotSupported("Unmap", "virtual_memory");
+  }
+  const std::string op = absl::StrCat("Unmap(", Hex(address), ", ", bytes, ")");
+  core::LockGuard guard(&state_->mu);
+  if (bytes == 0) return RuleBroken(op, "empty range");
+  const auto tiles = state_->Tiling(address, bytes, /*whole=*/true);
+  if (tiles.empty()) {
+    return RuleBroken(op,
+                      "the range must name whole mappings exactly, with "
+                      "nothing unmapped in it");
+  }
+  // One call per mapping: what every ROCm release accepts.
+  for (const auto& tile : tiles) {
+    const hipError_t e =
+        api_->MemUnmap(ToPointer(tile->first), tile->second.bytes);
+    if (e != hipSuccess) {
+      return HipErrorStatus(*api_, e,
+                            absl::StrCat("hipMemUnmap(", Hex(tile->first), ", ",
+                                         tile->second.bytes, ")"));
+    }
+    state_->mappings.erase(tile);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipBackend::SetAccess(DeviceAddress address, std::uint64_t bytes) {
+  if (!info_.capabilities.virtual_memory) {
+    return NotSupported("SetAccess", "virtual_memory");
+  }
+  const std::uint64_t g = info_.min_granularity;
+  const std::string op =
+      absl::StrCat("SetAccess(", Hex(address), ", ", bytes, ")");
+  if (address % g != 0 || bytes == 0 || bytes % g != 0) {
+    return RuleBroken(op, absl::StrCat("the address and size must be "
+                                       "multiples of the granularity ",
+                                       g));
+  }
+  core::LockGuard guard(&state_->mu);
+  const auto tiles = state_->Tiling(address, bytes, /*whole=*/false);
+  if (tiles.empty()) {
+    return RuleBroken(op, "every byte of the range must be mapped");
+  }
+  hipMemAccessDesc access{};
+  access.location.type = hipMemLocationTypeDevice;
+  access.location.id = ordinal_;
+  access.flags = hipMemAccessFlagsProtReadWrite;
+  // Per mapping, clipped to the range.
+  const DeviceAddress end = address + bytes;
+  for (const auto& tile : tiles) {
+    const DeviceAddress from = std::max(address, tile->first);
+    const DeviceAddress to = std::min(end, tile->first + tile->second.bytes);
+    const hipError_t e =
+        api_->MemSetAccess(ToPointer(from), to - from, &access, 1);
+    if (e != hipSuccess) {
+      return HipErrorStatus(
+          *api_, e,
+          absl::StrCat("hipMemSetAccess(", Hex(from), ", ", to - from, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpualloc::hip

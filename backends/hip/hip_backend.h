@@ -1,0 +1,139 @@
+// backends/hip/hip_backend.h: the HIP/ROCm backend over an entry-point table.
+//
+// The backend takes its HIP runtime as a table of function pointers (HipApi):
+// the real one from LoadHipApi(), or a fake in the tests. Everything ROCm does
+// differently from CUDA is handled here, explicitly:
+//  - capabilities as ROCm really behaves: virtual memory only when the device
+//    attribute says so AND a probe reservation returns a non-null address
+//    (ROCm 5.2's hipMemAddressReserve does nothing, 5.3-6.0 return a null
+//    reservation, 6.1 works); pools only when
+//    hipDeviceAttributeMemoryPoolsSupported says so; a pool allocation that
+//    returns success with a null pointer (ROCm < 6.0 on out of memory) is
+//    ResourceExhausted;
+//  - plain allocations of at least one fragment (2 MiB) are rounded up to
+//    whole fragments and start on a fragment boundary (over-allocating when
+//    the runtime does not place them so), so that the driver can map them with
+//    2 MiB fragments;
+//  - coarse-grained memory by default, fine-grained (hipExtMallocWithFlags
+//    with hipDeviceMallocFinegrained) when the configuration asks for it;
+//  - the profile (gfx90a, gfx942, generic) chosen from gcnArchName with its
+//    target features stripped, and every such decision written down in
+//    notes() for reports.
+//
+// Thread safety: every method may be called from any thread.
+#ifndef GPUALLOC_BACKENDS_HIP_HIP_BACKEND_H_
+#define GPUALLOC_BACKENDS_HIP_HIP_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "backends/hip/hip_api.h"
+#include "gpualloc/arch.h"
+#include "gpualloc/backend.h"
+#include "gpualloc/config.h"
+
+namespace gpualloc::hip {
+
+struct HipBackendOptions {
+  int ordinal = 0;
+  MemoryKind memory_kind = MemoryKind::kCoarse;
+};
+
+// Maps a HIP error to a Status: hipErrorOutOfMemory is ResourceExhausted,
+// hipErrorInvalidValue InvalidArgument, hipErrorNoDevice /
+// hipErrorInsufficientDriver / hipErrorNotInitialized Unavailable,
+// hipErrorNotSupported Unimplemented, anything else Internal. The message is
+// "`call` failed: hipErrorInvalidValue (1)", the name from the table's
+// hipGetErrorName.
+absl::Status HipErrorStatus(const HipApi& api, hipError_t error,
+                            absl::string_view call);
+
+// The profile for a device reporting `gcn_arch_name` (e.g.
+// "gfx90a:sramecc+:xnack-") and `total_bytes`; `why` says how it was chosen.
+// Target features after ':' are ignored; an unknown processor gets
+// generic-amd.
+const ArchProfile& ChooseAmdProfile(absl::string_view gcn_arch_name,
+                                    std::uint64_t total_bytes,
+                                    std::string* why);
+
+// hipInit, then hipGetDeviceCount. Unavailable when the runtime finds no
+// device, with the reason.
+absl::StatusOr<int> HipDeviceCountWith(const HipApi& api);
+
+class HipBackend final : public Backend {
+ public:
+  // Initialises the runtime and probes device `options.ordinal`. Unavailable
+  // when hipInit fails or there is no such device (naming the library and the
+  // error); InvalidArgument for a negative ordinal.
+  static absl::StatusOr<std::shared_ptr<HipBackend>> Create(
+      std::shared_ptr<const HipApi> api, const HipBackendOptions& options);
+
+  ~HipBackend() override;
+  HipBackend(const HipBackend&) = delete;
+  HipBackend& operator=(const HipBackend&) = delete;
+
+  const DeviceInfo& info() const override { return info_; }
+  absl::StatusOr<std::uint64_t> FreeBytes() override;
+  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
+  absl::Status Free(DeviceAddress address) override;
+
+  absl::StatusOr<EventHandle> CreateEvent() override;
+  absl::Status DestroyEvent(EventHandle event) override;
+  absl::Status RecordEvent(EventHandle event, Stream stream) override;
+  absl::StatusOr<bool> QueryEvent(EventHandle event) override;
+  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override;
+  absl::Status SynchronizeEvent(EventHandle event) override;
+
+  absl::Status ConfigurePool(const PoolOptions& options) override;
+  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                             Stream stream) override;
+  absl::Status PoolFree(DeviceAddress address, Stream stream) override;
+  absl::Status PoolTrim(std::uint64_t keep_bytes) override;
+  absl::StatusOr<PoolUsage> GetPoolUsage() override;
+
+  absl::StatusOr<DeviceAddress> ReserveAddress(
+      std::uint64_t bytes, std::uint64_t alignment) override;
+  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) override;
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) override;
+  absl::Status ReleasePhysical(PhysicalHandle handle) override;
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   PhysicalHandle handle) override;
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+
+  // The profile the device's numbers came from.
+  const ArchProfile& profile() const { return *profile_; }
+  // Why the profile, each capability and the granularity are what they are,
+  // in the order they were decided.
+  const std::vector<std::string>& notes() const { return notes_; }
+  // hipRuntimeGetVersion's answer (HIP_VERSION encoding).
+  int runtime_version() const { return runtime_version_; }
+  MemoryKind memory_kind() const { return memory_kind_; }
+  // Plain allocations of at least this many bytes start on its boundary.
+  std::uint64_t fragment_bytes() const { return fragment_; }
+
+ private:
+  class State;  // bookkeeping behind one lock (hip_backend.cc)
+
+  HipBackend(std::shared_ptr<const HipApi> api, const HipBackendOptions& o);
+  absl::Status Probe();
+
+  const std::shared_ptr<const HipApi> api_;
+  const int ordinal_;
+  const MemoryKind memory_kind_;
+  DeviceInfo info_;
+  const ArchProfile* profile_ = nullptr;
+  std::vector<std::string> notes_;
+  int runtime_version_ = 0;
+  std::uint64_t fragment_ = 0;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace gpualloc::hip
+
+#endif  // GPUALLOC_BACKENDS_HIP_HIP_BACKEND_H_
