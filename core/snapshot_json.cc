@@ -26,36 +26,6 @@ namespace {
 constexpr absl::string_view kFormat = "gpualloc-snapshot";
 constexpr std::uint64_t kVersion = 1;
 
-void AppendString(std::string* out, absl::string_view s) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", c);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
-}
-
 // The Stats fields, in declaration order, for the writer and the reader.
 struct StatsField {
   absl::string_view name;
@@ -351,6 +321,36 @@ absl::StatusOr<double> Fraction(const JsonValue& v, absl::string_view path,
 
 }  // namespace
 
+void AppendJsonString(std::string* out, absl::string_view s) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppendFormat(out, "\\u%04x", c);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
 std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
   std::string out;
   // About 100 bytes per chunk.
@@ -361,9 +361,9 @@ std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
   if (device != nullptr) {
     absl::StrAppend(&out, ",\"device\":{\"ordinal\":", device->ordinal,
                     ",\"backend\":");
-    AppendString(&out, device->backend);
+    AppendJsonString(&out, device->backend);
     out += ",\"name\":";
-    AppendString(&out, device->name);
+    AppendJsonString(&out, device->name);
     absl::StrAppend(&out, ",\"total_bytes\":", device->total_bytes, "}");
   }
   out += ",\"stats\":{";

@@ -32,6 +32,10 @@ std::string SnapshotToJson(const Snapshot& snapshot,
 // versions may add some.
 absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json);
 
+// Appends `s` to *out as a JSON string: quoted, with quotes, backslashes and
+// control characters escaped (the tools' JSON output uses it too).
+void AppendJsonString(std::string* out, absl::string_view s);
+
 }  // namespace gpualloc
 
 #endif  // GPUALLOC_SNAPSHOT_JSON_H_

@@ -40,6 +40,7 @@
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
 #include "gpualloc/sim_backend.h"
+#include "gpualloc/snapshot_json.h"
 
 namespace gpualloc::replay {
 namespace {
@@ -83,36 +84,6 @@ std::string DeviceName(const Config& config, const DeviceInfo& info) {
   }
   return absl::StrFormat("%s %s %.2f GB", info.backend, model,
                          static_cast<double>(info.total_bytes) / 1e9);
-}
-
-void AppendJsonString(std::string* out, absl::string_view s) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", c);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
 }
 
 // JSON has no NaN or infinity; every ratio here is finite by construction,
