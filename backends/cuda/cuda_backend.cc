@@ -252,6 +252,7 @@ class CudaBackend::Impl {
       info_.min_granularity = minimum;
       info_.recommended_granularity = recommended;
     }
+    absl::MutexLock lock(&mu_);
     ledger_ = std::make_unique<VmmLedger>(info_.min_granularity);
     return absl::OkStatus();
   }
