@@ -4,6 +4,8 @@
 // primary context, pools, and the registry's answer without a driver.
 #include "backends/cuda/cuda_backend.h"
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -159,6 +161,62 @@ TEST(CudaEntryPointsTest, ALibraryWithoutTheResolverIsUnavailable) {
   EXPECT_TRUE(absl::IsUnavailable(api.status())) << api.status();
   EXPECT_THAT(api.status().message(),
               AllOf(HasSubstr("libc.so.6"), HasSubstr("cuGetProcAddress")));
+}
+
+// The fake driver's resolver, reached from the stand-in libcuda through a
+// plain function pointer.
+ProcAddressResolver* g_forward_to = nullptr;
+CUresult ForwardToFake(const char* symbol, void** pfn, int version,
+                       cuuint64_t flags) {
+  return (*g_forward_to)(symbol, pfn, version, flags);
+}
+
+// dlopens the stand-in at `path` and points it at `fake`.
+void PointStandInAt(const char* path, FakeCudaDriver& fake,
+                    ProcAddressResolver* resolver) {
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  using SetForward =
+      void (*)(CUresult(*)(const char*, void**, int, cuuint64_t));
+  auto set = reinterpret_cast<SetForward>(
+      dlsym(lib, "gpualloc_fake_libcuda_set_forward"));
+  ASSERT_NE(set, nullptr);
+  *resolver = fake.Resolver();
+  g_forward_to = resolver;
+  set(&ForwardToFake);
+}
+
+TEST(CudaLoaderTest, LoadsThroughDlopenAndCuda12sResolver) {
+  FakeCudaOptions o = SmallDevice();
+  o.missing_symbols = {"cuMemPoolTrimTo"};
+  auto fake = FakeCudaDriver::Create(o);
+  ProcAddressResolver resolver;
+  PointStandInAt(GPUALLOC_FAKE_LIBCUDA_V2, *fake, &resolver);
+  auto api = LoadCudaDriver(GPUALLOC_FAKE_LIBCUDA_V2);
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_EQ((*api)->source, GPUALLOC_FAKE_LIBCUDA_V2);
+  EXPECT_EQ((*api)->driver_version, 12040);
+  // The resolver's status said "not found": the pointer it left is ignored.
+  EXPECT_FALSE((*api)->has_pools());
+  EXPECT_TRUE((*api)->has_virtual_memory());
+  auto backend = CudaBackend::Create(*api, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  auto p = (*backend)->Allocate(kMiB);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE((*backend)->Free(*p).ok());
+  EXPECT_EQ(fake->count("cuMemAlloc"), 1);
+}
+
+TEST(CudaLoaderTest, FallsBackToCuda11sResolver) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  ProcAddressResolver resolver;
+  PointStandInAt(GPUALLOC_FAKE_LIBCUDA_V1, *fake, &resolver);
+  auto api = LoadCudaDriver(GPUALLOC_FAKE_LIBCUDA_V1);
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_TRUE((*api)->has_pools());
+  auto backend = CudaBackend::Create(*api, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->info().name, "NVIDIA H200");
 }
 
 TEST(CudaEntryPointsTest, TheSharedDriverLoadsOrSaysWhy) {
