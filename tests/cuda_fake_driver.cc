@@ -573,7 +573,9 @@ CUresult FakeMemPoolDestroy(CUmemoryPool pool) {
   FAKE_ENTER("cuMemPoolDestroy");
   if (pool != kPool || !s.pool_created) return CUDA_ERROR_INVALID_VALUE;
   s.pool_created = false;
-  s.used -= s.pool_reserved;
+  // Memory of blocks never freed is released only once they are freed, which
+  // can no longer happen here: it stays used (leaked).
+  s.used -= s.pool_reserved - s.pool_used;
   s.pool_reserved = s.pool_used = 0;
   s.pool_blocks.clear();
   return CUDA_SUCCESS;

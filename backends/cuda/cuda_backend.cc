@@ -145,9 +145,14 @@ class CudaBackend::Impl {
       }
     }
     for (EventHandle e : events_) api_->cuEventDestroy(ToCuEvent(e));
-    // Blocks still out are returned to the device once freed (cuMemPoolDestroy
-    // defers).
-    if (pool_ != nullptr) api_->cuMemPoolDestroy(pool_);
+    if (pool_ != nullptr) {
+      // Blocks still out are freed on the default stream; cuMemPoolDestroy
+      // returns the pool's memory once those frees complete.
+      for (DeviceAddress address : pool_live_) {
+        api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address), nullptr);
+      }
+      api_->cuMemPoolDestroy(pool_);
+    }
     api_->cuDevicePrimaryCtxRelease(device_);
   }
 

@@ -25,8 +25,9 @@ using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t,
                                       CUdriverProcAddressQueryResult*);
 using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
 
-// Resolves one entry point; `*ok` turns false (and the reason is appended to
-// `missing`) when the driver has no such symbol for `version`.
+// Resolves one entry point into `*out`. A symbol the driver does not have for
+// `version` leaves `*out` null and is appended to `missing`; a failing
+// resolver is Unavailable.
 template <typename Fn>
 absl::Status ResolveOne(const ProcAddressResolver& resolve, const char* name,
                         int version, Fn* out,
