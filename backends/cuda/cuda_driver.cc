@@ -144,8 +144,8 @@ absl::StatusOr<std::shared_ptr<const CudaDriverApi>> LoadCudaDriver(
     absl::string_view library) {
   const std::string name(library);
   dlerror();  // clear
-  // Never closed: drivers do not support being unloaded while in use, and the
-  // table's pointers point into it.
+  // Never closed once loaded successfully: drivers do not support being
+  // unloaded while in use, and the table's pointers point into it.
   void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
@@ -175,12 +175,15 @@ absl::StatusOr<std::shared_ptr<const CudaDriverApi>> LoadCudaDriver(
       return fn(symbol, pfn, version, flags);
     };
   } else {
+    dlclose(handle);  // nothing in it was called
     return absl::UnavailableError(absl::StrCat(
         name,
         " exports neither cuGetProcAddress_v2 nor cuGetProcAddress: the "
         "driver is older than CUDA 11.3, which gpualloc needs"));
   }
   absl::Status status = ResolveEntryPoints(resolve, api.get());
+  // Once called into, the library stays loaded even when the table is
+  // incomplete: a driver is not made to be unloaded.
   if (!status.ok()) return status;
   return std::shared_ptr<const CudaDriverApi>(std::move(api));
 }

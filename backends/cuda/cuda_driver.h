@@ -118,7 +118,8 @@ absl::Status ResolveEntryPoints(const ProcAddressResolver& resolve,
 
 // dlopen(`library`) + the resolver + ResolveEntryPoints. Without the library
 // (no driver installed) or its resolver, Unavailable with the reason
-// (dlerror's text). The library stays loaded for the life of the process.
+// (dlerror's text). A library that has the resolver stays loaded for the life
+// of the process.
 absl::StatusOr<std::shared_ptr<const CudaDriverApi>> LoadCudaDriver(
     absl::string_view library = kCudaDriverLibrary);
 
