@@ -164,6 +164,10 @@ all_targets=$(ninja -C "$GPUALLOC_BUILD_DIR" -t targets all 2>/dev/null | cut -d
 for t in tests/cuda_backend_test tests/cuda_conformance_test tests/registry_test; do
   grep -qx "$t" <<<"$all_targets" && targets+=("$t")
 done
+# The stand-in libcuda modules cuda_backend_test dlopens.
+while read -r t; do
+  [[ -n "$t" ]] && targets+=("$t")
+done < <(grep -E '(^|/)libcuda_fake_libcuda_v[0-9]+\.so$' <<<"$all_targets")
 torch_target=$(grep -E '(^|/)libgpualloc_torch\.so$' <<<"$all_targets" | head -n 1)
 [[ -n "$torch_target" ]] && targets+=("$torch_target")
 build_start=$SECONDS
@@ -194,7 +198,7 @@ run_gtest() {  # name binary [gtest args...]
   if (( rc != 0 )); then
     fail "$name"
     add '```'
-    add "$(grep -E -A12 'Failure|FAILED|error' <<<"$log" | head -n 60)"
+    add "$(grep -E -A10 ': Failure$|^\[  FAILED  \] .* ms\)$' <<<"$log" | head -n 60)"
     add '```'
   fi
   if (( skipped > 0 )); then
