@@ -1,0 +1,850 @@
+// backends/cuda/cuda_backend.cc: the CUDA driver-API backend over an
+// entry-point table.
+#include "backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/cuda/vmm_ledger.h"
+
+namespace gpualloc::cuda {
+namespace {
+
+// Profiles chosen by the device's name: the marketing name NVIDIA's driver
+// reports ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200")
+// contains the product as a word (the Grace Hopper "NVIDIA GH200 480GB" does
+// not name the H200).
+struct NamedProfile {
+  absl::string_view token;    // searched in the device name, case-insensitive
+  absl::string_view profile;  // ArchProfile::name
+};
+constexpr NamedProfile kNamedProfiles[] = {
+    {"H200", "h200"},
+    {"H100", "h100"},
+    {"A100", "a100"},
+};
+
+// `word` in `text` with no letter or digit on either side ("GH200" does not
+// name the H200; "A100-SXM4-80GB" names the A100).
+bool ContainsWord(absl::string_view text, absl::string_view word) {
+  for (std::size_t at = text.find(word); at != absl::string_view::npos;
+       at = text.find(word, at + 1)) {
+    const std::size_t end = at + word.size();
+    const bool starts = at == 0 || !absl::ascii_isalnum(text[at - 1]);
+    const bool ends = end == text.size() || !absl::ascii_isalnum(text[end]);
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+std::string Hex(std::uint64_t value) { return absl::StrFormat("%#x", value); }
+
+CUstream ToCuStream(Stream stream) {
+  return reinterpret_cast<CUstream>(stream.handle);
+}
+
+CUevent ToCuEvent(EventHandle event) {
+  return reinterpret_cast<CUevent>(static_cast<std::uintptr_t>(event));
+}
+
+EventHandle FromCuEvent(CUevent event) {
+  return static_cast<EventHandle>(reinterpret_cast<std::uintptr_t>(event));
+}
+
+CUmemAllocationProp PinnedOn(CUdevice device) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+}  // namespace
+
+std::string ArchIdFor(int major, int minor) {
+  return absl::StrCat("sm_", major, minor);
+}
+
+ProfileChoice ChooseNvidiaProfile(absl::string_view device_name, int major,
+                                  int minor, std::uint64_t total_bytes) {
+  const std::string arch_id = ArchIdFor(major, minor);
+  const std::string upper = absl::AsciiStrToUpper(device_name);
+  std::string name_note;
+  for (const NamedProfile& named : kNamedProfiles) {
+    if (!ContainsWord(upper, named.token)) continue;
+    absl::StatusOr<const ArchProfile*> p = FindArchProfile(named.profile);
+    if (!p.ok()) break;
+    const bool arch_agrees =
+        std::find((*p)->arch_ids.begin(), (*p)->arch_ids.end(), arch_id) !=
+        (*p)->arch_ids.end();
+    if (arch_agrees) {
+      return {*p,
+              absl::StrCat("the device name \"", device_name, "\" names the ",
+                           named.token, " (", arch_id, ")")};
+    }
+    name_note = absl::StrCat("the device name \"", device_name, "\" names the ",
+                             named.token, " but its compute capability ", major,
+                             ".", minor, " is not that profile's; ");
+    break;
+  }
+  absl::StatusOr<const ArchProfile*> by_arch =
+      FindArchProfile(Vendor::kNvidia, arch_id, total_bytes);
+  if (!by_arch.ok()) {  // the table always has generic-nvidia
+    return {nullptr, std::string(by_arch.status().message())};
+  }
+  const ArchProfile* p = *by_arch;
+  if (name_note.empty()) {
+    name_note = absl::StrCat("no profile names \"", device_name, "\"; ");
+  }
+  if (p->arch_ids.empty()) {
+    return {p, absl::StrCat(name_note, "no profile lists ", arch_id,
+                            " (compute capability ", major, ".", minor,
+                            "): the generic NVIDIA profile")};
+  }
+  return {p, absl::StrCat(name_note, "chosen by architecture ", arch_id,
+                          " and the closest memory size (", total_bytes >> 20,
+                          " MiB)")};
+}
+
+class CudaBackend::Impl {
+ public:
+  Impl(std::shared_ptr<const CudaDriverApi> api, int ordinal)
+      : api_(std::move(api)), ordinal_(ordinal) {}
+
+  ~Impl() {
+    if (context_ == nullptr) return;
+    // Best effort: errors are ignored (at process exit the driver may already
+    // be shutting down).
+    if (!MakeCurrent().ok()) return;
+    absl::MutexLock lock(&mu_);
+    for (const auto& [address, bytes] : live_) {
+      api_->cuMemFree(static_cast<CUdeviceptr>(address));
+    }
+    if (ledger_ != nullptr) {
+      for (const VmmLedger::Mapping& m : ledger_->mappings()) {
+        api_->cuMemUnmap(static_cast<CUdeviceptr>(m.address), m.bytes);
+      }
+      for (PhysicalHandle h : ledger_->handles()) {
+        api_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(h));
+      }
+      for (const VmmLedger::Reservation& r : ledger_->reservations()) {
+        api_->cuMemAddressFree(static_cast<CUdeviceptr>(r.address), r.bytes);
+      }
+    }
+    for (EventHandle e : events_) api_->cuEventDestroy(ToCuEvent(e));
+    if (pool_ != nullptr) {
+      // Blocks still out are freed on the default stream; cuMemPoolDestroy
+      // returns the pool's memory once those frees complete.
+      for (DeviceAddress address : pool_live_) {
+        api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address), nullptr);
+      }
+      api_->cuMemPoolDestroy(pool_);
+    }
+    api_->cuDevicePrimaryCtxRelease(device_);
+  }
+
+  absl::Status Init() {
+    const CudaDriverApi& api = *api_;
+    CUresult r = api.cuInit(0);
+    if (r != CUDA_SUCCESS) return CudaError(api, "cuInit(0)", r);
+    int count = 0;
+    r = api.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceGetCount", r);
+    if (ordinal_ >= count) {
+      return absl::UnavailableError(absl::StrCat(
+          "CUDA device ", ordinal_, " does not exist: the driver sees ", count,
+          " device", count == 1 ? "" : "s"));
+    }
+    r = api.cuDeviceGet(&device_, ordinal_);
+    if (r != CUDA_SUCCESS) {
+      return CudaError(api, absl::StrCat("cuDeviceGet(", ordinal_, ")"), r);
+    }
+    char name[256] = {};
+    r = api.cuDeviceGetName(name, sizeof(name) - 1, device_);
+    if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceGetName", r);
+    int major = 0, minor = 0, vmm = 0, pools = 0;
+    const struct {
+      CUdevice_attribute attribute;
+      int* value;
+      absl::string_view name;
+    } attributes[] = {
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &major,
+         "COMPUTE_CAPABILITY_MAJOR"},
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &minor,
+         "COMPUTE_CAPABILITY_MINOR"},
+        {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, &vmm,
+         "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"},
+        {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, &pools,
+         "MEMORY_POOLS_SUPPORTED"},
+    };
+    for (const auto& a : attributes) {
+      r = api.cuDeviceGetAttribute(a.value, a.attribute, device_);
+      if (r != CUDA_SUCCESS) {
+        return CudaError(api,
+                         absl::StrCat("cuDeviceGetAttribute(", a.name, ")"), r);
+      }
+    }
+    std::size_t total = 0;
+    r = api.cuDeviceTotalMem(&total, device_);
+    if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceTotalMem", r);
+
+    choice_ = ChooseNvidiaProfile(name, major, minor, total);
+    if (choice_.profile == nullptr) {
+      return absl::InternalError(absl::StrCat("no architecture profile for \"",
+                                              name, "\": ", choice_.reason));
+    }
+    const ArchProfile& profile = *choice_.profile;
+
+    CUcontext context = nullptr;
+    r = api.cuDevicePrimaryCtxRetain(&context, device_);
+    if (r != CUDA_SUCCESS) {
+      return CudaError(api, "cuDevicePrimaryCtxRetain", r);
+    }
+    context_ = context;
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+
+    info_.backend = "cuda";
+    info_.vendor = Vendor::kNvidia;
+    info_.name = name;
+    info_.arch_id = ArchIdFor(major, minor);
+    info_.ordinal = ordinal_;
+    info_.total_bytes = total;
+    info_.min_granularity = profile.min_granularity;
+    info_.recommended_granularity = profile.recommended_granularity;
+    info_.allocation_alignment = profile.allocation_alignment;
+    info_.page_sizes = profile.page_sizes;
+    info_.driver_version = CudaVersionString(api.driver_version);
+    info_.capabilities.streams = true;
+    info_.capabilities.host_accessible = false;
+    info_.capabilities.stream_ordered_pools = api.has_pools() && pools != 0;
+    info_.capabilities.virtual_memory = api.has_virtual_memory() && vmm != 0;
+    if (info_.capabilities.virtual_memory) {
+      const CUmemAllocationProp prop = PinnedOn(device_);
+      std::size_t minimum = 0, recommended = 0;
+      r = api.cuMemGetAllocationGranularity(&minimum, &prop,
+                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+      if (r == CUDA_SUCCESS) {
+        r = api.cuMemGetAllocationGranularity(
+            &recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+      }
+      if (r != CUDA_SUCCESS) {
+        return CudaError(api, "cuMemGetAllocationGranularity", r);
+      }
+      const auto power_of_two = [](std::size_t x) {
+        return x != 0 && (x & (x - 1)) == 0;
+      };
+      if (!power_of_two(minimum) || !power_of_two(recommended) ||
+          recommended % minimum != 0) {
+        return absl::InternalError(absl::StrCat(
+            "cuMemGetAllocationGranularity reported minimum ", minimum,
+            " and recommended ", recommended,
+            " bytes: not powers of two with the minimum dividing the "
+            "recommended"));
+      }
+      info_.min_granularity = minimum;
+      info_.recommended_granularity = recommended;
+    }
+    absl::MutexLock lock(&mu_);
+    ledger_ = std::make_unique<VmmLedger>(info_.min_granularity);
+    return absl::OkStatus();
+  }
+
+  const DeviceInfo& info() const { return info_; }
+  const ProfileChoice& choice() const { return choice_; }
+  const CudaDriverApi& api() const { return *api_; }
+
+  absl::Status MakeCurrent() const {
+    CUcontext current = nullptr;
+    if (api_->cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
+        current == context_) {
+      return absl::OkStatus();
+    }
+    return CudaError(*api_,
+                     absl::StrCat("cuCtxSetCurrent(primary context of device ",
+                                  ordinal_, ")"),
+                     api_->cuCtxSetCurrent(context_));
+  }
+
+  // Adds what the device has free to an out-of-memory status.
+  absl::Status Explain(absl::Status status) const {
+    if (!absl::IsResourceExhausted(status)) return status;
+    std::size_t free = 0, total = 0;
+    if (api_->cuMemGetInfo(&free, &total) != CUDA_SUCCESS) return status;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(status.message(), "; the device has ", free, " of ", total,
+                     " bytes free"));
+  }
+
+  absl::Status TooBig(absl::string_view call, std::uint64_t bytes) const {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        call, "(", bytes, " bytes): more than the device's total memory (",
+        info_.total_bytes, " bytes)"));
+  }
+
+  absl::StatusOr<std::uint64_t> FreeBytes() {
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    std::size_t free = 0, total = 0;
+    const CUresult r = api_->cuMemGetInfo(&free, &total);
+    if (r != CUDA_SUCCESS) return CudaError(*api_, "cuMemGetInfo", r);
+    return free;
+  }
+
+  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) {
+    if (bytes == 0) return absl::InvalidArgumentError("Allocate(0 bytes)");
+    if (bytes > info_.total_bytes) return TooBig("Allocate", bytes);
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    CUdeviceptr ptr = 0;
+    const CUresult r = api_->cuMemAlloc(&ptr, bytes);
+    if (r != CUDA_SUCCESS) {
+      return Explain(
+          CudaError(*api_, absl::StrCat("cuMemAlloc(", bytes, " bytes)"), r));
+    }
+    absl::MutexLock lock(&mu_);
+    live_[ptr] = bytes;
+    return static_cast<DeviceAddress>(ptr);
+  }
+
+  absl::Status Free(DeviceAddress address) {
+    std::uint64_t bytes = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = live_.find(address);
+      if (it == live_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Free(", Hex(address),
+                         "): not an address Allocate returned and has not "
+                         "freed"));
+      }
+      bytes = it->second;
+      live_.erase(it);
+    }
+    absl::Status status = MakeCurrent();
+    if (status.ok()) {
+      status = CudaError(*api_, absl::StrCat("cuMemFree(", Hex(address), ")"),
+                         api_->cuMemFree(static_cast<CUdeviceptr>(address)));
+    }
+    if (!status.ok()) {
+      absl::MutexLock lock(&mu_);
+      live_[address] = bytes;
+    }
+    return status;
+  }
+
+  // --- Events ---------------------------------------------------------------
+  absl::Status CheckEvent(absl::string_view call, EventHandle event) {
+    absl::MutexLock lock(&mu_);
+    if (!events_.contains(event)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          call, "(event ", Hex(event),
+          "): not an event CreateEvent returned and DestroyEvent has not "
+          "destroyed"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<EventHandle> CreateEvent() {
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    CUevent event = nullptr;
+    const CUresult r = api_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+      return CudaError(*api_, "cuEventCreate(CU_EVENT_DISABLE_TIMING)", r);
+    }
+    absl::MutexLock lock(&mu_);
+    events_.insert(FromCuEvent(event));
+    return FromCuEvent(event);
+  }
+
+  absl::Status DestroyEvent(EventHandle event) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (events_.erase(event) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DestroyEvent(event ", Hex(event),
+            "): not an event CreateEvent returned and DestroyEvent has not "
+            "destroyed"));
+      }
+    }
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    return CudaError(*api_, absl::StrCat("cuEventDestroy(", Hex(event), ")"),
+                     api_->cuEventDestroy(ToCuEvent(event)));
+  }
+
+  absl::Status RecordEvent(EventHandle event, Stream stream) {
+    if (absl::Status s = CheckEvent("RecordEvent", event); !s.ok()) return s;
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    return CudaError(*api_,
+                     absl::StrCat("cuEventRecord(", Hex(event), ", stream ",
+                                  Hex(stream.handle), ")"),
+                     api_->cuEventRecord(ToCuEvent(event), ToCuStream(stream)));
+  }
+
+  absl::StatusOr<bool> QueryEvent(EventHandle event) {
+    if (absl::Status s = CheckEvent("QueryEvent", event); !s.ok()) return s;
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const CUresult r = api_->cuEventQuery(ToCuEvent(event));
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    return CudaError(*api_, absl::StrCat("cuEventQuery(", Hex(event), ")"), r);
+  }
+
+  absl::Status StreamWaitEvent(Stream stream, EventHandle event) {
+    if (absl::Status s = CheckEvent("StreamWaitEvent", event); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    return CudaError(
+        *api_,
+        absl::StrCat("cuStreamWaitEvent(stream ", Hex(stream.handle), ", ",
+                     Hex(event), ")"),
+        api_->cuStreamWaitEvent(ToCuStream(stream), ToCuEvent(event), 0));
+  }
+
+  absl::Status SynchronizeEvent(EventHandle event) {
+    if (absl::Status s = CheckEvent("SynchronizeEvent", event); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    return CudaError(*api_,
+                     absl::StrCat("cuEventSynchronize(", Hex(event), ")"),
+                     api_->cuEventSynchronize(ToCuEvent(event)));
+  }
+
+  // --- The stream-ordered pool
+  // ------------------------------------------------
+  absl::StatusOr<CUmemoryPool> Pool() {
+    absl::MutexLock lock(&mu_);
+    if (pool_ != nullptr) return pool_;
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    CUmemPoolProps props = {};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = device_;
+    CUmemoryPool pool = nullptr;
+    const CUresult r = api_->cuMemPoolCreate(&pool, &props);
+    if (r != CUDA_SUCCESS) return CudaError(*api_, "cuMemPoolCreate", r);
+    pool_ = pool;
+    return pool_;
+  }
+
+  absl::Status ConfigurePool(const PoolOptions& options) {
+    absl::StatusOr<CUmemoryPool> pool = Pool();
+    if (!pool.ok()) return pool.status();
+    cuuint64_t threshold = options.release_threshold;
+    CUresult r = api_->cuMemPoolSetAttribute(
+        *pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    if (r != CUDA_SUCCESS) {
+      return CudaError(*api_,
+                       absl::StrCat("cuMemPoolSetAttribute(RELEASE_THRESHOLD, ",
+                                    threshold, ")"),
+                       r);
+    }
+    const struct {
+      CUmemPool_attribute attribute;
+      bool on;
+      absl::string_view name;
+    } reuse[] = {
+        {CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES,
+         options.reuse.follow_event_dependencies,
+         "REUSE_FOLLOW_EVENT_DEPENDENCIES"},
+        {CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, options.reuse.opportunistic,
+         "REUSE_ALLOW_OPPORTUNISTIC"},
+        {CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+         options.reuse.internal_dependencies,
+         "REUSE_ALLOW_INTERNAL_DEPENDENCIES"},
+    };
+    for (const auto& rule : reuse) {
+      int value = rule.on ? 1 : 0;
+      r = api_->cuMemPoolSetAttribute(*pool, rule.attribute, &value);
+      if (r != CUDA_SUCCESS) {
+        return CudaError(
+            *api_,
+            absl::StrCat("cuMemPoolSetAttribute(", rule.name, ", ", value, ")"),
+            r);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                             Stream stream) {
+    if (bytes == 0) return absl::InvalidArgumentError("PoolAllocate(0 bytes)");
+    if (bytes > info_.total_bytes) return TooBig("PoolAllocate", bytes);
+    absl::StatusOr<CUmemoryPool> pool = Pool();
+    if (!pool.ok()) return pool.status();
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    CUdeviceptr ptr = 0;
+    const CUresult r =
+        api_->cuMemAllocFromPoolAsync(&ptr, bytes, *pool, ToCuStream(stream));
+    if (r != CUDA_SUCCESS) {
+      return Explain(
+          CudaError(*api_,
+                    absl::StrCat("cuMemAllocFromPoolAsync(", bytes,
+                                 " bytes, stream ", Hex(stream.handle), ")"),
+                    r));
+    }
+    absl::MutexLock lock(&mu_);
+    pool_live_.insert(ptr);
+    return static_cast<DeviceAddress>(ptr);
+  }
+
+  absl::Status PoolFree(DeviceAddress address, Stream stream) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (pool_live_.erase(address) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PoolFree(", Hex(address),
+            "): not an address PoolAllocate returned and has not freed"));
+      }
+    }
+    absl::Status status = MakeCurrent();
+    if (status.ok()) {
+      status = CudaError(*api_,
+                         absl::StrCat("cuMemFreeAsync(", Hex(address),
+                                      ", stream ", Hex(stream.handle), ")"),
+                         api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address),
+                                              ToCuStream(stream)));
+    }
+    if (!status.ok()) {
+      absl::MutexLock lock(&mu_);
+      pool_live_.insert(address);
+    }
+    return status;
+  }
+
+  absl::Status PoolTrim(std::uint64_t keep_bytes) {
+    absl::StatusOr<CUmemoryPool> pool = Pool();
+    if (!pool.ok()) return pool.status();
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    return CudaError(*api_,
+                     absl::StrCat("cuMemPoolTrimTo(", keep_bytes, " bytes)"),
+                     api_->cuMemPoolTrimTo(*pool, keep_bytes));
+  }
+
+  absl::StatusOr<PoolUsage> GetPoolUsage() {
+    absl::StatusOr<CUmemoryPool> pool = Pool();
+    if (!pool.ok()) return pool.status();
+    PoolUsage usage;
+    const struct {
+      CUmemPool_attribute attribute;
+      std::uint64_t* value;
+      absl::string_view name;
+    } fields[] = {
+        {CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &usage.reserved,
+         "RESERVED_MEM_CURRENT"},
+        {CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &usage.used, "USED_MEM_CURRENT"},
+        {CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &usage.peak_reserved,
+         "RESERVED_MEM_HIGH"},
+        {CU_MEMPOOL_ATTR_USED_MEM_HIGH, &usage.peak_used, "USED_MEM_HIGH"},
+    };
+    for (const auto& f : fields) {
+      cuuint64_t value = 0;
+      const CUresult r =
+          api_->cuMemPoolGetAttribute(*pool, f.attribute, &value);
+      if (r != CUDA_SUCCESS) {
+        return CudaError(
+            *api_, absl::StrCat("cuMemPoolGetAttribute(", f.name, ")"), r);
+      }
+      *f.value = value;
+    }
+    return usage;
+  }
+
+  // --- Virtual memory
+  // ---------------------------------------------------------
+  absl::StatusOr<DeviceAddress> ReserveAddress(std::uint64_t bytes,
+                                               std::uint64_t alignment) {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::uint64_t> align =
+        ledger_->CheckReserve(bytes, alignment);
+    if (!align.ok()) return align.status();
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    CUdeviceptr ptr = 0;
+    const CUresult r = api_->cuMemAddressReserve(&ptr, bytes, *align, 0, 0);
+    if (r != CUDA_SUCCESS) {
+      return CudaError(*api_,
+                       absl::StrCat("cuMemAddressReserve(", bytes,
+                                    " bytes, alignment ", *align, ")"),
+                       r);
+    }
+    ledger_->AddReservation(ptr, bytes);
+    return static_cast<DeviceAddress>(ptr);
+  }
+
+  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ledger_->CheckFreeAddress(address, bytes); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const CUresult r =
+        api_->cuMemAddressFree(static_cast<CUdeviceptr>(address), bytes);
+    if (r != CUDA_SUCCESS) {
+      return CudaError(*api_,
+                       absl::StrCat("cuMemAddressFree(", Hex(address), ", ",
+                                    bytes, " bytes)"),
+                       r);
+    }
+    ledger_->RemoveReservation(address);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ledger_->CheckCreate(bytes); !s.ok()) return s;
+    if (bytes > info_.total_bytes) return TooBig("CreatePhysical", bytes);
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const CUmemAllocationProp prop = PinnedOn(device_);
+    CUmemGenericAllocationHandle handle = 0;
+    const CUresult r = api_->cuMemCreate(&handle, bytes, &prop, 0);
+    if (r != CUDA_SUCCESS) {
+      return Explain(
+          CudaError(*api_, absl::StrCat("cuMemCreate(", bytes, " bytes)"), r));
+    }
+    ledger_->AddHandle(handle, bytes);
+    return static_cast<PhysicalHandle>(handle);
+  }
+
+  absl::Status ReleasePhysical(PhysicalHandle handle) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ledger_->CheckRelease(handle); !s.ok()) return s;
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const CUresult r =
+        api_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle));
+    if (r != CUDA_SUCCESS) {
+      return CudaError(*api_, absl::StrCat("cuMemRelease(", Hex(handle), ")"),
+                       r);
+    }
+    ledger_->RemoveHandle(handle);
+    return absl::OkStatus();
+  }
+
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   PhysicalHandle handle) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ledger_->CheckMap(address, bytes, handle); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const CUresult r =
+        api_->cuMemMap(static_cast<CUdeviceptr>(address), bytes, 0,
+                       static_cast<CUmemGenericAllocationHandle>(handle), 0);
+    if (r != CUDA_SUCCESS) {
+      return Explain(
+          CudaError(*api_,
+                    absl::StrCat("cuMemMap(", Hex(address), ", ", bytes,
+                                 " bytes, handle ", Hex(handle), ")"),
+                    r));
+    }
+    ledger_->AddMapping(address, bytes, handle);
+    return absl::OkStatus();
+  }
+
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::vector<VmmLedger::Mapping>> mappings =
+        ledger_->CheckUnmap(address, bytes);
+    if (!mappings.ok()) return mappings.status();
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    // One call per mapping, as cuMemUnmap's contract is stated per mapping.
+    // A failure leaves the mappings before it unmapped (and recorded so).
+    for (const VmmLedger::Mapping& m : *mappings) {
+      const CUresult r =
+          api_->cuMemUnmap(static_cast<CUdeviceptr>(m.address), m.bytes);
+      if (r != CUDA_SUCCESS) {
+        return CudaError(*api_,
+                         absl::StrCat("cuMemUnmap(", Hex(m.address), ", ",
+                                      m.bytes, " bytes)"),
+                         r);
+      }
+      ledger_->RemoveMapping(m.address);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ledger_->CheckSetAccess(address, bytes); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUresult r = api_->cuMemSetAccess(static_cast<CUdeviceptr>(address),
+                                            bytes, &access, 1);
+    return CudaError(*api_,
+                     absl::StrCat("cuMemSetAccess(", Hex(address), ", ", bytes,
+                                  " bytes, read-write)"),
+                     r);
+  }
+
+ private:
+  const std::shared_ptr<const CudaDriverApi> api_;
+  const int ordinal_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;  // the primary context, retained
+  DeviceInfo info_;
+  ProfileChoice choice_;
+
+  absl::Mutex mu_;
+  // Plain allocations and their sizes.
+  absl::flat_hash_map<DeviceAddress, std::uint64_t> live_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<EventHandle> events_ ABSL_GUARDED_BY(mu_);
+  CUmemoryPool pool_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::flat_hash_set<DeviceAddress> pool_live_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<VmmLedger> ledger_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::shared_ptr<CudaBackend>> CudaBackend::Create(
+    std::shared_ptr<const CudaDriverApi> api, int ordinal) {
+  if (api == nullptr) {
+    return absl::InvalidArgumentError("CudaBackend::Create: no driver table");
+  }
+  if (ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ordinal ", ordinal, " is negative"));
+  }
+  const std::string source = api->source;
+  auto impl = std::make_unique<Impl>(std::move(api), ordinal);
+  if (absl::Status s = impl->Init(); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("backend=cuda (", source, ", device ", ordinal,
+                               "): ", s.message()));
+  }
+  return std::shared_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaBackend::~CudaBackend() = default;
+
+const DeviceInfo& CudaBackend::info() const { return impl_->info(); }
+const ProfileChoice& CudaBackend::profile_choice() const {
+  return impl_->choice();
+}
+const CudaDriverApi& CudaBackend::api() const { return impl_->api(); }
+
+absl::StatusOr<std::uint64_t> CudaBackend::FreeBytes() {
+  return impl_->FreeBytes();
+}
+absl::StatusOr<DeviceAddress> CudaBackend::Allocate(std::uint64_t bytes) {
+  return impl_->Allocate(bytes);
+}
+absl::Status CudaBackend::Free(DeviceAddress address) {
+  return impl_->Free(address);
+}
+
+absl::StatusOr<EventHandle> CudaBackend::CreateEvent() {
+  return impl_->CreateEvent();
+}
+absl::Status CudaBackend::DestroyEvent(EventHandle event) {
+  return impl_->DestroyEvent(event);
+}
+absl::Status CudaBackend::RecordEvent(EventHandle event, Stream stream) {
+  return impl_->RecordEvent(event, stream);
+}
+absl::StatusOr<bool> CudaBackend::QueryEvent(EventHandle event) {
+  return impl_->QueryEvent(event);
+}
+absl::Status CudaBackend::StreamWaitEvent(Stream stream, EventHandle event) {
+  return impl_->StreamWaitEvent(stream, event);
+}
+absl::Status CudaBackend::SynchronizeEvent(EventHandle event) {
+  return impl_->SynchronizeEvent(event);
+}
+
+absl::Status CudaBackend::ConfigurePool(const PoolOptions& options) {
+  if (!info().capabilities.stream_ordered_pools) {
+    return Backend::ConfigurePool(options);
+  }
+  return impl_->ConfigurePool(options);
+}
+absl::StatusOr<DeviceAddress> CudaBackend::PoolAllocate(std::uint64_t bytes,
+                                                        Stream stream) {
+  if (!info().capabilities.stream_ordered_pools) {
+    return Backend::PoolAllocate(bytes, stream);
+  }
+  return impl_->PoolAllocate(bytes, stream);
+}
+absl::Status CudaBackend::PoolFree(DeviceAddress address, Stream stream) {
+  if (!info().capabilities.stream_ordered_pools) {
+    return Backend::PoolFree(address, stream);
+  }
+  return impl_->PoolFree(address, stream);
+}
+absl::Status CudaBackend::PoolTrim(std::uint64_t keep_bytes) {
+  if (!info().capabilities.stream_ordered_pools) {
+    return Backend::PoolTrim(keep_bytes);
+  }
+  return impl_->PoolTrim(keep_bytes);
+}
+absl::StatusOr<PoolUsage> CudaBackend::GetPoolUsage() {
+  if (!info().capabilities.stream_ordered_pools) {
+    return Backend::GetPoolUsage();
+  }
+  return impl_->GetPoolUsage();
+}
+
+absl::StatusOr<DeviceAddress> CudaBackend::ReserveAddress(
+    std::uint64_t bytes, std::uint64_t alignment) {
+  if (!info().capabilities.virtual_memory) {
+    return Backend::ReserveAddress(bytes, alignment);
+  }
+  return impl_->ReserveAddress(bytes, alignment);
+}
+absl::Status CudaBackend::FreeAddress(DeviceAddress address,
+                                      std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return Backend::FreeAddress(address, bytes);
+  }
+  return impl_->FreeAddress(address, bytes);
+}
+absl::StatusOr<PhysicalHandle> CudaBackend::CreatePhysical(
+    std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return Backend::CreatePhysical(bytes);
+  }
+  return impl_->CreatePhysical(bytes);
+}
+absl::Status CudaBackend::ReleasePhysical(PhysicalHandle handle) {
+  if (!info().capabilities.virtual_memory) {
+    return Backend::ReleasePhysical(handle);
+  }
+  return impl_->ReleasePhysical(handle);
+}
+absl::Status CudaBackend::Map(DeviceAddress address, std::uint64_t bytes,
+                              PhysicalHandle handle) {
+  if (!info().capabilities.virtual_memory) {
+    return Backend::Map(address, bytes, handle);
+  }
+  return impl_->Map(address, bytes, handle);
+}
+absl::Status CudaBackend::Unmap(DeviceAddress address, std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return Backend::Unmap(address, bytes);
+  }
+  return impl_->Unmap(address, bytes);
+}
+absl::Status CudaBackend::SetAccess(DeviceAddress address,
+                                    std::uint64_t bytes) {
+  if (!info().capabilities.virtual_memory) {
+    return Backend::SetAccess(address, bytes);
+  }
+  return impl_->SetAccess(address, bytes);
+}
+
+}  // namespace gpualloc::cuda

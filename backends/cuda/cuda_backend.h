@@ -1,0 +1,107 @@
+// backends/cuda/cuda_backend.h: the CUDA driver-API backend.
+//
+// One CudaBackend drives one device through an entry-point table
+// (cuda_driver.h): plain allocations (cuMemAlloc / cuMemFree), virtual memory
+// (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess and their
+// inverses), events on the caller's streams, and one stream-ordered pool of
+// its own (cuMemPoolCreate; cuMemAllocFromPoolAsync / cuMemFreeAsync). It
+// works in the device's primary context, retained at creation, made current on
+// the calling thread before each call that needs it, released at destruction.
+//
+// Every handle the backend gives out (addresses, events, physical handles,
+// pool blocks, reservations, mappings) is recorded on the host, and a call
+// naming something the backend did not give out, or breaking a virtual-memory
+// rule, is InvalidArgument before any driver call: the driver's own answer to
+// a stale handle is undefined behaviour. Driver errors become a status naming
+// the call, the error and its code (CudaError).
+//
+// Thread safety: all methods are thread-safe. Host waits (SynchronizeEvent)
+// and stream calls run without the backend's lock.
+#ifndef GPUALLOC_BACKENDS_CUDA_CUDA_BACKEND_H_
+#define GPUALLOC_BACKENDS_CUDA_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "backends/cuda/cuda_driver.h"
+#include "gpualloc/arch.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc::cuda {
+
+// "sm_90" for compute capability 9.0, "sm_120" for 12.0.
+std::string ArchIdFor(int major, int minor);
+
+// The architecture profile for a device and why it was chosen.
+struct ProfileChoice {
+  const ArchProfile* profile = nullptr;  // never null for an NVIDIA device
+  std::string reason;
+};
+
+// By the device's name first (A100, H100, H200, when the compute capability
+// agrees), else by architecture id and memory size (FindArchProfile), which
+// ends at generic-nvidia for an architecture without a row.
+ProfileChoice ChooseNvidiaProfile(absl::string_view device_name, int major,
+                                  int minor, std::uint64_t total_bytes);
+
+class CudaBackend final : public Backend {
+ public:
+  // The backend of device `ordinal` over `api`: cuInit, the device's facts,
+  // its primary context. A driver without devices, or an ordinal the driver
+  // does not have, is Unavailable; other driver errors as CudaError.
+  static absl::StatusOr<std::shared_ptr<CudaBackend>> Create(
+      std::shared_ptr<const CudaDriverApi> api, int ordinal);
+  // Returns whatever is still allocated, mapped or reserved, destroys the
+  // pool and the remaining events, and releases the primary context.
+  ~CudaBackend() override;
+
+  const DeviceInfo& info() const override;
+  absl::StatusOr<std::uint64_t> FreeBytes() override;
+  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
+  absl::Status Free(DeviceAddress address) override;
+
+  absl::StatusOr<EventHandle> CreateEvent() override;
+  absl::Status DestroyEvent(EventHandle event) override;
+  absl::Status RecordEvent(EventHandle event, Stream stream) override;
+  absl::StatusOr<bool> QueryEvent(EventHandle event) override;
+  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override;
+  absl::Status SynchronizeEvent(EventHandle event) override;
+
+  // The pool is created on first use with CUDA's defaults (release threshold
+  // 0, every reuse rule on); ConfigurePool sets the release threshold and the
+  // three reuse attributes.
+  absl::Status ConfigurePool(const PoolOptions& options) override;
+  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                             Stream stream) override;
+  absl::Status PoolFree(DeviceAddress address, Stream stream) override;
+  absl::Status PoolTrim(std::uint64_t keep_bytes) override;
+  absl::StatusOr<PoolUsage> GetPoolUsage() override;
+
+  absl::StatusOr<DeviceAddress> ReserveAddress(
+      std::uint64_t bytes, std::uint64_t alignment) override;
+  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) override;
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) override;
+  absl::Status ReleasePhysical(PhysicalHandle handle) override;
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   PhysicalHandle handle) override;
+  // One cuMemUnmap per mapping in the range.
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+
+  // The profile this device matches and why (gpualloc-info shows it).
+  const ProfileChoice& profile_choice() const;
+  const CudaDriverApi& api() const;
+
+ private:
+  class Impl;
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpualloc::cuda
+
+#endif  // GPUALLOC_BACKENDS_CUDA_CUDA_BACKEND_H_

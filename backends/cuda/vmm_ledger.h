@@ -1,0 +1,101 @@
+// backends/cuda/vmm_ledger.h: the host-side record of address reservations,
+// physical handles and mappings that checks the Backend's virtual-memory rules
+// (gpualloc/backend.h) before any driver call.
+//
+// The driver answers a broken rule with CUDA_ERROR_INVALID_VALUE at best and
+// undefined behaviour at worst (unmapping part of a mapping, freeing a
+// reservation that still has memory mapped in it), so the backend asks the
+// ledger first and calls the driver only when the ledger says yes; after the
+// call succeeds it records the change. Nothing here calls a vendor: HIP's
+// hipMem* calls have the same rules.
+//
+// Invariants: (1) reservations do not overlap; (2) every mapping lies inside
+// one reservation and mappings do not overlap; (3) every size and address is
+// a multiple of the granularity.
+//
+// Not thread-safe: the backend holds its lock across check, call and record.
+#ifndef GPUALLOC_BACKENDS_CUDA_VMM_LEDGER_H_
+#define GPUALLOC_BACKENDS_CUDA_VMM_LEDGER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc::cuda {
+
+class VmmLedger {
+ public:
+  struct Mapping {
+    DeviceAddress address = 0;
+    std::uint64_t bytes = 0;
+    PhysicalHandle handle = 0;
+  };
+  struct Reservation {
+    DeviceAddress address = 0;
+    std::uint64_t bytes = 0;
+  };
+
+  // REQUIRES: `granularity` is a power of two (the device's minimum).
+  explicit VmmLedger(std::uint64_t granularity) : granularity_(granularity) {}
+
+  // Each Check* answers InvalidArgument naming the call and the rule broken,
+  // and changes nothing.
+
+  // The alignment to reserve with (0 becomes the granularity).
+  absl::StatusOr<std::uint64_t> CheckReserve(std::uint64_t bytes,
+                                             std::uint64_t alignment) const;
+  void AddReservation(DeviceAddress address, std::uint64_t bytes);
+  absl::Status CheckFreeAddress(DeviceAddress address,
+                                std::uint64_t bytes) const;
+  void RemoveReservation(DeviceAddress address);
+
+  absl::Status CheckCreate(std::uint64_t bytes) const;
+  void AddHandle(PhysicalHandle handle, std::uint64_t bytes);
+  absl::Status CheckRelease(PhysicalHandle handle) const;
+  void RemoveHandle(PhysicalHandle handle);
+
+  absl::Status CheckMap(DeviceAddress address, std::uint64_t bytes,
+                        PhysicalHandle handle) const;
+  void AddMapping(DeviceAddress address, std::uint64_t bytes,
+                  PhysicalHandle handle);
+  // The whole mappings [address, address + bytes) consists of, in address
+  // order.
+  absl::StatusOr<std::vector<Mapping>> CheckUnmap(DeviceAddress address,
+                                                  std::uint64_t bytes) const;
+  void RemoveMapping(DeviceAddress address);
+  absl::Status CheckSetAccess(DeviceAddress address, std::uint64_t bytes) const;
+
+  // What is still recorded (for a destructor that cleans up).
+  std::vector<Mapping> mappings() const;
+  std::vector<PhysicalHandle> handles() const;
+  std::vector<Reservation> reservations() const;
+
+  std::uint64_t granularity() const { return granularity_; }
+
+ private:
+  // Sizes and addresses in granules, no wrap-around.
+  absl::Status CheckRange(absl::string_view call, DeviceAddress address,
+                          std::uint64_t bytes) const;
+  absl::Status CheckSize(absl::string_view call, std::uint64_t bytes) const;
+  // The reservation that holds all of [address, address + bytes), or null.
+  const Reservation* Holder(DeviceAddress address, std::uint64_t bytes) const;
+  // Whether mappings cover [address, address + bytes) without a hole.
+  bool FullyMapped(DeviceAddress address, std::uint64_t bytes) const;
+
+  const std::uint64_t granularity_;
+  absl::btree_map<DeviceAddress, Reservation> reservations_;
+  absl::btree_map<DeviceAddress, Mapping> mappings_;
+  // Live handles (created, not released) and their sizes.
+  absl::flat_hash_map<PhysicalHandle, std::uint64_t> handles_;
+};
+
+}  // namespace gpualloc::cuda
+
+#endif  // GPUALLOC_BACKENDS_CUDA_VMM_LEDGER_H_

@@ -1,0 +1,472 @@
+// tools/cuda/device_bench.cc: gpualloc-device-bench, the measuring half of
+// tools/device-check.sh, on a real NVIDIA GPU.
+//
+// For sizes 256 B .. 1 GiB it times, on the host, the median microseconds per
+// operation of:
+//   - cuMemAlloc / cuMemFree (what cudaMalloc / cudaFree call);
+//   - gpualloc's BFC allocator on the CUDA backend (steady state: the region
+//     exists, so this is the allocator's own cost);
+//   - gpualloc's async mode (the backend's stream-ordered pool);
+//   - virtual memory: cuMemCreate + cuMemMap + cuMemSetAccess, and
+//     cuMemUnmap + cuMemRelease, of the size rounded up to the granularity;
+// and reports the granularity and the alignment observed, and the device
+// memory actually usable (free after the allocators were made, and the
+// largest single cuMemAlloc that succeeds, found by bisection). It also
+// writes and reads back a pattern through BFC, pool and mapped memory.
+//
+//   gpualloc-device-bench [--out FILE] [--max-size BYTES] [--reps N]
+//
+// Exit status: 0 with the table on stdout (and in FILE); 2 when there is no
+// usable CUDA device (the reason on stderr); 1 on any other failure.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_driver.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
+
+namespace {
+
+using gpualloc::cuda::CudaBackend;
+using gpualloc::cuda::CudaDriverApi;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kKiB = 1024;
+constexpr std::uint64_t kMiB = 1024 * kKiB;
+constexpr std::uint64_t kGiB = 1024 * kMiB;
+
+std::string Human(std::uint64_t bytes) {
+  if (bytes >= kGiB && bytes % kGiB == 0)
+    return absl::StrCat(bytes / kGiB, " GiB");
+  if (bytes >= kGiB) return absl::StrFormat("%.2f GiB", double(bytes) / kGiB);
+  if (bytes >= kMiB && bytes % kMiB == 0)
+    return absl::StrCat(bytes / kMiB, " MiB");
+  if (bytes >= kKiB && bytes % kKiB == 0)
+    return absl::StrCat(bytes / kKiB, " KiB");
+  return absl::StrCat(bytes, " B");
+}
+
+double MedianUs(std::vector<double> ns) {
+  if (ns.empty()) return -1;
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2] / 1000.0;
+}
+
+std::string Cell(double us) {
+  return us < 0 ? std::string("n/a") : absl::StrFormat("%.1f", us);
+}
+
+double ElapsedNs(Clock::time_point start) {
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+}
+
+// A pair of timed operations per size: (allocate, free) medians in us.
+struct Pair {
+  double first = -1;
+  double second = -1;
+  std::string error;
+};
+
+// Extra driver calls for the memory check, resolved from the same library by
+// their exported (versioned) names; the backend's table does not need them.
+struct MemoryCheckCalls {
+  CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t) = nullptr;
+  CUresult (*copy_to_host)(void*, CUdeviceptr, size_t) = nullptr;
+  CUresult (*synchronize)() = nullptr;
+  bool ok() const { return memset_d8 && copy_to_host && synchronize; }
+};
+
+MemoryCheckCalls LoadMemoryCheckCalls() {
+  MemoryCheckCalls c;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return c;
+  c.memset_d8 =
+      reinterpret_cast<decltype(c.memset_d8)>(dlsym(lib, "cuMemsetD8_v2"));
+  c.copy_to_host =
+      reinterpret_cast<decltype(c.copy_to_host)>(dlsym(lib, "cuMemcpyDtoH_v2"));
+  c.synchronize =
+      reinterpret_cast<decltype(c.synchronize)>(dlsym(lib, "cuCtxSynchronize"));
+  return c;
+}
+
+// Writes a byte to [ptr, ptr + bytes) and reads the first and last KiB back.
+std::string CheckMemory(const MemoryCheckCalls& c, std::uint64_t ptr,
+                        std::uint64_t bytes, unsigned char value) {
+  if (!c.ok()) return "skipped (cuMemsetD8/cuMemcpyDtoH not found)";
+  if (c.memset_d8(ptr, value, bytes) != CUDA_SUCCESS)
+    return "cuMemsetD8 failed";
+  if (c.synchronize() != CUDA_SUCCESS) return "cuCtxSynchronize failed";
+  const std::uint64_t n = std::min<std::uint64_t>(bytes, kKiB);
+  std::vector<unsigned char> host(n);
+  for (std::uint64_t at : {std::uint64_t{0}, bytes - n}) {
+    if (c.copy_to_host(host.data(), ptr + at, n) != CUDA_SUCCESS) {
+      return "cuMemcpyDtoH failed";
+    }
+    for (unsigned char b : host) {
+      if (b != value) return "MISMATCH";
+    }
+  }
+  return "ok";
+}
+
+struct Args {
+  std::string out = "device-bench.md";
+  std::uint64_t max_size = kGiB;
+  int reps = 31;
+};
+
+int Run(const Args& args) {
+  absl::StatusOr<std::shared_ptr<const CudaDriverApi>> api =
+      gpualloc::cuda::SharedCudaDriver();
+  if (!api.ok()) {
+    std::fprintf(stderr, "no CUDA device: %s\n",
+                 std::string(api.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::shared_ptr<CudaBackend>> made =
+      CudaBackend::Create(*api, 0);
+  if (!made.ok()) {
+    std::fprintf(stderr, "no CUDA device: %s\n",
+                 std::string(made.status().message()).c_str());
+    return absl::IsUnavailable(made.status()) ? 2 : 1;
+  }
+  std::shared_ptr<CudaBackend> backend = *made;
+  const CudaDriverApi& d = **api;
+  const gpualloc::DeviceInfo& info = backend->info();
+  const std::uint64_t gran = info.min_granularity;
+  std::string out;
+  auto line = [&out](const std::string& s) { absl::StrAppend(&out, s, "\n"); };
+
+  line("# gpualloc device check");
+  line("");
+  line(absl::StrFormat(
+      "- device: %s (%s), %s total, CUDA driver %s (entry points for CUDA %s)",
+      info.name, info.arch_id, Human(info.total_bytes), info.driver_version,
+      gpualloc::cuda::CudaVersionString(d.requested_version)));
+  line(absl::StrFormat("- profile: %s; %s",
+                       backend->profile_choice().profile->name,
+                       backend->profile_choice().reason));
+  line(absl::StrFormat(
+      "- capabilities: virtual memory %s, stream-ordered pools %s%s",
+      info.capabilities.virtual_memory ? "yes" : "no",
+      info.capabilities.stream_ordered_pools ? "yes" : "no",
+      d.missing.empty()
+          ? ""
+          : absl::StrCat(" (missing entry points: ", d.missing.size(), ")")));
+  line(absl::StrFormat(
+      "- granularity (cuMemGetAllocationGranularity): minimum %s, "
+      "recommended %s",
+      Human(info.min_granularity), Human(info.recommended_granularity)));
+
+  // Alignment observed: the lowest set bit over 64 small cuMemAllocs, and the
+  // spacing between consecutive ones.
+  {
+    std::vector<CUdeviceptr> ptrs;
+    std::uint64_t lowest = ~std::uint64_t{0};
+    std::uint64_t min_gap = ~std::uint64_t{0};
+    for (int i = 0; i < 64; ++i) {
+      CUdeviceptr p = 0;
+      if (d.cuMemAlloc(&p, 256) != CUDA_SUCCESS) break;
+      lowest = std::min<std::uint64_t>(lowest, p & (~p + 1));
+      if (!ptrs.empty()) {
+        const std::uint64_t gap =
+            p > ptrs.back() ? p - ptrs.back() : ptrs.back() - p;
+        min_gap = std::min(min_gap, gap);
+      }
+      ptrs.push_back(p);
+    }
+    for (CUdeviceptr p : ptrs) d.cuMemFree(p);
+    line(absl::StrFormat(
+        "- alignment observed: 64 cuMemAlloc(256 B) were aligned to at least "
+        "%s, the closest two %s apart (promised: %s)",
+        Human(lowest), Human(min_gap), Human(info.allocation_alignment)));
+  }
+
+  // The allocators under test.
+  gpualloc::Options bfc_options;
+  bfc_options.preallocate = false;
+  bfc_options.memory_limit = std::max<std::uint64_t>(4 * args.max_size, kGiB);
+  bfc_options.name = "bench-bfc";
+  absl::StatusOr<std::unique_ptr<gpualloc::Allocator>> bfc =
+      gpualloc::CreateAllocator(bfc_options, backend);
+  if (!bfc.ok()) {
+    std::fprintf(stderr, "BFC allocator: %s\n",
+                 bfc.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<gpualloc::Allocator> async;
+  std::string async_error;
+  if (info.capabilities.stream_ordered_pools) {
+    gpualloc::Options o = bfc_options;
+    o.mode = gpualloc::AllocatorMode::kAsync;
+    o.name = "bench-async";
+    auto a = gpualloc::CreateAllocator(o, backend);
+    if (a.ok()) {
+      async = *std::move(a);
+    } else {
+      async_error = a.status().ToString();
+    }
+  }
+
+  std::vector<std::uint64_t> sizes;
+  for (std::uint64_t s = 256; s <= args.max_size; s *= 8) sizes.push_back(s);
+  for (std::uint64_t s : {2 * kMiB, 128 * kMiB, kGiB}) {
+    if (s <= args.max_size) sizes.push_back(s);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+
+  auto reps_for = [&](std::uint64_t size) {
+    return size >= 256 * kMiB ? std::max(5, args.reps / 4) : args.reps;
+  };
+
+  // Times alloc/free pairs; `alloc` returns the pointer or an error.
+  auto time_pairs =
+      [&](std::uint64_t size,
+          const std::function<absl::StatusOr<std::uint64_t>()>& alloc,
+          const std::function<absl::Status(std::uint64_t)>& free) {
+        Pair pair;
+        std::vector<double> a_ns, f_ns;
+        const int reps = reps_for(size);
+        for (int i = -1; i < reps; ++i) {  // i == -1: warm-up, not timed
+          Clock::time_point t0 = Clock::now();
+          absl::StatusOr<std::uint64_t> p = alloc();
+          const double a = ElapsedNs(t0);
+          if (!p.ok()) {
+            pair.error = p.status().ToString();
+            return pair;
+          }
+          t0 = Clock::now();
+          const absl::Status s = free(*p);
+          const double f = ElapsedNs(t0);
+          if (!s.ok()) {
+            pair.error = s.ToString();
+            return pair;
+          }
+          if (i >= 0) {
+            a_ns.push_back(a);
+            f_ns.push_back(f);
+          }
+        }
+        pair.first = MedianUs(a_ns);
+        pair.second = MedianUs(f_ns);
+        return pair;
+      };
+
+  std::vector<std::string> errors;
+  std::vector<std::string> rows;
+  // A reservation for the VMM timings, reused by every size.
+  const std::uint64_t round_max = (args.max_size + gran - 1) / gran * gran;
+  absl::StatusOr<gpualloc::DeviceAddress> va =
+      info.capabilities.virtual_memory
+          ? backend->ReserveAddress(round_max, 0)
+          : absl::StatusOr<gpualloc::DeviceAddress>(
+                absl::UnimplementedError("no virtual memory"));
+  for (std::uint64_t size : sizes) {
+    const Pair raw = time_pairs(
+        size,
+        [&]() -> absl::StatusOr<std::uint64_t> {
+          CUdeviceptr p = 0;
+          const CUresult r = d.cuMemAlloc(&p, size);
+          if (r != CUDA_SUCCESS)
+            return gpualloc::cuda::CudaError(d, "cuMemAlloc", r);
+          return p;
+        },
+        [&](std::uint64_t p) {
+          return gpualloc::cuda::CudaError(d, "cuMemFree", d.cuMemFree(p));
+        });
+    const Pair b = time_pairs(
+        size,
+        [&]() -> absl::StatusOr<std::uint64_t> {
+          auto p = (*bfc)->Allocate(size);
+          if (!p.ok()) return p.status();
+          return reinterpret_cast<std::uint64_t>(*p);
+        },
+        [&](std::uint64_t p) {
+          return (*bfc)->Deallocate(reinterpret_cast<void*>(p));
+        });
+    Pair pool;
+    if (async != nullptr) {
+      pool = time_pairs(
+          size,
+          [&]() -> absl::StatusOr<std::uint64_t> {
+            auto p = async->Allocate(size);
+            if (!p.ok()) return p.status();
+            return reinterpret_cast<std::uint64_t>(*p);
+          },
+          [&](std::uint64_t p) {
+            return async->Deallocate(reinterpret_cast<void*>(p));
+          });
+    } else {
+      pool.error =
+          async_error.empty() ? "no stream-ordered pools" : async_error;
+    }
+    Pair vmm;
+    if (va.ok()) {
+      const std::uint64_t rounded = (size + gran - 1) / gran * gran;
+      gpualloc::PhysicalHandle handle = 0;
+      vmm = time_pairs(
+          size,
+          [&]() -> absl::StatusOr<std::uint64_t> {
+            auto h = backend->CreatePhysical(rounded);
+            if (!h.ok()) return h.status();
+            handle = *h;
+            if (auto s = backend->Map(*va, rounded, handle); !s.ok()) return s;
+            if (auto s = backend->SetAccess(*va, rounded); !s.ok()) return s;
+            return *va;
+          },
+          [&](std::uint64_t p) {
+            if (auto s = backend->Unmap(p, rounded); !s.ok()) return s;
+            return backend->ReleasePhysical(handle);
+          });
+    } else {
+      vmm.error = va.status().ToString();
+    }
+    for (const Pair* p :
+         std::initializer_list<const Pair*>{&raw, &b, &pool, &vmm}) {
+      if (!p->error.empty())
+        errors.push_back(absl::StrCat(Human(size), ": ", p->error));
+    }
+    rows.push_back(
+        absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %s |",
+                        Human(size), Cell(raw.first), Cell(raw.second),
+                        Cell(b.first), Cell(b.second), Cell(pool.first),
+                        Cell(pool.second), Cell(vmm.first), Cell(vmm.second)));
+  }
+
+  // Memory check through each path, with the largest size measured.
+  const MemoryCheckCalls calls = LoadMemoryCheckCalls();
+  {
+    const std::uint64_t size =
+        std::min<std::uint64_t>(args.max_size, 64 * kMiB);
+    std::string bfc_check = "n/a", pool_check = "n/a", vmm_check = "n/a";
+    if (auto p = (*bfc)->Allocate(size); p.ok()) {
+      bfc_check =
+          CheckMemory(calls, reinterpret_cast<std::uint64_t>(*p), size, 0x5a);
+      (void)(*bfc)->Deallocate(*p);
+    }
+    if (async != nullptr) {
+      if (auto p = async->Allocate(size); p.ok()) {
+        pool_check =
+            CheckMemory(calls, reinterpret_cast<std::uint64_t>(*p), size, 0xa5);
+        (void)async->Deallocate(*p);
+      }
+    }
+    if (va.ok()) {
+      const std::uint64_t rounded = (size + gran - 1) / gran * gran;
+      if (auto h = backend->CreatePhysical(rounded); h.ok()) {
+        if (backend->Map(*va, rounded, *h).ok() &&
+            backend->SetAccess(*va, rounded).ok()) {
+          vmm_check = CheckMemory(calls, *va, rounded, 0x3c);
+          (void)backend->Unmap(*va, rounded);
+        }
+        (void)backend->ReleasePhysical(*h);
+      }
+    }
+    line(absl::StrFormat(
+        "- write/read-back check (%s): BFC %s, pool %s, mapped %s", Human(size),
+        bfc_check, pool_check, vmm_check));
+  }
+
+  line("");
+  line("Median host microseconds per operation (" + absl::StrCat(args.reps) +
+       " repetitions, fewer from 256 MiB; "
+       "BFC and pool in steady state; VMM sizes rounded up to the "
+       "granularity):");
+  line("");
+  line(
+      "| size | cuMemAlloc | cuMemFree | BFC alloc | BFC free | pool alloc | "
+      "pool free | VMM create+map+access | VMM unmap+release |");
+  line("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+  for (const std::string& r : rows) line(r);
+
+  const gpualloc::Stats bs = (*bfc)->GetStats();
+  line("");
+  line(absl::StrFormat(
+      "- BFC: %d backend allocations, %d backend frees, peak reserved %s "
+      "(expandable regions %s)",
+      bs.backend_allocs, bs.backend_frees, Human(bs.peak_bytes_reserved),
+      info.capabilities.virtual_memory ? "available" : "unavailable"));
+
+  // Usable memory, after the allocators have given back what they hold.
+  (void)(*bfc)->Trim();
+  if (async != nullptr) (void)async->Trim();
+  if (va.ok()) (void)backend->FreeAddress(*va, round_max);
+  absl::StatusOr<std::uint64_t> free = backend->FreeBytes();
+  std::uint64_t lo = 0, hi = free.ok() ? *free : info.total_bytes;
+  // Largest single cuMemAlloc, to 2 MiB.
+  while (hi - lo > 2 * kMiB) {
+    const std::uint64_t mid = (lo + (hi - lo) / 2) / (2 * kMiB) * (2 * kMiB);
+    if (mid <= lo) break;
+    CUdeviceptr p = 0;
+    if (d.cuMemAlloc(&p, mid) == CUDA_SUCCESS) {
+      d.cuMemFree(p);
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  line(absl::StrFormat(
+      "- usable memory: %s free (cuMemGetInfo) after the allocators were made "
+      "and trimmed; the largest single cuMemAlloc that succeeds is %s (%.1f%% "
+      "of the %s total)",
+      free.ok() ? Human(*free) : std::string(free.status().message()),
+      Human(lo), 100.0 * double(lo) / double(info.total_bytes),
+      Human(info.total_bytes)));
+  if (!errors.empty()) {
+    line("");
+    line("Errors:");
+    for (const std::string& e : errors) line("- " + e);
+  }
+
+  std::fputs(out.c_str(), stdout);
+  std::ofstream file(args.out);
+  file << out;
+  if (!file) {
+    std::fprintf(stderr, "cannot write %s\n", args.out.c_str());
+    return 1;
+  }
+  return errors.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out" && i + 1 < argc) {
+      args.out = argv[++i];
+    } else if (a == "--max-size" && i + 1 < argc) {
+      args.max_size = std::strtoull(argv[++i], nullptr, 0);
+    } else if (a == "--reps" && i + 1 < argc) {
+      args.reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: gpualloc-device-bench [--out FILE] [--max-size "
+                   "BYTES] [--reps N]\n");
+      return a == "--help" ? 0 : 1;
+    }
+  }
+  if (args.max_size < 256 || args.reps < 1) {
+    std::fprintf(stderr, "--max-size must be >= 256 and --reps >= 1\n");
+    return 1;
+  }
+  return Run(args);
+}
