@@ -51,27 +51,28 @@ RegionId BfcCore::AddRegion(DeviceAddress base, std::uint64_t size) {
   return id;
 }
 
-ChunkId BfcCore::NewFreeLike(const Chunk& from, DeviceAddress address,
+void BfcCore::CopyCondition(ChunkId from, ChunkId to) {
+  Chunk& t = chunks_[to];
+  const Chunk& f = chunks_[from];
+  t.fence = f.fence;
+  t.stream = f.stream;
+  t.free_stamp = f.free_stamp;
+  if (f.fence == Fence::kSet) {
+    t.fence_set = fences_.New();
+    for (const StreamStamp& pair : fences_.Get(f.fence_set)) {
+      fences_.Add(t.fence_set, pair.stream, pair.stamp);
+    }
+  }
+}
+
+ChunkId BfcCore::NewFreeLike(ChunkId from, DeviceAddress address,
                              std::uint64_t size, RegionId region) {
-  // Copy what is needed first: New() may move the table under `from`.
-  const Fence fence = from.fence;
-  const std::uintptr_t stream = from.stream;
-  const std::uint64_t stamp = from.free_stamp;
-  const FenceSetId set = from.fence_set;
-  const ChunkId id = chunks_.New();
+  const ChunkId id = chunks_.New();  // may move the table: index afresh
   Chunk& c = chunks_[id];
   c.address = address;
   c.size = size;
   c.region = region;
-  c.fence = fence;
-  c.stream = stream;
-  c.free_stamp = stamp;
-  if (fence == Fence::kSet) {
-    c.fence_set = fences_.New();
-    for (const StreamStamp& pair : fences_.Get(set)) {
-      fences_.Add(c.fence_set, pair.stream, pair.stamp);
-    }
-  }
+  CopyCondition(from, id);
   return id;
 }
 
@@ -127,10 +128,10 @@ void BfcCore::CarveFree(DeviceAddress address, std::uint64_t bytes) {
   // The pieces of the chunk left on either side of the hole.
   ChunkId front = kNoChunk, back = kNoChunk;
   if (chunk_start < address) {
-    front = NewFreeLike(chunks_[id], chunk_start, address - chunk_start, rid);
+    front = NewFreeLike(id, chunk_start, address - chunk_start, rid);
   }
   if (end < chunk_end) {
-    back = NewFreeLike(chunks_[id], end, chunk_end - end, rid);
+    back = NewFreeLike(id, end, chunk_end - end, rid);
   }
   RemoveFree(id);
   ReleaseFenceSet(chunks_[id]);
@@ -291,17 +292,7 @@ ChunkId BfcCore::SplitFront(ChunkId id, std::uint64_t size, bool copy_fence) {
   f.region = c.region;
   f.prev = c.prev;
   f.next = id;
-  if (copy_fence) {
-    f.fence = c.fence;
-    f.stream = c.stream;
-    f.free_stamp = c.free_stamp;
-    if (c.fence == Fence::kSet) {
-      f.fence_set = fences_.New();
-      for (const StreamStamp& s : fences_.Get(c.fence_set)) {
-        fences_.Add(f.fence_set, s.stream, s.stamp);
-      }
-    }
-  }
+  if (copy_fence) CopyCondition(id, front);
   if (c.prev != kNoChunk) {
     chunks_[c.prev].next = front;
   } else {

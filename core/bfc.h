@@ -225,10 +225,12 @@ class BfcCore {
   ChunkId SplitFront(ChunkId id, std::uint64_t size, bool copy_fence);
   // Takes chunk record `id` out of its region's list and deletes it.
   void Unlink(ChunkId id);
+  // Gives chunk `to` a copy of chunk `from`'s stream condition.
+  void CopyCondition(ChunkId from, ChunkId to);
   // A new free chunk record for [address, address + size) in `region`,
   // carrying a copy of `from`'s stream condition; not linked, not in a bin.
-  ChunkId NewFreeLike(const Chunk& from, DeviceAddress address,
-                      std::uint64_t size, RegionId region);
+  ChunkId NewFreeLike(ChunkId from, DeviceAddress address, std::uint64_t size,
+                      RegionId region);
   RegionId NewRegionId();
   // The placement of an allocation of `size` bytes in free chunk `c`: the
   // alignment to use (big-page placement when it costs nothing).
