@@ -26,7 +26,18 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
         "device %s reports 0 bytes of total memory", device.name));
   }
 
-  if (options.arch.empty() || options.arch == "auto") {
+  if ((options.arch.empty() || options.arch == "auto") &&
+      !device.profile.empty()) {
+    auto found = FindArchProfile(device.profile);
+    if (!found.ok()) {
+      return absl::InternalError(absl::StrFormat(
+          "backend %s matched device %s to profile \"%s\", which does not "
+          "exist: %s",
+          device.backend, device.name, device.profile,
+          found.status().message()));
+    }
+    r.profile = *found;
+  } else if (options.arch.empty() || options.arch == "auto") {
     auto found =
         FindArchProfile(device.vendor, device.arch_id, device.total_bytes);
     r.profile =

@@ -80,7 +80,9 @@ TEST(InfoTest, ShowsVariablesAndAliases) {
   EXPECT_THAT(run.out, HasSubstr("8589934592 B (8 GiB)"));
   EXPECT_THAT(run.out, HasSubstr("overrides mem_fraction"));
   // arch=auto on the simulated H200: detected.
-  EXPECT_THAT(run.out, HasSubstr("detection: vendor nvidia, arch id sm_90"));
+  EXPECT_THAT(run.out,
+              HasSubstr("backend sim: the simulator models profile h200"));
+  EXPECT_THAT(run.out, HasSubstr("into one reserved address range"));
 }
 
 TEST(InfoTest, BadVariableExitsOneNamingIt) {

@@ -36,6 +36,49 @@ TEST(OptionsTest, DefaultsFollowJax) {
   EXPECT_TRUE(r->options.preallocate);
 }
 
+TEST(OptionsTest, TheBackendsProfileChoiceWins) {
+  // A GH200 reports sm_90 and 96 GB: detection by memory alone could pick
+  // another row; the backend that matched it by name says which profile.
+  DeviceInfo d = H100();
+  d.profile = "h200";
+  d.profile_reason = "by name";
+  auto r = ResolveOptions(Options(), d);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->profile->name, "h200");
+  Options o;
+  o.arch = "a100";  // an explicit arch still wins over the backend
+  r = ResolveOptions(o, d);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->profile->name, "a100");
+  d.profile = "no-such-profile";
+  r = ResolveOptions(Options(), d);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("no-such-profile"), std::string::npos);
+}
+
+TEST(OptionsTest, ExpandableResolvesFromTheDevice) {
+  DeviceInfo d = H100();
+  auto off = ResolveOptions(Options(), d);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->expandable);  // no virtual memory
+  EXPECT_EQ(off->large_page, 2 * kMiB);
+  d.capabilities.virtual_memory = true;
+  auto on = ResolveOptions(Options(), d);
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(on->expandable);
+  Options o;
+  o.expandable = Tristate::kOff;
+  o.large_page_placement = false;
+  auto forced = ResolveOptions(o, d);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_FALSE(forced->expandable);
+  EXPECT_EQ(forced->large_page, 0u);
+  o.mode = AllocatorMode::kAsync;
+  o.expandable = Tristate::kOn;
+  EXPECT_EQ(ResolveOptions(o, d).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(OptionsTest, LimitOverridesFractionAndRoundsDownToGranules) {
   Options o;
   o.memory_limit = 10 * kGiB + 12345;

@@ -136,9 +136,11 @@ void PrintProfile(const gpualloc::Config& config,
   absl::PrintF("\nArchitecture profile\n");
   const std::string& arch = config.options.arch;
   const bool detect = arch.empty() || arch == "auto";
+  const bool from_backend = detect && !d.profile.empty();
   absl::StatusOr<const gpualloc::ArchProfile*> found =
-      detect ? gpualloc::FindArchProfile(d.vendor, d.arch_id, d.total_bytes)
-             : gpualloc::FindArchProfile(arch);
+      from_backend ? gpualloc::FindArchProfile(d.profile)
+      : detect ? gpualloc::FindArchProfile(d.vendor, d.arch_id, d.total_bytes)
+               : gpualloc::FindArchProfile(arch);
   if (!found.ok()) {
     Row("profile", "none matches; the allocator uses the device's own numbers");
     WrappedRow("why", found.status().message());
@@ -147,7 +149,8 @@ void PrintProfile(const gpualloc::Config& config,
   const gpualloc::ArchProfile& p = **found;
   Row("profile", absl::StrCat(p.name, " (", p.description, ")"));
   Row("chosen by",
-      detect
+      from_backend ? absl::StrCat("backend ", d.backend, ": ", d.profile_reason)
+      : detect
           ? absl::StrCat("detection: vendor ", gpualloc::VendorName(d.vendor),
                          ", arch id ", d.arch_id.empty() ? "(none)" : d.arch_id,
                          ", memory ", Human(d.total_bytes))
@@ -234,11 +237,25 @@ void PrintLimit(const gpualloc::Config& config, const gpualloc::Stats& stats,
   }
   absl::StrAppend(&why, ", rounded down to whole growth granules");
   Row("from", why);
-  Row("growth", o.preallocate
-                    ? "the whole limit is reserved as one region on the "
-                      "first allocation (preallocate=true)"
-                    : "regions are added on demand up to the limit "
-                      "(preallocate=false)");
+  // What the allocator will do with this device (core/options.cc decides
+  // the same way: expandable regions in bfc mode where virtual memory works).
+  const bool expandable = o.mode == gpualloc::AllocatorMode::kBfc &&
+                          o.expandable != gpualloc::Tristate::kOff &&
+                          d.capabilities.virtual_memory;
+  if (expandable) {
+    Row("growth",
+        o.preallocate
+            ? "the whole limit is mapped on the first allocation into one "
+              "reserved address range (preallocate=true, expandable regions)"
+            : "granules are mapped on demand into one reserved address range "
+              "up to the limit, free ones unmapped (expandable regions)");
+  } else {
+    Row("growth", o.preallocate
+                      ? "the whole limit is reserved as one region on the "
+                        "first allocation (preallocate=true)"
+                      : "regions are added on demand up to the limit "
+                        "(preallocate=false)");
+  }
 }
 
 int Fail(const absl::Status& status) {

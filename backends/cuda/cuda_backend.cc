@@ -207,6 +207,8 @@ class CudaBackend::Impl {
                                               name, "\": ", choice_.reason));
     }
     const ArchProfile& profile = *choice_.profile;
+    info_.profile = std::string(profile.name);
+    info_.profile_reason = choice_.reason;
 
     CUcontext context = nullptr;
     r = api.cuDevicePrimaryCtxRetain(&context, device_);

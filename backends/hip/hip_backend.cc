@@ -325,6 +325,8 @@ absl::Status HipBackend::Probe() {
   std::string why;
   profile_ = &ChooseAmdProfile(gcn_arch_name, total, &why);
   notes_.push_back(why);
+  info_.profile = std::string(profile_->name);
+  info_.profile_reason = why;
 
   info_.backend = "hip";
   info_.vendor = Vendor::kAmd;

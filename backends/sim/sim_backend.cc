@@ -1874,6 +1874,9 @@ absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
       absl::StrCat("simulated ", profile.description, " (", profile.name, ")");
   info.arch_id = profile.arch_ids.empty() ? std::string()
                                           : std::string(profile.arch_ids[0]);
+  info.profile = std::string(profile.name);
+  info.profile_reason =
+      absl::StrCat("the simulator models profile ", profile.name);
   info.ordinal = options.ordinal;
   info.total_bytes =
       options.total_bytes != 0 ? options.total_bytes : profile.memory_bytes;

@@ -96,6 +96,12 @@ struct DeviceInfo {
   Vendor vendor = Vendor::kUnknown;
   std::string name;     // marketing name, e.g. "NVIDIA H200"
   std::string arch_id;  // e.g. "sm_90", "gfx942"
+  // The architecture profile (gpualloc/arch.h) the backend matched the device
+  // to, and why (e.g. by name, by arch id and memory, generic fallback); the
+  // allocator tunes by it when Options.arch is "auto". Empty: the allocator
+  // finds one from vendor, arch_id and total_bytes.
+  std::string profile;
+  std::string profile_reason;
   int ordinal = 0;
   std::uint64_t total_bytes = 0;
   // Virtual-memory granularity: minimum and recommended (cuMemGetAllocation-
