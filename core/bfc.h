@@ -232,15 +232,14 @@ class BfcCore {
   ChunkId NewFreeLike(ChunkId from, DeviceAddress address, std::uint64_t size,
                       RegionId region);
   RegionId NewRegionId();
-  // The placement of an allocation of `size` bytes in free chunk `c`: the
-  // alignment to use (big-page placement when it costs nothing).
+  // The alignment to place an allocation of `size` bytes at in free chunk
+  // `c`: a big page when that costs nothing (one comparison for the rest).
   std::uint64_t PlacementAlignment(const Chunk& c, std::uint64_t size,
                                    std::uint64_t alignment) const {
-    if (ABSL_PREDICT_TRUE(size < config_.large_page ||
-                          alignment >= config_.large_page)) {
-      return alignment;
-    }
-    return LargePageFits(c, size) ? config_.large_page : alignment;
+    if (ABSL_PREDICT_TRUE(size < large_page_threshold_)) return alignment;
+    return alignment < config_.large_page && LargePageFits(c, size)
+               ? config_.large_page
+               : alignment;
   }
   bool LargePageFits(const Chunk& c, std::uint64_t size) const;
   absl::Status DiagnoseBadAddress(absl::string_view operation,
@@ -291,6 +290,8 @@ class BfcCore {
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void DeleteFenceSet(Chunk& c);
 
   BfcConfig config_;
+  // config_.large_page, or "never" when it is 0.
+  std::uint64_t large_page_threshold_;
   ChunkTable chunks_;
   FreeBins bins_;
   AddressMap in_use_;  // in-use chunk address -> id
