@@ -256,7 +256,7 @@ if [[ "$(field "$native" peak_device_bytes)" == "" ]]; then
   fail "PyTorch training with its own allocator: $(tail -c 600 "$GPUALLOC_BUILD_DIR/torch-native.err")"
   finish
 fi
-add "| allocator | peak device memory in use | max_memory_reserved | loss first -> last | seconds |"
+add "| allocator | peak device memory in use | peak reserved (its own statistic) | loss first -> last | seconds |"
 add "|---|---:|---:|---|---:|"
 add "| PyTorch caching allocator | $(gib "$(field "$native" peak_device_bytes)") | $(gib "$(field "$native" max_memory_reserved)") | $(field "$native" loss_first) -> $(field "$native" loss_last) | $(field "$native" seconds) |"
 hook=""
@@ -269,9 +269,9 @@ else
   if [[ "$(field "$ours" peak_device_bytes)" == "" ]]; then
     fail "PyTorch training with gpualloc: $(tail -c 600 "$GPUALLOC_BUILD_DIR/torch-gpualloc.err")"
   else
-    add "| gpualloc (pluggable allocator) | $(gib "$(field "$ours" peak_device_bytes)") | n/a | $(field "$ours" loss_first) -> $(field "$ours" loss_last) | $(field "$ours" seconds) |"
+    add "| gpualloc (pluggable allocator) | $(gib "$(field "$ours" peak_device_bytes)") | $(gib "$(field "$ours" max_memory_reserved)") | $(field "$ours" loss_first) -> $(field "$ours" loss_last) | $(field "$ours" seconds) |"
   fi
 fi
 add ""
-add "Peak device memory in use is cudaMemGetInfo's total - free above the level before the model was made, sampled after each forward, backward and optimizer step."
+add "Peak device memory in use is cudaMemGetInfo's total - free above the level before the model was made, sampled after each forward, backward and optimizer step. Peak reserved is torch.cuda.max_memory_reserved() for PyTorch's allocator and peak_bytes_reserved from gpualloc_torch_get_stats for gpualloc."
 finish

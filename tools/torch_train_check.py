@@ -14,17 +14,38 @@ Memory is measured two ways:
   * peak_device_bytes: device memory in use (cudaMemGetInfo: total - free) above
     what was in use before the model was made, sampled after every forward,
     backward and optimizer step; it sees whatever either allocator holds.
-  * max_memory_reserved: torch.cuda.max_memory_reserved(), PyTorch's allocator
-    only (null under the pluggable allocator, which has no such statistic).
+  * max_memory_reserved: the allocator's own peak reserved bytes:
+    torch.cuda.max_memory_reserved() for PyTorch's allocator, and for gpualloc
+    peak_bytes_reserved read through the hook's gpualloc_torch_get_stats
+    (ctypes; the leading fields of gpualloc_stats_t, include/gpualloc/gpualloc.h).
 
 Prints one JSON object on the last line of stdout. Exit status 0 on success, 1
 on failure; without a CUDA device it says so and exits 0.
 """
 
 import argparse
+import ctypes
 import json
 import sys
 import time
+
+
+class _StatsPrefix(ctypes.Structure):
+    """The leading fields of gpualloc_stats_t; struct_size tells the library
+    how much of the struct this caller has."""
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "struct_size", "num_allocs", "bytes_in_use", "peak_bytes_in_use",
+        "largest_alloc_size", "bytes_limit", "bytes_reserved",
+        "peak_bytes_reserved")]
+
+
+def gpualloc_peak_reserved(hook_path, device_index):
+    lib = ctypes.CDLL(hook_path)
+    stats = _StatsPrefix(struct_size=ctypes.sizeof(_StatsPrefix))
+    if lib.gpualloc_torch_get_stats(device_index, ctypes.byref(stats)) != 0:
+        lib.gpualloc_torch_last_error.restype = ctypes.c_char_p
+        raise RuntimeError(lib.gpualloc_torch_last_error().decode())
+    return int(stats.peak_bytes_reserved)
 
 
 def main():
@@ -95,9 +116,10 @@ def main():
         losses.append(float(loss.item()))
     seconds = time.time() - start
 
-    reserved = None
     if args.allocator == "native":
         reserved = int(torch.cuda.max_memory_reserved(device))
+    else:
+        reserved = gpualloc_peak_reserved(args.hook, device.index)
     result = {
         "allocator": args.allocator,
         "steps": args.steps,
