@@ -60,8 +60,24 @@ class BfcAllocator final : public Allocator {
     core::LockGuard lock(&mu_);
     // Return every region. Live allocations die with the allocator (as with
     // any caching allocator); their memory still goes back to the device
-    // (expandable regions: ~ExpandableSpace unmaps and frees the range).
-    if (space_ != nullptr) return;
+    // (expandable regions: ~ExpandableSpace unmaps and frees the range, once
+    // the host has waited for the work that may still use it, because
+    // unmapping does not wait as cuMemFree does).
+    if (space_ != nullptr) {
+      if (oracle_ == &stream_order_) {
+        std::vector<std::uintptr_t> streams;
+        for (DeviceAddress base : core_.RegionBases()) {
+          const std::uint64_t size = core_.region_size(*core_.RegionAt(base));
+          for (std::uintptr_t s : core_.StreamsUsingFree(
+                   base, size, stream_order_, /*in_use_too=*/true)) {
+            if (std::find(streams.begin(), streams.end(), s) == streams.end())
+              streams.push_back(s);
+          }
+        }
+        if (!streams.empty()) (void)stream_order_.WaitForAll(streams);
+      }
+      return;
+    }
     for (DeviceAddress base : core_.RegionBases()) {
       (void)backend_->Free(base);
     }

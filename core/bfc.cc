@@ -217,9 +217,10 @@ std::vector<BfcCore::FreeSpan> BfcCore::FreeSpans(
   return spans;
 }
 
-std::vector<std::uintptr_t> BfcCore::StreamsUsingFree(
-    DeviceAddress address, std::uint64_t bytes,
-    const ReuseOracle& oracle) const {
+std::vector<std::uintptr_t> BfcCore::StreamsUsingFree(DeviceAddress address,
+                                                      std::uint64_t bytes,
+                                                      const ReuseOracle& oracle,
+                                                      bool in_use_too) const {
   std::vector<std::uintptr_t> streams;
   auto note = [&](std::uintptr_t stream, std::uint64_t stamp) {
     if (oracle.KnownComplete(stream, stamp)) return;
@@ -234,7 +235,14 @@ std::vector<std::uintptr_t> BfcCore::StreamsUsingFree(
        id = chunks_[id].next) {
     const Chunk& c = chunks_[id];
     if (c.address >= end) break;
-    if (c.in_use || c.address + c.size <= address) continue;
+    if (c.address + c.size <= address) continue;
+    if (c.in_use) {
+      if (in_use_too && std::find(streams.begin(), streams.end(), c.stream) ==
+                            streams.end()) {
+        streams.push_back(c.stream);
+      }
+      continue;
+    }
     if (c.fence == Fence::kStream) note(c.stream, c.free_stamp);
     if (c.fence == Fence::kSet) {
       for (const StreamStamp& pair : fences_.Get(c.fence_set)) {

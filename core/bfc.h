@@ -138,11 +138,14 @@ class BfcCore {
   };
   std::vector<FreeSpan> FreeSpans(std::uint64_t min_size) const;
   // The streams whose work may still use free chunk memory in
-  // [address, address + bytes) (any stream, including the caller's): what a
-  // host must wait for before that memory is unmapped.
+  // [address, address + bytes) of one region (any stream, including the
+  // caller's): what a host must wait for before that memory is unmapped.
+  // With `in_use_too`, also the streams in-use chunks there were allocated on
+  // (the allocator is going away with them).
   std::vector<std::uintptr_t> StreamsUsingFree(DeviceAddress address,
                                                std::uint64_t bytes,
-                                               const ReuseOracle& oracle) const;
+                                               const ReuseOracle& oracle,
+                                               bool in_use_too = false) const;
 
   bool IsRegionFree(RegionId id) const;
   // Ids of the regions whose memory is entirely free, in address order.

@@ -53,8 +53,10 @@ std::optional<GrowthPlan> PlanGrowth(const std::vector<Extent>& extents,
 }
 
 ExpandableSpace::~ExpandableSpace() {
-  for (const auto& [address, bytes] : mappings_) {
-    (void)backend_.Unmap(address, bytes);
+  for (const auto& [address, m] : mappings_) {
+    if (backend_.Unmap(address, m.bytes).ok()) {
+      (void)backend_.ReleasePhysical(m.handle);
+    }
   }
   if (size_ != 0) (void)backend_.FreeAddress(base_, size_);
 }
@@ -66,19 +68,22 @@ absl::Status ExpandableSpace::Reserve(std::uint64_t bytes) {
         base_));
   }
   const std::uint64_t size = RoundUpToMultiple(bytes, unit_);
-  absl::StatusOr<DeviceAddress> base = backend_.ReserveAddress(size, unit_);
+  // A 6 MiB unit is reserved at 2 MiB alignment: mappings sit at multiples
+  // of the unit from the base, so this keeps them granularity-aligned.
+  const std::uint64_t alignment = unit_ & (~unit_ + 1);
+  absl::StatusOr<DeviceAddress> base = backend_.ReserveAddress(size, alignment);
   if (!base.ok()) {
     return Context(base.status(),
                    absl::StrFormat("reserving %d bytes of address space for "
                                    "expandable regions",
                                    size));
   }
-  if (*base == 0 || *base % unit_ != 0) {
+  if (*base == 0 || *base % alignment != 0) {
     (void)backend_.FreeAddress(*base, size);
     return absl::InternalError(absl::StrFormat(
         "backend %s reserved address %#x for %d bytes: null or not aligned to "
-        "the granule of %d bytes",
-        backend_.info().backend, *base, size, unit_));
+        "%d bytes",
+        backend_.info().backend, *base, size, alignment));
   }
   base_ = *base;
   size_ = size;
@@ -94,11 +99,10 @@ absl::Status ExpandableSpace::MapOne(DeviceAddress address,
     (void)backend_.ReleasePhysical(*handle);
     return mapped;
   }
-  mappings_.emplace(address, bytes);
+  mappings_.emplace(address, Mapping{bytes, *handle});
   mapped_bytes_ += bytes;
   ++maps_;
-  // The mapping keeps the memory alive; unmapping it returns the memory.
-  return backend_.ReleasePhysical(*handle);
+  return absl::OkStatus();
 }
 
 absl::Status ExpandableSpace::Map(DeviceAddress address, std::uint64_t bytes,
@@ -119,8 +123,7 @@ absl::Status ExpandableSpace::Map(DeviceAddress address, std::uint64_t bytes,
   }
   if (status.ok()) status = backend_.SetAccess(address, bytes);
   if (status.ok()) return status;
-  // Take back whatever this call mapped (MapOne may have mapped the handle
-  // whose release failed).
+  // Take back whatever this call mapped.
   std::uint64_t ignored = 0;
   (void)Unmap(address, bytes, &ignored);
   return Context(status,
@@ -134,16 +137,24 @@ absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
   *unmapped = 0;
   const DeviceAddress end = address + bytes;
   auto it = mappings_.lower_bound(address);
-  while (it != mappings_.end() && it->first + it->second <= end) {
-    absl::Status status = backend_.Unmap(it->first, it->second);
+  while (it != mappings_.end() && it->first + it->second.bytes <= end) {
+    const DeviceAddress at = it->first;
+    const Mapping m = it->second;
+    absl::Status status = backend_.Unmap(at, m.bytes);
     if (!status.ok()) {
-      return Context(status, absl::StrFormat("unmapping %d bytes at %#x",
-                                             it->second, it->first));
+      return Context(status,
+                     absl::StrFormat("unmapping %d bytes at %#x", m.bytes, at));
     }
-    *unmapped += it->second;
-    mapped_bytes_ -= it->second;
+    *unmapped += m.bytes;
+    mapped_bytes_ -= m.bytes;
     ++unmaps_;
     it = mappings_.erase(it);
+    status = backend_.ReleasePhysical(m.handle);
+    if (!status.ok()) {
+      return Context(status, absl::StrFormat("releasing the handle of the %d "
+                                             "bytes unmapped at %#x",
+                                             m.bytes, at));
+    }
   }
   return absl::OkStatus();
 }
@@ -154,11 +165,11 @@ ExpandableSpace::MappedRunsWithin(DeviceAddress address,
   std::vector<std::pair<DeviceAddress, std::uint64_t>> runs;
   const DeviceAddress end = address + bytes;
   for (auto it = mappings_.lower_bound(address);
-       it != mappings_.end() && it->first + it->second <= end; ++it) {
+       it != mappings_.end() && it->first + it->second.bytes <= end; ++it) {
     if (!runs.empty() && runs.back().first + runs.back().second == it->first) {
-      runs.back().second += it->second;
+      runs.back().second += it->second.bytes;
     } else {
-      runs.emplace_back(it->first, it->second);
+      runs.emplace_back(it->first, it->second.bytes);
     }
   }
   return runs;

@@ -15,10 +15,11 @@
 // Two parts:
 //   PlanGrowth: pure arithmetic (where to map, how much), unit tested alone.
 //   ExpandableSpace: the reservation and its mappings, and the backend calls
-//     (ReserveAddress, CreatePhysical, Map, SetAccess, ReleasePhysical,
-//     Unmap, FreeAddress). Each mapping is one physical handle of `unit`
-//     bytes (or a larger one when preallocating), released as soon as it is
-//     mapped: unmapping then returns its memory, as in CUDA.
+//     (ReserveAddress, CreatePhysical, Map, SetAccess, Unmap,
+//     ReleasePhysical, FreeAddress). Each mapping is one physical handle of
+//     `unit` bytes (or a larger one when preallocating), kept until the
+//     mapping goes and released right after it, as PyTorch does: CUDA allows
+//     releasing a mapped handle, but some ROCm releases mishandle it.
 //
 // Thread safety: none; the allocator facade's lock guards it.
 #ifndef GPUALLOC_CORE_EXPANDABLE_H_
@@ -72,7 +73,8 @@ class ExpandableSpace {
   ExpandableSpace(const ExpandableSpace&) = delete;
   ExpandableSpace& operator=(const ExpandableSpace&) = delete;
 
-  // Reserves `bytes` (rounded up to the unit), aligned to the unit, once.
+  // Reserves `bytes` (rounded up to the unit) once, aligned to the largest
+  // power of two dividing the unit (the unit itself need not be one).
   absl::Status Reserve(std::uint64_t bytes);
   bool reserved() const { return size_ != 0; }
   DeviceAddress base() const { return base_; }
@@ -84,9 +86,10 @@ class ExpandableSpace {
   // nothing stays mapped and the error names the step.
   absl::Status Map(DeviceAddress address, std::uint64_t bytes,
                    std::uint64_t handle_bytes);
-  // Unmaps every mapping inside [address, address + bytes), one call each.
-  // On error the mappings before the failing one are gone (reported through
-  // *unmapped, in bytes) and the rest stay.
+  // Unmaps every mapping inside [address, address + bytes), one call each,
+  // and releases its handle. On error the mappings before the failing one are
+  // gone (reported through *unmapped, in bytes) and the rest stay; a failed
+  // release after a successful unmap counts the mapping as gone.
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes,
                      std::uint64_t* unmapped);
   // The runs of whole mappings inside [address, address + bytes), merged
@@ -98,20 +101,20 @@ class ExpandableSpace {
   std::size_t num_mappings() const { return mappings_.size(); }
   std::uint64_t maps() const { return maps_; }
   std::uint64_t unmaps() const { return unmaps_; }
-  // Mapping start -> size, in address order.
-  const absl::btree_map<DeviceAddress, std::uint64_t>& mappings() const {
-    return mappings_;
-  }
 
  private:
-  // Maps one handle of `bytes` at `address` (create, map, release).
+  struct Mapping {
+    std::uint64_t bytes = 0;
+    PhysicalHandle handle = 0;
+  };
+  // Maps one new handle of `bytes` at `address` (create, map).
   absl::Status MapOne(DeviceAddress address, std::uint64_t bytes);
 
   Backend& backend_;
   const std::uint64_t unit_;
   DeviceAddress base_ = 0;
   std::uint64_t size_ = 0;
-  absl::btree_map<DeviceAddress, std::uint64_t> mappings_;
+  absl::btree_map<DeviceAddress, Mapping> mappings_;  // by start
   std::uint64_t mapped_bytes_ = 0;
   std::uint64_t maps_ = 0;
   std::uint64_t unmaps_ = 0;

@@ -240,6 +240,53 @@ TEST(AllocatorExpandableTest, DestructionUnmapsAndFreesTheRange) {
   EXPECT_EQ(sim->reserved_address_bytes(), 0u);
 }
 
+TEST(AllocatorExpandableTest, DestructionWaitsForPendingWorkBeforeUnmapping) {
+  auto sim = MakeSim(kGiB);
+  const Stream s1(1), s2(2);
+  {
+    auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+    void* freed = *a->Allocate(4 * kMiB, s1);
+    void* live = *a->Allocate(4 * kMiB, s2);
+    sim->Use(s1, testing::Addr(freed), 4 * kMiB);
+    sim->Use(s2, testing::Addr(live), 4 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(freed, s1));
+    // `live` dies with the allocator, its kernel still running.
+  }
+  EXPECT_EQ(sim->hazards(), 0u);  // no unmap under pending work
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
+TEST(AllocatorExpandableTest, HandlesAreReleasedOnlyAfterTheirUnmap) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+  void* p = *a->Allocate(6 * kMiB);
+  EXPECT_EQ(sim->calls(SimOp::kCreatePhysical), 3u);
+  EXPECT_EQ(sim->calls(SimOp::kReleasePhysical), 0u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->calls(SimOp::kUnmap), 3u);
+  EXPECT_EQ(sim->calls(SimOp::kReleasePhysical), 3u);
+  ExpectAccounting(*a, *sim);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
+TEST(AllocatorExpandableTest, AGranuleThatIsNoPowerOfTwoWorks) {
+  auto sim = MakeSim(kGiB);
+  Options o = Expandable(240 * kMiB);
+  o.growth_granularity = 6 * kMiB;
+  auto a = MakeAllocator(o, sim);
+  void* p = *a->Allocate(kMiB);
+  void* q = *a->Allocate(7 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 12 * kMiB);
+  EXPECT_EQ(testing::Addr(p) % (2 * kMiB), 0u);
+  ExpectAccounting(*a, *sim);
+  GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  GPUALLOC_EXPECT_OK(a->Deallocate(q));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+}
+
 TEST(AllocatorExpandableTest, TheDefaultFollowsTheBackend) {
   Options o;
   o.preallocate = false;
