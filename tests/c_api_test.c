@@ -1,8 +1,9 @@
 /* tests/c_api_test.c: the C API (gpualloc/gpualloc.h) from a program written
  * and compiled as C: creation from a string and from the environment, errors
  * with their messages, malloc/free on streams, record-stream, stats (with an
- * older, smaller struct), snapshot JSON, trim, and the per-thread last error.
- * On the simulated device; exits non-zero at the first failed check. */
+ * older, smaller struct and a newer, larger one), snapshot JSON, trim, the
+ * per-thread last error, and host out-of-memory at the boundary. On the
+ * simulated device; exits non-zero at the first failed check. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -248,12 +249,40 @@ static void TestStatsStructSize(void) {
   CHECK(buf.old.bytes_limit == 12 * kGiB); /* 0.75 of 16 GiB */
   CHECK(buf.guard == 0xABABABABABABABABull);
 
+  /* A newer caller's struct (fields appended that this library does not
+   * know): this library's fields are filled, the new ones left alone. */
+  struct {
+    gpualloc_stats_t known;
+    uint64_t newer_field;
+    double newer_ratio;
+    uint64_t guard;
+  } newer;
+  memset(&newer, 0xCD, sizeof(newer));
+  newer.known.struct_size = offsetof(__typeof__(newer), guard);
+  CHECK_OK(gpualloc_get_stats(a, 0, (gpualloc_stats_t*)&newer));
+  CHECK(newer.known.struct_size == offsetof(__typeof__(newer), guard));
+  CHECK(newer.known.num_allocs == 1);
+  CHECK(newer.known.bytes_in_use >= 5000);
+  CHECK(newer.known.bytes_limit == 12 * kGiB);
+  CHECK(newer.known.fragmentation >= 0.0 && newer.known.fragmentation <= 1.0);
+  CHECK(newer.newer_field == 0xCDCDCDCDCDCDCDCDull);
+  {
+    uint64_t ratio_bits;
+    memcpy(&ratio_bits, &newer.newer_ratio, sizeof(ratio_bits));
+    CHECK(ratio_bits == 0xCDCDCDCDCDCDCDCDull);
+  }
+  CHECK(newer.guard == 0xCDCDCDCDCDCDCDCDull);
+
+  /* Too small to hold even struct_size: refused. */
   gpualloc_stats_t s;
   memset(&s, 0, sizeof(s));
   CHECK_STATUS(gpualloc_get_stats(a, 0, &s), GPUALLOC_INVALID_ARGUMENT);
   CHECK_ERROR_MENTIONS("struct_size");
-  s.struct_size = sizeof(s) + 8;
+  s.struct_size = sizeof(s.struct_size) - 1;
   CHECK_STATUS(gpualloc_get_stats(a, 0, &s), GPUALLOC_INVALID_ARGUMENT);
+  s.struct_size = sizeof(s.struct_size); /* only the size: nothing to fill */
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.num_allocs == 0);
 
   /* Peaks: reset to the current values. */
   CHECK_OK(gpualloc_free(a, 0, p, NULL));
@@ -343,6 +372,90 @@ static void TestLastErrorPerThread(void) {
   gpualloc_destroy(a);
 }
 
+/* Host out-of-memory at the boundary. This program replaces the C++ library's
+ * operator new(size_t) (its Itanium-ABI name, _Znwm, on LP64): while
+ * fail_new is set on a thread, every allocation there throws std::bad_alloc
+ * (through libstdc++'s own __throw_bad_alloc). A call must then come back
+ * GPUALLOC_RESOURCE_EXHAUSTED with a message, never terminate the program:
+ * the handler and the last-error store must not allocate again, or fall back
+ * to a fixed message when they cannot. */
+#if defined(__GNUC__) && defined(__linux__) && defined(__LP64__)
+#define GPUALLOC_TEST_FAILING_NEW 1
+static _Thread_local int fail_new = 0;
+
+void _ZSt17__throw_bad_allocv(void) __attribute__((noreturn));
+void* _Znwm(size_t size);
+void* _Znwm(size_t size) {
+  if (!fail_new) {
+    void* p = malloc(size == 0 ? 1 : size);
+    if (p != NULL) return p;
+  }
+  _ZSt17__throw_bad_allocv();
+}
+
+struct OomArgs {
+  gpualloc_t* a;
+  gpualloc_status_t status;
+  char error[256];
+};
+
+/* A fresh thread: its last-error string has no room yet, so even the message
+ * cannot be stored and the fixed one stands in. */
+static void* OomThread(void* arg) {
+  struct OomArgs* t = (struct OomArgs*)arg;
+  int n = -1;
+  fail_new = 1;
+  t->status = gpualloc_device_count(NULL, &n); /* its message allocates */
+  fail_new = 0;
+  snprintf(t->error, sizeof(t->error), "%s", gpualloc_last_error());
+  return NULL;
+}
+#endif
+
+static void TestOutOfHostMemoryAtTheBoundary(void) {
+#ifdef GPUALLOC_TEST_FAILING_NEW
+  gpualloc_t* a = NULL;
+  CHECK_OK(gpualloc_create_isolated(kConfig, &a));
+  void* p = NULL;
+  CHECK_OK(gpualloc_malloc(a, 0, 4096, NULL, &p));
+  /* A long message first, so that this thread's last error has room. */
+  CHECK(gpualloc_free(a, 0, (void*)0x12345600, NULL) != GPUALLOC_OK);
+
+  /* (Calls whose error message goes through absl::StrFormat are not used
+   * here: its sink flushes in a destructor, so an allocation failure there
+   * terminates inside Abseil whatever the caller does.) */
+  gpualloc_t* b = (gpualloc_t*)0x1;
+  int n = -1;
+  fail_new = 1;
+  const gpualloc_status_t created = gpualloc_create_isolated(kConfig, &b);
+  const gpualloc_status_t counted = gpualloc_device_count(NULL, &n);
+  fail_new = 0;
+  CHECK_STATUS(created, GPUALLOC_RESOURCE_EXHAUSTED);
+  CHECK(b == NULL);
+  CHECK_STATUS(counted, GPUALLOC_RESOURCE_EXHAUSTED);
+  CHECK(n == -1);
+  CHECK_ERROR_MENTIONS(
+      "gpualloc_device_count: out of host memory (std::bad_alloc)");
+
+  struct OomArgs t;
+  memset(&t, 0, sizeof(t));
+  t.a = a;
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, OomThread, &t) == 0);
+  CHECK(pthread_join(thread, NULL) == 0);
+  CHECK_STATUS(t.status, GPUALLOC_RESOURCE_EXHAUSTED);
+  CHECK(strcmp(t.error, "gpualloc: out of host memory (std::bad_alloc)") == 0);
+
+  /* Nothing changed: the block is still live and freed normally. */
+  CHECK(Stats(a).bytes_in_use >= 4096);
+  CHECK_OK(gpualloc_free(a, 0, p, NULL));
+  CHECK_OK(gpualloc_validate(a, 0));
+  gpualloc_destroy(a);
+#else
+  printf("c_api_test: out-of-host-memory check skipped on this platform\n");
+#endif
+}
+
 static void TestNames(void) {
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_OK), "OK") == 0);
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_RESOURCE_EXHAUSTED),
@@ -361,6 +474,7 @@ int main(void) {
   TestStatsStructSize();
   TestSnapshotAndTrim();
   TestLastErrorPerThread();
+  TestOutOfHostMemoryAtTheBoundary();
   TestNames();
   printf("c_api_test: %d checks passed (gpualloc %s)\n", checks,
          gpualloc_version());

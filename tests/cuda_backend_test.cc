@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "backends/cuda/cuda_driver.h"
 #include "backends/cuda/vmm_ledger.h"
 #include "gmock/gmock.h"
@@ -419,6 +420,24 @@ TEST(CudaBackendTest, CreationErrors) {
     EXPECT_TRUE(absl::IsInvalidArgument(backend.status()));
     EXPECT_EQ(fake->primary_context_refs(), 0);
   }
+  {
+    // The retained context cannot be made current: the retain is given back
+    // all the same, and the thread keeps its own context.
+    auto fake = FakeCudaDriver::Create();
+    auto api = fake->Api();
+    ASSERT_TRUE(api.ok());
+    FakeCudaDriver::SetThreadContext(FakeCudaDriver::ForeignContext());
+    fake->FailAlways("cuCtxSetCurrent", CUDA_ERROR_UNKNOWN);
+    auto backend = CudaBackend::Create(*api, 0);
+    EXPECT_TRUE(absl::IsInternal(backend.status())) << backend.status();
+    EXPECT_THAT(backend.status().message(), HasSubstr("cuCtxSetCurrent"));
+    EXPECT_EQ(fake->count("cuDevicePrimaryCtxRetain"), 1);
+    EXPECT_EQ(fake->primary_context_refs(), 0);
+    EXPECT_EQ(FakeCudaDriver::ThreadContext(),
+              FakeCudaDriver::ForeignContext());
+    fake->StopFailing("cuCtxSetCurrent");
+    FakeCudaDriver::SetThreadContext(nullptr);
+  }
 }
 
 // --- Driver errors through the backend
@@ -471,6 +490,25 @@ TEST(CudaBackendTest, DriverErrorsBecomeStatusesAndChangeNothing) {
   EXPECT_TRUE(absl::IsInternal(backend->RecordEvent(*event, Stream())));
   fake->FailNext("cuEventQuery", CUDA_ERROR_INVALID_HANDLE);
   EXPECT_TRUE(absl::IsInvalidArgument(backend->QueryEvent(*event).status()));
+
+  // A failed destroy leaves the event the backend's: still usable, and the
+  // retry destroys it.
+  fake->FailNext("cuEventDestroy", CUDA_ERROR_ILLEGAL_ADDRESS);
+  const absl::Status destroyed = backend->DestroyEvent(*event);
+  EXPECT_TRUE(absl::IsInternal(destroyed)) << destroyed;
+  EXPECT_THAT(destroyed.message(), HasSubstr("cuEventDestroy("));
+  EXPECT_EQ(fake->live_events(), 1);
+  EXPECT_TRUE(backend->RecordEvent(*event, Stream()).ok());
+  EXPECT_TRUE(backend->DestroyEvent(*event).ok());
+  EXPECT_EQ(fake->live_events(), 0);
+
+  // The same for a pool block whose free fails.
+  ASSERT_TRUE(backend->ConfigurePool(PoolOptions()).ok());
+  auto block = backend->PoolAllocate(kMiB, Stream(3));
+  ASSERT_TRUE(block.ok()) << block.status();
+  fake->FailNext("cuMemFreeAsync", CUDA_ERROR_ILLEGAL_ADDRESS);
+  EXPECT_TRUE(absl::IsInternal(backend->PoolFree(*block, Stream(3))));
+  EXPECT_TRUE(backend->PoolFree(*block, Stream(3)).ok());
 }
 
 TEST(CudaBackendTest, OversizedRequestsAreResourceExhaustedWithoutACall) {
@@ -614,16 +652,129 @@ TEST(CudaBackendTest, EveryThreadGetsThePrimaryContext) {
   auto fake = FakeCudaDriver::Create(SmallDevice());
   auto backend = MakeBackend(fake);
   ASSERT_NE(backend, nullptr);
-  // The fake refuses memory calls without the primary context current.
+  // The fake refuses memory calls without the primary context current. A new
+  // thread has no context; it has none again after the call.
   absl::StatusOr<DeviceAddress> from_thread;
-  std::thread([&] { from_thread = backend->Allocate(1 << 20); }).join();
+  CUcontext after = FakeCudaDriver::PrimaryContext();
+  std::thread([&] {
+    from_thread = backend->Allocate(1 << 20);
+    after = FakeCudaDriver::ThreadContext();
+  }).join();
   ASSERT_TRUE(from_thread.ok()) << from_thread.status();
-  // Once current, the context is not set again on this thread.
-  ASSERT_TRUE(backend->Allocate(256).ok());
+  EXPECT_EQ(after, nullptr);
+  // A thread with the primary context current already: nothing is set.
+  FakeCudaDriver::SetThreadContext(FakeCudaDriver::PrimaryContext());
   const int sets = fake->count("cuCtxSetCurrent");
   ASSERT_TRUE(backend->Allocate(256).ok());
   EXPECT_EQ(fake->count("cuCtxSetCurrent"), sets);
+  EXPECT_EQ(FakeCudaDriver::ThreadContext(), FakeCudaDriver::PrimaryContext());
   EXPECT_TRUE(backend->Free(*from_thread).ok());
+  FakeCudaDriver::SetThreadContext(nullptr);
+}
+
+// Every call runs with the backend's primary context current (the fake
+// refuses memory and stream calls otherwise) and leaves the calling thread's
+// own context current afterwards: a framework thread working on another
+// device must not find itself moved to this one.
+TEST(CudaBackendTest, CallsLeaveTheThreadsContextAsTheyFoundIt) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  auto api = fake->Api();
+  ASSERT_TRUE(api.ok());
+  for (CUcontext mine : {FakeCudaDriver::ForeignContext(), CUcontext{nullptr},
+                         FakeCudaDriver::PrimaryContext()}) {
+    SCOPED_TRACE(mine == nullptr ? "no context"
+                 : mine == FakeCudaDriver::PrimaryContext()
+                     ? "the primary context"
+                     : "another context");
+    FakeCudaDriver::SetThreadContext(mine);
+    const auto kept = [&](absl::string_view step) {
+      EXPECT_EQ(FakeCudaDriver::ThreadContext(), mine) << "after " << step;
+    };
+    {
+      auto created = CudaBackend::Create(*api, 0);
+      ASSERT_TRUE(created.ok()) << created.status();
+      kept("Create");
+      CudaBackend& b = **created;
+      const std::uint64_t g = b.info().min_granularity;
+      EXPECT_TRUE(b.FreeBytes().ok());
+      kept("FreeBytes");
+      auto plain = b.Allocate(4096);
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      kept("Allocate");
+      EXPECT_TRUE(b.Free(*plain).ok());
+      kept("Free");
+
+      auto event = b.CreateEvent();
+      ASSERT_TRUE(event.ok()) << event.status();
+      kept("CreateEvent");
+      EXPECT_TRUE(b.RecordEvent(*event, Stream()).ok());
+      kept("RecordEvent");
+      EXPECT_TRUE(b.QueryEvent(*event).ok());
+      kept("QueryEvent");
+      EXPECT_TRUE(b.StreamWaitEvent(Stream(0x78), *event).ok());
+      kept("StreamWaitEvent");
+      EXPECT_TRUE(b.SynchronizeEvent(*event).ok());
+      kept("SynchronizeEvent");
+      EXPECT_TRUE(b.DestroyEvent(*event).ok());
+      kept("DestroyEvent");
+
+      EXPECT_TRUE(b.ConfigurePool(PoolOptions()).ok());
+      kept("ConfigurePool");
+      auto block = b.PoolAllocate(kMiB, Stream());
+      ASSERT_TRUE(block.ok()) << block.status();
+      kept("PoolAllocate");
+      EXPECT_TRUE(b.PoolFree(*block, Stream()).ok());
+      kept("PoolFree");
+      EXPECT_TRUE(b.PoolTrim(0).ok());
+      kept("PoolTrim");
+      EXPECT_TRUE(b.GetPoolUsage().ok());
+      kept("GetPoolUsage");
+
+      auto va = b.ReserveAddress(2 * g, 0);
+      ASSERT_TRUE(va.ok()) << va.status();
+      kept("ReserveAddress");
+      auto h = b.CreatePhysical(g);
+      ASSERT_TRUE(h.ok()) << h.status();
+      kept("CreatePhysical");
+      EXPECT_TRUE(b.Map(*va, g, *h).ok());
+      kept("Map");
+      EXPECT_TRUE(b.SetAccess(*va, g).ok());
+      kept("SetAccess");
+      EXPECT_TRUE(b.Unmap(*va, g).ok());
+      kept("Unmap");
+      EXPECT_TRUE(b.ReleasePhysical(*h).ok());
+      kept("ReleasePhysical");
+      EXPECT_TRUE(b.FreeAddress(*va, 2 * g).ok());
+      kept("FreeAddress");
+      // A failing call restores it too.
+      fake->FailNext("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
+      EXPECT_FALSE(b.Allocate(4096).ok());
+      kept("a failed Allocate");
+      ASSERT_TRUE(b.Allocate(4096).ok());  // left for the destructor
+    }
+    kept("destruction");
+    EXPECT_EQ(fake->used_bytes(), 0u);
+    EXPECT_EQ(fake->primary_context_refs(), 0);
+  }
+  FakeCudaDriver::SetThreadContext(nullptr);
+}
+
+TEST(CudaBackendTest, ContextIsPerThread) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  auto backend = MakeBackend(fake);
+  ASSERT_NE(backend, nullptr);
+  FakeCudaDriver::SetThreadContext(nullptr);
+  CUcontext worker_after = nullptr;
+  absl::StatusOr<DeviceAddress> a;
+  std::thread([&] {
+    FakeCudaDriver::SetThreadContext(FakeCudaDriver::ForeignContext());
+    a = backend->Allocate(4096);
+    worker_after = FakeCudaDriver::ThreadContext();
+  }).join();
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(worker_after, FakeCudaDriver::ForeignContext());
+  EXPECT_EQ(FakeCudaDriver::ThreadContext(), nullptr);
+  EXPECT_TRUE(backend->Free(*a).ok());
 }
 
 TEST(CudaBackendTest, PoolAttributesAndUsage) {
@@ -685,6 +836,24 @@ TEST(CudaBackendTest, DestructionReturnsEverythingAndReleasesTheContext) {
   EXPECT_EQ(fake->live_reservations(), 0u);
   EXPECT_EQ(fake->live_events(), 0);
   EXPECT_EQ(fake->primary_context_refs(), 0);
+}
+
+TEST(CudaBackendTest, DestructionReleasesTheContextEvenWhenItCannotBeMade) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  {
+    auto backend = MakeBackend(fake);
+    ASSERT_NE(backend, nullptr);
+    ASSERT_TRUE(backend->Allocate(kMiB).ok());
+    EXPECT_EQ(fake->primary_context_refs(), 1);
+    FakeCudaDriver::SetThreadContext(FakeCudaDriver::ForeignContext());
+    fake->FailAlways("cuCtxSetCurrent", CUDA_ERROR_UNKNOWN);
+  }
+  fake->StopFailing("cuCtxSetCurrent");
+  // The memory could not be returned without the context, but the retain is.
+  EXPECT_EQ(fake->primary_context_refs(), 0);
+  EXPECT_EQ(fake->count("cuMemFree"), 0);
+  EXPECT_EQ(FakeCudaDriver::ThreadContext(), FakeCudaDriver::ForeignContext());
+  FakeCudaDriver::SetThreadContext(nullptr);
 }
 
 // --- The ledger alone

@@ -15,6 +15,7 @@ namespace {
 constexpr CUdeviceptr kAddressBase = 0x7f0000000000;
 constexpr CUdeviceptr kReserveBase = 0x200000000000;
 const CUcontext kPrimaryContext = reinterpret_cast<CUcontext>(0xc0ffee00);
+const CUcontext kForeignContext = reinterpret_cast<CUcontext>(0xf0e1d200);
 const CUmemoryPool kPool = reinterpret_cast<CUmemoryPool>(0x9001000);
 
 absl::Mutex g_install_mu;
@@ -36,6 +37,7 @@ struct FakeCudaDriver::State {
   std::vector<Request> requests;
   std::vector<std::string> calls;
   absl::flat_hash_map<std::string, std::pair<int, CUresult>> failures;
+  absl::flat_hash_map<std::string, CUresult> always_failures;
   bool work_pending = false;
   bool initialized = false;
   int context_refs = 0;
@@ -105,6 +107,10 @@ FakeCudaDriver::~FakeCudaDriver() {
 CUresult FakeCudaDriver::Enter(const char* function) {
   State& s = *state_;
   s.calls.push_back(function);
+  if (auto always = s.always_failures.find(function);
+      always != s.always_failures.end()) {
+    return always->second;
+  }
   auto it = s.failures.find(function);
   if (it != s.failures.end() && --it->second.first == 0) {
     const CUresult r = it->second.second;
@@ -120,9 +126,26 @@ void FakeCudaDriver::FailNext(const std::string& function, CUresult result,
   state_->failures[function] = {k, result};
 }
 
+void FakeCudaDriver::FailAlways(const std::string& function, CUresult result) {
+  absl::MutexLock lock(&mu_);
+  state_->always_failures[function] = result;
+}
+
+void FakeCudaDriver::StopFailing(const std::string& function) {
+  absl::MutexLock lock(&mu_);
+  state_->always_failures.erase(function);
+}
+
 void FakeCudaDriver::SetWorkPending(bool pending) {
   absl::MutexLock lock(&mu_);
   state_->work_pending = pending;
+}
+
+CUcontext FakeCudaDriver::PrimaryContext() { return kPrimaryContext; }
+CUcontext FakeCudaDriver::ForeignContext() { return kForeignContext; }
+CUcontext FakeCudaDriver::ThreadContext() { return t_current; }
+void FakeCudaDriver::SetThreadContext(CUcontext context) {
+  t_current = context;
 }
 
 std::vector<FakeCudaDriver::Request> FakeCudaDriver::requests() const {
@@ -320,7 +343,8 @@ CUresult FakeCtxGetCurrent(CUcontext* context) {
 
 CUresult FakeCtxSetCurrent(CUcontext context) {
   FAKE_ENTER("cuCtxSetCurrent");
-  if (context != nullptr && context != kPrimaryContext) {
+  if (context != nullptr && context != kPrimaryContext &&
+      context != kForeignContext) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   t_current = context;

@@ -68,6 +68,9 @@ class FakeCudaDriver {
   // The k-th call of `function` (base name, e.g. "cuMemMap") from now on
   // returns `result` without doing anything.
   void FailNext(const std::string& function, CUresult result, int k = 1);
+  // Every call of `function` returns `result` until StopFailing(function).
+  void FailAlways(const std::string& function, CUresult result);
+  void StopFailing(const std::string& function);
   // While true, recorded events stay not ready until synchronized.
   void SetWorkPending(bool pending);
 
@@ -85,6 +88,18 @@ class FakeCudaDriver {
   std::uint64_t pool_attribute(CUmemPool_attribute attribute) const;
 
   const FakeCudaOptions& options() const { return options_; }
+
+  // The current context is per thread, as in the driver. Besides the primary
+  // context the fake knows one other: ForeignContext() stands for whatever
+  // the calling code had current (another device's context, a framework's
+  // own). cuCtxSetCurrent accepts it; calls that need a context refuse it, so
+  // a backend call made with it current fails. ThreadContext() and
+  // SetThreadContext() read and set the calling thread's current context
+  // without going through (or being recorded as) a driver call.
+  static CUcontext PrimaryContext();
+  static CUcontext ForeignContext();
+  static CUcontext ThreadContext();
+  static void SetThreadContext(CUcontext context);
 
   // The entry points' bodies (public for the trampolines in the .cc).
   CUresult Enter(const char* function);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "backends/hip/hip_api.h"
 #include "gmock/gmock.h"
 #include "gpualloc/config.h"
@@ -70,7 +72,7 @@ TEST(HipBackendTest, InitFailureIsUnavailableNamingLibraryAndError) {
   }
 }
 
-TEST(HipBackendTest, NoDeviceIsUnavailableAndBadOrdinalsAreInvalid) {
+TEST(HipBackendTest, NoSuchDeviceIsUnavailableANegativeOrdinalInvalid) {
   FakeHipConfig none;
   none.device_count = 0;
   {
@@ -85,9 +87,13 @@ TEST(HipBackendTest, NoDeviceIsUnavailableAndBadOrdinalsAreInvalid) {
   two.device_count = 2;
   FakeHipRuntime fake(two);
   EXPECT_EQ(*HipDeviceCountWith(*fake.api()), 2);
+  // As the CUDA backend says: the ordinal is well formed, the device absent.
   auto far = Create(fake, MemoryKind::kCoarse, 2);
-  EXPECT_EQ(far.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(far.status().message(), HasSubstr("out of range"));
+  EXPECT_EQ(far.status().code(), absl::StatusCode::kUnavailable)
+      << far.status();
+  EXPECT_THAT(far.status().message(),
+              HasSubstr("HIP device 2 does not exist: fake HIP runtime "
+                        "reports 2 devices"));
   auto negative = Create(fake, MemoryKind::kCoarse, -1);
   EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
   auto second = Create(fake, MemoryKind::kCoarse, 1);
@@ -489,6 +495,205 @@ TEST(HipBackendTest, StaleEventsNeverReachTheRuntime) {
   const int queries = fake.CountCalls("hipEventQuery");
   EXPECT_TRUE(absl::IsInvalidArgument((*backend)->QueryEvent(*event).status()));
   EXPECT_EQ(fake.CountCalls("hipEventQuery"), queries);
+}
+
+// ------------------------------------------------------- the current device
+
+FakeHipConfig TwoDevices() {
+  FakeHipConfig config = testing::Rocm61();
+  config.device_count = 2;
+  return config;
+}
+
+// A null stream means the current device's: calls that take a stream must run
+// with the backend's device current, whatever device the caller is on.
+TEST(HipBackendTest, StreamCallsRunOnTheBackendsDevice) {
+  FakeHipRuntime fake(TwoDevices());
+  auto made = Create(fake, MemoryKind::kCoarse, /*ordinal=*/1);
+  ASSERT_TRUE(made.ok()) << made.status();
+  HipBackend& b = **made;
+  ASSERT_TRUE(b.ConfigurePool(PoolOptions()).ok());
+  auto event = b.CreateEvent();
+  ASSERT_TRUE(event.ok()) << event.status();
+  auto block = b.PoolAllocate(kMiB, Stream());
+  ASSERT_TRUE(block.ok()) << block.status();
+
+  // The caller works on device 0 before each call.
+  fake.SetCurrentDevice(0);
+  ASSERT_TRUE(b.RecordEvent(*event, Stream()).ok());
+  fake.SetCurrentDevice(0);
+  ASSERT_TRUE(b.StreamWaitEvent(Stream(), *event).ok());
+  fake.SetCurrentDevice(0);
+  ASSERT_TRUE(b.QueryEvent(*event).ok());
+  fake.SetCurrentDevice(0);
+  ASSERT_TRUE(b.SynchronizeEvent(*event).ok());
+  fake.SetCurrentDevice(0);
+  ASSERT_TRUE(b.PoolFree(*block, Stream()).ok());
+  fake.SetCurrentDevice(0);
+  ASSERT_TRUE(b.DestroyEvent(*event).ok());
+  for (const char* call :
+       {"hipEventRecord", "hipStreamWaitEvent", "hipEventQuery",
+        "hipEventSynchronize", "hipFreeAsync", "hipEventDestroy",
+        "hipMallocFromPoolAsync", "hipEventCreateWithFlags"}) {
+    EXPECT_THAT(fake.DevicesOf(call), ElementsAre(1)) << call;
+  }
+  EXPECT_EQ(fake.CurrentDevice(), 0);
+}
+
+// Every call, creation and destruction included, leaves the calling thread on
+// the device it was on: a framework thread working on device 0 that makes
+// gpualloc grow on device 1 must not launch its next kernels on device 1.
+TEST(HipBackendTest, CallsLeaveTheThreadsDeviceAsTheyFoundIt) {
+  for (int mine : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("the caller is on device ", mine));
+    FakeHipRuntime fake(TwoDevices());
+    fake.SetCurrentDevice(mine);
+    const auto kept = [&](absl::string_view step) {
+      EXPECT_EQ(fake.CurrentDevice(), mine) << "after " << step;
+    };
+    {
+      auto made = Create(fake, MemoryKind::kCoarse, /*ordinal=*/1);
+      ASSERT_TRUE(made.ok()) << made.status();
+      kept("Create");
+      HipBackend& b = **made;
+      const std::uint64_t g = b.info().min_granularity;
+      EXPECT_TRUE(b.FreeBytes().ok());
+      kept("FreeBytes");
+      auto plain = b.Allocate(4 * kMiB);
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      kept("Allocate");
+      EXPECT_TRUE(b.Free(*plain).ok());
+      kept("Free");
+      auto event = b.CreateEvent();
+      ASSERT_TRUE(event.ok()) << event.status();
+      kept("CreateEvent");
+      EXPECT_TRUE(b.RecordEvent(*event, Stream()).ok());
+      kept("RecordEvent");
+      EXPECT_TRUE(b.QueryEvent(*event).ok());
+      kept("QueryEvent");
+      EXPECT_TRUE(b.StreamWaitEvent(Stream(7), *event).ok());
+      kept("StreamWaitEvent");
+      EXPECT_TRUE(b.SynchronizeEvent(*event).ok());
+      kept("SynchronizeEvent");
+      EXPECT_TRUE(b.DestroyEvent(*event).ok());
+      kept("DestroyEvent");
+      EXPECT_TRUE(b.ConfigurePool(PoolOptions()).ok());
+      kept("ConfigurePool");
+      auto block = b.PoolAllocate(kMiB, Stream());
+      ASSERT_TRUE(block.ok()) << block.status();
+      kept("PoolAllocate");
+      EXPECT_TRUE(b.PoolFree(*block, Stream()).ok());
+      kept("PoolFree");
+      EXPECT_TRUE(b.PoolTrim(0).ok());
+      kept("PoolTrim");
+      EXPECT_TRUE(b.GetPoolUsage().ok());
+      kept("GetPoolUsage");
+      auto va = b.ReserveAddress(2 * g, 0);
+      ASSERT_TRUE(va.ok()) << va.status();
+      kept("ReserveAddress");
+      auto h = b.CreatePhysical(g);
+      ASSERT_TRUE(h.ok()) << h.status();
+      kept("CreatePhysical");
+      EXPECT_TRUE(b.Map(*va, g, *h).ok());
+      kept("Map");
+      EXPECT_TRUE(b.SetAccess(*va, g).ok());
+      kept("SetAccess");
+      EXPECT_TRUE(b.Unmap(*va, g).ok());
+      kept("Unmap");
+      EXPECT_TRUE(b.ReleasePhysical(*h).ok());
+      kept("ReleasePhysical");
+      EXPECT_TRUE(b.FreeAddress(*va, 2 * g).ok());
+      kept("FreeAddress");
+      fake.FailNext("hipMalloc", hipErrorOutOfMemory);
+      EXPECT_FALSE(b.Allocate(4096).ok());
+      kept("a failed Allocate");
+      ASSERT_TRUE(b.Allocate(4096).ok());  // left for the destructor
+    }
+    kept("destruction");
+    EXPECT_EQ(fake.live_plain(), 0u);
+    // Everything that depends on the current device ran on device 1.
+    for (const char* call :
+         {"hipMalloc", "hipFree", "hipMemGetInfo", "hipEventCreateWithFlags",
+          "hipEventRecord", "hipStreamWaitEvent", "hipEventDestroy",
+          "hipMemPoolCreate", "hipMallocFromPoolAsync", "hipFreeAsync",
+          "hipMemAddressReserve", "hipMemCreate", "hipMemMap", "hipMemUnmap",
+          "hipMemSetAccess", "hipMemRelease", "hipMemAddressFree"}) {
+      for (int device : fake.DevicesOf(call)) {
+        EXPECT_EQ(device, 1) << call;
+      }
+      EXPECT_FALSE(fake.DevicesOf(call).empty()) << call;
+    }
+  }
+}
+
+TEST(HipBackendTest, TheCurrentDeviceIsPerThread) {
+  FakeHipRuntime fake(TwoDevices());
+  auto made = Create(fake, MemoryKind::kCoarse, /*ordinal=*/1);
+  ASSERT_TRUE(made.ok()) << made.status();
+  fake.SetCurrentDevice(1);
+  absl::StatusOr<DeviceAddress> a;
+  int worker_after = -1;
+  std::thread([&] {
+    // A new thread starts on device 0 and is still there afterwards.
+    a = (*made)->Allocate(4096);
+    worker_after = fake.CurrentDevice();
+  }).join();
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(worker_after, 0);
+  EXPECT_EQ(fake.CurrentDevice(), 1);
+  EXPECT_THAT(fake.DevicesOf("hipMalloc"), ElementsAre(1));
+  EXPECT_TRUE((*made)->Free(*a).ok());
+}
+
+// A free the runtime refuses leaves the block (event) the backend's, so that
+// the state is as before the call: a retry, or the destructor, frees it.
+TEST(HipBackendTest, AFailedFreeKeepsTrackOfTheMemory) {
+  FakeHipRuntime fake(TwoDevices());
+  {
+    auto made = Create(fake, MemoryKind::kCoarse, /*ordinal=*/1);
+    ASSERT_TRUE(made.ok()) << made.status();
+    HipBackend& b = **made;
+
+    auto plain = b.Allocate(4096);
+    ASSERT_TRUE(plain.ok());
+    fake.FailNext("hipFree", hipErrorLaunchFailure);
+    absl::Status s = b.Free(*plain);
+    EXPECT_TRUE(absl::IsInternal(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("hipFree("));
+    EXPECT_EQ(fake.live_plain(), 1u);
+    // The device cannot be made current: refused the same way.
+    fake.SetCurrentDevice(0);
+    fake.FailNext("hipSetDevice", hipErrorLaunchFailure);
+    s = b.Free(*plain);
+    EXPECT_TRUE(absl::IsInternal(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("hipSetDevice(1)"));
+    EXPECT_TRUE(b.Free(*plain).ok());
+    EXPECT_EQ(fake.live_plain(), 0u);
+
+    ASSERT_TRUE(b.ConfigurePool(PoolOptions()).ok());
+    auto block = b.PoolAllocate(kMiB, Stream(3));
+    ASSERT_TRUE(block.ok()) << block.status();
+    fake.FailNext("hipFreeAsync", hipErrorLaunchFailure);
+    s = b.PoolFree(*block, Stream(3));
+    EXPECT_TRUE(absl::IsInternal(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("hipFreeAsync("));
+    EXPECT_TRUE(b.PoolFree(*block, Stream(3)).ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(b.PoolFree(*block, Stream(3))));
+
+    auto event = b.CreateEvent();
+    ASSERT_TRUE(event.ok());
+    fake.FailNext("hipEventDestroy", hipErrorLaunchFailure);
+    s = b.DestroyEvent(*event);
+    EXPECT_TRUE(absl::IsInternal(s)) << s;
+    EXPECT_TRUE(b.RecordEvent(*event, Stream()).ok());  // still usable
+    // Left for the destructor this time.
+    auto kept = b.Allocate(8192);
+    ASSERT_TRUE(kept.ok());
+    fake.FailNext("hipFree", hipErrorLaunchFailure);
+    EXPECT_FALSE(b.Free(*kept).ok());
+  }
+  EXPECT_EQ(fake.live_plain(), 0u);
+  EXPECT_EQ(fake.CountCalls("hipEventDestroy"), 2);
 }
 
 TEST(HipBackendTest, VersionText) {

@@ -15,6 +15,11 @@
 //   - hipMemCreate and hipMemGetAllocationGranularity read hipMemAllocationProp
 //     in the layout of the runtime version (5.2's, or 5.3's and later), and
 //     answer hipErrorInvalidValue when the type or location is not set.
+// The current device is per thread, as in HIP: every thread starts on device
+// 0, hipSetDevice moves only the calling thread, and each call is recorded
+// with the device current on its thread when it was made (DevicesOf), so tests
+// can see that null-stream calls ran on the backend's device and that the
+// caller's device was put back (CurrentDevice).
 // One fake is active at a time (the entry points are plain C function
 // pointers, so they find it through a global); it is thread-safe.
 #ifndef GPUALLOC_TESTS_HIP_FAKE_RUNTIME_H_
@@ -28,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/hip/hip_api.h"
@@ -109,6 +115,7 @@ class FakeHipRuntime {
     api->Init = &Init_;
     api->GetDeviceCount = &GetDeviceCount_;
     api->SetDevice = &SetDevice_;
+    api->GetDevice = &GetDevice_;
     api->RuntimeGetVersion = &RuntimeGetVersion_;
     api->DriverGetVersion = &DriverGetVersion_;
     api->DeviceGetAttribute = &DeviceGetAttribute_;
@@ -153,6 +160,27 @@ class FakeHipRuntime {
   int CountCalls(const std::string& name) const {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int>(std::count(calls_.begin(), calls_.end(), name));
+  }
+  // The device current on the calling thread at each call of `name`, in
+  // order.
+  std::vector<int> DevicesOf(const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int> out;
+    for (std::size_t i = 0; i < calls_.size(); ++i) {
+      if (calls_[i] == name) out.push_back(call_devices_[i]);
+    }
+    return out;
+  }
+  // The calling thread's current device (not recorded as a call).
+  int CurrentDevice() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ThreadDevice();
+  }
+  // Moves the calling thread to `device` (not recorded as a call), as code
+  // outside gpualloc would with hipSetDevice.
+  void SetCurrentDevice(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    thread_devices_[std::this_thread::get_id()] = device;
   }
   // The next call of `name` fails with `error` (once).
   void FailNext(const std::string& name, hipError_t error) {
@@ -204,9 +232,15 @@ class FakeHipRuntime {
   }
   static FakeHipRuntime& F() { return *Current(); }
 
+  // The calling thread's current device (0 until it sets one). mu_ held.
+  int ThreadDevice() const {
+    auto it = thread_devices_.find(std::this_thread::get_id());
+    return it == thread_devices_.end() ? 0 : it->second;
+  }
   // Records the call; returns the injected failure, if any.
   hipError_t Enter(const char* name) {
     calls_.push_back(name);
+    call_devices_.push_back(ThreadDevice());
     auto it = failures_.find(name);
     if (it == failures_.end()) return hipSuccess;
     const hipError_t e = it->second;
@@ -261,6 +295,12 @@ class FakeHipRuntime {
     GPUALLOC_FAKE_ENTER("hipSetDevice");
     if (device < 0 || device >= f.config_.device_count)
       return hipErrorInvalidDevice;
+    f.thread_devices_[std::this_thread::get_id()] = device;
+    return hipSuccess;
+  }
+  static hipError_t GetDevice_(int* device) {
+    GPUALLOC_FAKE_ENTER("hipGetDevice");
+    *device = f.ThreadDevice();
     return hipSuccess;
   }
   static hipError_t RuntimeGetVersion_(int* v) {
@@ -609,6 +649,8 @@ class FakeHipRuntime {
   const FakeHipConfig config_;
   mutable std::mutex mu_;
   std::vector<std::string> calls_;
+  std::vector<int> call_devices_;  // the caller's device at each call
+  std::map<std::thread::id, int> thread_devices_;
   std::map<std::string, hipError_t> failures_;
   bool initialised_ = false;
   std::uint64_t used_ = 0;

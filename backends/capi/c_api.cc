@@ -5,7 +5,10 @@
 // absl::Status into the matching gpualloc_status_t, stores the message in the
 // calling thread's last error, and catches any C++ exception (the library
 // does not throw by design; std::bad_alloc from a container can) so that
-// none crosses into C.
+// none crosses into C. Nothing after the catch may throw: the handlers use
+// fixed messages (no absl::Status, no string building), and storing the last
+// error falls back to a fixed message when its copy cannot be allocated.
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -56,39 +59,65 @@ static_assert(GPUALLOC_UNAVAILABLE ==
 static_assert(GPUALLOC_UNAUTHENTICATED ==
               static_cast<int>(absl::StatusCode::kUnauthenticated));
 
-std::string& LastError() {
-  thread_local std::string message;
-  return message;
+// The calling thread's last error: `text`, or `fixed` (a static string) when
+// the text could not be stored.
+struct LastErrorSlot {
+  std::string text;
+  const char* fixed = nullptr;
+  const char* c_str() const { return fixed != nullptr ? fixed : text.c_str(); }
+};
+
+LastErrorSlot& LastError() {
+  thread_local LastErrorSlot slot;
+  return slot;
 }
 
-gpualloc_status_t Report(const char* function, const absl::Status& status) {
-  if (status.ok()) return GPUALLOC_OK;
-  // Assigning may itself run out of memory; the code is returned regardless.
+// Stores "<function>: <message><detail>" as the last error; when that cannot
+// be allocated, the static `fallback` instead. Never throws.
+void SetLastError(const char* function, absl::string_view message,
+                  const char* detail, const char* fallback) noexcept {
+  LastErrorSlot& slot = LastError();
   try {
-    LastError() = absl::StrCat(function, ": ", status.message());
+    slot.text.clear();  // keeps the capacity
+    slot.text.append(function).append(": ");
+    slot.text.append(message.data(), message.size());
+    if (detail != nullptr) slot.text.append(detail);
+    slot.fixed = nullptr;
   } catch (...) {
-    LastError().clear();
+    slot.fixed = fallback;
   }
+}
+
+gpualloc_status_t Report(const char* function,
+                         const absl::Status& status) noexcept {
+  if (status.ok()) return GPUALLOC_OK;
+  SetLastError(function, status.message(), nullptr,
+               "gpualloc: out of host memory for the error message");
   const int code = static_cast<int>(status.code());
   return code >= 0 && code <= GPUALLOC_UNAUTHENTICATED
              ? static_cast<gpualloc_status_t>(code)
              : GPUALLOC_UNKNOWN;
 }
 
-// Runs `body` (returning absl::Status) with every exception caught.
+// Runs `body` (returning absl::Status) with every exception caught. The
+// handlers allocate nothing that could throw again (a second exception would
+// leave this noexcept function and terminate the program).
 template <typename Body>
 gpualloc_status_t Boundary(const char* function, Body&& body) noexcept {
   try {
     return Report(function, body());
   } catch (const std::bad_alloc&) {
-    return Report(function, absl::ResourceExhaustedError(
-                                "out of host memory (std::bad_alloc)"));
+    SetLastError(function, "out of host memory (std::bad_alloc)", nullptr,
+                 "gpualloc: out of host memory (std::bad_alloc)");
+    return GPUALLOC_RESOURCE_EXHAUSTED;
   } catch (const std::exception& e) {
-    return Report(function, absl::InternalError(absl::StrCat(
-                                "unexpected C++ exception: ", e.what())));
+    SetLastError(function, "unexpected C++ exception: ", e.what(),
+                 "gpualloc: unexpected C++ exception");
+    return GPUALLOC_INTERNAL;
   } catch (...) {
-    return Report(function,
-                  absl::InternalError("unexpected unknown C++ exception"));
+    SetLastError(function, "unexpected unknown C++ exception", nullptr,
+                 "gpualloc: unexpected unknown C++ exception");
+    return GPUALLOC_INTERNAL;
   }
 }
 
@@ -161,8 +190,11 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   full.stream_waits = s.stream_waits;
   full.host_waits = s.host_waits;
   full.fragmentation = s.fragmentation;
-  // The caller's struct may be older (smaller): fill what fits, keep its size.
-  const std::uint64_t size = out->struct_size;
+  // The caller's struct may be older (smaller): fill what fits. Or newer
+  // (larger): fill this library's fields and leave the rest as the caller
+  // set them. Its struct_size stays.
+  const std::uint64_t size =
+      std::min<std::uint64_t>(out->struct_size, sizeof(full));
   std::memcpy(reinterpret_cast<char*>(out) + sizeof(full.struct_size),
               reinterpret_cast<const char*>(&full) + sizeof(full.struct_size),
               static_cast<std::size_t>(size) - sizeof(full.struct_size));
@@ -177,6 +209,7 @@ extern "C" {
 
 gpualloc_status_t gpualloc_create(const char* config, gpualloc_t** out) {
   return Boundary("gpualloc_create", [&] {
+    if (out != nullptr) *out = nullptr;  // also when the environment throws
     return gpualloc::Create(config, gpualloc::ProcessEnvironment(), out);
   });
 }
@@ -184,6 +217,7 @@ gpualloc_status_t gpualloc_create(const char* config, gpualloc_t** out) {
 gpualloc_status_t gpualloc_create_isolated(const char* config,
                                            gpualloc_t** out) {
   return Boundary("gpualloc_create_isolated", [&] {
+    if (out != nullptr) *out = nullptr;  // also when the environment throws
     return gpualloc::Create(config, gpualloc::MapEnvironment({}), out);
   });
 }
@@ -247,11 +281,12 @@ gpualloc_status_t gpualloc_get_stats(gpualloc_t* allocator, int device,
                                      gpualloc_stats_t* out) {
   return Boundary("gpualloc_get_stats", [&]() -> absl::Status {
     if (out == nullptr) return gpualloc::NullArgument("out");
-    if (out->struct_size < sizeof(out->struct_size) ||
-        out->struct_size > sizeof(gpualloc_stats_t)) {
+    // Smaller values come from older headers, larger ones from newer
+    // headers (fields appended): CopyStats fills the fields both know.
+    if (out->struct_size < sizeof(out->struct_size)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "out->struct_size is %d: set it to sizeof(gpualloc_stats_t) "
-          "(%d in this library; smaller values from older headers work)",
+          "(%d in this library)",
           out->struct_size, sizeof(gpualloc_stats_t)));
     }
     absl::StatusOr<gpualloc::Allocator*> a =

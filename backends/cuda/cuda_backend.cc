@@ -72,6 +72,48 @@ CUmemAllocationProp PinnedOn(CUdevice device) {
   return prop;
 }
 
+// Makes `context` current on the calling thread for one backend call and puts
+// the thread's previous context back when it goes out of scope, so that a
+// thread working on another device (or with no context) is left as it was.
+// When the context is current already, nothing is set or restored.
+class ScopedContext {
+ public:
+  ScopedContext(const CudaDriverApi& api, CUcontext context, int ordinal)
+      : api_(api) {
+    CUresult r = api.cuCtxGetCurrent(&previous_);
+    if (r != CUDA_SUCCESS) {
+      status_ = CudaError(api, "cuCtxGetCurrent", r);
+      return;
+    }
+    if (previous_ == context) return;
+    r = api.cuCtxSetCurrent(context);
+    if (r != CUDA_SUCCESS) {
+      status_ =
+          CudaError(api,
+                    absl::StrCat("cuCtxSetCurrent(primary context of device ",
+                                 ordinal, ")"),
+                    r);
+      return;
+    }
+    restore_ = true;
+  }
+  ~ScopedContext() {
+    // Nothing to report to: the call's own result stands.
+    if (restore_) (void)api_.cuCtxSetCurrent(previous_);
+  }
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+  // OK when the context is current.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const CudaDriverApi& api_;
+  CUcontext previous_ = nullptr;
+  bool restore_ = false;
+  absl::Status status_;
+};
+
 }  // namespace
 
 std::string ArchIdFor(int major, int minor) {
@@ -125,10 +167,21 @@ class CudaBackend::Impl {
       : api_(std::move(api)), ordinal_(ordinal) {}
 
   ~Impl() {
-    if (context_ == nullptr) return;
+    if (context_ == nullptr) return;  // nothing was retained
     // Best effort: errors are ignored (at process exit the driver may already
-    // be shutting down).
-    if (!MakeCurrent().ok()) return;
+    // be shutting down). Returning memory needs the context current; the
+    // retain is given back in any case (cuDevicePrimaryCtxRelease needs no
+    // current context), also when Init failed after the retain.
+    {
+      const ScopedContext current = MakeCurrent();
+      if (current.status().ok()) ReturnEverything();
+    }
+    api_->cuDevicePrimaryCtxRelease(device_);
+  }
+
+  // What the owner left behind goes back to the device (the destructor's
+  // part that needs the context).
+  void ReturnEverything() {
     absl::MutexLock lock(&mu_);
     for (const auto& [address, bytes] : live_) {
       api_->cuMemFree(static_cast<CUdeviceptr>(address));
@@ -153,7 +206,6 @@ class CudaBackend::Impl {
       }
       api_->cuMemPoolDestroy(pool_);
     }
-    api_->cuDevicePrimaryCtxRelease(device_);
   }
 
   absl::Status Init() {
@@ -216,7 +268,8 @@ class CudaBackend::Impl {
       return CudaError(api, "cuDevicePrimaryCtxRetain", r);
     }
     context_ = context;
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
 
     info_.backend = "cuda";
     info_.vendor = Vendor::kNvidia;
@@ -268,16 +321,10 @@ class CudaBackend::Impl {
   const ProfileChoice& choice() const { return choice_; }
   const CudaDriverApi& api() const { return *api_; }
 
-  absl::Status MakeCurrent() const {
-    CUcontext current = nullptr;
-    if (api_->cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
-        current == context_) {
-      return absl::OkStatus();
-    }
-    return CudaError(*api_,
-                     absl::StrCat("cuCtxSetCurrent(primary context of device ",
-                                  ordinal_, ")"),
-                     api_->cuCtxSetCurrent(context_));
+  // The primary context, current on the calling thread until the returned
+  // guard goes out of scope (check its status()).
+  ScopedContext MakeCurrent() const {
+    return ScopedContext(*api_, context_, ordinal_);
   }
 
   // Adds what the device has free to an out-of-memory status.
@@ -297,7 +344,8 @@ class CudaBackend::Impl {
   }
 
   absl::StatusOr<std::uint64_t> FreeBytes() {
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     std::size_t free = 0, total = 0;
     const CUresult r = api_->cuMemGetInfo(&free, &total);
     if (r != CUDA_SUCCESS) return CudaError(*api_, "cuMemGetInfo", r);
@@ -307,7 +355,8 @@ class CudaBackend::Impl {
   absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) {
     if (bytes == 0) return absl::InvalidArgumentError("Allocate(0 bytes)");
     if (bytes > info_.total_bytes) return TooBig("Allocate", bytes);
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     CUdeviceptr ptr = 0;
     const CUresult r = api_->cuMemAlloc(&ptr, bytes);
     if (r != CUDA_SUCCESS) {
@@ -333,10 +382,14 @@ class CudaBackend::Impl {
       bytes = it->second;
       live_.erase(it);
     }
-    absl::Status status = MakeCurrent();
-    if (status.ok()) {
-      status = CudaError(*api_, absl::StrCat("cuMemFree(", Hex(address), ")"),
-                         api_->cuMemFree(static_cast<CUdeviceptr>(address)));
+    absl::Status status;
+    {
+      const ScopedContext current = MakeCurrent();
+      status = current.status();
+      if (status.ok()) {
+        status = CudaError(*api_, absl::StrCat("cuMemFree(", Hex(address), ")"),
+                           api_->cuMemFree(static_cast<CUdeviceptr>(address)));
+      }
     }
     if (!status.ok()) {
       absl::MutexLock lock(&mu_);
@@ -358,7 +411,8 @@ class CudaBackend::Impl {
   }
 
   absl::StatusOr<EventHandle> CreateEvent() {
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     CUevent event = nullptr;
     const CUresult r = api_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS) {
@@ -379,14 +433,28 @@ class CudaBackend::Impl {
             "destroyed"));
       }
     }
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
-    return CudaError(*api_, absl::StrCat("cuEventDestroy(", Hex(event), ")"),
-                     api_->cuEventDestroy(ToCuEvent(event)));
+    absl::Status status;
+    {
+      const ScopedContext current = MakeCurrent();
+      status = current.status();
+      if (status.ok()) {
+        status =
+            CudaError(*api_, absl::StrCat("cuEventDestroy(", Hex(event), ")"),
+                      api_->cuEventDestroy(ToCuEvent(event)));
+      }
+    }
+    if (!status.ok()) {
+      // Still the backend's: a retry (or the destructor) destroys it.
+      absl::MutexLock lock(&mu_);
+      events_.insert(event);
+    }
+    return status;
   }
 
   absl::Status RecordEvent(EventHandle event, Stream stream) {
     if (absl::Status s = CheckEvent("RecordEvent", event); !s.ok()) return s;
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     return CudaError(*api_,
                      absl::StrCat("cuEventRecord(", Hex(event), ", stream ",
                                   Hex(stream.handle), ")"),
@@ -395,7 +463,8 @@ class CudaBackend::Impl {
 
   absl::StatusOr<bool> QueryEvent(EventHandle event) {
     if (absl::Status s = CheckEvent("QueryEvent", event); !s.ok()) return s;
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     const CUresult r = api_->cuEventQuery(ToCuEvent(event));
     if (r == CUDA_SUCCESS) return true;
     if (r == CUDA_ERROR_NOT_READY) return false;
@@ -406,7 +475,8 @@ class CudaBackend::Impl {
     if (absl::Status s = CheckEvent("StreamWaitEvent", event); !s.ok()) {
       return s;
     }
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     return CudaError(
         *api_,
         absl::StrCat("cuStreamWaitEvent(stream ", Hex(stream.handle), ", ",
@@ -418,7 +488,8 @@ class CudaBackend::Impl {
     if (absl::Status s = CheckEvent("SynchronizeEvent", event); !s.ok()) {
       return s;
     }
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     return CudaError(*api_,
                      absl::StrCat("cuEventSynchronize(", Hex(event), ")"),
                      api_->cuEventSynchronize(ToCuEvent(event)));
@@ -429,7 +500,8 @@ class CudaBackend::Impl {
   absl::StatusOr<CUmemoryPool> Pool() {
     absl::MutexLock lock(&mu_);
     if (pool_ != nullptr) return pool_;
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     CUmemPoolProps props = {};
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
@@ -487,7 +559,8 @@ class CudaBackend::Impl {
     if (bytes > info_.total_bytes) return TooBig("PoolAllocate", bytes);
     absl::StatusOr<CUmemoryPool> pool = Pool();
     if (!pool.ok()) return pool.status();
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     CUdeviceptr ptr = 0;
     const CUresult r =
         api_->cuMemAllocFromPoolAsync(&ptr, bytes, *pool, ToCuStream(stream));
@@ -512,13 +585,18 @@ class CudaBackend::Impl {
             "): not an address PoolAllocate returned and has not freed"));
       }
     }
-    absl::Status status = MakeCurrent();
-    if (status.ok()) {
-      status = CudaError(*api_,
-                         absl::StrCat("cuMemFreeAsync(", Hex(address),
-                                      ", stream ", Hex(stream.handle), ")"),
-                         api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address),
-                                              ToCuStream(stream)));
+    absl::Status status;
+    {
+      const ScopedContext current = MakeCurrent();
+      status = current.status();
+      if (status.ok()) {
+        status =
+            CudaError(*api_,
+                      absl::StrCat("cuMemFreeAsync(", Hex(address), ", stream ",
+                                   Hex(stream.handle), ")"),
+                      api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address),
+                                           ToCuStream(stream)));
+      }
     }
     if (!status.ok()) {
       absl::MutexLock lock(&mu_);
@@ -530,7 +608,8 @@ class CudaBackend::Impl {
   absl::Status PoolTrim(std::uint64_t keep_bytes) {
     absl::StatusOr<CUmemoryPool> pool = Pool();
     if (!pool.ok()) return pool.status();
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     return CudaError(*api_,
                      absl::StrCat("cuMemPoolTrimTo(", keep_bytes, " bytes)"),
                      api_->cuMemPoolTrimTo(*pool, keep_bytes));
@@ -573,7 +652,8 @@ class CudaBackend::Impl {
     absl::StatusOr<std::uint64_t> align =
         ledger_->CheckReserve(bytes, alignment);
     if (!align.ok()) return align.status();
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     CUdeviceptr ptr = 0;
     const CUresult r = api_->cuMemAddressReserve(&ptr, bytes, *align, 0, 0);
     if (r != CUDA_SUCCESS) {
@@ -591,7 +671,8 @@ class CudaBackend::Impl {
     if (absl::Status s = ledger_->CheckFreeAddress(address, bytes); !s.ok()) {
       return s;
     }
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     const CUresult r =
         api_->cuMemAddressFree(static_cast<CUdeviceptr>(address), bytes);
     if (r != CUDA_SUCCESS) {
@@ -608,7 +689,8 @@ class CudaBackend::Impl {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = ledger_->CheckCreate(bytes); !s.ok()) return s;
     if (bytes > info_.total_bytes) return TooBig("CreatePhysical", bytes);
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     const CUmemAllocationProp prop = PinnedOn(device_);
     CUmemGenericAllocationHandle handle = 0;
     const CUresult r = api_->cuMemCreate(&handle, bytes, &prop, 0);
@@ -623,7 +705,8 @@ class CudaBackend::Impl {
   absl::Status ReleasePhysical(PhysicalHandle handle) {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = ledger_->CheckRelease(handle); !s.ok()) return s;
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     const CUresult r =
         api_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle));
     if (r != CUDA_SUCCESS) {
@@ -640,7 +723,8 @@ class CudaBackend::Impl {
     if (absl::Status s = ledger_->CheckMap(address, bytes, handle); !s.ok()) {
       return s;
     }
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     const CUresult r =
         api_->cuMemMap(static_cast<CUdeviceptr>(address), bytes, 0,
                        static_cast<CUmemGenericAllocationHandle>(handle), 0);
@@ -660,7 +744,8 @@ class CudaBackend::Impl {
     absl::StatusOr<std::vector<VmmLedger::Mapping>> mappings =
         ledger_->CheckUnmap(address, bytes);
     if (!mappings.ok()) return mappings.status();
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     // One call per mapping, as cuMemUnmap's contract is stated per mapping.
     // A failure leaves the mappings before it unmapped (and recorded so).
     for (const VmmLedger::Mapping& m : *mappings) {
@@ -682,7 +767,8 @@ class CudaBackend::Impl {
     if (absl::Status s = ledger_->CheckSetAccess(address, bytes); !s.ok()) {
       return s;
     }
-    if (absl::Status s = MakeCurrent(); !s.ok()) return s;
+    const ScopedContext current = MakeCurrent();
+    if (!current.status().ok()) return current.status();
     CUmemAccessDesc access = {};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = device_;

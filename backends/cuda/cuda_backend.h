@@ -6,7 +6,9 @@
 // inverses), events on the caller's streams, and one stream-ordered pool of
 // its own (cuMemPoolCreate; cuMemAllocFromPoolAsync / cuMemFreeAsync). It
 // works in the device's primary context, retained at creation, made current on
-// the calling thread before each call that needs it, released at destruction.
+// the calling thread for each call that needs it and the thread's previous
+// context put back when the call returns (a thread working on another device
+// stays on it), released at destruction.
 //
 // Every handle the backend gives out (addresses, events, physical handles,
 // pool blocks, reservations, mappings) is recorded on the host, and a call

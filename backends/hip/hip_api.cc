@@ -67,6 +67,7 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
   need("hipInit", api->Init);
   need("hipGetDeviceCount", api->GetDeviceCount);
   need("hipSetDevice", api->SetDevice);
+  need("hipGetDevice", api->GetDevice);
   need("hipRuntimeGetVersion", api->RuntimeGetVersion);
   need("hipDriverGetVersion", api->DriverGetVersion);
   need("hipDeviceGetAttribute", api->DeviceGetAttribute);

@@ -116,6 +116,7 @@ struct HipApi {
   hipError_t (*Init)(unsigned int flags) = nullptr;
   hipError_t (*GetDeviceCount)(int* count) = nullptr;
   hipError_t (*SetDevice)(int device) = nullptr;
+  hipError_t (*GetDevice)(int* device) = nullptr;
   hipError_t (*RuntimeGetVersion)(int* version) = nullptr;
   hipError_t (*DriverGetVersion)(int* version) = nullptr;
   hipError_t (*DeviceGetAttribute)(int* value, hipDeviceAttribute_t attribute,

@@ -96,6 +96,49 @@ absl::Status HipErrorStatus(const HipApi& api, hipError_t error,
   }
 }
 
+namespace {
+
+// Makes `device` current on the calling thread for one backend call and puts
+// the thread's previous device back when it goes out of scope: a thread
+// working on device 0 that makes gpualloc act on device 1 is still on device 0
+// afterwards (its next launches and null-stream calls go where it meant).
+// When the device is current already, nothing is set or restored.
+class ScopedDevice {
+ public:
+  ScopedDevice(const HipApi& api, int device) : api_(api) {
+    hipError_t e = api.GetDevice(&previous_);
+    if (e != hipSuccess) {
+      status_ = HipErrorStatus(api, e, "hipGetDevice");
+      return;
+    }
+    if (previous_ == device) return;
+    e = api.SetDevice(device);
+    if (e != hipSuccess) {
+      status_ =
+          HipErrorStatus(api, e, absl::StrCat("hipSetDevice(", device, ")"));
+      return;
+    }
+    restore_ = true;
+  }
+  ~ScopedDevice() {
+    // Nothing to report to: the call's own result stands.
+    if (restore_) (void)api_.SetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+  // OK when the device is current.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const HipApi& api_;
+  int previous_ = 0;
+  bool restore_ = false;
+  absl::Status status_;
+};
+
+}  // namespace
+
 const ArchProfile& ChooseAmdProfile(absl::string_view gcn_arch_name,
                                     std::uint64_t total_bytes,
                                     std::string* why) {
@@ -229,8 +272,9 @@ HipBackend::HipBackend(std::shared_ptr<const HipApi> api,
 HipBackend::~HipBackend() {
   // What the owner left behind goes back to the device; errors have nowhere
   // to go here.
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return;
   core::LockGuard guard(&state_->mu);
-  if (api_->SetDevice(ordinal_) != hipSuccess) return;
   for (const auto& [address, block] : state_->plain) {
     (void)api_->Free(block.original);
   }
@@ -272,16 +316,16 @@ absl::Status HipBackend::Probe() {
   const HipApi& api = *api_;
   GPUALLOC_ASSIGN_OR_RETURN(const int count, HipDeviceCountWith(api));
   if (ordinal_ >= count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "HIP device ordinal ", ordinal_, " is out of range: ", api.library,
-        " reports ", count, " device", count == 1 ? "" : "s"));
+    return absl::UnavailableError(
+        absl::StrCat("HIP device ", ordinal_, " does not exist: ", api.library,
+                     " reports ", count, " device", count == 1 ? "" : "s"));
   }
-  hipError_t e = api.SetDevice(ordinal_);
-  if (e != hipSuccess) {
-    return HipErrorStatus(api, e, absl::StrCat("hipSetDevice(", ordinal_, ")"));
-  }
+  // The device is current for the probe (the reservation below is made on
+  // it); the caller's device is back when Probe returns.
+  const ScopedDevice device(api, ordinal_);
+  if (!device.status().ok()) return device.status();
   int driver = 0;
-  e = api.RuntimeGetVersion(&runtime_version_);
+  hipError_t e = api.RuntimeGetVersion(&runtime_version_);
   if (e != hipSuccess) return HipErrorStatus(api, e, "hipRuntimeGetVersion");
   e = api.DriverGetVersion(&driver);
   if (e != hipSuccess) return HipErrorStatus(api, e, "hipDriverGetVersion");
@@ -456,11 +500,11 @@ absl::Status HipBackend::Probe() {
 // ------------------------------------------------------------ plain memory
 
 absl::StatusOr<std::uint64_t> HipBackend::FreeBytes() {
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   size_t free = 0;
   size_t total = 0;
-  e = api_->MemGetInfo(&free, &total);
+  const hipError_t e = api_->MemGetInfo(&free, &total);
   if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemGetInfo");
   return std::min<std::uint64_t>(free, info_.total_bytes);
 }
@@ -475,8 +519,9 @@ absl::StatusOr<DeviceAddress> HipBackend::Allocate(std::uint64_t bytes) {
         absl::StrCat("HIP Allocate(", bytes, "): more than device ", ordinal_,
                      "'s ", info_.total_bytes, " bytes"));
   }
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
+  hipError_t e = hipSuccess;
   const bool fine = memory_kind_ == MemoryKind::kFine;
   const auto raw = [&](std::uint64_t size, void** out) {
     *out = nullptr;
@@ -544,20 +589,32 @@ absl::Status HipBackend::Free(DeviceAddress address) {
     block = it->second;
     state_->plain.erase(it);
   }
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e == hipSuccess) e = api_->Free(block.original);
-  if (e != hipSuccess) {
-    return HipErrorStatus(*api_, e,
-                          absl::StrCat("hipFree(", Hex(address), ")"));
+  absl::Status status;
+  {
+    const ScopedDevice device(*api_, ordinal_);
+    status = device.status();
+    if (status.ok()) {
+      const hipError_t e = api_->Free(block.original);
+      if (e != hipSuccess) {
+        status = HipErrorStatus(*api_, e,
+                                absl::StrCat("hipFree(", Hex(address), ")"));
+      }
+    }
   }
-  return absl::OkStatus();
+  if (!status.ok()) {
+    // Still the caller's: a retry (or the destructor) frees it.
+    core::LockGuard guard(&state_->mu);
+    state_->plain.emplace(address, block);
+  }
+  return status;
 }
 
 // ------------------------------------------------------------------ events
 
 absl::StatusOr<EventHandle> HipBackend::CreateEvent() {
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
+  hipError_t e = hipSuccess;
   hipEvent_t event = nullptr;
   e = api_->EventCreateWithFlags(&event, hipEventDisableTiming);
   if (e != hipSuccess) {
@@ -594,13 +651,30 @@ absl::Status HipBackend::DestroyEvent(EventHandle event) {
           "): not an event CreateEvent returned, or destroyed already"));
     }
   }
-  const hipError_t e = api_->EventDestroy(ToEvent(event));
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipEventDestroy");
-  return absl::OkStatus();
+  absl::Status status;
+  {
+    const ScopedDevice device(*api_, ordinal_);
+    status = device.status();
+    if (status.ok()) {
+      const hipError_t e = api_->EventDestroy(ToEvent(event));
+      if (e != hipSuccess) {
+        status = HipErrorStatus(
+            *api_, e, absl::StrCat("hipEventDestroy(", Hex(event), ")"));
+      }
+    }
+  }
+  if (!status.ok()) {
+    // Still the backend's: a retry (or the destructor) destroys it.
+    core::LockGuard guard(&state_->mu);
+    state_->events.insert(event);
+  }
+  return status;
 }
 
 absl::Status HipBackend::RecordEvent(EventHandle event, Stream stream) {
   GPUALLOC_HIP_CHECK_EVENT(event, "RecordEvent");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   const hipError_t e = api_->EventRecord(ToEvent(event), ToStream(stream));
   if (e != hipSuccess) {
     return HipErrorStatus(*api_, e,
@@ -612,6 +686,8 @@ absl::Status HipBackend::RecordEvent(EventHandle event, Stream stream) {
 
 absl::StatusOr<bool> HipBackend::QueryEvent(EventHandle event) {
   GPUALLOC_HIP_CHECK_EVENT(event, "QueryEvent");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   const hipError_t e = api_->EventQuery(ToEvent(event));
   if (e == hipSuccess) return true;
   if (e == hipErrorNotReady) return false;
@@ -620,6 +696,8 @@ absl::StatusOr<bool> HipBackend::QueryEvent(EventHandle event) {
 
 absl::Status HipBackend::StreamWaitEvent(Stream stream, EventHandle event) {
   GPUALLOC_HIP_CHECK_EVENT(event, "StreamWaitEvent");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   const hipError_t e =
       api_->StreamWaitEvent(ToStream(stream), ToEvent(event), 0);
   if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipStreamWaitEvent");
@@ -628,6 +706,8 @@ absl::Status HipBackend::StreamWaitEvent(Stream stream, EventHandle event) {
 
 absl::Status HipBackend::SynchronizeEvent(EventHandle event) {
   GPUALLOC_HIP_CHECK_EVENT(event, "SynchronizeEvent");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   const hipError_t e = api_->EventSynchronize(ToEvent(event));
   if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipEventSynchronize");
   return absl::OkStatus();
@@ -642,8 +722,9 @@ absl::Status HipBackend::ConfigurePool(const PoolOptions& options) {
     return NotSupported("ConfigurePool", "stream_ordered_pools");
   }
   core::LockGuard guard(&state_->mu);
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
+  hipError_t e = hipSuccess;
   if (state_->pool == nullptr) {
     // Our own pool, so that its attributes and trimming do not touch the
     // device's default pool other code in the process may use.
@@ -704,8 +785,9 @@ absl::StatusOr<DeviceAddress> HipBackend::PoolAllocate(std::uint64_t bytes,
         absl::StrCat("HIP PoolAllocate(", bytes, "): more than device ",
                      ordinal_, "'s ", info_.total_bytes, " bytes"));
   }
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
+  hipError_t e = hipSuccess;
   void* pointer = nullptr;
   e = api_->MallocFromPoolAsync(&pointer, bytes, pool, ToStream(stream));
   if (e != hipSuccess) {
@@ -735,26 +817,48 @@ absl::Status HipBackend::PoolFree(DeviceAddress address, Stream stream) {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("PoolFree", "stream_ordered_pools");
   }
+  std::uint64_t bytes = 0;
   {
     core::LockGuard guard(&state_->mu);
-    if (state_->pool_blocks.erase(address) == 0) {
+    auto it = state_->pool_blocks.find(address);
+    if (it == state_->pool_blocks.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "HIP PoolFree(", Hex(address),
           "): not an address PoolAllocate returned, or freed already"));
     }
+    bytes = it->second;
+    state_->pool_blocks.erase(it);
   }
-  const hipError_t e = api_->FreeAsync(ToPointer(address), ToStream(stream));
-  if (e != hipSuccess) {
-    return HipErrorStatus(*api_, e,
-                          absl::StrCat("hipFreeAsync(", Hex(address), ")"));
+  absl::Status status;
+  {
+    // A null stream is the current device's: this device's.
+    const ScopedDevice device(*api_, ordinal_);
+    status = device.status();
+    if (status.ok()) {
+      const hipError_t e =
+          api_->FreeAsync(ToPointer(address), ToStream(stream));
+      if (e != hipSuccess) {
+        status =
+            HipErrorStatus(*api_, e,
+                           absl::StrCat("hipFreeAsync(", Hex(address),
+                                        ", stream ", Hex(stream.handle), ")"));
+      }
+    }
   }
-  return absl::OkStatus();
+  if (!status.ok()) {
+    // Still the caller's: a retry (or the destructor) frees it.
+    core::LockGuard guard(&state_->mu);
+    state_->pool_blocks.emplace(address, bytes);
+  }
+  return status;
 }
 
 absl::Status HipBackend::PoolTrim(std::uint64_t keep_bytes) {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("PoolTrim", "stream_ordered_pools");
   }
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   core::LockGuard guard(&state_->mu);
   if (state_->pool == nullptr) return absl::OkStatus();  // nothing held
   const hipError_t e = api_->MemPoolTrimTo(state_->pool, keep_bytes);
@@ -766,6 +870,8 @@ absl::StatusOr<PoolUsage> HipBackend::GetPoolUsage() {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("GetPoolUsage", "stream_ordered_pools");
   }
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   core::LockGuard guard(&state_->mu);
   PoolUsage usage;
   if (state_->pool == nullptr) return usage;
@@ -818,8 +924,9 @@ absl::StatusOr<DeviceAddress> HipBackend::ReserveAddress(
                                        g));
   }
   core::LockGuard guard(&state_->mu);
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
+  hipError_t e = hipSuccess;
   void* pointer = nullptr;
   e = api_->MemAddressReserve(&pointer, bytes, alignment, nullptr, 0);
   const std::string call =
@@ -848,6 +955,8 @@ absl::Status HipBackend::FreeAddress(DeviceAddress address,
   if (state_->AnyMappingIn(address, bytes)) {
     return RuleBroken(op, "memory is still mapped in the range; Unmap first");
   }
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   const hipError_t e = api_->MemAddressFree(ToPointer(address), bytes);
   if (e != hipSuccess) {
     return HipErrorStatus(
@@ -875,8 +984,9 @@ absl::StatusOr<PhysicalHandle> HipBackend::CreatePhysical(std::uint64_t bytes) {
                      info_.total_bytes, " bytes"));
   }
   core::LockGuard guard(&state_->mu);
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
+  hipError_t e = hipSuccess;
   const HipAllocationProp prop(ordinal_, runtime_version_);
   hipMemGenericAllocationHandle_t handle = nullptr;
   e = api_->MemCreate(&handle, bytes, prop.pointer(), 0);
@@ -904,6 +1014,8 @@ absl::Status HipBackend::ReleasePhysical(PhysicalHandle handle) {
                       "already");
   }
   // As in CUDA, memory still mapped stays until its last mapping goes.
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   const hipError_t e = api_->MemRelease(ToHandle(handle));
   if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemRelease");
   state_->handles.erase(it);
@@ -939,8 +1051,9 @@ absl::Status HipBackend::Map(DeviceAddress address, std::uint64_t bytes,
   if (state_->AnyMappingIn(address, bytes)) {
     return RuleBroken(op, "part of the range is mapped already");
   }
-  hipError_t e = api_->SetDevice(ordinal_);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipSetDevice");
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
+  hipError_t e = hipSuccess;
   e = api_->MemMap(ToPointer(address), bytes, 0, ToHandle(handle), 0);
   if (e != hipSuccess) {
     return HipErrorStatus(*api_, e,
@@ -964,6 +1077,8 @@ absl::Status HipBackend::Unmap(DeviceAddress address, std::uint64_t bytes) {
                       "the range must name whole mappings exactly, with "
                       "nothing unmapped in it");
   }
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   // One call per mapping: what every ROCm release accepts.
   for (const auto& tile : tiles) {
     const hipError_t e =
@@ -995,6 +1110,8 @@ absl::Status HipBackend::SetAccess(DeviceAddress address, std::uint64_t bytes) {
   if (tiles.empty()) {
     return RuleBroken(op, "every byte of the range must be mapped");
   }
+  const ScopedDevice device(*api_, ordinal_);
+  if (!device.status().ok()) return device.status();
   hipMemAccessDesc access{};
   access.location.type = hipMemLocationTypeDevice;
   access.location.id = ordinal_;

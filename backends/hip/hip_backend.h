@@ -20,6 +20,11 @@
 //    target features stripped, and every such decision written down in
 //    notes() for reports.
 //
+// The current device: every method that calls the runtime makes the backend's
+// device current on the calling thread first (a null stream then means this
+// device's) and puts the thread's previous device back when it returns, so a
+// thread working on another device stays on it.
+//
 // Thread safety: every method may be called from any thread.
 #ifndef GPUALLOC_BACKENDS_HIP_HIP_BACKEND_H_
 #define GPUALLOC_BACKENDS_HIP_HIP_BACKEND_H_

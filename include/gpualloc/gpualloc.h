@@ -20,8 +20,9 @@
  * the calling thread's last-error message (gpualloc_last_error), which names
  * what was wrong (the configuration key, the address, the out-of-memory
  * report). A rejected call changes nothing. No C++ exception crosses this
- * interface: one that would (std::bad_alloc) becomes
- * GPUALLOC_RESOURCE_EXHAUSTED or GPUALLOC_INTERNAL with its message.
+ * interface: one that would becomes GPUALLOC_RESOURCE_EXHAUSTED
+ * (std::bad_alloc) or GPUALLOC_INTERNAL, with a message saying so (a fixed
+ * one when even the message cannot be allocated).
  *
  * Streams are opaque handles (a cudaStream_t or hipStream_t cast to void*);
  * NULL is the default stream. Devices are ordinals from 0.
@@ -69,10 +70,16 @@ typedef enum gpualloc_status {
 /* Opaque: the allocators of every device, from one configuration. */
 typedef struct gpualloc_handle gpualloc_t;
 
-/* TensorFlow's allocator statistics (gpualloc::Stats). ABI evolution: the
- * caller sets struct_size to sizeof(gpualloc_stats_t) as it was compiled;
- * the library fills only the fields that fit in it, so fields are only ever
- * added at the end. */
+/* TensorFlow's allocator statistics (gpualloc::Stats). ABI evolution: fields
+ * are only ever added at the end, and the caller sets struct_size to
+ * sizeof(gpualloc_stats_t) as it was compiled. The library fills the fields
+ * both it and the caller know: a caller built against an older header (a
+ * smaller struct) gets the fields that fit, and nothing past them is written;
+ * a caller built against a newer header (a larger struct) than the library's
+ * gets the library's fields, and the fields the library does not know are
+ * left as the caller set them (set them to a value meaning "unknown" first).
+ * struct_size is left as the caller set it; a size smaller than the
+ * struct_size field itself is refused. */
 typedef struct gpualloc_stats {
   uint64_t struct_size;
   uint64_t num_allocs;   /* successful allocations, ever */
