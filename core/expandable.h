@@ -99,6 +99,16 @@ class ExpandableSpace {
 
   std::uint64_t mapped_bytes() const { return mapped_bytes_; }
   std::size_t num_mappings() const { return mappings_.size(); }
+  // Whether a mapping starts / ends exactly at `address` (O(log mappings)).
+  bool MappingStartsAt(DeviceAddress address) const {
+    return mappings_.contains(address);
+  }
+  bool MappingEndsAt(DeviceAddress address) const {
+    auto it = mappings_.lower_bound(address);
+    if (it == mappings_.begin()) return false;
+    --it;
+    return it->first + it->second.bytes == address;
+  }
   std::uint64_t maps() const { return maps_; }
   std::uint64_t unmaps() const { return unmaps_; }
 
