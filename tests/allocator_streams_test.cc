@@ -263,7 +263,10 @@ TEST(AllocatorStreamsTest, RealSingleStreamTracesRecordNoEvent) {
   for (const std::string& name : names) {
     std::ifstream in(dir + "/" + name);
     if (!in) continue;
-    for (int config = 0; config < 3; ++config) {
+    // The expandable replay only where the validator does not run after
+    // every operation (debug_checks=2 makes it minutes under ASan).
+    const int configs = GPUALLOC_DEBUG_CHECKS >= 2 ? 2 : 3;
+    for (int config = 0; config < configs; ++config) {
       // Preallocated; growth by regions; growth by expandable regions.
       const bool preallocate = config == 0;
       const bool expandable = config == 2;
@@ -317,7 +320,8 @@ TEST(AllocatorStreamsTest, RealSingleStreamTracesRecordNoEvent) {
       ++replayed;
     }
   }
-  EXPECT_EQ(replayed, 12) << "traces missing from " << dir;
+  EXPECT_EQ(replayed, GPUALLOC_DEBUG_CHECKS >= 2 ? 8 : 12)
+      << "traces missing from " << dir;
 }
 
 TEST(AllocatorStreamsTest, BackendWithoutStreamsTreatsAllStreamsAsOne) {
