@@ -22,6 +22,7 @@
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
 #include "gtest/gtest.h"
+#include "tests/backend_walk.h"
 #include "tests/cuda_fake_driver.h"
 
 namespace gpualloc::cuda {
@@ -695,57 +696,8 @@ TEST(CudaBackendTest, CallsLeaveTheThreadsContextAsTheyFoundIt) {
       ASSERT_TRUE(created.ok()) << created.status();
       kept("Create");
       CudaBackend& b = **created;
-      const std::uint64_t g = b.info().min_granularity;
-      EXPECT_TRUE(b.FreeBytes().ok());
-      kept("FreeBytes");
-      auto plain = b.Allocate(4096);
-      ASSERT_TRUE(plain.ok()) << plain.status();
-      kept("Allocate");
-      EXPECT_TRUE(b.Free(*plain).ok());
-      kept("Free");
-
-      auto event = b.CreateEvent();
-      ASSERT_TRUE(event.ok()) << event.status();
-      kept("CreateEvent");
-      EXPECT_TRUE(b.RecordEvent(*event, Stream()).ok());
-      kept("RecordEvent");
-      EXPECT_TRUE(b.QueryEvent(*event).ok());
-      kept("QueryEvent");
-      EXPECT_TRUE(b.StreamWaitEvent(Stream(0x78), *event).ok());
-      kept("StreamWaitEvent");
-      EXPECT_TRUE(b.SynchronizeEvent(*event).ok());
-      kept("SynchronizeEvent");
-      EXPECT_TRUE(b.DestroyEvent(*event).ok());
-      kept("DestroyEvent");
-
-      EXPECT_TRUE(b.ConfigurePool(PoolOptions()).ok());
-      kept("ConfigurePool");
-      auto block = b.PoolAllocate(kMiB, Stream());
-      ASSERT_TRUE(block.ok()) << block.status();
-      kept("PoolAllocate");
-      EXPECT_TRUE(b.PoolFree(*block, Stream()).ok());
-      kept("PoolFree");
-      EXPECT_TRUE(b.PoolTrim(0).ok());
-      kept("PoolTrim");
-      EXPECT_TRUE(b.GetPoolUsage().ok());
-      kept("GetPoolUsage");
-
-      auto va = b.ReserveAddress(2 * g, 0);
-      ASSERT_TRUE(va.ok()) << va.status();
-      kept("ReserveAddress");
-      auto h = b.CreatePhysical(g);
-      ASSERT_TRUE(h.ok()) << h.status();
-      kept("CreatePhysical");
-      EXPECT_TRUE(b.Map(*va, g, *h).ok());
-      kept("Map");
-      EXPECT_TRUE(b.SetAccess(*va, g).ok());
-      kept("SetAccess");
-      EXPECT_TRUE(b.Unmap(*va, g).ok());
-      kept("Unmap");
-      EXPECT_TRUE(b.ReleasePhysical(*h).ok());
-      kept("ReleasePhysical");
-      EXPECT_TRUE(b.FreeAddress(*va, 2 * g).ok());
-      kept("FreeAddress");
+      ASSERT_NO_FATAL_FAILURE(
+          gpualloc::testing::CallEveryOperation(b, 4096, Stream(0x78), kept));
       // A failing call restores it too.
       fake->FailNext("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY);
       EXPECT_FALSE(b.Allocate(4096).ok());
