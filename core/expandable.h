@@ -98,7 +98,6 @@ class ExpandableSpace {
       DeviceAddress address, std::uint64_t bytes) const;
 
   std::uint64_t mapped_bytes() const { return mapped_bytes_; }
-  std::size_t num_mappings() const { return mappings_.size(); }
   // Whether a mapping starts / ends exactly at `address` (O(log mappings)).
   bool MappingStartsAt(DeviceAddress address) const {
     return mappings_.contains(address);
