@@ -32,7 +32,8 @@ class NoStreams final : public core::ReuseOracle {
   bool KnownComplete(std::uintptr_t, std::uint64_t) const override {
     return true;
   }
-  Verdict Prepare(std::uintptr_t, std::uint64_t, std::uintptr_t) override {
+  Verdict Prepare(std::uintptr_t, std::uint64_t, std::uintptr_t,
+                  bool) override {
     return Verdict::kReady;
   }
 };
@@ -83,8 +84,9 @@ class BfcAllocator final : public Allocator {
     }
   }
 
-  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream given,
                                  std::size_t alignment) override {
+    const Stream stream = Key(given);
     const std::uint64_t min_block = resolved_.min_block_size;
     if (alignment != 0) {  // 0, the common case, needs no check
       GPUALLOC_RETURN_IF_ERROR(
@@ -101,7 +103,7 @@ class BfcAllocator final : public Allocator {
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {
-      if (stream_order_.has_error()) return EventFailure(bytes, stream);
+      if (stream_order_.has_error()) return EventFailure(bytes, given);
       absl::StatusOr<DeviceAddress> grown =
           AllocateSlow(size, bytes, align, needed, stream);
       if (!grown.ok()) return grown.status();
@@ -116,8 +118,8 @@ class BfcAllocator final : public Allocator {
       return absl::OkStatus();  // like free(NULL) and cudaFree(0)
     core::LockGuard lock(&mu_);
     absl::Status status =
-        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr), stream.handle,
-                         stream_order_.stamp(), oracle_);
+        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr),
+                         Key(stream).handle, stream_order_.stamp(), oracle_);
     MaybeValidate();
     return status;
   }
@@ -125,7 +127,7 @@ class BfcAllocator final : public Allocator {
   absl::Status RecordStream(void* ptr, Stream stream) override {
     core::LockGuard lock(&mu_);
     absl::Status status = core_.RecordStream(
-        reinterpret_cast<std::uintptr_t>(ptr), stream.handle);
+        reinterpret_cast<std::uintptr_t>(ptr), Key(stream).handle);
     MaybeValidate();
     return status;
   }
@@ -164,6 +166,15 @@ class BfcAllocator final : public Allocator {
   const Options& options() const override { return resolved_.options; }
 
  private:
+  // A stream handle no caller uses: "every stream" where one is excluded.
+  static constexpr std::uintptr_t kNoStream = UINTPTR_MAX;
+
+  // The stream as the core sees it: a backend without streams runs its work
+  // in call order, so all streams are one.
+  Stream Key(Stream stream) const {
+    return oracle_ == &stream_order_ ? stream : Stream();
+  }
+
   // `full`: also walk every mapping (Validate()); after each operation
   // (debug_checks=2) the mappings are checked at the regions' ends only.
   absl::Status ValidateLocked(bool full) const
@@ -298,8 +309,9 @@ class BfcAllocator final : public Allocator {
   }
 
   // Tries the growth candidates, largest first. OK when a region was added.
-  absl::Status Grow(std::uint64_t needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (space_ != nullptr) return GrowExpandable(needed);
+  absl::Status Grow(std::uint64_t needed, Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (space_ != nullptr) return GrowExpandable(needed, stream);
     core::GrowthRequest request;
     request.needed = needed;
     request.reserved = core_.counters().bytes_reserved;
@@ -380,7 +392,7 @@ class BfcAllocator final : public Allocator {
 
   // Maps the least that makes room for `needed` bytes (PlanGrowth): at the
   // end of what is mapped, or in a hole left by an earlier trim.
-  absl::Status GrowExpandable(std::uint64_t needed)
+  absl::Status GrowExpandable(std::uint64_t needed, Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
     std::vector<core::Extent> extents;
@@ -401,7 +413,7 @@ class BfcAllocator final : public Allocator {
     // first, keeping the free memory the plan joins.
     if (resolved_.options.trim_before_growth) {
       GPUALLOC_RETURN_IF_ERROR(
-          UnmapFree(plan->address, plan->address + plan->bytes));
+          UnmapFree(plan->address, plan->address + plan->bytes, &stream));
     }
     const std::uint64_t reserved = core_.counters().bytes_reserved;
     if (reserved + plan->bytes > resolved_.limit) {
@@ -414,14 +426,29 @@ class BfcAllocator final : public Allocator {
 
   // Unmaps every whole mapping inside a free chunk, except chunks touching
   // [keep_begin, keep_end); first the host waits for the work of every
-  // stream that may still use that memory (unmapping does not wait).
-  absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end)
+  // stream that may still use that memory (unmapping does not wait). With
+  // `for_stream` (growth on behalf of that stream) and several streams seen,
+  // memory other streams' pending work may still use is left alone: growth
+  // never makes the host wait for another stream.
+  absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end,
+                         const Stream* for_stream = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool only_own = for_stream != nullptr && core_.multi_stream() &&
+                          oracle_ == &stream_order_;
     std::vector<std::pair<DeviceAddress, std::uint64_t>> targets;
     for (const core::BfcCore::FreeSpan& span :
          core_.FreeSpans(space_->unit())) {
       if (span.address <= keep_end && span.address + span.size >= keep_begin) {
         continue;
+      }
+      if (only_own) {
+        const std::vector<std::uintptr_t> users =
+            core_.StreamsUsingFree(span.address, span.size, stream_order_);
+        if (std::any_of(users.begin(), users.end(), [&](std::uintptr_t s) {
+              return s != for_stream->handle;
+            })) {
+          continue;
+        }
       }
       for (const auto& run : space_->MappedRunsWithin(span.address, span.size))
         targets.push_back(run);
@@ -459,12 +486,42 @@ class BfcAllocator final : public Allocator {
   }
 
   // Returns every fully free region to the backend (expandable regions:
-  // unmaps every free granule).
-  absl::Status ReleaseFreeRegions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // unmaps every free granule). With `for_stream` (before growing for that
+  // stream) and several streams seen, regions whose work on other streams
+  // is not known complete stay: freeing them would make the device
+  // synchronize.
+  absl::Status ReleaseFreeRegions(const Stream* for_stream = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (for_stream == nullptr && core_.multi_stream() &&
+        oracle_ == &stream_order_) {
+      // Free pieces of different streams' frees are separate chunks until
+      // their work is known complete: wait for it, so that they merge into
+      // whole free regions and granules that can go back.
+      const std::vector<std::uintptr_t> streams =
+          core_.PendingStreams(stream_order_, kNoStream);
+      if (!streams.empty()) {
+        absl::Status waited = stream_order_.WaitForAll(streams);
+        if (!waited.ok()) {
+          (void)stream_order_.TakeError();
+          return absl::Status(
+              waited.code(),
+              absl::StrFormat("waiting for the work that used free memory "
+                              "before returning it: %s",
+                              waited.message()));
+        }
+      }
+      core_.Settle(stream_order_);
+    }
     // (An empty keep range: [1, 0) touches no chunk.)
     if (space_ != nullptr) return UnmapFree(1, 0);
+    const bool only_own = for_stream != nullptr && core_.multi_stream() &&
+                          oracle_ == &stream_order_;
     absl::Status first_error;
     for (core::RegionId id : core_.FreeRegions()) {
+      if (only_own &&
+          !core_.RegionUsableBy(id, for_stream->handle, stream_order_)) {
+        continue;
+      }
       const DeviceAddress base = core_.region_base(id);
       absl::Status freed = backend_->Free(base);
       if (!freed.ok()) {
@@ -490,14 +547,49 @@ class BfcAllocator final : public Allocator {
 
   // One more attempt at the core; *event_failed tells a failing event call
   // from an honest "nothing fits".
-  std::optional<DeviceAddress> Retry(std::uint64_t size, std::uint64_t bytes,
-                                     std::uint64_t align, Stream stream,
-                                     bool* event_failed)
+  std::optional<DeviceAddress> Retry(
+      std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
+      Stream stream, bool* event_failed,
+      core::BfcCore::Search search = core::BfcCore::Search::kAll)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Every fitting chunk is looked at: this is the slow path.
     std::optional<DeviceAddress> a =
-        core_.Allocate(size, bytes, align, stream.handle, oracle_);
+        core_.Allocate(size, bytes, align, stream.handle, oracle_, search);
     *event_failed = !a.has_value() && stream_order_.has_error();
     return a;
+  }
+
+  // Several streams, before growing: ask the device (without waiting) how
+  // far the other streams whose frees fence memory have come, merge the
+  // pieces whose work completed, look at every fitting chunk, then at runs of
+  // neighbouring chunks. Growth is never the answer to work nobody asked
+  // about.
+  std::optional<DeviceAddress> SettleAndRetry(std::uint64_t size,
+                                              std::uint64_t bytes,
+                                              std::uint64_t align,
+                                              Stream stream, bool* event_failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    *event_failed = false;
+    if (oracle_ != &stream_order_ || !core_.multi_stream()) {
+      return std::nullopt;
+    }
+    for (const core::StreamStamp& p :
+         core_.PendingConditions(stream_order_, stream.handle)) {
+      if (!stream_order_.Poll(p.stream, p.stamp)) {
+        *event_failed = true;
+        return std::nullopt;
+      }
+    }
+    core_.Settle(stream_order_);
+    if (std::optional<DeviceAddress> a =
+            Retry(size, bytes, align, stream, event_failed)) {
+      return a;
+    }
+    if (*event_failed) return std::nullopt;
+    // Pieces of different streams' frees that the stream may all use, next
+    // to each other.
+    return core_.AllocateAcross(size, bytes, align, stream.handle,
+                                &stream_order_);
   }
 
   // Out of fitting free chunks: grow (or preallocate), then wait for the work
@@ -508,6 +600,12 @@ class BfcAllocator final : public Allocator {
       std::uint64_t needed, Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // A retry that met a failing event call stops everything (EventFailure).
     bool event_failed = false;
+    if (core_.num_regions() != 0) {
+      if (std::optional<DeviceAddress> a =
+              SettleAndRetry(size, bytes, align, stream, &event_failed))
+        return *a;
+      if (event_failed) return EventFailure(bytes, stream);
+    }
     absl::Status why;
     if (resolved_.options.preallocate && core_.num_regions() == 0) {
       {
@@ -528,9 +626,9 @@ class BfcAllocator final : public Allocator {
       // regions do the same with free granules inside Grow).
       if (space_ == nullptr && resolved_.options.trim_before_growth &&
           !core_.FreeRegions().empty()) {
-        GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
+        GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions(&stream));
       }
-      why = Grow(needed);
+      why = Grow(needed, stream);
     }
     if (why.ok()) {
       if (std::optional<DeviceAddress> a =
@@ -542,24 +640,46 @@ class BfcAllocator final : public Allocator {
     }
     if (!absl::IsResourceExhausted(why)) return why;  // a driver error, not OOM
 
-    // Memory other streams freed may be waiting for their work to finish.
+    // Memory other streams freed may be waiting for their work to finish:
+    // first what a stream wait makes usable (when policy says so) or a query
+    // finds complete, in one chunk or across neighbours, then waiting on the
+    // host.
+    if (oracle_ == &stream_order_ && core_.multi_stream()) {
+      if (std::optional<DeviceAddress> a =
+              Retry(size, bytes, align, stream, &event_failed,
+                    core::BfcCore::Search::kMayWait))
+        return *a;
+      if (event_failed) return EventFailure(bytes, stream);
+      if (std::optional<DeviceAddress> a = core_.AllocateAcross(
+              size, bytes, align, stream.handle, &stream_order_, /*ask=*/true))
+        return *a;
+      if (stream_order_.has_error()) return EventFailure(bytes, stream);
+    }
     if (oracle_ == &stream_order_) {
       const std::vector<std::uintptr_t> pending =
           core_.PendingStreams(stream_order_, stream.handle);
       if (!pending.empty()) {
         absl::Status waited = stream_order_.WaitForAll(pending);
         if (!waited.ok()) return EventFailure(bytes, stream, waited);
+        // What the wait completed may merge now.
+        if (core_.multi_stream()) core_.Settle(stream_order_);
         if (std::optional<DeviceAddress> a =
                 Retry(size, bytes, align, stream, &event_failed))
           return *a;
         if (event_failed) return EventFailure(bytes, stream);
+      }
+      // The stream's own pieces next to memory now clean.
+      if (core_.multi_stream()) {
+        if (std::optional<DeviceAddress> a = core_.AllocateAcross(
+                size, bytes, align, stream.handle, &stream_order_))
+          return *a;
       }
     }
 
     if ((!resolved_.options.preallocate || space_ != nullptr) &&
         resolved_.options.garbage_collection && HasFreeToRelease()) {
       GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
-      absl::Status grown = Grow(needed);
+      absl::Status grown = Grow(needed, stream);
       if (grown.ok()) {
         if (std::optional<DeviceAddress> a =
                 Retry(size, bytes, align, stream, &event_failed))

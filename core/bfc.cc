@@ -100,7 +100,16 @@ RegionId BfcCore::JoinRegions(RegionId left, RegionId right,
 
   Chunk& a = chunks_[seam_left];
   Chunk& b = chunks_[seam_right];
-  if (!a.in_use && !b.in_use) {
+  if (multi_stream_ && !a.in_use && !b.in_use) {
+    // Several streams: drop what is known complete on both sides, then merge
+    // whatever may merge now (each side also with its other neighbour).
+    if (oracle != nullptr) {
+      DropComplete(a, *oracle);
+      DropComplete(b, *oracle);
+    }
+    const ChunkId survivor = MergeNeighbours(seam_right);
+    if (survivor != seam_left) MergeNeighbours(seam_left);
+  } else if (!a.in_use && !b.in_use) {
     const std::uint64_t merged = a.size + b.size;
     AbsorbFence(a, b, oracle);
     RemoveFree(seam_right);
@@ -192,9 +201,14 @@ void BfcCore::CarveFree(DeviceAddress address, std::uint64_t bytes) {
 
 RegionEdges BfcCore::region_edges(RegionId id) const {
   const Region& r = regions_[id];
+  // Fresh memory is clean: with several streams it merges only with ends
+  // that are clean too.
+  auto joins = [this](const Chunk& c) {
+    return !c.in_use && (!multi_stream_ || c.fence == Fence::kClean);
+  };
   RegionEdges e;
-  if (!chunks_[r.first].in_use) e.free_head = chunks_[r.first].size;
-  if (!chunks_[r.last].in_use) e.free_tail = chunks_[r.last].size;
+  if (joins(chunks_[r.first])) e.free_head = chunks_[r.first].size;
+  if (joins(chunks_[r.last])) e.free_tail = chunks_[r.last].size;
   return e;
 }
 
@@ -383,10 +397,10 @@ void BfcCore::AbsorbMixedFence(Chunk& into, Chunk& from,
 }
 
 BfcCore::Usable BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
-                                    ReuseOracle& oracle) {
+                                    ReuseOracle& oracle, bool may_wait) {
   Chunk& c = chunks_[id];
   if (c.fence == Fence::kStream) {
-    switch (oracle.Prepare(c.stream, c.free_stamp, stream)) {
+    switch (oracle.Prepare(c.stream, c.free_stamp, stream, may_wait)) {
       case ReuseOracle::Verdict::kReady:
         c.fence = Fence::kClean;
         c.stream = 0;
@@ -403,7 +417,7 @@ BfcCore::Usable BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
   GPUALLOC_DCHECK(c.fence == Fence::kSet);
   for (const StreamStamp& s : fences_.Get(c.fence_set)) {
     if (s.stream == stream) continue;
-    switch (oracle.Prepare(s.stream, s.stamp, stream)) {
+    switch (oracle.Prepare(s.stream, s.stamp, stream, may_wait)) {
       case ReuseOracle::Verdict::kReady:
       case ReuseOracle::Verdict::kWaited:
         break;
@@ -421,17 +435,48 @@ BfcCore::Usable BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
   return Usable::kYes;
 }
 
+bool BfcCore::KnownUsable(const Chunk& c, std::uintptr_t stream,
+                          const ReuseOracle& oracle) const {
+  switch (c.fence) {
+    case Fence::kClean:
+      return true;
+    case Fence::kStream:
+      return c.stream == stream || oracle.KnownComplete(c.stream, c.free_stamp);
+    case Fence::kSet:
+      for (const StreamStamp& s : fences_.Get(c.fence_set)) {
+        if (s.stream != stream && !oracle.KnownComplete(s.stream, s.stamp)) {
+          return false;
+        }
+      }
+      return true;
+  }
+  return false;
+}
+
 ChunkId BfcCore::FindUsable(ChunkId first, std::uintptr_t stream,
-                            ReuseOracle* oracle) {
+                            ReuseOracle* oracle, Search search) {
+  const bool search_all = search != Search::kFast;
+  // First a chunk `stream` may use without a device call: best fit among
+  // those, and no event recorded or queried while one exists.
+  for (ChunkId id = first, n = 0;
+       id != kNoChunk && (search_all || n < kMaxCrossStreamCandidates);
+       id = bins_.NextFit(id), ++n) {
+    const Chunk& c = chunks_[id];
+    if (UsableOn(c, stream)) return id;
+    if (oracle != nullptr && KnownUsable(c, stream, *oracle)) {
+      return Resolve(id, *oracle);
+    }
+  }
+  // Without an oracle nobody can vouch for other streams' work.
+  if (oracle == nullptr) return kNoChunk;
+  // Then ask about the candidates in best-fit order.
   for (ChunkId id = first, n = 0;
        id != kNoChunk && n < kMaxCrossStreamCandidates;
        id = bins_.NextFit(id), ++n) {
-    if (UsableOn(chunks_[id], stream)) return id;
-    // Without an oracle nobody can vouch for other streams' work.
-    if (oracle == nullptr) continue;
-    switch (MakeUsable(id, stream, *oracle)) {
+    switch (MakeUsable(id, stream, *oracle, search == Search::kMayWait)) {
       case Usable::kYes:
-        return id;
+        // Its condition may have shrunk: it may merge now (I4).
+        return MergeNeighbours(id);
       case Usable::kNo:
         break;
       case Usable::kStop:
@@ -441,19 +486,183 @@ ChunkId BfcCore::FindUsable(ChunkId first, std::uintptr_t stream,
   return kNoChunk;
 }
 
-std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
-                                               std::uint64_t requested,
-                                               std::uint64_t alignment,
-                                               std::uintptr_t stream,
-                                               ReuseOracle* oracle) {
+void BfcCore::NoteNewStream(std::uintptr_t stream) {
+  if (solo_stream_ == kNoStreamYet) {
+    solo_stream_ = stream;
+    return;
+  }
+  multi_stream_ = true;
+  UnfenceAboveHighWater();
+}
+
+void BfcCore::UnfenceAboveHighWater() {
+  std::vector<ChunkId> above;
+  for (const auto& [base, rid] : region_index_) {
+    if (base + regions_[rid].size <= high_water_) continue;
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      if (!c.in_use && c.fence != Fence::kClean &&
+          c.address + c.size > high_water_) {
+        above.push_back(id);
+      }
+    }
+  }
+  for (ChunkId id : above) {
+    if (chunks_[id].address < high_water_) {
+      // The part below keeps the condition (a new record, `id` keeps the
+      // rest in the bins).
+      InsertFree(SplitFront(id, high_water_ - chunks_[id].address,
+                            /*copy_fence=*/true));
+    }
+    Chunk& c = chunks_[id];
+    ReleaseFenceSet(c);
+    c.fence = Fence::kClean;
+    c.stream = 0;
+    c.free_stamp = 0;
+  }
+}
+
+bool BfcCore::SameCondition(const Chunk& a, const Chunk& b) const {
+  if (a.fence != b.fence) return false;
+  switch (a.fence) {
+    case Fence::kClean:
+      return true;
+    case Fence::kStream:
+      return a.stream == b.stream;
+    case Fence::kSet: {
+      const absl::Span<const StreamStamp> x = fences_.Get(a.fence_set);
+      const absl::Span<const StreamStamp> y = fences_.Get(b.fence_set);
+      if (x.size() != y.size()) return false;
+      for (const StreamStamp& p : x) {
+        bool found = false;
+        for (const StreamStamp& q : y) found |= p.stream == q.stream;
+        if (!found) return false;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+ChunkId BfcCore::MergeNeighbours(ChunkId id) {
+  for (;;) {
+    bool merged = false;
+    const ChunkId next = chunks_[id].next;
+    if (next != kNoChunk && !chunks_[next].in_use &&
+        Mergeable(chunks_[id], chunks_[next])) {
+      const std::uint64_t size = chunks_[id].size + chunks_[next].size;
+      AbsorbFence(chunks_[id], chunks_[next], nullptr);
+      RemoveFree(next);
+      Unlink(next);
+      // Out of the bins and back rather than Rekey (see JoinRegions).
+      RemoveFree(id);
+      chunks_[id].size = size;
+      InsertFree(id);
+      merged = true;
+    }
+    const ChunkId prev = chunks_[id].prev;
+    if (prev != kNoChunk && !chunks_[prev].in_use &&
+        Mergeable(chunks_[prev], chunks_[id])) {
+      const std::uint64_t size = chunks_[prev].size + chunks_[id].size;
+      AbsorbFence(chunks_[prev], chunks_[id], nullptr);
+      RemoveFree(id);
+      Unlink(id);
+      RemoveFree(prev);
+      chunks_[prev].size = size;
+      InsertFree(prev);
+      id = prev;
+      merged = true;
+    }
+    if (!merged) return id;
+  }
+}
+
+bool BfcCore::DropComplete(Chunk& c, const ReuseOracle& oracle) {
+  switch (c.fence) {
+    case Fence::kClean:
+      return false;
+    case Fence::kStream:
+      if (!oracle.KnownComplete(c.stream, c.free_stamp)) return false;
+      c.fence = Fence::kClean;
+      c.stream = 0;
+      c.free_stamp = 0;
+      return true;
+    case Fence::kSet: {
+      const std::size_t before = fences_.Get(c.fence_set).size();
+      fences_.Filter(c.fence_set, [&oracle](const StreamStamp& s) {
+        return !oracle.KnownComplete(s.stream, s.stamp);
+      });
+      const bool changed = fences_.Get(c.fence_set).size() != before;
+      NormalizeFence(c);
+      return changed;
+    }
+  }
+  return false;
+}
+
+ChunkId BfcCore::Resolve(ChunkId id, const ReuseOracle& oracle) {
+  if (!DropComplete(chunks_[id], oracle)) return id;
+  return MergeNeighbours(id);
+}
+
+void BfcCore::ResolveNeighbours(ChunkId id, const ReuseOracle& oracle) {
+  // `id` is still marked in use, so nothing merges into it here.
+  const ChunkId prev = chunks_[id].prev;
+  if (prev != kNoChunk && !chunks_[prev].in_use &&
+      chunks_[prev].fence != Fence::kClean &&
+      !SameCondition(chunks_[prev], chunks_[id])) {
+    Resolve(prev, oracle);
+  }
+  const ChunkId next = chunks_[id].next;
+  if (next != kNoChunk && !chunks_[next].in_use &&
+      chunks_[next].fence != Fence::kClean &&
+      !SameCondition(chunks_[next], chunks_[id])) {
+    Resolve(next, oracle);
+  }
+}
+
+std::size_t BfcCore::Settle(const ReuseOracle& oracle) {
+  std::vector<ChunkId> fenced;
+  for (const auto& [base, rid] : region_index_) {
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      if (!c.in_use && c.fence != Fence::kClean) fenced.push_back(id);
+    }
+  }
+  std::size_t changed = 0;
+  for (ChunkId id : fenced) {
+    // Merges only delete records (none is created here): an id merged away
+    // is dead, never reused.
+    if (!chunks_.IsLive(id) || chunks_[id].in_use) continue;
+    if (DropComplete(chunks_[id], oracle)) {
+      ++changed;
+      MergeNeighbours(id);
+    }
+  }
+  return changed;
+}
+
+bool BfcCore::RegionUsableBy(RegionId id, std::uintptr_t stream,
+                             const ReuseOracle& oracle) const {
+  GPUALLOC_DCHECK(IsRegionFree(id));
+  const Chunk& c = chunks_[regions_[id].first];
+  return UsableOn(c, stream) || KnownUsable(c, stream, oracle);
+}
+
+std::optional<DeviceAddress> BfcCore::Allocate(
+    std::uint64_t size, std::uint64_t requested, std::uint64_t alignment,
+    std::uintptr_t stream, ReuseOracle* oracle, Search search) {
+  NoteStream(stream);
   const std::uint64_t min_block = config_.min_block_size;
   // With a stricter alignment, any chunk of size + (alignment - min_block)
   // holds an aligned start followed by `size` bytes.
-  const std::uint64_t search = size + (alignment - min_block);
-  ChunkId id = bins_.FindBestFit(search);
+  const std::uint64_t fits = size + (alignment - min_block);
+  ChunkId id = bins_.FindBestFit(fits);
   if (id == kNoChunk) return std::nullopt;
   if (ABSL_PREDICT_FALSE(!UsableOn(chunks_[id], stream))) {
-    id = FindUsable(id, stream, oracle);
+    id = FindUsable(id, stream, oracle, search);
     if (id == kNoChunk) return std::nullopt;
   }
 
@@ -475,28 +684,116 @@ std::optional<DeviceAddress> BfcCore::Allocate(std::uint64_t size,
     ReleaseFenceSet(chunks_[id]);
   }
 
-  Chunk& c = chunks_[id];
-  c.fence = Fence::kClean;
-  c.in_use = true;
-  c.requested = requested;
-  c.stream = stream;
-  in_use_.Insert(c.address, id);
+  TakeChunk(id, requested, stream);
+  return chunks_[id].address;
+}
 
-  CoreCounters& k = counters_;
-  ++k.num_allocs;
-  ++k.num_chunks_in_use;
-  k.bytes_in_use += c.size;
-  k.bytes_requested += requested;
-  k.peak_bytes_in_use = std::max(k.peak_bytes_in_use, k.bytes_in_use);
-  k.peak_bytes_requested = std::max(k.peak_bytes_requested, k.bytes_requested);
-  k.largest_alloc_size = std::max(k.largest_alloc_size, c.size);
-  return c.address;
+std::optional<DeviceAddress> BfcCore::AllocateAcross(
+    std::uint64_t size, std::uint64_t requested, std::uint64_t alignment,
+    std::uintptr_t stream, ReuseOracle* oracle, bool ask) {
+  if (oracle == nullptr) ask = false;
+  auto usable = [&](const Chunk& c) {
+    return !c.in_use &&
+           (ask || UsableOn(c, stream) ||
+            (oracle != nullptr && KnownUsable(c, stream, *oracle)));
+  };
+  // The best window: its first chunk, and the span from that chunk's start
+  // to the end of the chunk where the aligned allocation ends.
+  ChunkId best = kNoChunk;
+  std::uint64_t best_span = UINT64_MAX;
+  for (const auto& [base, rid] : region_index_) {
+    // Two pointers over each run of usable chunks: `first` is the latest
+    // chunk an allocation ending in `id` can start in.
+    ChunkId first = kNoChunk;
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      if (!usable(c)) {
+        first = kNoChunk;
+        continue;
+      }
+      if (first == kNoChunk) first = id;
+      const DeviceAddress end = c.address + c.size;
+      auto fits_from = [&](ChunkId from) {
+        return RoundUp(chunks_[from].address, alignment) + size <= end;
+      };
+      if (!fits_from(first)) continue;
+      while (first != id && fits_from(chunks_[first].next)) {
+        first = chunks_[first].next;
+      }
+      // One chunk alone is the ordinary path's business.
+      if (first == id) continue;
+      const std::uint64_t span = end - chunks_[first].address;
+      if (span < best_span) {
+        best_span = span;
+        best = first;
+      }
+    }
+  }
+  if (best == kNoChunk) return std::nullopt;
+
+  // Cut [start, start + size) out of the window.
+  const DeviceAddress start = RoundUp(chunks_[best].address, alignment);
+  const DeviceAddress end = start + size;
+  ChunkId id = best;
+  if (ask) {
+    // Every chunk the allocation touches must be made usable first; nothing
+    // is handed out when one cannot be.
+    std::vector<ChunkId> asked;
+    bool all = true;
+    for (ChunkId k = best; all && k != kNoChunk && chunks_[k].address < end;
+         k = chunks_[k].next) {
+      const Chunk& c = chunks_[k];
+      if (c.address + c.size <= start || UsableOn(c, stream) ||
+          KnownUsable(c, stream, *oracle)) {
+        continue;
+      }
+      all = MakeUsable(k, stream, *oracle, /*may_wait=*/true) == Usable::kYes;
+      asked.push_back(k);
+    }
+    // Conditions the oracle found complete are gone: merge what may (I4).
+    for (ChunkId k : asked) {
+      if (chunks_.IsLive(k) && !chunks_[k].in_use) MergeNeighbours(k);
+    }
+    if (!all) return std::nullopt;
+    id = regions_[*RegionAt(start)].first;
+  }
+  while (chunks_[id].address + chunks_[id].size <= start) {
+    id = chunks_[id].next;
+  }
+  if (chunks_[id].address < start) {
+    // The front stays free with its condition.
+    InsertFree(
+        SplitFront(id, start - chunks_[id].address, /*copy_fence=*/true));
+  }
+  RemoveFree(id);
+  ReleaseFenceSet(chunks_[id]);
+  std::uint64_t taken = chunks_[id].size;
+  while (chunks_[id].address + taken < end) {
+    ChunkId next = chunks_[id].next;
+    GPUALLOC_DCHECK(next != kNoChunk && !chunks_[next].in_use);
+    if (chunks_[next].address + chunks_[next].size > end) {
+      // The back stays free with its condition; its front joins.
+      next = SplitFront(next, end - chunks_[next].address,
+                        /*copy_fence=*/false);
+    } else {
+      RemoveFree(next);
+      ReleaseFenceSet(chunks_[next]);
+    }
+    taken += chunks_[next].size;
+    Unlink(next);
+  }
+  chunks_[id].size = taken;
+  GPUALLOC_DCHECK(taken == size);
+  TakeChunk(id, requested, stream);
+  return start;
 }
 
 absl::Status BfcCore::RecordStream(DeviceAddress address,
                                    std::uintptr_t stream) {
   const ChunkId id = in_use_.Find(address);
   if (id == kNoChunk) return DiagnoseBadAddress("RecordStream", address);
+  NoteStream(stream);
   Chunk& c = chunks_[id];
   if (c.fence_set == kNoFenceSet) c.fence_set = fences_.New();
   fences_.Add(c.fence_set, stream, 0);
@@ -508,6 +805,7 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
                                  const ReuseOracle* oracle) {
   const ChunkId id = in_use_.Erase(address);
   if (id == kNoChunk) return DiagnoseBadAddress("Deallocate", address);
+  NoteStream(stream);
 
   Chunk& c = chunks_[id];
   counters_.bytes_in_use -= c.size;
@@ -515,7 +813,6 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
   --counters_.num_chunks_in_use;
   // The freed chunk's condition: the freeing stream, plus the streams
   // RecordStream added, all at this free's stamp.
-  c.in_use = false;
   c.stream = stream;
   c.free_stamp = stamp;
   if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet)) {
@@ -528,11 +825,18 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
     c.free_stamp = 0;
     NormalizeFence(c);
   }
+  // Several streams: neighbours whose work is known complete may merge now.
+  if (ABSL_PREDICT_FALSE(multi_stream_) && oracle != nullptr) {
+    ResolveNeighbours(id, *oracle);
+  }
+  c.in_use = false;
 
   const ChunkId prev = c.prev;
   const ChunkId next = c.next;
-  const bool prev_free = prev != kNoChunk && !chunks_[prev].in_use;
-  const bool next_free = next != kNoChunk && !chunks_[next].in_use;
+  const bool prev_free =
+      prev != kNoChunk && !chunks_[prev].in_use && Mergeable(chunks_[prev], c);
+  const bool next_free =
+      next != kNoChunk && !chunks_[next].in_use && Mergeable(chunks_[next], c);
   if (prev_free) {
     // The free predecessor absorbs the chunk (and a free successor): its
     // address stays, its size grows, its condition becomes the union.
@@ -621,6 +925,35 @@ std::vector<std::uintptr_t> BfcCore::PendingStreams(
   return streams;
 }
 
+std::vector<StreamStamp> BfcCore::PendingConditions(
+    const ReuseOracle& oracle, std::uintptr_t for_stream) const {
+  std::vector<StreamStamp> pending;
+  auto note = [&](std::uintptr_t stream, std::uint64_t stamp) {
+    if (stream == for_stream || oracle.KnownComplete(stream, stamp)) return;
+    for (StreamStamp& p : pending) {
+      if (p.stream == stream) {
+        p.stamp = std::max(p.stamp, stamp);
+        return;
+      }
+    }
+    pending.push_back(StreamStamp{stream, stamp});
+  };
+  for (const auto& [base, rid] : region_index_) {
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      if (c.in_use) continue;
+      if (c.fence == Fence::kStream) note(c.stream, c.free_stamp);
+      if (c.fence == Fence::kSet) {
+        for (const StreamStamp& s : fences_.Get(c.fence_set)) {
+          note(s.stream, s.stamp);
+        }
+      }
+    }
+  }
+  return pending;
+}
+
 std::uint64_t BfcCore::AllocatedSize(DeviceAddress address) const {
   const ChunkId id = in_use_.Find(address);
   return id == kNoChunk ? 0 : chunks_[id].size;
@@ -698,11 +1031,14 @@ absl::Status BfcCore::Validate() const {
                                   id, c.address, c.size, min_block));
       }
       if (!c.in_use) {
-        if (prev_free) {
-          return Broken("I4",
-                        absl::StrFormat("free chunks %d and %d at %#x are "
-                                        "neighbours and did not merge",
-                                        prev, id, c.address));
+        if (prev_free && Mergeable(chunks_[prev], c)) {
+          return Broken("I4", absl::StrFormat(
+                                  "free chunks %d and %d at %#x are "
+                                  "neighbours and did not merge%s",
+                                  prev, id, c.address,
+                                  multi_stream_ ? " (their conditions name the "
+                                                  "same streams)"
+                                                : ""));
         }
         if (!bins_.Contains(id)) {
           return Broken(

@@ -21,7 +21,9 @@
 //       every chunk names its region.
 //   I3. Chunk sizes are non-zero multiples of the minimum block size and
 //       addresses are multiples of it.
-//   I4. No two neighbouring chunks are both free (they would have merged).
+//   I4. No two neighbouring free chunks may merge (see Merging below): once
+//       the core has seen a second stream, neighbours with different stream
+//       conditions stay apart; before that, no two neighbours are both free.
 //   I5. Every free chunk is in the bins exactly once, under its own size and
 //       address, and the bins hold nothing else (plus FreeBins' B1-B4).
 //   I6. Every in-use chunk is in the in-use map under its address, in no bin,
@@ -38,14 +40,31 @@
 // Streams. A free chunk remembers which streams' work may still use it
 // (Chunk::fence). Allocate on stream T takes the best fit when T may use it at
 // once (the common case, and the only one on a single-stream workload: one
-// comparison); otherwise it asks a ReuseOracle, which checks events or makes T
-// wait, and failing that walks on in best-fit order over at most
-// kMaxCrossStreamCandidates chunks.
+// comparison). Otherwise it walks on in best-fit order over at most
+// kMaxCrossStreamCandidates chunks for one T may use without asking the
+// device (never used, freed on T, or freed by work the oracle already knows
+// complete), and only when there is none asks the ReuseOracle about those
+// chunks in turn (an event query, or making T wait).
+//
+// Merging. A condition covers exactly the bytes that were freed under it.
+// While the core has seen one stream S only, every free chunk is either never
+// used or S's, and free neighbours merge as in any BFC (the merged chunk is
+// S's: S may use it at once and no other stream asks). From the first
+// operation on a second stream on (Allocate, Deallocate or RecordStream),
+// free neighbours merge only when their conditions name the same streams:
+// memory one stream freed never fences memory next to it that another stream
+// could use at once (fresh growth above all), and two streams taking turns
+// each reuse their own pieces. Pieces merge later, when the oracle learns
+// that their work completed (Deallocate next to them, Allocate reaching
+// them, Settle). At the switch, memory that one stream's chunks took in by
+// merging but no allocation ever reached (above the highest allocation's
+// end) is split off clean again.
 //
 // Thread safety: none. REQUIRES external synchronization (the facade's lock).
 #ifndef GPUALLOC_CORE_BFC_H_
 #define GPUALLOC_CORE_BFC_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -115,8 +134,8 @@ class BfcCore {
   //
   // Joins region `right`, which starts where `left` ends, onto `left` and
   // returns left's id; right's id is gone. Free chunks meeting at the seam
-  // merge (the union of their stream conditions, minus pairs `oracle` knows
-  // complete). O(chunks of right).
+  // merge when they may (I4; conditions `oracle` knows complete dropped
+  // first). O(chunks of right).
   // REQUIRES: both live; region_base(right) == left's end.
   RegionId JoinRegions(RegionId left, RegionId right,
                        const ReuseOracle* oracle = nullptr);
@@ -127,6 +146,9 @@ class BfcCore {
   // REQUIRES: the range is non-empty, lies in one free chunk, and its ends
   // are multiples of min_block_size.
   void CarveFree(DeviceAddress address, std::uint64_t bytes);
+  // The free bytes at the region's ends that memory mapped next to them
+  // would merge with: any free end while one stream was seen, else only
+  // ends no stream's work may still use.
   RegionEdges region_edges(RegionId id) const;
   // The region containing `address`, if any.
   std::optional<RegionId> RegionAt(DeviceAddress address) const;
@@ -157,7 +179,8 @@ class BfcCore {
   std::vector<DeviceAddress> RegionBases() const;
 
   // Chunks Allocate examines beyond the best fit when the best fit is still
-  // in use by another stream's work.
+  // in use by another stream's work (per phase: first for a chunk usable
+  // without a device call, then asking the oracle).
   static constexpr int kMaxCrossStreamCandidates = 32;
 
   // Best fit for `size` bytes at `alignment`, usable on `stream`. Returns the
@@ -167,11 +190,39 @@ class BfcCore {
   // allows; with no oracle, never.
   // REQUIRES: size is a non-zero multiple of min_block_size; alignment is a
   // power of two >= min_block_size; size + alignment does not overflow.
+  // How far Allocate looks past a best fit `stream` may not use at once.
+  enum class Search : std::uint8_t {
+    // The hot path: at most kMaxCrossStreamCandidates chunks; the oracle
+    // only queries the device, it never makes the stream wait.
+    kFast,
+    // The slow path before growing: every fitting chunk for one usable
+    // without a device call; the oracle still only queries.
+    kAll,
+    // The slow path when growing cannot help: kAll, and the oracle may make
+    // the stream wait (CrossStreamReuse::kStreamWait).
+    kMayWait,
+  };
   std::optional<DeviceAddress> Allocate(std::uint64_t size,
                                         std::uint64_t requested,
                                         std::uint64_t alignment,
                                         std::uintptr_t stream,
-                                        ReuseOracle* oracle = nullptr);
+                                        ReuseOracle* oracle = nullptr,
+                                        Search search = Search::kFast);
+
+  // The slow path with several streams: when no single free chunk `stream`
+  // may use holds the request, a run of neighbouring free chunks it may use
+  // now (never used, its own, or known complete; `oracle` may be null) that
+  // together do; the smallest such run, lowest address on ties. With `ask`
+  // (and an oracle), the smallest run of free chunks of any condition
+  // instead, each of its chunks made usable by `oracle` (a query, or a
+  // stream wait as policy allows: this is the answer to memory running
+  // short), or nothing when one of them cannot be.
+  // The allocation takes exactly its bytes out of the run's chunks: what is
+  // left of them stays free with its own condition. Cold: walks every chunk.
+  // REQUIRES: as Allocate.
+  std::optional<DeviceAddress> AllocateAcross(
+      std::uint64_t size, std::uint64_t requested, std::uint64_t alignment,
+      std::uintptr_t stream, ReuseOracle* oracle, bool ask = false);
 
   // Frees the chunk that starts at `address`; its last use was queued on
   // `stream` (and on the streams RecordStream added), before the free stamped
@@ -203,6 +254,22 @@ class BfcCore {
   // free chunk.
   std::vector<std::uintptr_t> PendingStreams(const ReuseOracle& oracle,
                                              std::uintptr_t for_stream) const;
+  // The same, each stream with the largest stamp of its conditions.
+  std::vector<StreamStamp> PendingConditions(const ReuseOracle& oracle,
+                                             std::uintptr_t for_stream) const;
+
+  // Whether the core has seen operations on more than one stream (the
+  // merging rule above). Once set, it stays.
+  bool multi_stream() const { return multi_stream_; }
+  // Drops the conditions `oracle` knows complete from every free chunk and
+  // merges the neighbours that then may merge. Cold: walks every chunk.
+  // Returns the number of chunks whose condition changed.
+  std::size_t Settle(const ReuseOracle& oracle);
+  // Whether free region `id` (IsRegionFree) may be used by `stream` without
+  // waiting: never used, or freed on `stream`, or all of its work known
+  // complete.
+  bool RegionUsableBy(RegionId id, std::uintptr_t stream,
+                      const ReuseOracle& oracle) const;
 
   absl::Status Validate() const;
   void AppendSnapshot(std::vector<RegionSnapshot>* regions) const;
@@ -248,19 +315,79 @@ class BfcCore {
   absl::Status DiagnoseBadAddress(absl::string_view operation,
                                   DeviceAddress address) const;
 
+  // Hands free chunk `id` (out of the bins, no fence set) to `stream`.
+  void TakeChunk(ChunkId id, std::uint64_t requested, std::uintptr_t stream) {
+    Chunk& c = chunks_[id];
+    c.fence = Fence::kClean;
+    c.in_use = true;
+    c.requested = requested;
+    c.stream = stream;
+    in_use_.Insert(c.address, id);
+    high_water_ = std::max(high_water_, c.address + c.size);
+
+    CoreCounters& k = counters_;
+    ++k.num_allocs;
+    ++k.num_chunks_in_use;
+    k.bytes_in_use += c.size;
+    k.bytes_requested += requested;
+    k.peak_bytes_in_use = std::max(k.peak_bytes_in_use, k.bytes_in_use);
+    k.peak_bytes_requested =
+        std::max(k.peak_bytes_requested, k.bytes_requested);
+    k.largest_alloc_size = std::max(k.largest_alloc_size, c.size);
+  }
   // Whether free chunk `c` may be handed to `stream` without asking anyone.
   static bool UsableOn(const Chunk& c, std::uintptr_t stream) {
     return c.fence == Fence::kClean ||
            (c.fence == Fence::kStream && c.stream == stream);
   }
-  // The first chunk from `first` on, in best-fit order, that `oracle` makes
-  // usable on `stream`, or kNoChunk.
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD ChunkId
-  FindUsable(ChunkId first, std::uintptr_t stream, ReuseOracle* oracle);
+  // Whether free chunk `c` may be handed to `stream` once the conditions
+  // `oracle` knows complete are dropped (no device call).
+  bool KnownUsable(const Chunk& c, std::uintptr_t stream,
+                   const ReuseOracle& oracle) const;
+  // The first chunk from `first` on, in best-fit order, that `stream` may
+  // use: one usable without a device call if any of the candidates is,
+  // else one `oracle` makes usable; kNoChunk when none. The chunk returned
+  // may have merged with neighbours (it holds `first`'s candidate's bytes).
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD ChunkId FindUsable(
+      ChunkId first, std::uintptr_t stream, ReuseOracle* oracle, Search search);
+
+  // Streams seen: the one stream seen so far (kNoStreamYet before any), and
+  // whether a second one appeared.
+  static constexpr std::uintptr_t kNoStreamYet = UINTPTR_MAX;
+  void NoteStream(std::uintptr_t stream) {
+    if (ABSL_PREDICT_FALSE(stream != solo_stream_) && !multi_stream_) {
+      NoteNewStream(stream);
+    }
+  }
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void NoteNewStream(
+      std::uintptr_t stream);
+  // On the switch to several streams: the part of each fenced free chunk
+  // above high_water_ was merged in while one stream was seen but never
+  // used; it becomes a clean chunk of its own.
+  void UnfenceAboveHighWater();
+  // Whether free neighbours `a` and `b` merge (I4).
+  bool Mergeable(const Chunk& a, const Chunk& b) const {
+    return !multi_stream_ || SameCondition(a, b);
+  }
+  // Whether two free chunks' conditions name the same streams (stamps
+  // aside).
+  bool SameCondition(const Chunk& a, const Chunk& b) const;
+  // Merges free chunk `id` (in the bins) with each free neighbour it may
+  // merge with; returns the id of the chunk holding its bytes now.
+  ChunkId MergeNeighbours(ChunkId id);
+  // Drops the pairs of free chunk `id`'s condition that `oracle` knows
+  // complete; returns whether the condition changed. No merging.
+  bool DropComplete(Chunk& c, const ReuseOracle& oracle);
+  // DropComplete, then MergeNeighbours when the condition changed.
+  ChunkId Resolve(ChunkId id, const ReuseOracle& oracle);
+  // Deallocate with several streams: settles the free neighbours of the
+  // chunk being freed (still marked in use) before the merge decision.
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void ResolveNeighbours(
+      ChunkId id, const ReuseOracle& oracle);
   enum class Usable { kYes, kNo, kStop };
   // kStop: the oracle failed; the search ends (the caller reports it).
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD Usable
-  MakeUsable(ChunkId id, std::uintptr_t stream, ReuseOracle& oracle);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD Usable MakeUsable(
+      ChunkId id, std::uintptr_t stream, ReuseOracle& oracle, bool may_wait);
   // Gives free chunk `into` the union of its condition and `from`'s; `from`
   // gives up its fence set. Pairs `oracle` knows complete are dropped.
   // Inline: the cases of a single-stream workload.
@@ -303,6 +430,11 @@ class BfcCore {
   std::vector<RegionId> free_region_ids_;
   absl::btree_map<DeviceAddress, RegionId> region_index_;  // base -> id
   CoreCounters counters_;
+  std::uintptr_t solo_stream_ = kNoStreamYet;
+  bool multi_stream_ = false;
+  // The end of the highest allocation ever made: no stream's work has
+  // touched memory above it.
+  DeviceAddress high_water_ = 0;
 };
 
 }  // namespace gpualloc::core

@@ -132,10 +132,10 @@ class ReuseOracle {
   virtual bool KnownComplete(std::uintptr_t stream,
                              std::uint64_t stamp) const = 0;
   // Makes memory freed on `from` at `stamp` usable on `to` (to != from), by
-  // asking the device whether the work completed or, as policy allows, making
-  // `to` wait for it.
+  // asking the device whether the work completed or, when `may_wait` and as
+  // policy allows, making `to` wait for it.
   virtual Verdict Prepare(std::uintptr_t from, std::uint64_t stamp,
-                          std::uintptr_t to) = 0;
+                          std::uintptr_t to, bool may_wait) = 0;
 };
 
 }  // namespace gpualloc::core

@@ -69,18 +69,18 @@ void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
   }
 }
 
-ReuseOracle::Verdict StreamOrder::Prepare(std::uintptr_t from,
-                                          std::uint64_t stamp,
-                                          std::uintptr_t to) {
+ReuseOracle::Verdict StreamOrder::Query(std::uintptr_t from,
+                                        std::uint64_t stamp,
+                                        EventHandle* fence) {
   StreamState& state = streams_[from];
   if (state.completed > stamp) return Verdict::kReady;
   // The oldest event recorded after the free captures the freeing work; when
   // there is none yet, record one now.
-  Recorded fence;
+  Recorded captures;
   bool found = false;
   for (const Recorded& r : state.pending) {
     if (r.number > stamp) {
-      fence = r;
+      captures = r;
       found = true;
       break;
     }
@@ -88,13 +88,30 @@ ReuseOracle::Verdict StreamOrder::Prepare(std::uintptr_t from,
   if (!found) {
     const Recorded* r = RecordOn(from, state);
     if (r == nullptr) return Verdict::kError;
-    fence = *r;
+    captures = *r;
   }
-  Retire(state, fence.number);
+  Retire(state, captures.number);
   if (!error_.ok()) return Verdict::kError;
   if (state.completed > stamp) return Verdict::kReady;
-  if (policy_ != CrossStreamReuse::kStreamWait) return Verdict::kBlocked;
-  absl::Status waited = backend_.StreamWaitEvent(Stream(to), fence.event);
+  *fence = captures.event;
+  return Verdict::kBlocked;
+}
+
+bool StreamOrder::Poll(std::uintptr_t stream, std::uint64_t stamp) {
+  EventHandle fence = 0;
+  return Query(stream, stamp, &fence) != Verdict::kError;
+}
+
+ReuseOracle::Verdict StreamOrder::Prepare(std::uintptr_t from,
+                                          std::uint64_t stamp,
+                                          std::uintptr_t to, bool may_wait) {
+  EventHandle fence = 0;
+  const Verdict verdict = Query(from, stamp, &fence);
+  if (verdict != Verdict::kBlocked) return verdict;
+  if (!may_wait || policy_ != CrossStreamReuse::kStreamWait) {
+    return Verdict::kBlocked;
+  }
+  absl::Status waited = backend_.StreamWaitEvent(Stream(to), fence);
   if (!waited.ok()) {
     Fail(waited);
     return Verdict::kError;

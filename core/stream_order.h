@@ -44,8 +44,13 @@ class StreamOrder final : public ReuseOracle {
   std::uint64_t stamp() const { return events_recorded_; }
 
   bool KnownComplete(std::uintptr_t stream, std::uint64_t stamp) const override;
-  Verdict Prepare(std::uintptr_t from, std::uint64_t stamp,
-                  std::uintptr_t to) override;
+  Verdict Prepare(std::uintptr_t from, std::uint64_t stamp, std::uintptr_t to,
+                  bool may_wait) override;
+  // Asks the device whether the work queued on `stream` before the free
+  // stamped `stamp` has completed (recording an event only when none
+  // recorded since covers it), without waiting. False on error (kept, as
+  // for Prepare).
+  bool Poll(std::uintptr_t stream, std::uint64_t stamp);
 
   // Host-waits until the work queued so far on each of `streams` has
   // completed (the out-of-memory path): one event recorded and waited for
@@ -75,6 +80,10 @@ class StreamOrder final : public ReuseOracle {
   EventHandle TakeEvent();
   // Records a new event on `stream`; nullptr on error.
   const Recorded* RecordOn(std::uintptr_t stream, StreamState& state);
+  // Whether the work before `stamp` on `from` has completed, asking the
+  // device: kReady, kBlocked (with *fence: the event that captures it) or
+  // kError.
+  Verdict Query(std::uintptr_t from, std::uint64_t stamp, EventHandle* fence);
   // Drops the completed events at the front of the stream's queue (asking
   // the device about at most `up_to` and everything before it).
   void Retire(StreamState& state, std::uint64_t up_to);

@@ -8,6 +8,7 @@
 //   single-stream workloads record no event;
 //   random multi-stream sequences: zero hazards, Validate after every step.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -77,9 +78,15 @@ struct Fixture {
     GPUALLOC_ASSERT_OK(sim->DestroyEvent(*e));
   }
   // A block kept live after `p`, so that `p` does not merge into the free
-  // rest of the region when freed (a merge gives the whole rest p's
-  // condition, as TensorFlow's freed_at_count does).
+  // rest of the region when freed (with one stream seen so far, the merged
+  // chunk would be p's stream's).
   void* Guard() { return Use(256, Stream(0x9000)); }
+  // Takes every free byte no stream's work uses (the rest of the pool), so
+  // that only freed chunks can serve what follows.
+  void Fill() {
+    const std::uint64_t rest = allocator->GetStats().largest_free_block_bytes;
+    if (rest != 0) Use(rest, Stream(0x9000));
+  }
   void Free(void* p, Stream stream) {
     GPUALLOC_EXPECT_OK(allocator->Deallocate(p, stream));
     EXPECT_TRUE(allocator->Validate().ok()) << allocator->Validate();
@@ -101,31 +108,55 @@ TEST_P(StreamMatrixTest, SameStreamReusesAtOnceWithoutEvents) {
   EXPECT_EQ(f.sim->calls(SimOp::kRecordEvent), 0u);
 }
 
+TEST_P(StreamMatrixTest, OtherStreamTakesMemoryNoWorkUsesFirst) {
+  Fixture f(GetParam());
+  void* p = f.Use(1 * kMiB, kS1);
+  f.Guard();
+  f.Free(p, kS1);
+  // p is the best fit, but s1's work may still use it; the clean rest of
+  // the pool serves without an event or a wait.
+  void* q = f.Use(1 * kMiB, kS2);
+  EXPECT_NE(q, p);
+  const Stats s = f.allocator->GetStats();
+  EXPECT_EQ(s.events_recorded, 0u);
+  EXPECT_EQ(s.stream_waits, 0u);
+  EXPECT_EQ(s.host_waits, 0u);
+  EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
+}
+
 TEST_P(StreamMatrixTest, OtherStreamGetsTheMemoryOnlySafely) {
   Fixture f(GetParam());
   void* p = f.Use(1 * kMiB, kS1);
   f.Guard();
   f.Free(p, kS1);
+  f.Fill();
   void* q = f.Use(1 * kMiB, kS2);
+  EXPECT_EQ(q, p);
+  const Stats s = f.allocator->GetStats();
   if (GetParam() == CrossStreamReuse::kStreamWait) {
-    EXPECT_EQ(q, p);  // s2 was made to wait for s1's work
-    EXPECT_EQ(f.allocator->GetStats().stream_waits, 1u);
+    // s2 was made to wait for s1's work.
+    EXPECT_EQ(s.stream_waits, 1u);
+    EXPECT_EQ(s.host_waits, 0u);
     EXPECT_EQ(f.sim->calls(SimOp::kStreamWaitEvent), 1u);
   } else {
-    EXPECT_NE(q, p);  // s1's work may still use p
-    EXPECT_EQ(f.allocator->GetStats().stream_waits, 0u);
+    // Nothing else is free: the host waited for s1's work.
+    EXPECT_EQ(s.stream_waits, 0u);
+    EXPECT_EQ(s.host_waits, 1u);
   }
-  EXPECT_EQ(f.allocator->GetStats().events_recorded, 1u);
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
 
 TEST_P(StreamMatrixTest, OtherStreamReusesOnceTheWorkCompleted) {
   Fixture f(GetParam());
   void* p = f.Use(1 * kMiB, kS1);
+  f.Guard();
   f.Free(p, kS1);
+  f.Fill();
   f.sim->CompleteStream(kS1);
-  EXPECT_EQ(f.Use(1 * kMiB, kS2), p);
-  EXPECT_EQ(f.allocator->GetStats().stream_waits, 0u);
+  EXPECT_EQ(f.Use(1 * kMiB, kS2), p);  // asked: complete
+  const Stats s = f.allocator->GetStats();
+  EXPECT_EQ(s.stream_waits, 0u);
+  EXPECT_EQ(s.host_waits, 0u);
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
 
@@ -137,33 +168,46 @@ TEST_P(StreamMatrixTest, RecordStreamProtectsWorkOnTheExtraStream) {
   f.Order(kS1, kS2);
   f.sim->Use(kS2, Addr(p), 1 * kMiB);
   f.Free(p, kS1);
-  f.sim->CompleteStream(kS1);  // s1 is done; s2 still runs
-  void* q = f.Use(1 * kMiB, kS1);
+  f.sim->CompleteStream(kS1);          // s1 is done; s2 still runs
+  EXPECT_NE(f.Use(1 * kMiB, kS1), p);  // the clean rest first
+  f.Fill();
+  EXPECT_EQ(f.Use(1 * kMiB, kS1), p);  // s1 waited for s2 (device or host)
+  const Stats s = f.allocator->GetStats();
   if (GetParam() == CrossStreamReuse::kStreamWait) {
-    EXPECT_EQ(q, p);
+    EXPECT_EQ(s.stream_waits, 1u);
+    EXPECT_EQ(s.host_waits, 0u);
   } else {
-    EXPECT_NE(q, p);
+    EXPECT_EQ(s.host_waits, 1u);
   }
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
 
-TEST_P(StreamMatrixTest, MergedChunksKeepEveryStreamsCondition) {
+TEST_P(StreamMatrixTest, PiecesFreedOnDifferentStreamsKeepTheirConditions) {
   Fixture f(GetParam());
   void* a = f.Use(1 * kMiB, kS1);
   void* b = f.Use(1 * kMiB, kS2);
   f.Guard();
   ASSERT_EQ(Addr(b), Addr(a) + 1 * kMiB);
+  f.Fill();
+  f.Free(a, kS1);
+  f.Free(b, kS2);
+  // Each stream reuses its own piece at once.
+  EXPECT_EQ(f.Use(1 * kMiB, kS2), b);
+  EXPECT_EQ(f.Use(1 * kMiB, kS1), a);
   f.Free(a, kS1);
   f.Free(b, kS2);
   f.sim->CompleteStream(kS1);  // only s2's work is pending now
+  // 2 MiB on s3 spans both pieces: s1's is known complete once asked, s2's
+  // needs a stream wait or, by policy, a host wait.
   void* c = f.Use(2 * kMiB, kS3);
+  EXPECT_EQ(c, a);
+  const Stats s = f.allocator->GetStats();
   if (GetParam() == CrossStreamReuse::kStreamWait) {
-    EXPECT_EQ(c, a);
+    EXPECT_EQ(s.stream_waits, 1u);
+    EXPECT_EQ(s.host_waits, 0u);
   } else {
-    EXPECT_NE(c, a);
-    f.sim->CompleteStream(kS2);
-    f.Free(c, kS3);
-    EXPECT_EQ(f.Use(2 * kMiB, kS3), a);
+    EXPECT_EQ(s.stream_waits, 0u);
+    EXPECT_EQ(s.host_waits, 1u);
   }
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
@@ -356,6 +400,178 @@ TEST(AllocatorStreamsTest, FailingEventCallsAreReportedNotHidden) {
   EXPECT_EQ(f.Use(4 * kMiB, kS1), p);
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
+
+// Streams taking turns (a compute and a copy stream, or several request
+// streams): each round allocates on one stream, queues work on the blocks
+// and frees them on that stream, the next round on another. Work completes
+// every 64 operations, as in gpualloc-replay. Whatever the configuration,
+// memory stays bounded, the device is called only while warming up, and
+// nobody waits.
+struct TurnsConfig {
+  const char* name;
+  bool preallocate;
+  bool expandable;
+  CrossStreamReuse policy;
+};
+
+void PrintTo(const TurnsConfig& c, std::ostream* os) { *os << c.name; }
+
+const TurnsConfig kTurnsConfigs[] = {
+    {"GrowthExpandable", false, true, CrossStreamReuse::kWhenComplete},
+    {"GrowthRegions", false, false, CrossStreamReuse::kWhenComplete},
+    {"PreallocatedExpandable", true, true, CrossStreamReuse::kWhenComplete},
+    {"PreallocatedRegion", true, false, CrossStreamReuse::kWhenComplete},
+    {"GrowthStreamWait", false, true, CrossStreamReuse::kStreamWait},
+};
+
+struct TurnsRun {
+  Stats stats;
+  std::uint64_t backend_allocs_at_half = 0;
+  std::uint64_t device_calls = 0;
+  std::uint64_t device_calls_at_half = 0;
+  std::uint64_t hazards = 0;
+  std::uint64_t granularity = 0;
+};
+
+// `rounds[i]`: the stream and block sizes of round i.
+struct Round {
+  Stream stream;
+  std::vector<std::uint64_t> sizes;
+};
+
+TurnsRun RunTurns(const TurnsConfig& config, const std::vector<Round>& rounds,
+                  bool validate_each = false) {
+  SimOptions so;
+  so.profile = "h100";  // 80 GB
+  auto sim = testing::MakeSim(so);
+  Options o;
+  o.preallocate = config.preallocate;
+  o.expandable = config.expandable ? Tristate::kOn : Tristate::kOff;
+  o.cross_stream_reuse = config.policy;
+  auto a = testing::MakeAllocator(o, sim);
+  auto device_calls = [&] {
+    std::uint64_t n = 0;
+    for (int op = 0; op < kNumSimOps; ++op) n += sim->calls(SimOp(op));
+    return n;
+  };
+  TurnsRun run;
+  std::uint64_t ops = 0;
+  auto tick = [&] {
+    if (++ops % 64 == 0) sim->CompleteAll();
+  };
+  for (std::size_t r = 0; r < rounds.size(); ++r) {
+    if (r == rounds.size() / 2) {
+      run.backend_allocs_at_half = a->GetStats().backend_allocs;
+      run.device_calls_at_half = device_calls();
+    }
+    std::vector<void*> blocks;
+    for (std::uint64_t size : rounds[r].sizes) {
+      absl::StatusOr<void*> p = a->Allocate(size, rounds[r].stream);
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (!p.ok()) return run;
+      sim->Use(rounds[r].stream, Addr(*p), size);
+      blocks.push_back(*p);
+      tick();
+    }
+    for (void* p : blocks) {
+      EXPECT_TRUE(a->Deallocate(p, rounds[r].stream).ok());
+      tick();
+    }
+    if (validate_each) {
+      absl::Status valid = a->Validate();
+      EXPECT_TRUE(valid.ok()) << "round " << r << ": " << valid;
+      if (!valid.ok()) return run;
+    }
+  }
+  run.stats = a->GetStats();
+  run.device_calls = device_calls();
+  run.hazards = sim->hazards();
+  run.granularity = a->device().recommended_granularity;
+  return run;
+}
+
+class TurnsTest : public ::testing::TestWithParam<TurnsConfig> {};
+
+// The exact trace: 5000 rounds of 256 bytes on streams 1 and 2 in turn (then
+// 4 and 8 streams). Before pieces kept their own conditions, the default
+// configuration reserved 9.46 GiB for these 256 live bytes and waited on the
+// host every round.
+TEST_P(TurnsTest, StreamsTakingTurnsReuseABoundedSetOfMemory) {
+  const TurnsConfig& config = GetParam();
+  for (int k : {2, 4, 8}) {
+    SCOPED_TRACE(::testing::Message() << k << " streams");
+    std::vector<Round> rounds;
+    for (int i = 0; i < 5000; ++i) {
+      rounds.push_back({Stream(1 + i % k), {256}});
+    }
+    const TurnsRun run = RunTurns(config, rounds);
+    const Stats& s = run.stats;
+    if (!config.preallocate) {
+      EXPECT_LE(s.peak_bytes_reserved,
+                static_cast<std::uint64_t>(2 * k) * run.granularity);
+      EXPECT_LE(s.backend_allocs, static_cast<std::uint64_t>(2 * k));
+    }
+    // No release-and-recreate cycle; nothing new after warming up.
+    EXPECT_EQ(s.backend_frees, 0u);
+    EXPECT_EQ(s.backend_allocs, run.backend_allocs_at_half);
+    EXPECT_EQ(run.device_calls, run.device_calls_at_half);
+    EXPECT_EQ(s.host_waits, 0u);
+    EXPECT_EQ(s.stream_waits, 0u);
+    EXPECT_EQ(run.hazards, 0u);
+  }
+}
+
+// 2 to 8 streams taking turns at random, 1 to 3 blocks of 256 B to 4 MiB a
+// round, Validate after every round.
+TEST_P(TurnsTest, RandomTurnsStayBoundedAndStopCallingTheDevice) {
+  const TurnsConfig& config = GetParam();
+  const std::uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 3; ++trial) {
+    const int k = 2 + static_cast<int>(rng() % 7);
+    SCOPED_TRACE(::testing::Message() << k << " streams");
+    // Each stream has its own few block sizes (a layer's buffers), drawn
+    // log-uniformly; rounds repeat them, as training or serving steps do.
+    std::vector<std::vector<std::uint64_t>> shapes(k);
+    std::uint64_t largest_round = 0;
+    for (auto& shape : shapes) {
+      const int n = 1 + static_cast<int>(rng() % 3);
+      std::uint64_t total = 0;
+      for (int b = 0; b < n; ++b) {
+        const double e = 8 + std::ldexp(static_cast<double>(rng() >> 11), -53) *
+                                 (22 - 8);  // 2^8 .. 2^22 bytes
+        shape.push_back(static_cast<std::uint64_t>(std::exp2(e)));
+        total += (shape.back() + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+      }
+      largest_round = std::max(largest_round, total);
+    }
+    std::vector<Round> rounds;
+    const int count = GPUALLOC_DEBUG_CHECKS >= 2 ? 400 : 2000;
+    for (int i = 0; i < count; ++i) {
+      const int s = static_cast<int>(rng() % k);
+      rounds.push_back({Stream(1 + s), shapes[s]});
+    }
+    const TurnsRun run = RunTurns(config, rounds, /*validate_each=*/true);
+    const Stats& s = run.stats;
+    if (!config.preallocate) {
+      // Each stream at most its own round's blocks, each in granules, and a
+      // granule of slack each.
+      EXPECT_LE(s.peak_bytes_reserved, static_cast<std::uint64_t>(k) *
+                                           (largest_round + run.granularity));
+    }
+    EXPECT_EQ(s.backend_allocs, run.backend_allocs_at_half);
+    EXPECT_EQ(run.device_calls, run.device_calls_at_half);
+    EXPECT_EQ(s.host_waits, 0u);
+    EXPECT_EQ(s.stream_waits, 0u);
+    EXPECT_EQ(run.hazards, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, TurnsTest, ::testing::ValuesIn(kTurnsConfigs),
+                         [](const ::testing::TestParamInfo<TurnsConfig>& i) {
+                           return std::string(i.param.name);
+                         });
 
 struct RandomConfig {
   const char* name;

@@ -105,19 +105,22 @@ TEST(StreamOrderTest, OneEventCoversEveryEarlierFreeOnItsStream) {
   ScriptedEvents events;
   StreamOrder order(&events, CrossStreamReuse::kWhenComplete);
   const std::uint64_t free1 = order.stamp();
-  EXPECT_EQ(order.Prepare(kS1, free1, kS2), Verdict::kBlocked);
+  EXPECT_EQ(order.Prepare(kS1, free1, kS2, /*may_wait=*/true),
+            Verdict::kBlocked);
   EXPECT_EQ(events.recorded, 1);
   EXPECT_EQ(order.stamp(), 1u);  // later frees need a later event
   // Asking again about the same free reuses the event.
-  EXPECT_EQ(order.Prepare(kS1, free1, kS3), Verdict::kBlocked);
+  EXPECT_EQ(order.Prepare(kS1, free1, kS3, /*may_wait=*/true),
+            Verdict::kBlocked);
   EXPECT_EQ(events.recorded, 1);
   events.Finish(kS1);
-  EXPECT_EQ(order.Prepare(kS1, free1, kS2), Verdict::kReady);
+  EXPECT_EQ(order.Prepare(kS1, free1, kS2, /*may_wait=*/true), Verdict::kReady);
   EXPECT_TRUE(order.KnownComplete(kS1, free1));
   // A free after the event is not covered by it.
   const std::uint64_t free2 = order.stamp();
   EXPECT_FALSE(order.KnownComplete(kS1, free2));
-  EXPECT_EQ(order.Prepare(kS1, free2, kS2), Verdict::kBlocked);
+  EXPECT_EQ(order.Prepare(kS1, free2, kS2, /*may_wait=*/true),
+            Verdict::kBlocked);
   EXPECT_EQ(events.recorded, 2);
   // The completed event was recycled, not a new one created.
   EXPECT_EQ(events.created, 1);
@@ -128,13 +131,14 @@ TEST(StreamOrderTest, OneEventCoversEveryEarlierFreeOnItsStream) {
 TEST(StreamOrderTest, StreamWaitPolicyMakesTheNewStreamWait) {
   ScriptedEvents events;
   StreamOrder order(&events, CrossStreamReuse::kStreamWait);
-  EXPECT_EQ(order.Prepare(kS1, order.stamp(), kS2), Verdict::kWaited);
+  EXPECT_EQ(order.Prepare(kS1, order.stamp(), kS2, /*may_wait=*/true),
+            Verdict::kWaited);
   ASSERT_EQ(events.waits.size(), 1u);
   EXPECT_EQ(events.waits[0].first, kS2);
   EXPECT_EQ(order.stream_waits(), 1u);
   // Completed work needs no wait.
   events.Finish(kS1);
-  EXPECT_EQ(order.Prepare(kS1, 0, kS3), Verdict::kReady);
+  EXPECT_EQ(order.Prepare(kS1, 0, kS3, /*may_wait=*/true), Verdict::kReady);
   EXPECT_EQ(events.waits.size(), 1u);
 }
 
@@ -142,12 +146,14 @@ TEST(StreamOrderTest, QueriesStopAtTheFirstRunningEvent) {
   ScriptedEvents events;
   StreamOrder order(&events, CrossStreamReuse::kWhenComplete);
   const std::uint64_t a = order.stamp();
-  EXPECT_EQ(order.Prepare(kS1, a, kS2), Verdict::kBlocked);  // event 1
+  EXPECT_EQ(order.Prepare(kS1, a, kS2, /*may_wait=*/true),
+            Verdict::kBlocked);  // event 1
   const std::uint64_t b = order.stamp();
-  EXPECT_EQ(order.Prepare(kS1, b, kS2), Verdict::kBlocked);  // event 2
+  EXPECT_EQ(order.Prepare(kS1, b, kS2, /*may_wait=*/true),
+            Verdict::kBlocked);  // event 2
   events.queried = 0;
   // Event 1 still runs: asking about event 2's free queries only event 1.
-  EXPECT_EQ(order.Prepare(kS1, b, kS2), Verdict::kBlocked);
+  EXPECT_EQ(order.Prepare(kS1, b, kS2, /*may_wait=*/true), Verdict::kBlocked);
   EXPECT_EQ(events.queried, 1);
 }
 
@@ -155,27 +161,27 @@ TEST(StreamOrderTest, WaitForAllBlocksOncePerStream) {
   ScriptedEvents events;
   StreamOrder order(&events, CrossStreamReuse::kWhenComplete);
   const std::uint64_t s = order.stamp();
-  EXPECT_EQ(order.Prepare(kS1, s, kS3), Verdict::kBlocked);
+  EXPECT_EQ(order.Prepare(kS1, s, kS3, /*may_wait=*/true), Verdict::kBlocked);
   GPUALLOC_ASSERT_OK(order.WaitForAll({kS1, kS2}));
   EXPECT_EQ(events.synchronized, 2);
   EXPECT_EQ(order.host_waits(), 2u);
   EXPECT_TRUE(order.KnownComplete(kS1, s));
   EXPECT_TRUE(order.KnownComplete(kS2, s));
-  EXPECT_EQ(order.Prepare(kS1, s, kS3), Verdict::kReady);
+  EXPECT_EQ(order.Prepare(kS1, s, kS3, /*may_wait=*/true), Verdict::kReady);
 }
 
 TEST(StreamOrderTest, BackendErrorsBlockAndAreKept) {
   ScriptedEvents events;
   StreamOrder order(&events, CrossStreamReuse::kStreamWait);
   events.fail_next_create = true;
-  EXPECT_EQ(order.Prepare(kS1, 0, kS2), Verdict::kError);
+  EXPECT_EQ(order.Prepare(kS1, 0, kS2, /*may_wait=*/true), Verdict::kError);
   EXPECT_TRUE(order.has_error());
   absl::Status error = order.TakeError();
   EXPECT_TRUE(absl::IsInternal(error)) << error;
   EXPECT_TRUE(order.TakeError().ok());  // taken once
   EXPECT_FALSE(order.has_error());
   events.fail_queries = true;
-  EXPECT_EQ(order.Prepare(kS1, 0, kS2), Verdict::kError);
+  EXPECT_EQ(order.Prepare(kS1, 0, kS2, /*may_wait=*/true), Verdict::kError);
   EXPECT_FALSE(order.TakeError().ok());
 }
 
@@ -183,8 +189,8 @@ TEST(StreamOrderTest, DestroysEveryEventItCreated) {
   ScriptedEvents events;
   {
     StreamOrder order(&events, CrossStreamReuse::kWhenComplete);
-    (void)order.Prepare(kS1, 0, kS2);
-    (void)order.Prepare(kS2, order.stamp(), kS1);
+    (void)order.Prepare(kS1, 0, kS2, /*may_wait=*/true);
+    (void)order.Prepare(kS2, order.stamp(), kS1, /*may_wait=*/true);
     EXPECT_EQ(order.events_created(), 2u);
   }
   EXPECT_EQ(events.destroyed, events.created);

@@ -63,8 +63,10 @@ enum class CrossStreamReuse {
   // Hand it out only once an event shows the freeing work completed; until
   // then look for other memory (and, out of memory, wait on the host).
   kWhenComplete,
-  // Hand it out at once and make the new stream wait for the freeing work
-  // (no host blocking; the streams become ordered).
+  // When memory is short (nothing else fits and growing cannot help), hand
+  // it out at once and make the new stream wait for the freeing work (no host
+  // blocking; the streams become ordered). Memory no pending work uses is
+  // preferred, so with memory to spare no stream waits.
   kStreamWait,
 };
 
