@@ -1,0 +1,603 @@
+// tools/soak/soak_lib.cc: the soak run and its shadow model.
+#include "tools/soak/soak_lib.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
+#include "gpualloc/config.h"
+#include "gpualloc/registry.h"
+#include "gpualloc/sim_backend.h"
+
+namespace gpualloc::soak {
+namespace {
+
+// Every injected fault carries this text, so that an error it caused can be
+// told from one the allocator made up.
+constexpr absl::string_view kFaultMarker = "soak: injected fault";
+
+// Alignments asked for now and then (0, the default, otherwise).
+constexpr std::uint64_t kAlignments[] = {512, 4096, 65536,
+                                         std::uint64_t{2} << 20};
+
+absl::Status ToStatus(const absl::Status& s) { return s; }
+template <typename T>
+absl::Status ToStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+bool IsInjected(const absl::Status& s) {
+  return absl::StrContains(s.message(), kFaultMarker);
+}
+
+// A generator per seed, purpose and stream count: the operations and the
+// faults draw from separate ones, so that --fault-every does not change the
+// sequence of operations.
+std::mt19937_64 MakeRng(std::uint64_t seed, std::uint32_t purpose,
+                        int streams) {
+  std::seed_seq seq{static_cast<std::uint32_t>(seed),
+                    static_cast<std::uint32_t>(seed >> 32), purpose,
+                    static_cast<std::uint32_t>(streams)};
+  return std::mt19937_64(seq);
+}
+
+struct Live {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+  Stream stream;              // the stream Allocate named
+  std::vector<Stream> users;  // every stream that queued work on it
+};
+
+class SoakRun {
+ public:
+  SoakRun(const SoakMode& mode, const SoakOptions& options,
+          std::shared_ptr<SimBackend> sim, std::unique_ptr<Allocator> allocator)
+      : options_(options),
+        sim_(std::move(sim)),
+        allocator_(std::move(allocator)),
+        rng_(MakeRng(options.seed, 0x50a4, options.streams)),
+        fault_rng_(MakeRng(options.seed, 0xfa17, options.streams)),
+        log2_max_(std::log2(static_cast<double>(options.max_size))) {
+    result_.mode = mode.name;
+    result_.streams = options.streams;
+    result_.seed = options.seed;
+    for (int i = 0; i < options.streams; ++i) {
+      streams_.push_back(Stream(static_cast<std::uintptr_t>(i)));
+    }
+  }
+
+  SoakResult Run() {
+    const auto start = std::chrono::steady_clock::now();
+    bool ok = true;
+    for (std::uint64_t op = 0; ok && op < options_.ops; ++op) {
+      if (options_.current_op != nullptr) *options_.current_op = op;
+      ok = Step(op);
+      CountFiredFaults(op);
+      ok = ok && Check(op, /*validate=*/options_.validate_every != 0 &&
+                               (op + 1) % options_.validate_every == 0);
+      result_.ops = op + 1;
+    }
+    if (ok) ok = Finish();
+    const auto stop = std::chrono::steady_clock::now();
+    result_.seconds = std::chrono::duration<double>(stop - start).count();
+    return result_;
+  }
+
+ private:
+  bool Fail(std::uint64_t op, std::string what) {
+    if (!result_.ok) return false;
+    CountFiredFaults(op);
+    result_.ok = false;
+    result_.failed_op = op;
+    result_.violation = std::move(what);
+    if (!last_fault_.empty()) {
+      absl::StrAppend(&result_.violation,
+                      " (last injected fault: ", last_fault_, ")");
+    }
+    return false;
+  }
+
+  std::uint64_t Draw(std::uint64_t n) { return n == 0 ? 0 : rng_() % n; }
+  Stream RandomStream() { return streams_[Draw(streams_.size())]; }
+
+  // 1 B .. max_size, log-uniform.
+  std::uint64_t DrawSize() {
+    const double u = std::ldexp(static_cast<double>(rng_() >> 11), -53);
+    const auto bytes = static_cast<std::uint64_t>(std::exp2(u * log2_max_));
+    return std::clamp<std::uint64_t>(bytes, 1, options_.max_size);
+  }
+
+  // --- Phases -----------------------------------------------------------
+
+  bool NewPhase(std::uint64_t op) {
+    filling_ = !filling_;
+    const std::uint64_t live = live_.size();
+    const std::uint64_t lo = options_.min_live;
+    const std::uint64_t hi = std::max(lo, options_.max_live);
+    if (filling_) {
+      const std::uint64_t from = std::clamp(live, lo, hi);
+      target_ = from + Draw(hi - from + 1);
+    } else {
+      const std::uint64_t to = std::clamp(live, lo, hi);
+      target_ = lo + Draw(to - lo + 1);
+    }
+    phase_end_ = op + options_.phase_ops / 2 + Draw(options_.phase_ops + 1);
+    // Half of the phase changes return what is free to the device.
+    if (op > 0 && Draw(2) == 0) {
+      ++result_.trims;
+      absl::Status s = allocator_->Trim();
+      if (!s.ok()) {
+        if (IsInjected(s)) {
+          ++result_.failed_by_fault;
+        } else {
+          return Fail(op, absl::StrCat("Trim failed: ", s.ToString()));
+        }
+      }
+    }
+    return true;
+  }
+
+  // --- Fault injection --------------------------------------------------
+
+  struct ArmedFault {
+    bool active = false;
+    std::uint64_t fires_at_call = 0;  // calls(op) once it has fired
+  };
+
+  // Counts the armed faults that have fired; `op` is the operation they
+  // fired in, for messages.
+  void CountFiredFaults(std::uint64_t op) {
+    for (int i = 0; i < kNumSimOps && active_faults_ > 0; ++i) {
+      ArmedFault& a = armed_[i];
+      if (a.active && sim_->calls(static_cast<SimOp>(i)) >= a.fires_at_call) {
+        ++result_.faults_injected;
+        a.active = false;
+        --active_faults_;
+        last_fault_ = absl::StrFormat("%s in operation %d",
+                                      SimOpName(static_cast<SimOp>(i)), op);
+      }
+    }
+  }
+
+  void ArmFault(std::uint64_t op) {
+    if (options_.fault_ops.empty()) return;
+    CountFiredFaults(op);
+    const SimOp call =
+        options_.fault_ops[fault_rng_() % options_.fault_ops.size()];
+    const std::uint64_t k = 1 + fault_rng_() % 3;
+    const std::string message =
+        absl::StrCat(kFaultMarker, " into ", SimOpName(call));
+    const absl::Status status = fault_rng_() % 2 == 0
+                                    ? absl::ResourceExhaustedError(message)
+                                    : absl::InternalError(message);
+    sim_->FailNthCall(call, k, status);
+    ArmedFault& a = armed_[static_cast<int>(call)];
+    if (!a.active) ++active_faults_;
+    a = {true, sim_->calls(call) + k};
+    ++result_.faults_armed;
+  }
+
+  // The soak's own event calls may meet an injected fault too: it fires once,
+  // so the call is retried once.
+  template <typename F>
+  auto HarnessCall(F&& call) {
+    auto r = call();
+    if (!r.ok() && IsInjected(ToStatus(r))) {
+      ++result_.harness_faults;
+      r = call();
+    }
+    return r;
+  }
+
+  // Real code orders a second user after the earlier ones (it reads what they
+  // wrote): an event on each earlier user, waited for by `s`.
+  bool OrderAfter(std::uint64_t op, const Live& l, Stream s) {
+    for (Stream u : l.users) {
+      if (u == s) continue;
+      absl::StatusOr<EventHandle> e =
+          HarnessCall([&] { return sim_->CreateEvent(); });
+      absl::Status st = e.status();
+      if (st.ok()) st = HarnessCall([&] { return sim_->RecordEvent(*e, u); });
+      if (st.ok()) st = sim_->StreamWaitEvent(s, *e);
+      if (e.ok()) {
+        const absl::Status destroyed = sim_->DestroyEvent(*e);
+        if (st.ok()) st = destroyed;
+      }
+      if (!st.ok()) {
+        return Fail(op, absl::StrCat("the soak's own event call failed: ",
+                                     st.ToString()));
+      }
+    }
+    return true;
+  }
+
+  // --- Operations -------------------------------------------------------
+
+  bool Step(std::uint64_t op) {
+    if (op == phase_end_ && !NewPhase(op)) return false;
+    if (options_.fault_every != 0 && (op + 1) % options_.fault_every == 0) {
+      ArmFault(op);
+    }
+    const bool multi = streams_.size() > 1;
+    const std::uint64_t r = Draw(100);
+    if (multi && r < 10 && !live_.empty()) return RecordStreamOp(op);
+    if (r < (multi ? 15u : 5u)) return CompleteOp();
+    const bool below = live_.size() < target_;
+    if (live_.empty() || Draw(100) < (below ? 70u : 30u)) return AllocOp(op);
+    return FreeOp(op);
+  }
+
+  bool AllocOp(std::uint64_t op) {
+    const std::uint64_t bytes = DrawSize();
+    const std::uint64_t alignment =
+        Draw(32) == 0 ? kAlignments[Draw(std::size(kAlignments))] : 0;
+    const Stream s = RandomStream();
+    absl::StatusOr<void*> p = allocator_->Allocate(bytes, s, alignment);
+    if (!p.ok()) {
+      if (IsInjected(p.status())) {
+        ++result_.failed_by_fault;
+      } else if (absl::IsResourceExhausted(p.status())) {
+        ++result_.ooms;
+      } else {
+        return Fail(op, absl::StrFormat("Allocate(%d, stream %d, alignment "
+                                        "%d) failed unexpectedly: %s",
+                                        bytes, s.handle, alignment,
+                                        p.status().ToString()));
+      }
+      return true;
+    }
+    ++result_.allocs;
+    const auto address =
+        static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(*p));
+    if (address == 0) return Fail(op, "Allocate returned null");
+    if (alignment != 0 && address % alignment != 0) {
+      return Fail(op,
+                  absl::StrFormat("Allocate(%d, alignment %d) returned %#x, "
+                                  "not aligned",
+                                  bytes, alignment, address));
+    }
+    // No overlap with a live block: the next block starts at or after the
+    // new one's end, the previous one ends at or before its start.
+    auto next = blocks_.lower_bound(address);
+    if (next != blocks_.end() && next->first < address + bytes) {
+      return Fail(
+          op, absl::StrFormat(
+                  "Allocate(%d) returned [%#x, %#x), which overlaps "
+                  "the live block [%#x, %#x)",
+                  bytes, address, address + bytes, next->first, next->second));
+    }
+    if (next != blocks_.begin() && std::prev(next)->second > address) {
+      return Fail(op, absl::StrFormat(
+                          "Allocate(%d) returned [%#x, %#x), inside the live "
+                          "block [%#x, %#x)",
+                          bytes, address, address + bytes,
+                          std::prev(next)->first, std::prev(next)->second));
+    }
+    blocks_.emplace_hint(next, address, address + bytes);
+    requested_ += bytes;
+    live_.push_back({address, bytes, s, {s}});
+    sim_->Use(s, address, bytes);
+    return true;
+  }
+
+  bool FreeOp(std::uint64_t op) {
+    const std::size_t i = Draw(live_.size());
+    Live l = std::move(live_[i]);
+    live_[i] = std::move(live_.back());
+    live_.pop_back();
+    Stream stream = l.stream;
+    const std::uint64_t n = streams_.size();
+    if (n > 1 &&
+        Draw(100) < static_cast<std::uint64_t>(options_.cross_free_percent)) {
+      // Another stream than the allocation's. Half the time its work used
+      // the block last (ordered after the earlier users), as when the freeing
+      // stream is the last user; otherwise it is only named.
+      stream = streams_[(l.stream.handle + 1 + Draw(n - 1)) % n];
+      ++result_.cross_frees;
+      if (Draw(2) == 0) {
+        if (!OrderAfter(op, l, stream)) return false;
+        sim_->Use(stream, l.address, l.bytes);
+      }
+    }
+    absl::Status s =
+        allocator_->Deallocate(reinterpret_cast<void*>(l.address), stream);
+    if (!s.ok()) {
+      return Fail(
+          op, absl::StrFormat("Deallocate(%#x, stream %d) of a live "
+                              "block of %d bytes failed: %s",
+                              l.address, stream.handle, l.bytes, s.ToString()));
+    }
+    ++result_.frees;
+    blocks_.erase(l.address);
+    requested_ -= l.bytes;
+    return true;
+  }
+
+  bool RecordStreamOp(std::uint64_t op) {
+    Live& l = live_[Draw(live_.size())];
+    const Stream s = RandomStream();
+    absl::Status st =
+        allocator_->RecordStream(reinterpret_cast<void*>(l.address), s);
+    if (!st.ok()) {
+      return Fail(op, absl::StrFormat("RecordStream(%#x, stream %d) failed: %s",
+                                      l.address, s.handle, st.ToString()));
+    }
+    ++result_.record_streams;
+    if (!OrderAfter(op, l, s)) return false;
+    sim_->Use(s, l.address, l.bytes);
+    if (std::find(l.users.begin(), l.users.end(), s) == l.users.end()) {
+      l.users.push_back(s);
+    }
+    return true;
+  }
+
+  bool CompleteOp() {
+    ++result_.completions;
+    if (Draw(4) == 0) {
+      sim_->CompleteAll();
+    } else {
+      sim_->CompleteStream(RandomStream());
+    }
+    return true;
+  }
+
+  // --- Checks -----------------------------------------------------------
+
+  bool Check(std::uint64_t op, bool validate) {
+    if (const std::uint64_t h = sim_->hazards(); h != 0) {
+      result_.hazards = h;
+      std::vector<SimHazard> log = sim_->hazard_log();
+      return Fail(op, log.empty() ? absl::StrCat(h, " hazards")
+                                  : log.front().ToString());
+    }
+    if (const std::uint64_t v = sim_->access_violations(); v != 0) {
+      result_.access_violations = v;
+      std::vector<SimHazard> log = sim_->access_violation_log();
+      return Fail(op, log.empty() ? absl::StrCat(v, " access violations")
+                                  : log.front().ToString());
+    }
+    const Stats stats = allocator_->GetStats();
+    if (stats.bytes_requested != requested_) {
+      return Fail(op, absl::StrFormat(
+                          "bytes_requested is %d, the live blocks asked for %d "
+                          "(%d blocks)",
+                          stats.bytes_requested, requested_, live_.size()));
+    }
+    if (stats.bytes_in_use < stats.bytes_requested) {
+      return Fail(op,
+                  absl::StrFormat("bytes_in_use %d < bytes_requested %d",
+                                  stats.bytes_in_use, stats.bytes_requested));
+    }
+    result_.peak_live =
+        std::max<std::uint64_t>(result_.peak_live, live_.size());
+    result_.peak_bytes_requested =
+        std::max(result_.peak_bytes_requested, requested_);
+    if (validate) {
+      ++result_.validator_runs;
+      absl::Status v = allocator_->Validate();
+      if (!v.ok()) {
+        return Fail(op, absl::StrCat("Validate: ", v.ToString()));
+      }
+    }
+    return true;
+  }
+
+  // Frees every live block on its allocation stream with the faults off; then
+  // nothing may stay in use, and the device must get all its memory back.
+  bool Finish() {
+    const std::uint64_t op = options_.ops;
+    if (options_.current_op != nullptr) *options_.current_op = op;
+    sim_->ClearFaults();
+    for (ArmedFault& a : armed_) a.active = false;
+    active_faults_ = 0;
+    while (!live_.empty()) {
+      const Live l = std::move(live_.back());
+      live_.pop_back();
+      absl::Status s =
+          allocator_->Deallocate(reinterpret_cast<void*>(l.address), l.stream);
+      if (!s.ok()) {
+        return Fail(op,
+                    absl::StrFormat("final Deallocate(%#x, stream %d) of "
+                                    "a live block failed: %s",
+                                    l.address, l.stream.handle, s.ToString()));
+      }
+      ++result_.frees;
+      blocks_.erase(l.address);
+      requested_ -= l.bytes;
+    }
+    sim_->CompleteAll();
+    if (!Check(op, /*validate=*/true)) return false;
+    Stats stats = allocator_->GetStats();
+    if (stats.bytes_in_use != 0) {
+      return Fail(op, absl::StrFormat("every block freed, but bytes_in_use is "
+                                      "%d (lost bytes)",
+                                      stats.bytes_in_use));
+    }
+    absl::Status trimmed = allocator_->Trim();
+    if (!trimmed.ok()) {
+      return Fail(op, absl::StrCat("final Trim failed: ", trimmed.ToString()));
+    }
+    if (!Check(op, /*validate=*/true)) return false;
+    stats = allocator_->GetStats();
+    result_.events_recorded = stats.events_recorded;
+    allocator_.reset();
+    // The allocator is gone: the device must have all its memory back.
+    absl::StatusOr<std::uint64_t> free_bytes = sim_->FreeBytes();
+    if (!free_bytes.ok() || *free_bytes != sim_->info().total_bytes ||
+        sim_->bytes_allocated() != 0 || sim_->physical_bytes() != 0 ||
+        sim_->mapped_bytes() != 0 || sim_->reserved_address_bytes() != 0) {
+      return Fail(
+          op, absl::StrFormat("after destroying the allocator the device still "
+                              "holds memory: free %s of %d, allocated %d, "
+                              "physical %d, mapped %d, reserved address %d",
+                              free_bytes.ok() ? absl::StrCat(*free_bytes)
+                                              : free_bytes.status().ToString(),
+                              sim_->info().total_bytes, sim_->bytes_allocated(),
+                              sim_->physical_bytes(), sim_->mapped_bytes(),
+                              sim_->reserved_address_bytes()));
+    }
+    if (sim_->live_events() != 0) {
+      return Fail(op, absl::StrFormat("after destroying the allocator %d "
+                                      "events are still alive",
+                                      sim_->live_events()));
+    }
+    return true;
+  }
+
+  const SoakOptions options_;
+  std::shared_ptr<SimBackend> sim_;
+  std::unique_ptr<Allocator> allocator_;
+  std::mt19937_64 rng_;
+  std::mt19937_64 fault_rng_;
+  const double log2_max_;
+  std::vector<Stream> streams_;
+  SoakResult result_;
+
+  std::vector<Live> live_;
+  // Live blocks by address: start -> end.
+  std::map<std::uint64_t, std::uint64_t> blocks_;
+  std::uint64_t requested_ = 0;
+  bool filling_ = false;
+  std::uint64_t target_ = 0;
+  std::uint64_t phase_end_ = 0;
+  ArmedFault armed_[kNumSimOps];
+  int active_faults_ = 0;
+  std::string last_fault_;  // the latest fault that fired, for messages
+};
+
+}  // namespace
+
+std::vector<SimOp> DefaultFaultOps() {
+  return {SimOp::kAllocate,       SimOp::kPoolAllocate, SimOp::kMap,
+          SimOp::kCreatePhysical, SimOp::kCreateEvent,  SimOp::kRecordEvent,
+          SimOp::kQueryEvent};
+}
+
+absl::StatusOr<std::vector<SimOp>> ParseFaultOps(absl::string_view list) {
+  std::vector<SimOp> ops;
+  if (list.empty()) return ops;
+  for (absl::string_view name : absl::StrSplit(list, ',')) {
+    bool found = false;
+    for (int i = 0; i < kNumSimOps && !found; ++i) {
+      if (SimOpName(static_cast<SimOp>(i)) == name) {
+        ops.push_back(static_cast<SimOp>(i));
+        found = true;
+      }
+    }
+    if (!found) {
+      std::vector<std::string> names;
+      for (int i = 0; i < kNumSimOps; ++i) {
+        names.emplace_back(SimOpName(static_cast<SimOp>(i)));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown backend call \"", name,
+                       "\"; calls: ", absl::StrJoin(names, ", ")));
+    }
+  }
+  return ops;
+}
+
+std::string FaultOpsString(const std::vector<SimOp>& ops) {
+  return absl::StrJoin(ops, ",", [](std::string* out, SimOp op) {
+    absl::StrAppend(out, SimOpName(op));
+  });
+}
+
+const std::vector<SoakMode>& AllModes() {
+  static const auto* const modes = new std::vector<SoakMode>{
+      {"bfc-expandable", "allocator=bfc,preallocate=false,expandable=true"},
+      {"bfc-regions", "allocator=bfc,preallocate=false,expandable=false"},
+      {"bfc-prealloc", "allocator=bfc,preallocate=true"},
+      {"platform", "allocator=platform"},
+      {"async", "allocator=async"},
+  };
+  return *modes;
+}
+
+absl::StatusOr<SoakMode> FindMode(absl::string_view name) {
+  std::vector<std::string> names;
+  for (const SoakMode& m : AllModes()) {
+    if (m.name == name) return m;
+    names.push_back(m.name);
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "unknown mode \"", name, "\"; modes: ", absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<SoakResult> RunSoak(const SoakMode& mode,
+                                   const SoakOptions& options) {
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError("streams must be at least 1");
+  }
+  if (options.max_size < 1) {
+    return absl::InvalidArgumentError("max_size must be at least 1");
+  }
+  if (options.cross_free_percent < 0 || options.cross_free_percent > 100) {
+    return absl::InvalidArgumentError("cross_free_percent must be 0..100");
+  }
+  // An empty environment: a soak must not depend on the caller's GPUALLOC_*
+  // variables, or the same command could run differently.
+  const std::string config_string =
+      absl::StrCat(mode.config, mode.config.empty() ? "" : ",",
+                   "backend=sim,device_memory=", options.device_memory);
+  absl::StatusOr<Config> config =
+      ResolveConfig(config_string, MapEnvironment({}));
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateBackend(*config, 0);
+  if (!backend.ok()) return backend.status();
+  std::shared_ptr<SimBackend> sim =
+      std::dynamic_pointer_cast<SimBackend>(*backend);
+  if (sim == nullptr) {
+    return absl::InternalError("backend=sim did not give a simulator");
+  }
+  absl::StatusOr<std::unique_ptr<Allocator>> allocator =
+      CreateAllocator(config->options, sim);
+  if (!allocator.ok()) return allocator.status();
+  SoakRun run(mode, options, std::move(sim), std::move(*allocator));
+  return run.Run();
+}
+
+ReplayParts ReplayCommandParts(absl::string_view mode, int streams,
+                               const SoakOptions& options) {
+  ReplayParts parts;
+  parts.before_ops =
+      absl::StrFormat("gpualloc-soak --seed %d --modes %s --streams %d --ops ",
+                      options.seed, mode, streams);
+  parts.after_ops = absl::StrFormat(
+      " --max-size %d --device-memory %d --cross-free-percent %d "
+      "--fault-every %d --fault-ops '%s' --phase-ops %d --min-live %d "
+      "--max-live %d --validate-every 1",
+      options.max_size, options.device_memory, options.cross_free_percent,
+      options.fault_every, FaultOpsString(options.fault_ops), options.phase_ops,
+      options.min_live, options.max_live);
+  return parts;
+}
+
+std::string ReplayCommand(const SoakResult& result,
+                          const SoakOptions& options) {
+  SoakOptions o = options;
+  o.seed = result.seed;
+  const ReplayParts parts = ReplayCommandParts(result.mode, result.streams, o);
+  const std::uint64_t ops = std::min(result.failed_op + 1, options.ops);
+  return absl::StrCat(parts.before_ops, ops, parts.after_ops);
+}
+
+}  // namespace gpualloc::soak
