@@ -811,15 +811,19 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
   counters_.bytes_in_use -= c.size;
   counters_.bytes_requested -= c.requested;
   --counters_.num_chunks_in_use;
-  // The freed chunk's condition: the freeing stream, plus the streams
+  // The freed chunk's condition: the freeing stream, the stream it was
+  // allocated on (work queued there may still use it too) and the streams
   // RecordStream added, all at this free's stamp.
+  const std::uintptr_t allocated_on = c.stream;
   c.stream = stream;
   c.free_stamp = stamp;
-  if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet)) {
+  if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet && allocated_on == stream)) {
     c.fence = Fence::kStream;
   } else {
+    if (c.fence_set == kNoFenceSet) c.fence_set = fences_.New();
     fences_.Restamp(c.fence_set, stamp);
     fences_.Add(c.fence_set, stream, stamp);
+    fences_.Add(c.fence_set, allocated_on, stamp);
     c.fence = Fence::kSet;
     c.stream = 0;
     c.free_stamp = 0;

@@ -225,11 +225,12 @@ class BfcCore {
       std::uintptr_t stream, ReuseOracle* oracle, bool ask = false);
 
   // Frees the chunk that starts at `address`; its last use was queued on
-  // `stream` (and on the streams RecordStream added), before the free stamped
-  // `stamp` (core/fences.h). `oracle`, when given, drops conditions already
-  // known complete from merged chunks. InvalidArgument for an address no
-  // region contains or that points inside a chunk; FailedPrecondition for a
-  // chunk that is already free. Nothing changes on error.
+  // `stream`, on the stream it was allocated on and on the streams
+  // RecordStream added, before the free stamped `stamp` (core/fences.h).
+  // `oracle`, when given, drops conditions already known complete from merged
+  // chunks. InvalidArgument for an address no region contains or that points
+  // inside a chunk; FailedPrecondition for a chunk that is already free.
+  // Nothing changes on error.
   absl::Status Deallocate(DeviceAddress address, std::uintptr_t stream,
                           std::uint64_t stamp = 0,
                           const ReuseOracle* oracle = nullptr);

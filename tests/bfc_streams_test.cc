@@ -250,7 +250,7 @@ TEST_F(BfcStreamsTest, OneStreamMergesAsAnyBfcUntilASecondAppears) {
 
 TEST_F(BfcStreamsTest, RunsOfUsablePiecesServeWhatNoneHoldsAlone) {
   const DeviceAddress a = *Alloc(4096, kS1);
-  const DeviceAddress b = *Alloc(4096, kS2);
+  const DeviceAddress b = *Alloc(4096, kS3);
   const DeviceAddress c = *Alloc(4096, kS2);
   const DeviceAddress d = *Alloc(4096, kS3);
   FillTail();
