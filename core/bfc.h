@@ -317,7 +317,10 @@ class BfcCore {
                                   DeviceAddress address) const;
 
   // Hands free chunk `id` (out of the bins, no fence set) to `stream`.
-  void TakeChunk(ChunkId id, std::uint64_t requested, std::uintptr_t stream) {
+  // Inlined: it is most of Allocate's tail.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void TakeChunk(ChunkId id,
+                                              std::uint64_t requested,
+                                              std::uintptr_t stream) {
     Chunk& c = chunks_[id];
     c.fence = Fence::kClean;
     c.in_use = true;
@@ -392,7 +395,8 @@ class BfcCore {
   // Gives free chunk `into` the union of its condition and `from`'s; `from`
   // gives up its fence set. Pairs `oracle` knows complete are dropped.
   // Inline: the cases of a single-stream workload.
-  void AbsorbFence(Chunk& into, Chunk& from, const ReuseOracle* oracle) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void AbsorbFence(Chunk& into, Chunk& from,
+                                                const ReuseOracle* oracle) {
     if (from.fence == Fence::kClean) return;
     if (into.fence == Fence::kClean) {
       into.fence = from.fence;
