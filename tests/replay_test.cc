@@ -3,6 +3,7 @@
 // bundled traces (SPEC section 7).
 #include "tools/replay/replay.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -258,6 +259,90 @@ TEST(Replay, OutOfMemoryIsCountedAndItsFreeSkipped) {
   EXPECT_EQ(r->peak_bytes_requested, 4u << 20);
   EXPECT_EQ(r->label, "tiny");
   EXPECT_EQ(r->device, "sim h100 1.07 GB");  // backend=sim was added
+}
+
+// An out-of-memory-heavy trace on four streams: fill phases that ask for
+// more than the device holds, then drain phases, sizes log-uniform from 1 B
+// to 256 MiB, each block freed on the stream that allocated it. Generated here
+// (a splitmix64 sequence), the same everywhere.
+Trace OomHeavyTrace(int num_ops) {
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state]() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  auto uniform = [&next]() {
+    return static_cast<double>(next() >> 11) * 0x1.0p-53;
+  };
+  constexpr std::uint64_t kGiB = 1ull << 30;
+  Trace t;
+  t.name = "oom-heavy";
+  t.num_streams = 4;
+  struct Live {
+    std::uint64_t id, size, stream;
+  };
+  std::vector<Live> live;
+  std::uint64_t live_bytes = 0;
+  bool filling = true;
+  std::uint64_t high = 20 * kGiB, low = 4 * kGiB;
+  while (static_cast<int>(t.ops.size()) < num_ops) {
+    const bool alloc = live.empty() || uniform() < (filling ? 0.8 : 0.2);
+    TraceOp op;
+    if (alloc) {
+      op.kind = TraceOp::Kind::kAlloc;
+      op.id = t.num_allocs++;
+      op.size = static_cast<std::uint64_t>(std::exp(
+          uniform() *
+          std::log(static_cast<double>(256ull << 20))));  // 1 B .. 256 MiB
+      op.stream = next() % 4;
+      live.push_back({op.id, op.size, op.stream});
+      live_bytes += op.size;
+    } else {
+      const std::size_t at = next() % live.size();
+      op.kind = TraceOp::Kind::kFree;
+      op.id = live[at].id;
+      op.size = live[at].size;
+      op.stream = live[at].stream;
+      live_bytes -= live[at].size;
+      live[at] = live.back();
+      live.pop_back();
+      ++t.num_frees;
+    }
+    t.ops.push_back(op);
+    if (filling && live_bytes >= high) {
+      filling = false;
+      low = (2 + next() % 6) * kGiB;
+    } else if (!filling && live_bytes <= low) {
+      filling = true;
+      high = (14 + next() % 12) * kGiB;
+    }
+  }
+  return t;
+}
+
+TEST(Replay, OutOfMemoryHeavyMultiStreamTraceReplaysInEveryMode) {
+  const Trace t = OomHeavyTrace(20000);
+  ASSERT_EQ(t.num_streams, 4u);
+  // The defaults preallocate 12 GiB; the fill phases ask for up to 26 GiB:
+  // every configuration runs out of memory, over and over.
+  const std::string device = "arch=h100,device_memory=16GiB";
+  for (const std::string& config : {
+           device,
+           device + ",preallocate=false",
+           device + ",preallocate=false,expandable=false",
+           device + ",expandable=false",
+           device + ",allocator=platform",
+           device + ",allocator=async",
+           device + ",preallocate=false,mem_fraction=0.3",
+       }) {
+    absl::StatusOr<ReplayResult> r = Replay(t, config);
+    ASSERT_TRUE(r.ok()) << config << ": " << r.status();
+    EXPECT_GT(r->ooms, 0u) << config;
+    EXPECT_EQ(r->failed_ids.size(), r->ooms) << config;
+    EXPECT_EQ(r->hazards, 0u) << config;
+  }
 }
 
 TEST(Replay, PlatformModeCallsTheBackendPerAllocation) {

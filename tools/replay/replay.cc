@@ -11,6 +11,9 @@
 //      fragmentation there, and, when a timeline is asked for, on to the end
 //      while recording blocks, regions and samples. The simulator's fake
 //      addresses are deterministic, so pass 2 sees exactly pass 1's layout.
+//      It makes every call pass 1 made, the failed allocations included (they
+//      must fail again): out of memory, the allocator collects garbage, trims
+//      and waits on the host, and pass 2 must see the same state.
 #include "tools/replay/replay.h"
 
 #include <algorithm>
@@ -244,7 +247,18 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   for (std::uint64_t i = 0; i < end; ++i) {
     const TraceOp& op = ops[i];
     const Stream stream(op.stream);
-    if (!failed[op.id]) {
+    if (op.kind == TraceOp::Kind::kAlloc && failed[op.id]) {
+      // A failed allocation is replayed too: it changes the allocator's
+      // state (garbage collection, trimming, host waits that complete other
+      // streams' work), so skipping it would make the two passes diverge.
+      absl::StatusOr<void*> p = a2.Allocate(op.size, stream);
+      if (p.ok()) {
+        return absl::InternalError(
+            absl::StrCat("replay of ", trace.name, " is not deterministic: op ",
+                         i, " failed in the measured pass but now succeeds"));
+      }
+      if (!absl::IsResourceExhausted(p.status())) return p.status();
+    } else if (!failed[op.id]) {
       if (op.kind == TraceOp::Kind::kAlloc) {
         absl::StatusOr<void*> p = a2.Allocate(op.size, stream);
         // Pass 1 served it; a different answer means the replay is not
