@@ -406,6 +406,27 @@ TEST(Replay, MultiStreamTraceFeedsTheHazardDetector) {
   EXPECT_GT(r->backend_calls, r->backend_allocs);  // event calls counted too
 }
 
+TEST(Replay, ABlockFreedOnAnotherStreamIsAHandoverNotAHazard) {
+  // Each block is allocated on stream 1 and 2 in turn and freed on the other
+  // one (a producer and a consumer); the memory is reused at once.
+  std::string text(kHeader);
+  int seq = 0;
+  for (int i = 0; i < 300; ++i) {
+    absl::StrAppend(&text, seq++, ",alloc,", i, ",", 1 << 20, ",", 1 + i % 2,
+                    "\n");
+    absl::StrAppend(&text, seq++, ",free,", i, ",0,", 2 - i % 2, "\n");
+  }
+  Trace t = MustParse(text);
+  for (const std::string& config :
+       {std::string(kPrealloc), std::string("arch=h100,preallocate=false"),
+        std::string("arch=h100,allocator=async")}) {
+    absl::StatusOr<ReplayResult> r = Replay(t, config);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->hazards, 0u) << config;
+    EXPECT_EQ(r->ooms, 0u) << config;
+  }
+}
+
 TEST(Replay, TimelineRecordsBlocksRegionsAndSamples) {
   Trace t = MustParse(absl::StrCat(kHeader,
                                    "0,alloc,0,1048576,0\n"

@@ -130,6 +130,23 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   const bool multi_stream = trace.num_streams > 1 && device->sim != nullptr;
   std::vector<void*> ptrs(trace.num_allocs, nullptr);
   std::vector<std::uint8_t> failed(trace.num_allocs, 0);
+  // A block freed on another stream than the one that allocated it was
+  // handed over: the program made the freeing stream wait for the allocating
+  // one and used the block there. The simulator is told so (the allocating
+  // stream's work completes, then a use on the freeing stream), or its
+  // detector would count the program's own handover as the allocator's
+  // hazard.
+  std::vector<std::uint64_t> alloc_stream(multi_stream ? trace.num_allocs : 0);
+  for (const TraceOp& op : ops) {
+    if (multi_stream && op.kind == TraceOp::Kind::kAlloc) {
+      alloc_stream[op.id] = op.stream;
+    }
+  }
+  auto hand_over = [&](SimBackend* s, const TraceOp& op, void* p) {
+    if (!multi_stream || op.stream == alloc_stream[op.id]) return;
+    s->CompleteStream(Stream(alloc_stream[op.id]));
+    s->Use(Stream(op.stream), reinterpret_cast<std::uintptr_t>(p), op.size);
+  };
   // The progress callback is called from inside the timed loop (there is no
   // other place during a long replay), but only every 1% of the ops: one
   // compare per op, and nothing at all when it is null (the default).
@@ -163,6 +180,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
       }
     } else if (!failed[op.id]) {
       ++calls;
+      hand_over(sim, op, ptrs[op.id]);
       absl::Status s = allocator.Deallocate(ptrs[op.id], stream);
       if (!s.ok()) return s;
     }
@@ -285,6 +303,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
           tl.blocks.push_back(b);
         }
       } else {
+        hand_over(sim2, op, ptrs[op.id]);
         absl::Status s = a2.Deallocate(ptrs[op.id], stream);
         if (!s.ok()) return s;
         if (record) tl.blocks[block_of[op.id]].free_op = i;
