@@ -345,6 +345,135 @@ TEST(Replay, OutOfMemoryHeavyMultiStreamTraceReplaysInEveryMode) {
   }
 }
 
+TEST(Replay, OutOfMemoryHeavyTraceRepeats) {
+  const Trace t = OomHeavyTrace(5000);
+  ReplayOptions options;
+  options.repeat = 2;
+  for (const std::string& config :
+       {std::string("arch=h100,device_memory=16GiB,preallocate=false"),
+        std::string("arch=h100,device_memory=16GiB,allocator=async")}) {
+    absl::StatusOr<ReplayResult> r = Replay(t, config, options);
+    ASSERT_TRUE(r.ok()) << config << ": " << r.status();
+    ASSERT_EQ(r->repetitions.size(), 2u);
+    EXPECT_GT(r->repetitions[1].ooms, 0u) << config;
+    EXPECT_EQ(r->repetitions[0].ooms + r->repetitions[1].ooms, r->ooms);
+    EXPECT_EQ(r->hazards, 0u) << config;
+    EXPECT_EQ(r->stats.bytes_in_use, 0u) << config;  // the drain freed all
+  }
+}
+
+TEST(Replay, RepeatRunsTheTraceAgainUnderNewIds) {
+  // OutOfMemoryIsCountedAndItsFreeSkipped's trace twice: the second pass's
+  // ids are the first's plus 4, and it fails the same two allocations.
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,3145728,0\n"
+                                   "1,alloc,1,2097152,0\n"
+                                   "2,alloc,2,1048576,0\n"
+                                   "3,free,1,2097152,0\n"
+                                   "4,alloc,3,8388608,0\n"
+                                   "5,free,0,3145728,0\n"
+                                   "6,free,3,8388608,0\n"));
+  ReplayOptions options;
+  options.repeat = 2;
+  absl::StatusOr<ReplayResult> r =
+      Replay(t, "arch=h100,device_memory=1GiB,preallocate=true,mem_limit=4MiB",
+             options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->failed_ids, ElementsAre(1u, 3u, 5u, 7u));
+  EXPECT_EQ(r->ooms, 4u);
+  // 5 calls per pass as before, plus the drain's free of id 2 (and 6).
+  EXPECT_EQ(r->ops, 12u);
+  ASSERT_EQ(r->repetitions.size(), 2u);
+  EXPECT_EQ(r->repetitions[0].ops, 6u);
+  EXPECT_EQ(r->repetitions[1].ooms, 2u);
+  EXPECT_EQ(r->repetitions[1].peak_bytes_requested, 4u << 20);
+  EXPECT_EQ(r->stats.bytes_in_use, 0u);
+  EXPECT_EQ(r->stats.num_ooms, 4u);
+  EXPECT_EQ(r->repeat, 2u);
+  options.repeat = 0;
+  EXPECT_EQ(Replay(t, "", options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Replay, RepeatedBundledTracePassesAreAlikeAndAddUp) {
+  absl::StatusOr<Trace> t =
+      LoadTrace(TraceDir() + "/torch-cs336-medium_1024_inference.csv");
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const std::string& config :
+       {std::string("arch=h100,preallocate=false"),
+        std::string("arch=h100,preallocate=false,expandable=false"),
+        std::string("arch=h100,allocator=platform")}) {
+    ReplayOptions options;
+    options.repeat = 3;
+    absl::StatusOr<ReplayResult> r = Replay(*t, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->repetitions.size(), 3u);
+    std::uint64_t calls = 0, allocs = 0, frees = 0, ops = 0, ns = 0;
+    for (const ReplayRepetition& p : r->repetitions) {
+      EXPECT_EQ(p.peak_bytes_in_use, r->repetitions[0].peak_bytes_in_use)
+          << config;
+      EXPECT_EQ(p.peak_bytes_requested, r->peak_bytes_requested) << config;
+      EXPECT_LE(p.peak_bytes_reserved, r->peak_bytes_reserved) << config;
+      calls += p.backend_calls;
+      allocs += p.backend_allocs;
+      frees += p.backend_frees;
+      ops += p.ops;
+      ns += p.modeled_backend_ns;
+    }
+    EXPECT_EQ(r->peak_bytes_in_use, r->repetitions[0].peak_bytes_in_use);
+    EXPECT_EQ(calls, r->backend_calls) << config;
+    EXPECT_EQ(allocs, r->backend_allocs) << config;
+    EXPECT_EQ(frees, r->backend_frees) << config;
+    EXPECT_EQ(ops, r->ops) << config;
+    EXPECT_EQ(ns, r->modeled_backend_ns) << config;
+    // One pass alone: the first pass's figures are its.
+    absl::StatusOr<ReplayResult> once = Replay(*t, config);
+    ASSERT_TRUE(once.ok()) << once.status();
+    EXPECT_EQ(r->repetitions[0].peak_bytes_in_use, once->peak_bytes_in_use);
+    EXPECT_EQ(r->repetitions[0].peak_bytes_reserved, once->peak_bytes_reserved);
+    const std::string json = ToJson(*r);
+    const std::size_t reps = json.find("\"repetitions\":[{");
+    ASSERT_NE(reps, std::string::npos) << json;
+    std::size_t entries = 0;
+    for (std::size_t at = reps;
+         (at = json.find("{\"ops\":", at)) != std::string::npos; ++at) {
+      ++entries;
+    }
+    EXPECT_EQ(entries, 3u);
+    EXPECT_EQ(JsonNumber(json, "repeat"), 3);
+  }
+}
+
+TEST(Replay, CompleteEveryIsTheDeviceProgressModel) {
+  // Blocks freed on one stream and wanted on another: the sooner the queued
+  // work completes, the sooner the memory is reusable there.
+  std::string text(kHeader);
+  int seq = 0;
+  for (int i = 0; i < 400; ++i) {
+    absl::StrAppend(&text, seq++, ",alloc,", i, ",", 1 << 20, ",", i % 4, "\n");
+    if (i >= 4) {
+      absl::StrAppend(&text, seq++, ",free,", i - 4, ",0,", (i - 4) % 4, "\n");
+    }
+  }
+  Trace t = MustParse(text);
+  const std::string config = "arch=h100,device_memory=1GiB,preallocate=false";
+  std::vector<std::uint64_t> reserved;
+  for (std::uint64_t every : {1, 64, 0}) {
+    ReplayOptions options;
+    options.complete_every = every;
+    absl::StatusOr<ReplayResult> r = Replay(t, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->complete_every, every);
+    EXPECT_EQ(r->hazards, 0u) << every;
+    EXPECT_EQ(JsonNumber(ToJson(*r), "complete_every"),
+              static_cast<double>(every));
+    reserved.push_back(r->peak_bytes_reserved);
+  }
+  EXPECT_LE(reserved[0], reserved[1]);
+  EXPECT_LE(reserved[1], reserved[2]);
+  EXPECT_LT(reserved[0], reserved[2]);
+}
+
 TEST(Replay, PlatformModeCallsTheBackendPerAllocation) {
   Trace t = MustParse(absl::StrCat(kHeader,
                                    "0,alloc,0,1000,0\n"
@@ -484,12 +613,30 @@ TEST(ToJson, HasEveryFieldWithItsMeaning) {
   EXPECT_EQ(json.back(), '}');
   EXPECT_THAT(json, HasSubstr(R"("trace":"we\"ird\\name")"));
   EXPECT_THAT(json, HasSubstr(R"("failed_ids":[1])"));
-  for (absl::string_view key :
-       {"config", "label", "device", "ops", "ooms", "peak_bytes_in_use",
-        "peak_bytes_requested", "peak_bytes_reserved", "final_bytes_reserved",
-        "utilization", "fragmentation_at_peak", "largest_free_block_bytes",
-        "backend_allocs", "backend_frees", "backend_calls",
-        "modeled_backend_ns", "events_recorded", "hazards", "ns_per_op"}) {
+  for (absl::string_view key : {"config",
+                                "label",
+                                "device",
+                                "ops",
+                                "ooms",
+                                "peak_bytes_in_use",
+                                "peak_bytes_requested",
+                                "peak_bytes_reserved",
+                                "final_bytes_reserved",
+                                "utilization",
+                                "fragmentation_at_peak",
+                                "largest_free_block_bytes",
+                                "backend_allocs",
+                                "backend_frees",
+                                "backend_calls",
+                                "modeled_backend_ns",
+                                "events_recorded",
+                                "host_waits",
+                                "stream_waits",
+                                "hazards",
+                                "ns_per_op",
+                                "repeat",
+                                "complete_every",
+                                "repetitions"}) {
     EXPECT_THAT(json, HasSubstr(absl::StrCat("\"", key, "\":"))) << key;
   }
   EXPECT_EQ(JsonNumber(json, "ops"), 2);
