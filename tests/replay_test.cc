@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -704,6 +705,27 @@ TEST(BundledTraces, EachLoadsWithOneOpPerRow) {
     EXPECT_EQ(t->ops.size(), rows - 1) << name;
     EXPECT_EQ(t->num_allocs + t->num_frees, t->ops.size());
     EXPECT_EQ(t->num_streams, 1u);
+  }
+}
+
+// The generated multi-stream traces (gpualloc-gen): blocks handed from one
+// stream to another, several streams allocating at once; the allocator never
+// hands out memory another stream may still use.
+TEST(BundledTraces, GeneratedMultiStreamTracesReplayWithoutHazards) {
+  for (const auto& [name, streams] :
+       std::vector<std::pair<std::string, std::uint64_t>>{
+           {"gen-prefetch", 3}, {"gen-fsdp", 3}, {"gen-serve", 4}}) {
+    absl::StatusOr<Trace> t = LoadTrace(TraceDir() + "/" + name + ".csv");
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->num_streams, streams) << name;
+    EXPECT_EQ(t->num_allocs, t->num_frees) << name;
+    absl::StatusOr<ReplayResult> r =
+        Replay(*t, "arch=h100,preallocate=false,expandable=false");
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_EQ(r->ooms, 0u) << name;
+    EXPECT_EQ(r->hazards, 0u) << name;
+    EXPECT_GT(r->events_recorded, 0u) << name;
+    EXPECT_EQ(r->stats.bytes_in_use, 0u) << name;
   }
 }
 
