@@ -23,9 +23,6 @@
 namespace gpualloc::replay {
 namespace {
 
-constexpr std::uint64_t kKiB = 1024;
-constexpr std::uint64_t kMiB = 1024 * kKiB;
-
 // splitmix64: tiny, and the same numbers everywhere (std::*_distribution
 // are not specified bit for bit).
 class Rng {
