@@ -1,6 +1,6 @@
 // tests/replay_test.cc: the trace parsers, the replay's numbers on hand-made
 // traces with known answers, the JSON form, the PyTorch baseline and the
-// bundled traces (SPEC section 7).
+// bundled traces.
 #include "tools/replay/replay.h"
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // tools/replay_main.cc: gpualloc-replay, real traces replayed against one or
-// more configurations side by side (SPEC section 7).
+// more configurations side by side.
 //
 // Every trace is parsed before any replay starts, so a bad file fails the run
 // at once instead of after minutes of work. Uses the public headers and

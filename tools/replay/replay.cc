@@ -108,7 +108,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   }
   absl::StatusOr<ConfigOverrides> overrides = ParseConfigString(config_string);
   if (!overrides.ok()) return overrides.status();
-  // The simulator unless backend= says otherwise (SPEC section 7).
+  // The simulator unless backend= says otherwise.
   if (!overrides->backend.has_value()) overrides->backend = BackendKind::kSim;
   // An empty environment: a replay must not depend on the caller's GPUALLOC_*
   // variables, or two runs of the same command could disagree.

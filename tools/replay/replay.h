@@ -1,5 +1,5 @@
 // tools/replay/replay.h: traces, their replay on a simulated device, and the
-// result fields of SPEC section 7. Shared by gpualloc-replay, gpualloc-tune and
+// replay's result fields. Shared by gpualloc-replay, gpualloc-tune and
 // the demo; uses the public headers only.
 #ifndef GPUALLOC_TOOLS_REPLAY_REPLAY_H_
 #define GPUALLOC_TOOLS_REPLAY_REPLAY_H_
@@ -33,7 +33,7 @@ struct Trace {
 };
 
 // Parses a trace; the format is told by the header line:
-//   the project CSV  "seq,action,addr_or_id,size,stream" (../shared/traces);
+//   the project CSV  "seq,action,addr_or_id,size,stream" (tests/data/traces);
 //   RMM's logging_resource_adaptor CSV "Thread,Time,Action,Pointer,Size,Stream"
 //     (actions allocate, free, "allocate failure"; pointers are mapped to ids,
 //     a failed allocation is skipped, a free of an unknown pointer is an
