@@ -154,14 +154,14 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   }
   // A block freed on another stream than the one that allocated it was
   // handed over: the program made the freeing stream wait for the allocating
-  // one and used the block there. The simulator is told so (the allocating
-  // stream's work completes, then a use on the freeing stream), or its
-  // detector would count the program's own handover as the allocator's
-  // hazard.
+  // one and used the block there. The simulator is told so (the freeing
+  // stream ordered after the allocating one, as an event would, whose work
+  // may still run; then a use on the freeing stream), or its detector would
+  // count the program's own handover as the allocator's hazard.
   auto hand_over = [&](SimBackend* s, const TraceOp& op, std::uint64_t trace_id,
                        void* p) {
     if (!multi_stream || op.stream == alloc_stream[trace_id]) return;
-    s->CompleteStream(Stream(alloc_stream[trace_id]));
+    s->OrderStreams(Stream(op.stream), Stream(alloc_stream[trace_id]));
     s->Use(Stream(op.stream), reinterpret_cast<std::uintptr_t>(p), op.size);
   };
   // The ids each pass freed at its end, in that order (for pass 2).
