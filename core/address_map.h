@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "core/chunk_table.h"
 #include "core/status_macros.h"
 
@@ -22,8 +23,10 @@ class AddressMap {
  public:
   AddressMap() { Rehash(kMinCapacity); }
 
-  // REQUIRES: address != 0 and not present.
-  void Insert(std::uint64_t address, ChunkId id) {
+  // REQUIRES: address != 0 and not present. Always inlined: it is on
+  // Allocate's path (measured: 48 instructions per allocate/free pair when
+  // the compiler outlined it).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Insert(std::uint64_t address, ChunkId id) {
     GPUALLOC_DCHECK(address != 0);
     if (2 * (size_ + 1) > slots_.size()) Rehash(2 * slots_.size());
     std::size_t i = Home(address);

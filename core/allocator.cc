@@ -50,6 +50,7 @@ class BfcAllocator final : public Allocator {
         oracle_(backend_->info().capabilities.streams
                     ? static_cast<core::ReuseOracle*>(&stream_order_)
                     : &no_streams_),
+        stream_mask_(backend_->info().capabilities.streams ? UINTPTR_MAX : 0),
         next_region_size_(resolved_.granularity) {
     if (resolved_.expandable) {
       space_ = std::make_unique<core::ExpandableSpace>(backend_.get(),
@@ -172,7 +173,7 @@ class BfcAllocator final : public Allocator {
   // The stream as the core sees it: a backend without streams runs its work
   // in call order, so all streams are one.
   Stream Key(Stream stream) const {
-    return oracle_ == &stream_order_ ? stream : Stream();
+    return Stream(stream.handle & stream_mask_);
   }
 
   // `full`: also walk every mapping (Validate()); after each operation
@@ -759,6 +760,8 @@ class BfcAllocator final : public Allocator {
   core::StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
   NoStreams no_streams_;
   core::ReuseOracle* const oracle_;  // &stream_order_ or &no_streams_
+  // All ones with streams, 0 without (Key).
+  const std::uintptr_t stream_mask_;
   std::uint64_t next_region_size_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;

@@ -9,11 +9,15 @@
 // What the allocator adds to the pool:
 //  - The limit, on the bytes the live allocations hold (the pool itself only
 //    knows a release threshold).
-//  - RecordStream (PyTorch's record_stream): the pool orders a free only after
-//    the work on the freeing stream. When other streams were declared to use
-//    the memory, Deallocate first records an event on each of them and makes
-//    the freeing stream wait for it, so the pool's ordering covers their work
-//    too (what PyTorch's CUDAMallocAsyncAllocator does).
+//  - The free rule (the same in every mode): a freed block is reusable only
+//    after the work of its allocation stream, of the stream named in the free
+//    and of every stream RecordStream declared. The pool orders a free only
+//    after the work on the freeing stream, so Deallocate first records an
+//    event on each of the others (the allocation stream when it differs, the
+//    recorded ones) and makes the freeing stream wait for it, so the pool's
+//    ordering covers their work too (what PyTorch's CUDAMallocAsyncAllocator
+//    does for recorded streams). A free on the allocation stream costs
+//    nothing extra.
 //  - Garbage collection on out of memory: memory freed on a stream whose work
 //    has not completed may be held back from other streams. The allocator
 //    waits on the host for every stream that freed memory since its last wait
@@ -234,17 +238,29 @@ class AsyncAllocator final : public Allocator {
     const LiveAllocation* a = live_.Find(address);
     GPUALLOC_DCHECK(a != nullptr);
     auto recorded = recorded_.find(address);
+    // The pool orders the free after `stream` only: the allocation stream
+    // and the recorded streams are made to come first.
+    std::vector<std::uintptr_t> others;
+    if (a->stream != stream.handle) others.push_back(a->stream);
     if (recorded != recorded_.end()) {
       for (std::uintptr_t other : recorded->second) {
-        if (other == stream.handle) continue;
-        absl::Status waited = StreamWaitLocked(stream, Stream(other));
-        if (!waited.ok()) {
-          return absl::Status(
-              waited.code(),
-              absl::StrFormat("Deallocate(%#x, stream %#x): ordering the free "
-                              "after recorded stream %#x: %s",
-                              address, stream.handle, other, waited.message()));
+        if (other != stream.handle &&
+            std::find(others.begin(), others.end(), other) == others.end()) {
+          others.push_back(other);
         }
+      }
+    }
+    if (!backend_->info().capabilities.streams) others.clear();
+    for (std::uintptr_t other : others) {
+      absl::Status waited = StreamWaitLocked(stream, Stream(other));
+      if (!waited.ok()) {
+        return absl::Status(
+            waited.code(),
+            absl::StrFormat("Deallocate(%#x, stream %#x): ordering the free "
+                            "after %s stream %#x: %s",
+                            address, stream.handle,
+                            other == a->stream ? "allocation" : "recorded",
+                            other, waited.message()));
       }
     }
     absl::Status freed = backend_->PoolFree(a->base, stream);

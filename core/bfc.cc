@@ -736,10 +736,12 @@ std::optional<DeviceAddress> BfcCore::AllocateAcross(
   const DeviceAddress start = RoundUp(chunks_[best].address, alignment);
   const DeviceAddress end = start + size;
   ChunkId id = best;
+  // What the oracle was asked about may have changed its condition; those
+  // chunks merge where they may (I4) once the allocation is cut out.
+  std::vector<ChunkId> touched;
   if (ask) {
     // Every chunk the allocation touches must be made usable first; nothing
     // is handed out when one cannot be.
-    std::vector<ChunkId> asked;
     bool all = true;
     for (ChunkId k = best; all && k != kNoChunk && chunks_[k].address < end;
          k = chunks_[k].next) {
@@ -749,43 +751,56 @@ std::optional<DeviceAddress> BfcCore::AllocateAcross(
         continue;
       }
       all = MakeUsable(k, stream, *oracle, /*may_wait=*/true) == Usable::kYes;
-      asked.push_back(k);
+      touched.push_back(k);
     }
-    // Conditions the oracle found complete are gone: merge what may (I4).
-    for (ChunkId k : asked) {
-      if (chunks_.IsLive(k) && !chunks_[k].in_use) MergeNeighbours(k);
+    if (!all) {
+      for (ChunkId k : touched) {
+        if (chunks_.IsLive(k) && !chunks_[k].in_use) MergeNeighbours(k);
+      }
+      return std::nullopt;
     }
-    if (!all) return std::nullopt;
-    id = regions_[*RegionAt(start)].first;
   }
   while (chunks_[id].address + chunks_[id].size <= start) {
     id = chunks_[id].next;
   }
   if (chunks_[id].address < start) {
     // The front stays free with its condition.
-    InsertFree(
-        SplitFront(id, start - chunks_[id].address, /*copy_fence=*/true));
+    const ChunkId front =
+        SplitFront(id, start - chunks_[id].address, /*copy_fence=*/true);
+    InsertFree(front);
+    touched.push_back(front);
   }
-  RemoveFree(id);
-  ReleaseFenceSet(chunks_[id]);
-  std::uint64_t taken = chunks_[id].size;
-  while (chunks_[id].address + taken < end) {
-    ChunkId next = chunks_[id].next;
-    GPUALLOC_DCHECK(next != kNoChunk && !chunks_[next].in_use);
-    if (chunks_[next].address + chunks_[next].size > end) {
-      // The back stays free with its condition; its front joins.
-      next = SplitFront(next, end - chunks_[next].address,
-                        /*copy_fence=*/false);
-    } else {
-      RemoveFree(next);
-      ReleaseFenceSet(chunks_[next]);
+  if (chunks_[id].address + chunks_[id].size > end) {
+    // One chunk holds it after all: its back stays free.
+    const ChunkId front = SplitFront(id, size, /*copy_fence=*/false);
+    touched.push_back(id);
+    id = front;
+  } else {
+    RemoveFree(id);
+    ReleaseFenceSet(chunks_[id]);
+    std::uint64_t taken = chunks_[id].size;
+    while (chunks_[id].address + taken < end) {
+      ChunkId next = chunks_[id].next;
+      GPUALLOC_DCHECK(next != kNoChunk && !chunks_[next].in_use);
+      if (chunks_[next].address + chunks_[next].size > end) {
+        // The back stays free with its condition; its front joins.
+        touched.push_back(next);
+        next = SplitFront(next, end - chunks_[next].address,
+                          /*copy_fence=*/false);
+      } else {
+        RemoveFree(next);
+        ReleaseFenceSet(chunks_[next]);
+      }
+      taken += chunks_[next].size;
+      Unlink(next);
     }
-    taken += chunks_[next].size;
-    Unlink(next);
+    chunks_[id].size = taken;
   }
-  chunks_[id].size = taken;
-  GPUALLOC_DCHECK(taken == size);
+  GPUALLOC_DCHECK(chunks_[id].size == size);
   TakeChunk(id, requested, stream);
+  for (ChunkId k : touched) {
+    if (chunks_.IsLive(k) && !chunks_[k].in_use) MergeNeighbours(k);
+  }
   return start;
 }
 
@@ -811,15 +826,19 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
   counters_.bytes_in_use -= c.size;
   counters_.bytes_requested -= c.requested;
   --counters_.num_chunks_in_use;
-  // The freed chunk's condition: the freeing stream, plus the streams
+  // The freed chunk's condition: the freeing stream, the stream it was
+  // allocated on (work queued there may still use it too) and the streams
   // RecordStream added, all at this free's stamp.
+  const std::uintptr_t allocated_on = c.stream;
   c.stream = stream;
   c.free_stamp = stamp;
-  if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet)) {
+  if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet && allocated_on == stream)) {
     c.fence = Fence::kStream;
   } else {
+    if (c.fence_set == kNoFenceSet) c.fence_set = fences_.New();
     fences_.Restamp(c.fence_set, stamp);
     fences_.Add(c.fence_set, stream, stamp);
+    fences_.Add(c.fence_set, allocated_on, stamp);
     c.fence = Fence::kSet;
     c.stream = 0;
     c.free_stamp = 0;

@@ -225,11 +225,12 @@ class BfcCore {
       std::uintptr_t stream, ReuseOracle* oracle, bool ask = false);
 
   // Frees the chunk that starts at `address`; its last use was queued on
-  // `stream` (and on the streams RecordStream added), before the free stamped
-  // `stamp` (core/fences.h). `oracle`, when given, drops conditions already
-  // known complete from merged chunks. InvalidArgument for an address no
-  // region contains or that points inside a chunk; FailedPrecondition for a
-  // chunk that is already free. Nothing changes on error.
+  // `stream`, on the stream it was allocated on and on the streams
+  // RecordStream added, before the free stamped `stamp` (core/fences.h).
+  // `oracle`, when given, drops conditions already known complete from merged
+  // chunks. InvalidArgument for an address no region contains or that points
+  // inside a chunk; FailedPrecondition for a chunk that is already free.
+  // Nothing changes on error.
   absl::Status Deallocate(DeviceAddress address, std::uintptr_t stream,
                           std::uint64_t stamp = 0,
                           const ReuseOracle* oracle = nullptr);
@@ -316,7 +317,10 @@ class BfcCore {
                                   DeviceAddress address) const;
 
   // Hands free chunk `id` (out of the bins, no fence set) to `stream`.
-  void TakeChunk(ChunkId id, std::uint64_t requested, std::uintptr_t stream) {
+  // Inlined: it is most of Allocate's tail.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void TakeChunk(ChunkId id,
+                                              std::uint64_t requested,
+                                              std::uintptr_t stream) {
     Chunk& c = chunks_[id];
     c.fence = Fence::kClean;
     c.in_use = true;
@@ -391,7 +395,8 @@ class BfcCore {
   // Gives free chunk `into` the union of its condition and `from`'s; `from`
   // gives up its fence set. Pairs `oracle` knows complete are dropped.
   // Inline: the cases of a single-stream workload.
-  void AbsorbFence(Chunk& into, Chunk& from, const ReuseOracle* oracle) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void AbsorbFence(Chunk& into, Chunk& from,
+                                                const ReuseOracle* oracle) {
     if (from.fence == Fence::kClean) return;
     if (into.fence == Fence::kClean) {
       into.fence = from.fence;

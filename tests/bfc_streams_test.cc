@@ -250,7 +250,7 @@ TEST_F(BfcStreamsTest, OneStreamMergesAsAnyBfcUntilASecondAppears) {
 
 TEST_F(BfcStreamsTest, RunsOfUsablePiecesServeWhatNoneHoldsAlone) {
   const DeviceAddress a = *Alloc(4096, kS1);
-  const DeviceAddress b = *Alloc(4096, kS2);
+  const DeviceAddress b = *Alloc(4096, kS3);
   const DeviceAddress c = *Alloc(4096, kS2);
   const DeviceAddress d = *Alloc(4096, kS3);
   FillTail();
@@ -411,8 +411,10 @@ TEST_F(BfcStreamsTest, RandomMultiStreamSequencesKeepInvariantsAndOrder) {
           oracle_.wait ? BfcCore::Search::kMayWait : BfcCore::Search::kFast);
       ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
       if (!a.has_value()) {
-        // The slow path's last resort before growing.
-        a = core_.AllocateAcross(size, size, 256, s, &oracle_);
+        // The slow path: runs of pieces usable now, or (as when growing
+        // cannot help) made usable by asking the oracle.
+        a = core_.AllocateAcross(size, size, 256, s, &oracle_,
+                                 /*ask=*/rng() % 2 == 0);
         ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
       }
       if (!a.has_value()) continue;

@@ -779,11 +779,14 @@ TEST(AsyncTest, AllocateAndFreeGoToThePoolOnTheirStreams) {
   EXPECT_EQ(s.bytes_in_use, 256u);
   EXPECT_EQ(s.peak_bytes_in_use, 1024u + 256);
   EXPECT_EQ(s.backend_frees, 1u);
-  // One stream per allocation: no event was needed.
-  EXPECT_EQ(s.events_recorded, 0u);
-  EXPECT_EQ(s.stream_waits, 0u);
+  // Freed on another stream than its allocation's: stream 8 was made to
+  // wait for stream 7's work first (one event), never the host.
+  EXPECT_EQ(s.events_recorded, 1u);
+  EXPECT_EQ(s.stream_waits, 1u);
   EXPECT_EQ(s.host_waits, 0u);
-  EXPECT_EQ(fake->create_event_calls, 0);
+  ASSERT_EQ(fake->waits.size(), 1u);
+  EXPECT_EQ(fake->waits[0].waiter, Stream(8));
+  EXPECT_EQ(fake->waits[0].recorded, Stream(7));
 
   const Snapshot snap = a->GetSnapshot();
   ASSERT_EQ(snap.regions.size(), 1u);
@@ -831,11 +834,13 @@ TEST(AsyncTest, RecordStreamMakesTheFreeingStreamWait) {
   GPUALLOC_ASSERT_OK(q);
   GPUALLOC_ASSERT_OK(a->Deallocate(*q, Stream(1)));
   EXPECT_EQ(fake->stream_wait_calls, 2);
+  // Freed on stream 6: after the allocation stream (4) and the recorded one
+  // (5).
   auto r = a->Allocate(4096, Stream(4));
   GPUALLOC_ASSERT_OK(r);
   GPUALLOC_ASSERT_OK(a->RecordStream(*r, Stream(5)));
   GPUALLOC_ASSERT_OK(a->Deallocate(*r, Stream(6)));
-  EXPECT_EQ(fake->stream_wait_calls, 3);
+  EXPECT_EQ(fake->stream_wait_calls, 4);
   EXPECT_EQ(fake->create_event_calls, 1);
 
   absl::Status unknown = a->RecordStream(*r, Stream(2));

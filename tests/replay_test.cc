@@ -1,12 +1,14 @@
 // tests/replay_test.cc: the trace parsers, the replay's numbers on hand-made
 // traces with known answers, the JSON form, the PyTorch baseline and the
-// bundled traces (SPEC section 7).
+// bundled traces.
 #include "tools/replay/replay.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -260,6 +262,230 @@ TEST(Replay, OutOfMemoryIsCountedAndItsFreeSkipped) {
   EXPECT_EQ(r->device, "sim h100 1.07 GB");  // backend=sim was added
 }
 
+// An out-of-memory-heavy trace on four streams: fill phases that ask for up
+// to 1.6 times the device's memory, then drain phases, sizes log-uniform from
+// 1 B to 256 MiB, each block freed on the stream that allocated it. Generated
+// here (a splitmix64 sequence), the same everywhere.
+Trace OomHeavyTrace(int num_ops, std::uint64_t device_bytes) {
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state]() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  auto uniform = [&next]() {
+    return static_cast<double>(next() >> 11) * 0x1.0p-53;
+  };
+  const std::uint64_t eighth = device_bytes / 8;
+  Trace t;
+  t.name = "oom-heavy";
+  t.num_streams = 4;
+  struct Live {
+    std::uint64_t id, size, stream;
+  };
+  std::vector<Live> live;
+  std::uint64_t live_bytes = 0;
+  bool filling = true;
+  std::uint64_t high = 10 * eighth, low = 2 * eighth;
+  while (static_cast<int>(t.ops.size()) < num_ops) {
+    const bool alloc = live.empty() || uniform() < (filling ? 0.8 : 0.2);
+    TraceOp op;
+    if (alloc) {
+      op.kind = TraceOp::Kind::kAlloc;
+      op.id = t.num_allocs++;
+      op.size = static_cast<std::uint64_t>(std::exp(
+          uniform() *
+          std::log(static_cast<double>(256ull << 20))));  // 1 B .. 256 MiB
+      op.stream = next() % 4;
+      live.push_back({op.id, op.size, op.stream});
+      live_bytes += op.size;
+    } else {
+      const std::size_t at = next() % live.size();
+      op.kind = TraceOp::Kind::kFree;
+      op.id = live[at].id;
+      op.size = live[at].size;
+      op.stream = live[at].stream;
+      live_bytes -= live[at].size;
+      live[at] = live.back();
+      live.pop_back();
+      ++t.num_frees;
+    }
+    t.ops.push_back(op);
+    if (filling && live_bytes >= high) {
+      filling = false;
+      low = (1 + next() % 4) * eighth;
+    } else if (!filling && live_bytes <= low) {
+      filling = true;
+      high = (7 + next() % 6) * eighth;
+    }
+  }
+  return t;
+}
+
+// The validator after every operation (debug_checks=2, the sanitizer run)
+// makes each op cost as much as the live blocks: a shorter trace there.
+constexpr int kOomHeavyOps = GPUALLOC_DEBUG_CHECKS >= 2 ? 2000 : 20000;
+
+TEST(Replay, OutOfMemoryHeavyMultiStreamTraceReplaysInEveryMode) {
+  const Trace t = OomHeavyTrace(kOomHeavyOps, 2ull << 30);
+  ASSERT_EQ(t.num_streams, 4u);
+  // The defaults preallocate 1.5 GiB; the fill phases ask for up to 3.2 GiB:
+  // every configuration runs out of memory, over and over.
+  const std::string device = "arch=h100,device_memory=2GiB";
+  for (const std::string& config : {
+           device,
+           device + ",preallocate=false",
+           device + ",preallocate=false,expandable=false",
+           device + ",expandable=false",
+           device + ",allocator=platform",
+           device + ",allocator=async",
+           device + ",preallocate=false,mem_fraction=0.3",
+       }) {
+    absl::StatusOr<ReplayResult> r = Replay(t, config);
+    if (!r.ok()) {
+      ADD_FAILURE() << config << ": " << r.status();
+      continue;
+    }
+    EXPECT_GT(r->ooms, 0u) << config;
+    EXPECT_EQ(r->failed_ids.size(), r->ooms) << config;
+    EXPECT_EQ(r->hazards, 0u) << config;
+  }
+}
+
+TEST(Replay, OutOfMemoryHeavyTraceRepeats) {
+  const Trace t = OomHeavyTrace(kOomHeavyOps / 4, 2ull << 30);
+  ReplayOptions options;
+  options.repeat = 2;
+  for (const std::string& config :
+       {std::string("arch=h100,device_memory=2GiB,preallocate=false"),
+        std::string("arch=h100,device_memory=2GiB,allocator=async")}) {
+    absl::StatusOr<ReplayResult> r = Replay(t, config, options);
+    ASSERT_TRUE(r.ok()) << config << ": " << r.status();
+    ASSERT_EQ(r->repetitions.size(), 2u);
+    EXPECT_GT(r->repetitions[1].ooms, 0u) << config;
+    EXPECT_EQ(r->repetitions[0].ooms + r->repetitions[1].ooms, r->ooms);
+    EXPECT_EQ(r->hazards, 0u) << config;
+    EXPECT_EQ(r->stats.bytes_in_use, 0u) << config;  // the drain freed all
+  }
+}
+
+TEST(Replay, RepeatRunsTheTraceAgainUnderNewIds) {
+  // OutOfMemoryIsCountedAndItsFreeSkipped's trace twice: the second pass's
+  // ids are the first's plus 4, and it fails the same two allocations.
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,3145728,0\n"
+                                   "1,alloc,1,2097152,0\n"
+                                   "2,alloc,2,1048576,0\n"
+                                   "3,free,1,2097152,0\n"
+                                   "4,alloc,3,8388608,0\n"
+                                   "5,free,0,3145728,0\n"
+                                   "6,free,3,8388608,0\n"));
+  ReplayOptions options;
+  options.repeat = 2;
+  absl::StatusOr<ReplayResult> r =
+      Replay(t, "arch=h100,device_memory=1GiB,preallocate=true,mem_limit=4MiB",
+             options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->failed_ids, ElementsAre(1u, 3u, 5u, 7u));
+  EXPECT_EQ(r->ooms, 4u);
+  // 5 calls per pass as before, plus the drain's free of id 2 (and 6).
+  EXPECT_EQ(r->ops, 12u);
+  ASSERT_EQ(r->repetitions.size(), 2u);
+  EXPECT_EQ(r->repetitions[0].ops, 6u);
+  EXPECT_EQ(r->repetitions[1].ooms, 2u);
+  EXPECT_EQ(r->repetitions[1].peak_bytes_requested, 4u << 20);
+  EXPECT_EQ(r->stats.bytes_in_use, 0u);
+  EXPECT_EQ(r->stats.num_ooms, 4u);
+  EXPECT_EQ(r->repeat, 2u);
+  options.repeat = 0;
+  EXPECT_EQ(Replay(t, "", options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Replay, RepeatedBundledTracePassesAreAlikeAndAddUp) {
+  absl::StatusOr<Trace> t =
+      LoadTrace(TraceDir() + "/torch-cs336-medium_1024_inference.csv");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::string> configs = {
+      "arch=h100,preallocate=false,expandable=false",
+      "arch=h100,allocator=platform"};
+  // Expandable regions under the per-op validator (debug_checks=2) take
+  // long; the main run covers them.
+  if (GPUALLOC_DEBUG_CHECKS < 2)
+    configs.push_back("arch=h100,preallocate=false");
+  for (const std::string& config : configs) {
+    ReplayOptions options;
+    options.repeat = 3;
+    absl::StatusOr<ReplayResult> r = Replay(*t, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->repetitions.size(), 3u);
+    std::uint64_t calls = 0, allocs = 0, frees = 0, ops = 0, ns = 0;
+    for (const ReplayRepetition& p : r->repetitions) {
+      EXPECT_EQ(p.peak_bytes_in_use, r->repetitions[0].peak_bytes_in_use)
+          << config;
+      EXPECT_EQ(p.peak_bytes_requested, r->peak_bytes_requested) << config;
+      EXPECT_LE(p.peak_bytes_reserved, r->peak_bytes_reserved) << config;
+      calls += p.backend_calls;
+      allocs += p.backend_allocs;
+      frees += p.backend_frees;
+      ops += p.ops;
+      ns += p.modeled_backend_ns;
+    }
+    EXPECT_EQ(r->peak_bytes_in_use, r->repetitions[0].peak_bytes_in_use);
+    EXPECT_EQ(calls, r->backend_calls) << config;
+    EXPECT_EQ(allocs, r->backend_allocs) << config;
+    EXPECT_EQ(frees, r->backend_frees) << config;
+    EXPECT_EQ(ops, r->ops) << config;
+    EXPECT_EQ(ns, r->modeled_backend_ns) << config;
+    // One pass alone: the first pass's figures are its.
+    absl::StatusOr<ReplayResult> once = Replay(*t, config);
+    ASSERT_TRUE(once.ok()) << once.status();
+    EXPECT_EQ(r->repetitions[0].peak_bytes_in_use, once->peak_bytes_in_use);
+    EXPECT_EQ(r->repetitions[0].peak_bytes_reserved, once->peak_bytes_reserved);
+    const std::string json = ToJson(*r);
+    const std::size_t reps = json.find("\"repetitions\":[{");
+    ASSERT_NE(reps, std::string::npos) << json;
+    std::size_t entries = 0;
+    for (std::size_t at = reps;
+         (at = json.find("{\"ops\":", at)) != std::string::npos; ++at) {
+      ++entries;
+    }
+    EXPECT_EQ(entries, 3u);
+    EXPECT_EQ(JsonNumber(json, "repeat"), 3);
+  }
+}
+
+TEST(Replay, CompleteEveryIsTheDeviceProgressModel) {
+  // Blocks freed on one stream and wanted on another: the sooner the queued
+  // work completes, the sooner the memory is reusable there.
+  std::string text(kHeader);
+  int seq = 0;
+  for (int i = 0; i < 400; ++i) {
+    absl::StrAppend(&text, seq++, ",alloc,", i, ",", 1 << 20, ",", i % 4, "\n");
+    if (i >= 4) {
+      absl::StrAppend(&text, seq++, ",free,", i - 4, ",0,", (i - 4) % 4, "\n");
+    }
+  }
+  Trace t = MustParse(text);
+  const std::string config = "arch=h100,device_memory=1GiB,preallocate=false";
+  std::vector<std::uint64_t> reserved;
+  for (std::uint64_t every : {1, 64, 0}) {
+    ReplayOptions options;
+    options.complete_every = every;
+    absl::StatusOr<ReplayResult> r = Replay(t, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->complete_every, every);
+    EXPECT_EQ(r->hazards, 0u) << every;
+    EXPECT_EQ(JsonNumber(ToJson(*r), "complete_every"),
+              static_cast<double>(every));
+    reserved.push_back(r->peak_bytes_reserved);
+  }
+  EXPECT_LE(reserved[0], reserved[1]);
+  EXPECT_LE(reserved[1], reserved[2]);
+  EXPECT_LT(reserved[0], reserved[2]);
+}
+
 TEST(Replay, PlatformModeCallsTheBackendPerAllocation) {
   Trace t = MustParse(absl::StrCat(kHeader,
                                    "0,alloc,0,1000,0\n"
@@ -331,6 +557,27 @@ TEST(Replay, MultiStreamTraceFeedsTheHazardDetector) {
   EXPECT_GT(r->backend_calls, r->backend_allocs);
 }
 
+TEST(Replay, ABlockFreedOnAnotherStreamIsAHandoverNotAHazard) {
+  // Each block is allocated on stream 1 and 2 in turn and freed on the other
+  // one (a producer and a consumer); the memory is reused at once.
+  std::string text(kHeader);
+  int seq = 0;
+  for (int i = 0; i < 300; ++i) {
+    absl::StrAppend(&text, seq++, ",alloc,", i, ",", 1 << 20, ",", 1 + i % 2,
+                    "\n");
+    absl::StrAppend(&text, seq++, ",free,", i, ",0,", 2 - i % 2, "\n");
+  }
+  Trace t = MustParse(text);
+  for (const std::string& config :
+       {std::string(kPrealloc), std::string("arch=h100,preallocate=false"),
+        std::string("arch=h100,allocator=async")}) {
+    absl::StatusOr<ReplayResult> r = Replay(t, config);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->hazards, 0u) << config;
+    EXPECT_EQ(r->ooms, 0u) << config;
+  }
+}
+
 TEST(Replay, TimelineRecordsBlocksRegionsAndSamples) {
   Trace t = MustParse(absl::StrCat(kHeader,
                                    "0,alloc,0,1048576,0\n"
@@ -388,12 +635,30 @@ TEST(ToJson, HasEveryFieldWithItsMeaning) {
   EXPECT_EQ(json.back(), '}');
   EXPECT_THAT(json, HasSubstr(R"("trace":"we\"ird\\name")"));
   EXPECT_THAT(json, HasSubstr(R"("failed_ids":[1])"));
-  for (absl::string_view key :
-       {"config", "label", "device", "ops", "ooms", "peak_bytes_in_use",
-        "peak_bytes_requested", "peak_bytes_reserved", "final_bytes_reserved",
-        "utilization", "fragmentation_at_peak", "largest_free_block_bytes",
-        "backend_allocs", "backend_frees", "backend_calls",
-        "modeled_backend_ns", "events_recorded", "hazards", "ns_per_op"}) {
+  for (absl::string_view key : {"config",
+                                "label",
+                                "device",
+                                "ops",
+                                "ooms",
+                                "peak_bytes_in_use",
+                                "peak_bytes_requested",
+                                "peak_bytes_reserved",
+                                "final_bytes_reserved",
+                                "utilization",
+                                "fragmentation_at_peak",
+                                "largest_free_block_bytes",
+                                "backend_allocs",
+                                "backend_frees",
+                                "backend_calls",
+                                "modeled_backend_ns",
+                                "events_recorded",
+                                "host_waits",
+                                "stream_waits",
+                                "hazards",
+                                "ns_per_op",
+                                "repeat",
+                                "complete_every",
+                                "repetitions"}) {
     EXPECT_THAT(json, HasSubstr(absl::StrCat("\"", key, "\":"))) << key;
   }
   EXPECT_EQ(JsonNumber(json, "ops"), 2);
@@ -461,6 +726,27 @@ TEST(BundledTraces, EachLoadsWithOneOpPerRow) {
     EXPECT_EQ(t->ops.size(), rows - 1) << name;
     EXPECT_EQ(t->num_allocs + t->num_frees, t->ops.size());
     EXPECT_EQ(t->num_streams, 1u);
+  }
+}
+
+// The generated multi-stream traces (gpualloc-gen): blocks handed from one
+// stream to another, several streams allocating at once; the allocator never
+// hands out memory another stream may still use.
+TEST(BundledTraces, GeneratedMultiStreamTracesReplayWithoutHazards) {
+  for (const auto& [name, streams] :
+       std::vector<std::pair<std::string, std::uint64_t>>{
+           {"gen-prefetch", 3}, {"gen-fsdp", 3}, {"gen-serve", 4}}) {
+    absl::StatusOr<Trace> t = LoadTrace(TraceDir() + "/" + name + ".csv");
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->num_streams, streams) << name;
+    EXPECT_EQ(t->num_allocs, t->num_frees) << name;
+    absl::StatusOr<ReplayResult> r =
+        Replay(*t, "arch=h100,preallocate=false,expandable=false");
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_EQ(r->ooms, 0u) << name;
+    EXPECT_EQ(r->hazards, 0u) << name;
+    EXPECT_GT(r->events_recorded, 0u) << name;
+    EXPECT_EQ(r->stats.bytes_in_use, 0u) << name;
   }
 }
 

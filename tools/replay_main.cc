@@ -1,5 +1,5 @@
 // tools/replay_main.cc: gpualloc-replay, real traces replayed against one or
-// more configurations side by side (SPEC section 7).
+// more configurations side by side.
 //
 // Every trace is parsed before any replay starts, so a bad file fails the run
 // at once instead of after minutes of work. Uses the public headers and
@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -32,14 +33,27 @@ using gpualloc::replay::Trace;
 
 constexpr absl::string_view kUsage =
     "usage: gpualloc-replay [--json] [--svg FILE] [--baseline SOURCES.md]\n"
+    "                       [--repeat N] [--complete-every N]\n"
     "                       [--config STRING]... TRACE...\n"
     "       gpualloc-replay --svg FILE --snapshot SNAPSHOT.json... [TRACE...]\n"
     "\n"
     "Replays allocation traces (the project CSV or RMM's logging CSV) on a\n"
     "simulated device, once per configuration, and prints a side-by-side\n"
     "table: peak requested and reserved bytes, utilization, fragmentation at\n"
-    "the peak, backend calls and their modeled time, stream hazards and the\n"
-    "allocator's wall time per call.\n"
+    "the peak, backend allocations and frees, host and stream waits, the\n"
+    "modeled time of the backend calls, stream hazards and the allocator's\n"
+    "wall time per call.\n"
+    "\n"
+    "Multi-stream traces: the simulated streams run only when told, and the\n"
+    "replay models a device that keeps up with the host a short way behind\n"
+    "it: all queued work completes after every N ops (--complete-every). A\n"
+    "block freed on one stream is reusable on another once its work has\n"
+    "completed, or at once where the allocator makes the new stream wait\n"
+    "(\"stream waits\"); out of memory, the allocator waits on the host for\n"
+    "pending frees (\"host waits\"). A block freed on another stream than\n"
+    "the one that allocated it was handed over: the freeing stream is\n"
+    "ordered after the allocating one (its work may still run) and uses the\n"
+    "block before the free.\n"
     "\n"
     "  --config STRING      a configuration (key=value,...: allocator,\n"
     "                       preallocate, mem_fraction, mem_limit, expandable,\n"
@@ -49,6 +63,17 @@ constexpr absl::string_view kUsage =
     "                       backend= says otherwise; the environment is not\n"
     "                       read, so replays are reproducible.\n"
     "  --json               one JSON object per (trace, configuration)\n"
+    "  --repeat N           replay each trace N times back to back on\n"
+    "                       the same allocator (default 1); with N > 1\n"
+    "                       each pass ends by freeing what the trace left\n"
+    "                       live. The table's backend, wait and modeled-\n"
+    "                       time columns are then the last pass's (a warm\n"
+    "                       allocator), the others the whole run's; the\n"
+    "                       JSON adds \"repetitions\", each pass's own\n"
+    "                       counts and peaks\n"
+    "  --complete-every N   multi-stream traces: all queued work completes\n"
+    "                       after every N ops (default 64); 0 = only when the\n"
+    "                       allocator waits for it on the host\n"
     "  --svg FILE           draw the address space over time into FILE\n"
     "  --baseline FILE      add PyTorch's peak reserved from FILE's table\n"
     "                       (tests/data/traces/SOURCES.md) and our ratio\n"
@@ -104,6 +129,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> configs;
   std::vector<std::string> paths;
   std::vector<std::string> snapshot_paths;
+  std::uint64_t repeat = 1;
+  std::uint64_t complete_every = 64;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -125,6 +152,17 @@ int main(int argc, char** argv) {
       if (arg == "--baseline") baseline_path = *v;
       if (arg == "--config") configs.push_back(*v);
       if (arg == "--snapshot") snapshot_paths.push_back(*v);
+    } else if (arg == "--repeat" || arg == "--complete-every") {
+      std::optional<std::string> v = value();
+      std::uint64_t number = 0;
+      if (!v.has_value() || !absl::SimpleAtoi(*v, &number) ||
+          (arg == "--repeat" && number == 0)) {
+        return Fail(absl::StrCat(arg, " needs a whole number",
+                                 arg == "--repeat" ? " of at least 1" : "",
+                                 "\n", kUsage));
+      }
+      if (arg == "--repeat") repeat = number;
+      if (arg == "--complete-every") complete_every = number;
     } else if (arg.size() > 1 && arg[0] == '-') {
       return Fail(absl::StrCat("unknown option ", arg, "\n", kUsage));
     } else {
@@ -166,6 +204,8 @@ int main(int argc, char** argv) {
     for (const std::string& config : configs) {
       gpualloc::replay::ReplayOptions options;
       options.record_timeline = !svg_path.empty();
+      options.repeat = repeat;
+      options.complete_every = complete_every;
       if (tty) {
         const std::string what = absl::StrCat(
             trace.name, " [", config.empty() ? "defaults" : config, "]");
@@ -194,16 +234,40 @@ int main(int argc, char** argv) {
 
   if (!json && !results.empty()) {
     std::vector<std::vector<std::string>> rows;
-    std::vector<std::string> header = {
-        "trace",          "config",        "ops",         "ooms",
-        "peak requested", "peak reserved", "utilization", "frag@peak",
-        "backend a/f",    "modeled ms",    "hazards",     "ns/op"};
+    // A memory figure is never shown without its cost: next to the backend
+    // allocations and frees, the waits they brought. Repeating, the costs
+    // are the last pass's (marked *).
+    const std::string last = repeat > 1 ? "*" : "";
+    std::vector<std::string> header = {"trace",
+                                       "config",
+                                       "ops",
+                                       "ooms",
+                                       "peak requested",
+                                       "peak reserved",
+                                       "utilization",
+                                       "frag@peak",
+                                       "backend a/f" + last,
+                                       "host waits" + last,
+                                       "stream waits" + last,
+                                       "modeled ms" + last,
+                                       "hazards",
+                                       "ns/op"};
     if (!baseline_path.empty()) {
       header.push_back("PyTorch peak reserved");
       header.push_back("ours/PyTorch");
     }
     rows.push_back(header);
     for (const ReplayResult& r : results) {
+      gpualloc::replay::ReplayRepetition cost;
+      if (repeat > 1 && !r.repetitions.empty()) {
+        cost = r.repetitions.back();
+      } else {
+        cost.backend_allocs = r.backend_allocs;
+        cost.backend_frees = r.backend_frees;
+        cost.host_waits = r.host_waits;
+        cost.stream_waits = r.stream_waits;
+        cost.modeled_backend_ns = r.modeled_backend_ns;
+      }
       std::vector<std::string> row = {
           r.trace,
           r.label,
@@ -213,9 +277,11 @@ int main(int argc, char** argv) {
           Gib(r.peak_bytes_reserved),
           absl::StrFormat("%.1f%%", 100 * r.utilization),
           absl::StrFormat("%.3f", r.fragmentation_at_peak),
-          absl::StrCat(r.backend_allocs, "/", r.backend_frees),
+          absl::StrCat(cost.backend_allocs, "/", cost.backend_frees),
+          absl::StrCat(cost.host_waits),
+          absl::StrCat(cost.stream_waits),
           absl::StrFormat("%.2f",
-                          static_cast<double>(r.modeled_backend_ns) / 1e6),
+                          static_cast<double>(cost.modeled_backend_ns) / 1e6),
           absl::StrCat(r.hazards),
           absl::StrFormat("%.0f", r.ns_per_op)};
       if (!baseline_path.empty()) {
@@ -233,6 +299,12 @@ int main(int argc, char** argv) {
       rows.push_back(std::move(row));
     }
     PrintTable(rows);
+    if (repeat > 1) {
+      std::printf(
+          "* the last of %llu passes (each ends by freeing what the trace left "
+          "live); the other columns cover all passes\n",
+          static_cast<unsigned long long>(repeat));
+    }
   }
 
   if (!svg_path.empty()) {

@@ -520,6 +520,16 @@ class SimBackend::Impl {
     CompleteUpTo(s, s.next_position);
   }
 
+  void OrderStreams(Stream waiter, Stream other) {
+    core::LockGuard lock(&mu_);
+    if (waiter.handle == other.handle) return;
+    const StreamState& s = GetStream(other.handle);
+    VectorClock clock = s.clock;
+    ClockRaise(&clock, other.handle, s.next_position);
+    const std::uint64_t done_ns = s.ready_ns;
+    Wait(waiter.handle, clock, done_ns);
+  }
+
   void CompleteAll() {
     core::LockGuard lock(&mu_);
     CompleteAllLocked();
@@ -2065,6 +2075,9 @@ void SimBackend::CompleteStream(Stream stream) {
   impl_->CompleteStream(stream);
 }
 void SimBackend::CompleteAll() { impl_->CompleteAll(); }
+void SimBackend::OrderStreams(Stream waiter, Stream other) {
+  impl_->OrderStreams(waiter, other);
+}
 void SimBackend::AdvanceClock(std::uint64_t ns) { impl_->AdvanceClock(ns); }
 std::uint64_t SimBackend::now_ns() const { return impl_->now_ns(); }
 std::uint64_t SimBackend::pending_work() const { return impl_->pending_work(); }

@@ -169,9 +169,15 @@ class Allocator {
   virtual absl::StatusOr<void*> Allocate(std::size_t bytes,
                                          Stream stream = Stream(),
                                          std::size_t alignment = 0) = 0;
-  // Releases what Allocate returned. `stream` is the stream the memory's last
-  // use was queued on. A pointer this allocator did not hand out, an interior
-  // pointer or a second free is an error naming the address; nothing changes.
+  // Releases what Allocate returned. The free rule, the same in every mode:
+  // the memory is reused only after the work queued so far on `stream`, on
+  // the stream the block was allocated on, and on every stream RecordStream
+  // named (at once on a stream whose own work that is). Freeing on the
+  // allocation stream (PyTorch's habit: its frees carry no stream) costs
+  // nothing extra; freeing on another stream (cudaFreeAsync's habit) costs at
+  // most one event when the memory is wanted again. A pointer this allocator
+  // did not hand out, an interior pointer or a second free is an error naming
+  // the address; nothing changes.
   virtual absl::Status Deallocate(void* ptr, Stream stream = Stream()) = 0;
   // Declares that work on `stream` also uses the live allocation `ptr`
   // (PyTorch's record_stream): when it is freed, its memory is reused on other

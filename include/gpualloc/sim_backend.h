@@ -298,6 +298,12 @@ class SimBackend final : public Backend {
   // point for the pool (SynchronizeEvent and Free are).
   void CompleteStream(Stream stream);
   void CompleteAll();
+  // The program's own ordering between two of its streams, as an event
+  // recorded on `other` and waited for by `waiter` would make it: work queued
+  // on `waiter` from now on starts after the work queued so far on `other`.
+  // Not a backend call (not counted, never fails): it stands for what the
+  // program does, not the allocator.
+  void OrderStreams(Stream waiter, Stream other);
   // Modeled clock: moves host time forward (the manual clock keeps now_ns
   // too, moved only by AdvanceClock, and ignores it).
   void AdvanceClock(std::uint64_t ns);

@@ -5,12 +5,17 @@
 //   1. the measured pass: only Allocate/Deallocate (plus, on multi-stream
 //      traces, the simulator's Use and a periodic CompleteAll) inside the
 //      timed loop, so ns_per_op is the allocator's cost and no clock is read
-//      per call;
+//      per call. With a repeat count it runs the trace that many times on the
+//      same allocator, each time under fresh ids, freeing what is left live
+//      at the end of each, and reads the counters after each;
 //   2. an untimed pass that re-runs the trace up to the op where the live
 //      requested bytes peaked (found from pass 1's outcome) to read the
 //      fragmentation there, and, when a timeline is asked for, on to the end
 //      while recording blocks, regions and samples. The simulator's fake
 //      addresses are deterministic, so pass 2 sees exactly pass 1's layout.
+//      It makes every call pass 1 made, the failed allocations included (they
+//      must fail again): out of memory, the allocator collects garbage, trims
+//      and waits on the host, and pass 2 must see the same state.
 #include "tools/replay/replay.h"
 
 #include <algorithm>
@@ -47,10 +52,10 @@ namespace {
 
 // Multi-stream traces: the simulator's clock is manual (CreateBackend's
 // default), so queued work completes only when told. Completing everything
-// every kCompleteEvery ops models streams that keep up with the host a short
-// way behind it: a chunk freed on one stream becomes reusable on another a
-// few ops later, as on a real device, and the pending work stays bounded.
-constexpr std::uint64_t kCompleteEvery = 64;
+// every ReplayOptions::complete_every ops (64 by default) models streams that
+// keep up with the host a short way behind it: a chunk freed on one stream
+// becomes reusable on another a few ops later, as on a real device, and the
+// pending work stays bounded.
 // Timeline samples of reserved/in-use bytes.
 constexpr std::uint64_t kTimelineSamples = 2000;
 
@@ -98,9 +103,12 @@ std::string JsonDouble(double v) {
 absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                     const std::string& config_string,
                                     const ReplayOptions& options) {
+  if (options.repeat == 0) {
+    return absl::InvalidArgumentError("expected a repeat count of at least 1");
+  }
   absl::StatusOr<ConfigOverrides> overrides = ParseConfigString(config_string);
   if (!overrides.ok()) return overrides.status();
-  // The simulator unless backend= says otherwise (SPEC section 7).
+  // The simulator unless backend= says otherwise.
   if (!overrides->backend.has_value()) overrides->backend = BackendKind::kSim;
   // An empty environment: a replay must not depend on the caller's GPUALLOC_*
   // variables, or two runs of the same command could disagree.
@@ -117,6 +125,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   } else {
     result.label = "defaults";
   }
+  result.repeat = options.repeat;
+  result.complete_every = options.complete_every;
 
   absl::StatusOr<Device> device = MakeDevice(*config);
   if (!device.ok()) return device.status();
@@ -124,60 +134,169 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
 
   const std::vector<TraceOp>& ops = trace.ops;
   const std::uint64_t n = ops.size();
+  const std::uint64_t na = trace.num_allocs;
+  const std::uint64_t reps = options.repeat;
+  // Repeating, every pass ends by freeing what the trace left live, so the
+  // next one starts from nothing, as the first did.
+  const bool drain = reps > 1;
   const bool multi_stream = trace.num_streams > 1 && device->sim != nullptr;
-  std::vector<void*> ptrs(trace.num_allocs, nullptr);
-  std::vector<std::uint8_t> failed(trace.num_allocs, 0);
+  // Device progress on multi-stream traces: everything queued completes
+  // after every `every` ops (drain frees included); 0 = never.
+  const std::uint64_t every = multi_stream ? options.complete_every : 0;
+  // Pass k's allocation ids are the trace's plus k * na.
+  std::vector<void*> ptrs(na * reps, nullptr);
+  std::vector<std::uint8_t> failed(na * reps, 0);
+  std::vector<std::uint64_t> alloc_size(na, 0), alloc_stream(na, 0);
+  for (const TraceOp& op : ops) {
+    if (op.kind != TraceOp::Kind::kAlloc) continue;
+    alloc_size[op.id] = op.size;
+    alloc_stream[op.id] = op.stream;
+  }
+  // A block freed on another stream than the one that allocated it was
+  // handed over: the program made the freeing stream wait for the allocating
+  // one and used the block there. The simulator is told so (the freeing
+  // stream ordered after the allocating one, as an event would, whose work
+  // may still run; then a use on the freeing stream), or its detector would
+  // count the program's own handover as the allocator's hazard.
+  auto hand_over = [&](SimBackend* s, const TraceOp& op, std::uint64_t trace_id,
+                       void* p) {
+    if (!multi_stream || op.stream == alloc_stream[trace_id]) return;
+    s->OrderStreams(Stream(op.stream), Stream(alloc_stream[trace_id]));
+    s->Use(Stream(op.stream), reinterpret_cast<std::uintptr_t>(p), op.size);
+  };
+  // The ids each pass freed at its end, in that order (for pass 2).
+  std::vector<std::vector<std::uint64_t>> drained(reps);
   // The progress callback is called from inside the timed loop (there is no
   // other place during a long replay), but only every 1% of the ops: one
   // compare per op, and nothing at all when it is null (the default).
+  const std::uint64_t progress_total = n * reps;
   const std::uint64_t progress_every =
-      options.progress ? std::max<std::uint64_t>(1, n / 100) : 0;
+      options.progress ? std::max<std::uint64_t>(1, progress_total / 100) : 0;
   Allocator& allocator = *device->allocator;
   SimBackend* const sim = device->sim.get();
 
   // --- Pass 1: measured --------------------------------------------------
-  std::uint64_t calls = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const TraceOp& op = ops[i];
-    const Stream stream(op.stream);
-    if (op.kind == TraceOp::Kind::kAlloc) {
-      ++calls;
-      absl::StatusOr<void*> p = allocator.Allocate(op.size, stream);
-      if (p.ok()) {
-        ptrs[op.id] = *p;
-        // One stream cannot race with itself, so the hazard detector is fed
-        // only when there are several (and single-stream replays keep their
-        // ns/op free of simulator work).
-        if (multi_stream) {
-          sim->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size);
-        }
-      } else if (absl::IsResourceExhausted(p.status())) {
-        failed[op.id] = 1;
-        ++result.ooms;
-      } else {
-        return p.status();
+  // Whole-run counters, read after each pass; a pass's figures are the
+  // difference from the previous reading.
+  struct Counters {
+    std::uint64_t backend_calls = 0, modeled_ns = 0, hazards = 0;
+    Stats stats;
+  };
+  auto read_counters = [&]() {
+    Counters c;
+    // GetStats first: on the async allocator it asks the device for the
+    // pool's usage, a call that belongs to this pass.
+    c.stats = allocator.GetStats();
+    if (sim != nullptr) {
+      for (int op = 0; op < kNumSimOps; ++op) {
+        c.backend_calls += sim->calls(static_cast<SimOp>(op));
       }
-    } else if (!failed[op.id]) {
-      ++calls;
-      absl::Status s = allocator.Deallocate(ptrs[op.id], stream);
-      if (!s.ok()) return s;
+      c.modeled_ns = sim->modeled_ns();
+      c.hazards = sim->hazards();
     }
-    if (multi_stream && (i + 1) % kCompleteEvery == 0) sim->CompleteAll();
-    if (progress_every != 0 && i % progress_every == 0) options.progress(i, n);
+    return c;
+  };
+  Counters before;
+  std::uint64_t calls = 0;
+  std::uint64_t steps = 0;  // ops and drain frees so far, for `every`
+  double elapsed_ns = 0;
+  for (std::uint64_t k = 0; k < reps; ++k) {
+    // A pass's peaks are its own (the whole run's are their maximum).
+    if (k > 0) allocator.ResetPeakStats();
+    void** const p_k = ptrs.data() + k * na;
+    std::uint8_t* const f_k = failed.data() + k * na;
+    std::uint64_t pass_calls = 0, pass_ooms = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const TraceOp& op = ops[i];
+      const Stream stream(op.stream);
+      if (op.kind == TraceOp::Kind::kAlloc) {
+        ++pass_calls;
+        absl::StatusOr<void*> p = allocator.Allocate(op.size, stream);
+        if (p.ok()) {
+          p_k[op.id] = *p;
+          // One stream cannot race with itself, so the hazard detector is fed
+          // only when there are several (and single-stream replays keep their
+          // ns/op free of simulator work).
+          if (multi_stream) {
+            sim->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size);
+          }
+        } else if (absl::IsResourceExhausted(p.status())) {
+          f_k[op.id] = 1;
+          ++pass_ooms;
+        } else {
+          return p.status();
+        }
+      } else if (!f_k[op.id]) {
+        ++pass_calls;
+        hand_over(sim, op, op.id, p_k[op.id]);
+        absl::Status s = allocator.Deallocate(p_k[op.id], stream);
+        if (!s.ok()) return s;
+        p_k[op.id] = nullptr;
+      }
+      ++steps;
+      if (every != 0 && steps % every == 0) sim->CompleteAll();
+      if (progress_every != 0 && (k * n + i) % progress_every == 0) {
+        options.progress(k * n + i, progress_total);
+      }
+    }
+    if (drain) {
+      for (std::uint64_t id = 0; id < na; ++id) {
+        if (p_k[id] == nullptr) continue;
+        ++pass_calls;
+        absl::Status s =
+            allocator.Deallocate(p_k[id], Stream(alloc_stream[id]));
+        if (!s.ok()) return s;
+        p_k[id] = nullptr;
+        drained[k].push_back(k * na + id);
+        ++steps;
+        if (every != 0 && steps % every == 0) sim->CompleteAll();
+      }
+    }
+    const auto stop = std::chrono::steady_clock::now();
+    elapsed_ns +=
+        std::chrono::duration<double, std::nano>(stop - start).count();
+    calls += pass_calls;
+    result.ooms += pass_ooms;
+
+    const Counters now = read_counters();
+    ReplayRepetition rep;
+    rep.ops = pass_calls;
+    rep.ooms = pass_ooms;
+    rep.peak_bytes_in_use = now.stats.peak_bytes_in_use;
+    rep.peak_bytes_requested = now.stats.peak_bytes_requested;
+    rep.peak_bytes_reserved = now.stats.peak_bytes_reserved;
+    rep.backend_allocs = now.stats.backend_allocs - before.stats.backend_allocs;
+    rep.backend_frees = now.stats.backend_frees - before.stats.backend_frees;
+    rep.backend_calls = now.backend_calls - before.backend_calls;
+    rep.modeled_backend_ns = now.modeled_ns - before.modeled_ns;
+    rep.events_recorded =
+        now.stats.events_recorded - before.stats.events_recorded;
+    rep.host_waits = now.stats.host_waits - before.stats.host_waits;
+    rep.stream_waits = now.stats.stream_waits - before.stats.stream_waits;
+    rep.hazards = now.hazards - before.hazards;
+    result.repetitions.push_back(rep);
+    before = now;
   }
-  const auto stop = std::chrono::steady_clock::now();
-  if (options.progress) options.progress(n, n);
+  if (options.progress) options.progress(progress_total, progress_total);
 
   result.ops = calls;
-  const double elapsed_ns =
-      std::chrono::duration<double, std::nano>(stop - start).count();
   result.ns_per_op = calls == 0 ? 0 : elapsed_ns / static_cast<double>(calls);
   for (std::uint64_t id = 0; id < failed.size(); ++id) {
     if (failed[id]) result.failed_ids.push_back(id);
   }
 
-  const Stats stats = allocator.GetStats();
+  // The last reading is the whole run's, but for the peaks, which were reset
+  // at every pass: their maximum over the passes.
+  Stats stats = before.stats;
+  for (const ReplayRepetition& rep : result.repetitions) {
+    stats.peak_bytes_in_use =
+        std::max(stats.peak_bytes_in_use, rep.peak_bytes_in_use);
+    stats.peak_bytes_requested =
+        std::max(stats.peak_bytes_requested, rep.peak_bytes_requested);
+    stats.peak_bytes_reserved =
+        std::max(stats.peak_bytes_reserved, rep.peak_bytes_reserved);
+  }
   result.stats = stats;
   result.peak_bytes_in_use = stats.peak_bytes_in_use;
   result.peak_bytes_requested = stats.peak_bytes_requested;
@@ -191,60 +310,104 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   result.backend_allocs = stats.backend_allocs;
   result.backend_frees = stats.backend_frees;
   result.events_recorded = stats.events_recorded;
-  if (sim != nullptr) {
-    for (int op = 0; op < kNumSimOps; ++op) {
-      result.backend_calls += sim->calls(static_cast<SimOp>(op));
-    }
-    result.modeled_backend_ns = sim->modeled_ns();
-    result.hazards = sim->hazards();
-  }
+  result.host_waits = stats.host_waits;
+  result.stream_waits = stats.stream_waits;
+  result.backend_calls = before.backend_calls;
+  result.modeled_backend_ns = before.modeled_ns;
+  result.hazards = before.hazards;
 
-  // The op after which the live requested bytes peaked (the first time),
+  // The run as pass 1 made it, one step per op or drain free: pass k's
+  // trace ops (ids renamed), then its drain frees.
+  auto for_each_step = [&](std::uint64_t limit, auto&& fn) -> absl::Status {
+    std::uint64_t g = 0;
+    for (std::uint64_t k = 0; k < reps; ++k) {
+      for (std::uint64_t i = 0; i < n; ++i, ++g) {
+        if (g >= limit) return absl::OkStatus();
+        TraceOp op = ops[i];
+        op.id += k * na;
+        absl::Status s = fn(g, k, op);
+        if (!s.ok()) return s;
+      }
+      for (std::uint64_t id : drained[k]) {
+        if (g >= limit) return absl::OkStatus();
+        TraceOp op;
+        op.kind = TraceOp::Kind::kFree;
+        op.id = id;
+        op.size = alloc_size[id - k * na];
+        op.stream = alloc_stream[id - k * na];
+        absl::Status s = fn(g, k, op);
+        if (!s.ok()) return s;
+        ++g;
+      }
+    }
+    return absl::OkStatus();
+  };
+  const std::uint64_t total_steps = steps;
+
+  // The step after which the live requested bytes peaked (the first time),
   // from pass 1's outcome: failed allocations hold nothing. Computed here
   // rather than inside the timed loop, with the same result.
   std::uint64_t peak_op = 0;
   bool any_alloc = false;
   {
     std::uint64_t live = 0, peak = 0;
-    for (std::uint64_t i = 0; i < n; ++i) {
-      const TraceOp& op = ops[i];
-      if (failed[op.id]) continue;
-      if (op.kind == TraceOp::Kind::kAlloc) {
-        live += op.size;
-        if (live > peak || !any_alloc) {
-          peak = live;
-          peak_op = i;
-          any_alloc = true;
-        }
-      } else {
-        live -= op.size;
-      }
-    }
+    (void)for_each_step(total_steps,
+                        [&](std::uint64_t g, std::uint64_t, const TraceOp& op) {
+                          if (failed[op.id]) return absl::OkStatus();
+                          if (op.kind == TraceOp::Kind::kAlloc) {
+                            live += op.size;
+                            if (live > peak || !any_alloc) {
+                              peak = live;
+                              peak_op = g;
+                              any_alloc = true;
+                            }
+                          } else {
+                            live -= op.size;
+                          }
+                          return absl::OkStatus();
+                        });
   }
   if (!any_alloc && !options.record_timeline) return result;
 
   // --- Pass 2: fragmentation at the peak, and the timeline -----------------
   // A fresh device and allocator: the same configuration replays the same
-  // way, so the state after op peak_op is pass 1's state at that moment.
+  // way, so the state after step peak_op is pass 1's state at that moment.
   absl::StatusOr<Device> again = MakeDevice(*config);
   if (!again.ok()) return again.status();
   Allocator& a2 = *again->allocator;
   SimBackend* const sim2 = again->sim.get();
   std::fill(ptrs.begin(), ptrs.end(), nullptr);
   const bool record = options.record_timeline;
-  const std::uint64_t end = record ? n : peak_op + 1;
+  const std::uint64_t end = record ? total_steps : peak_op + 1;
   Timeline& tl = result.timeline;
-  tl.num_ops = n;
-  std::vector<std::uint64_t> block_of(record ? trace.num_allocs : 0, 0);
+  tl.num_ops = total_steps;
+  std::vector<std::uint64_t> block_of(record ? na * reps : 0, 0);
   // Regions by base: the index in tl.regions of the open one.
   std::map<std::uint64_t, std::size_t> open_regions;
   std::uint64_t seen_backend_allocs = 0, seen_backend_frees = 0;
   const std::uint64_t sample_every =
-      std::max<std::uint64_t>(1, n / kTimelineSamples);
-  for (std::uint64_t i = 0; i < end; ++i) {
-    const TraceOp& op = ops[i];
+      std::max<std::uint64_t>(1, total_steps / kTimelineSamples);
+  std::uint64_t pass_seen = 0;
+  auto step = [&](std::uint64_t i, std::uint64_t k,
+                  const TraceOp& op) -> absl::Status {
+    // Pass 1 reset the peaks at every pass but the first: so does pass 2.
+    if (k != pass_seen) {
+      pass_seen = k;
+      a2.ResetPeakStats();
+    }
     const Stream stream(op.stream);
-    if (!failed[op.id]) {
+    if (op.kind == TraceOp::Kind::kAlloc && failed[op.id]) {
+      // A failed allocation is replayed too: it changes the allocator's
+      // state (garbage collection, trimming, host waits that complete other
+      // streams' work), so skipping it would make the two passes diverge.
+      absl::StatusOr<void*> p = a2.Allocate(op.size, stream);
+      if (p.ok()) {
+        return absl::InternalError(
+            absl::StrCat("replay of ", trace.name, " is not deterministic: op ",
+                         i, " failed in the measured pass but now succeeds"));
+      }
+      if (!absl::IsResourceExhausted(p.status())) return p.status();
+    } else if (!failed[op.id]) {
       if (op.kind == TraceOp::Kind::kAlloc) {
         absl::StatusOr<void*> p = a2.Allocate(op.size, stream);
         // Pass 1 served it; a different answer means the replay is not
@@ -266,21 +429,22 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
           b.address = reinterpret_cast<std::uintptr_t>(*p);
           b.size = op.size;
           b.alloc_op = i;
-          b.free_op = n;
+          b.free_op = total_steps;
           b.stream = op.stream;
           tl.blocks.push_back(b);
         }
       } else {
+        hand_over(sim2, op, op.id % na, ptrs[op.id]);
         absl::Status s = a2.Deallocate(ptrs[op.id], stream);
         if (!s.ok()) return s;
         if (record) tl.blocks[block_of[op.id]].free_op = i;
       }
     }
-    if (multi_stream && (i + 1) % kCompleteEvery == 0) sim2->CompleteAll();
+    if (every != 0 && (i + 1) % every == 0) sim2->CompleteAll();
     if (i == peak_op && any_alloc) {
       result.fragmentation_at_peak = a2.GetStats().fragmentation;
     }
-    if (!record) continue;
+    if (!record) return absl::OkStatus();
     const Stats s = a2.GetStats();
     // Regions change only when the backend was called: only then is the
     // (costly) snapshot taken and compared with the open regions.
@@ -306,7 +470,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
           r.base = base;
           r.size = size;
           r.from_op = i;
-          r.to_op = n;
+          r.to_op = total_steps;
           open_regions.emplace(base, tl.regions.size());
           tl.regions.push_back(r);
         } else {
@@ -316,12 +480,15 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
         }
       }
     }
-    if (i % sample_every == 0 || i + 1 == n) {
+    if (i % sample_every == 0 || i + 1 == total_steps) {
       tl.sample_ops.push_back(i);
       tl.sample_reserved.push_back(s.bytes_reserved);
       tl.sample_in_use.push_back(s.bytes_in_use);
     }
-  }
+    return absl::OkStatus();
+  };
+  absl::Status s = for_each_step(end, step);
+  if (!s.ok()) return s;
   return result;
 }
 
@@ -369,8 +536,40 @@ std::string ToJson(const ReplayResult& r) {
   num("backend_calls", r.backend_calls);
   num("modeled_backend_ns", r.modeled_backend_ns);
   num("events_recorded", r.events_recorded);
+  num("host_waits", r.host_waits);
+  num("stream_waits", r.stream_waits);
   num("hazards", r.hazards);
   dbl("ns_per_op", r.ns_per_op);
+  num("repeat", r.repeat);
+  num("complete_every", r.complete_every);
+  key("repetitions");
+  out.push_back('[');
+  for (std::size_t i = 0; i < r.repetitions.size(); ++i) {
+    const ReplayRepetition& p = r.repetitions[i];
+    if (i > 0) out.push_back(',');
+    std::string rep = "{";
+    auto rnum = [&rep](absl::string_view k, std::uint64_t v) {
+      if (rep.size() > 1) rep.push_back(',');
+      AppendJsonString(&rep, k);
+      absl::StrAppend(&rep, ":", v);
+    };
+    rnum("ops", p.ops);
+    rnum("ooms", p.ooms);
+    rnum("peak_bytes_in_use", p.peak_bytes_in_use);
+    rnum("peak_bytes_requested", p.peak_bytes_requested);
+    rnum("peak_bytes_reserved", p.peak_bytes_reserved);
+    rnum("backend_allocs", p.backend_allocs);
+    rnum("backend_frees", p.backend_frees);
+    rnum("backend_calls", p.backend_calls);
+    rnum("modeled_backend_ns", p.modeled_backend_ns);
+    rnum("events_recorded", p.events_recorded);
+    rnum("host_waits", p.host_waits);
+    rnum("stream_waits", p.stream_waits);
+    rnum("hazards", p.hazards);
+    rep.push_back('}');
+    out += rep;
+  }
+  out.push_back(']');
   // TensorFlow's statistics at the end of the trace, under their own names.
   const Stats& s = r.stats;
   key("stats");

@@ -1,5 +1,5 @@
 // tools/replay/replay.h: traces, their replay on a simulated device, and the
-// result fields of SPEC section 7. Shared by gpualloc-replay, gpualloc-tune and
+// replay's result fields. Shared by gpualloc-replay, gpualloc-tune and
 // the demo; uses the public headers only.
 #ifndef GPUALLOC_TOOLS_REPLAY_REPLAY_H_
 #define GPUALLOC_TOOLS_REPLAY_REPLAY_H_
@@ -33,7 +33,7 @@ struct Trace {
 };
 
 // Parses a trace; the format is told by the header line:
-//   the project CSV  "seq,action,addr_or_id,size,stream" (../shared/traces);
+//   the project CSV  "seq,action,addr_or_id,size,stream" (tests/data/traces);
 //   RMM's logging_resource_adaptor CSV "Thread,Time,Action,Pointer,Size,Stream"
 //     (actions allocate, free, "allocate failure"; pointers are mapped to ids,
 //     a failed allocation is skipped, a free of an unknown pointer is an
@@ -72,11 +72,41 @@ struct Timeline {
 
 struct ReplayOptions {
   bool record_timeline = false;
+  // The measured pass replays the trace this many times (at least 1) back to
+  // back on the same allocator. Pass k's allocation ids are the trace's plus
+  // k * num_allocs; with more than one pass, every pass (the last included)
+  // ends by freeing what the trace left live, on the stream that allocated
+  // it, so that each starts from nothing.
+  std::uint64_t repeat = 1;
+  // The model of device progress on multi-stream traces (the simulator's
+  // clock is manual): all queued work completes after every `complete_every`
+  // ops, as if the streams kept up with the host a short way behind it. 0:
+  // work completes only when the allocator waits for it on the host (out of
+  // memory). Single-stream traces never need it.
+  std::uint64_t complete_every = 64;
   // Called now and then with (ops done, ops total), for a progress line.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
-// The fields of SPEC section 7, for one (trace, configuration).
+// One pass of the measured replay: its own share of the whole run's counts
+// (they add up to the whole) and its own peaks.
+struct ReplayRepetition {
+  std::uint64_t ops = 0;  // Allocate + Deallocate calls, drain frees included
+  std::uint64_t ooms = 0;
+  std::uint64_t peak_bytes_in_use = 0;
+  std::uint64_t peak_bytes_requested = 0;
+  std::uint64_t peak_bytes_reserved = 0;
+  std::uint64_t backend_allocs = 0;
+  std::uint64_t backend_frees = 0;
+  std::uint64_t backend_calls = 0;
+  std::uint64_t modeled_backend_ns = 0;
+  std::uint64_t events_recorded = 0;
+  std::uint64_t host_waits = 0;
+  std::uint64_t stream_waits = 0;
+  std::uint64_t hazards = 0;
+};
+
+// The replay's figures for one (trace, configuration), over the whole run.
 struct ReplayResult {
   std::string trace;
   std::string config;     // the configuration string as given ("" = defaults)
@@ -96,23 +126,30 @@ struct ReplayResult {
   std::uint64_t backend_calls = 0;       // every simulated device call
   std::uint64_t modeled_backend_ns = 0;  // their modeled cost
   std::uint64_t events_recorded = 0;
+  std::uint64_t host_waits = 0;    // the host blocked on an event
+  std::uint64_t stream_waits = 0;  // a stream made to wait for another's free
   std::uint64_t hazards = 0;
   double ns_per_op = 0;  // wall time of the replay loop / ops
-  Stats stats;           // the allocator's at the end of the trace
-  std::string device;    // the simulated device's name and size
-  Timeline timeline;     // when ReplayOptions::record_timeline
+  // The allocator's at the end of the run (the peaks: the run's maximum).
+  Stats stats;
+  std::uint64_t repeat = 1;                   // ReplayOptions::repeat
+  std::uint64_t complete_every = 64;          // ReplayOptions::complete_every
+  std::vector<ReplayRepetition> repetitions;  // one per pass, in order
+  std::string device;  // the simulated device's name and size
+  Timeline timeline;   // when ReplayOptions::record_timeline
 };
 
 // Replays `trace` on the device and allocator `config_string` describes
-// (SPEC section 5; the backend is the simulator unless backend= says
-// otherwise; the process environment is not read: a replay is reproducible).
-// An allocation that fails is counted and its free skipped. Errors: a bad
-// configuration or an allocator that cannot be created.
+// (the backend is the simulator unless backend= says otherwise; the process
+// environment is not read: a replay is reproducible). An allocation that
+// fails is counted and its free skipped. Errors: a bad configuration, a
+// repeat of 0, or an allocator that cannot be created.
 absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                     const std::string& config_string,
                                     const ReplayOptions& options = {});
 
-// One JSON object (one line) with every field above except the timeline.
+// One JSON object (one line) with every field above except the timeline;
+// "repetitions" is an array of one object per pass.
 std::string ToJson(const ReplayResult& result);
 
 // PyTorch's peak reserved bytes per trace name, read from the baseline table
