@@ -216,9 +216,12 @@ class SoakRun {
           HarnessCall([&] { return sim_->CreateEvent(); });
       absl::Status st = e.status();
       if (st.ok()) st = HarnessCall([&] { return sim_->RecordEvent(*e, u); });
-      if (st.ok()) st = sim_->StreamWaitEvent(s, *e);
+      if (st.ok()) {
+        st = HarnessCall([&] { return sim_->StreamWaitEvent(s, *e); });
+      }
       if (e.ok()) {
-        const absl::Status destroyed = sim_->DestroyEvent(*e);
+        const absl::Status destroyed =
+            HarnessCall([&] { return sim_->DestroyEvent(*e); });
         if (st.ok()) st = destroyed;
       }
       if (!st.ok()) {
