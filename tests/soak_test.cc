@@ -29,11 +29,6 @@ SoakOptions ShortOptions(int streams) {
   o.phase_ops = 800;
   o.max_live = 600;
   o.fault_every = 25;
-  // Frees on another stream than the allocation's are left out: the
-  // caching modes reuse such a block once the freeing stream's work is done,
-  // without waiting for the allocation stream's (gpualloc-soak reports the
-  // hazard).
-  o.cross_free_percent = 0;
   return o;
 }
 
@@ -71,6 +66,7 @@ TEST_P(SoakTest, PassesEveryCheck) {
   EXPECT_GT(r->faults_injected, 0u);
   if (c.streams > 1) {
     EXPECT_GT(r->record_streams, 0u);
+    EXPECT_GT(r->cross_frees, 0u);
   }
   RecordProperty("ooms", static_cast<int>(r->ooms));
   RecordProperty("faults", static_cast<int>(r->faults_injected));
