@@ -139,7 +139,9 @@ class SoakRun {
       const std::uint64_t to = std::clamp(live, lo, hi);
       target_ = lo + Draw(to - lo + 1);
     }
-    phase_end_ = op + options_.phase_ops / 2 + Draw(options_.phase_ops + 1);
+    phase_end_ =
+        op + std::max<std::uint64_t>(
+                 1, options_.phase_ops / 2 + Draw(options_.phase_ops + 1));
     // Half of the phase changes return what is free to the device.
     if (op > 0 && Draw(2) == 0) {
       ++result_.trims;
