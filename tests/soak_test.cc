@@ -12,12 +12,16 @@
 namespace gpualloc::soak {
 namespace {
 
-// Under debug_checks=2 the allocator also validates itself after every
-// operation: fewer operations keep the sanitizer stage short.
+// Under debug_checks=2 (the sanitizer stage, a debug build) the allocator
+// validates itself after every operation already; the soak's own full
+// Validate() there runs every 50th operation, on fewer operations, to keep
+// the stage short.
 #if GPUALLOC_DEBUG_CHECKS >= 2
-constexpr std::uint64_t kOps = 1500;
+constexpr std::uint64_t kOps = 1000;
+constexpr std::uint64_t kValidateEvery = 50;
 #else
 constexpr std::uint64_t kOps = 4000;
+constexpr std::uint64_t kValidateEvery = 1;
 #endif
 
 SoakOptions ShortOptions(int streams) {
@@ -29,6 +33,7 @@ SoakOptions ShortOptions(int streams) {
   o.phase_ops = 800;
   o.max_live = 600;
   o.fault_every = 25;
+  o.validate_every = kValidateEvery;
   return o;
 }
 
@@ -61,9 +66,15 @@ TEST_P(SoakTest, PassesEveryCheck) {
                      << "\nreplay: " << ReplayCommand(*r, options);
   EXPECT_EQ(r->ops, options.ops);
   EXPECT_EQ(r->hazards, 0u);
-  EXPECT_EQ(r->validator_runs, options.ops + 2);  // and twice at the end
+  // And twice at the end.
+  EXPECT_EQ(r->validator_runs, options.ops / kValidateEvery + 2);
   EXPECT_GT(r->allocs, options.ops / 4);
-  EXPECT_GT(r->faults_injected, 0u);
+  EXPECT_GT(r->faults_armed, 0u);
+  // One stream on a preallocated pool calls the backend only at the start
+  // (and for the odd out-of-memory retry), so its faults may never fire.
+  if (!(c.mode == "bfc-prealloc" && c.streams == 1)) {
+    EXPECT_GT(r->faults_injected, 0u);
+  }
   if (c.streams > 1) {
     EXPECT_GT(r->record_streams, 0u);
     EXPECT_GT(r->cross_frees, 0u);
@@ -95,7 +106,8 @@ TEST(SoakTest, DeterministicPerSeed) {
   absl::StatusOr<SoakMode> mode = FindMode("bfc-expandable");
   ASSERT_TRUE(mode.ok());
   SoakOptions options = ShortOptions(4);
-  options.ops = 1000;
+  options.ops = 500;
+  options.validate_every = 0;  // the sequence is the point here
   absl::StatusOr<SoakResult> a = RunSoak(*mode, options);
   absl::StatusOr<SoakResult> b = RunSoak(*mode, options);
   options.seed = 8;
