@@ -60,6 +60,9 @@ class BfcAllocator final : public Allocator {
 
   ~BfcAllocator() override {
     core::LockGuard lock(&mu_);
+    core::ReportLiveAtDestruction("bfc", backend_->info(),
+                                  core_.counters().num_chunks_in_use,
+                                  core_.counters().bytes_requested);
     // Return every region. Live allocations die with the allocator (as with
     // any caching allocator); their memory still goes back to the device
     // (expandable regions: ~ExpandableSpace unmaps and frees the range, once
