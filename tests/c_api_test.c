@@ -284,6 +284,28 @@ static void TestStatsStructSize(void) {
   CHECK_OK(gpualloc_get_stats(a, 0, &s));
   CHECK(s.num_allocs == 0);
 
+  /* A size between two field boundaries: whole fields only, never half of
+   * one. 12 bytes hold struct_size and half of num_allocs; 20 hold
+   * num_allocs and half of bytes_in_use. */
+  memset(&s, 0xEE, sizeof(s));
+  s.struct_size = 12;
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.struct_size == 12);
+  CHECK(s.num_allocs == 0xEEEEEEEEEEEEEEEEull);
+  CHECK(s.bytes_in_use == 0xEEEEEEEEEEEEEEEEull);
+  s.struct_size = 20;
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.num_allocs == 1);
+  CHECK(s.bytes_in_use == 0xEEEEEEEEEEEEEEEEull);
+  s.struct_size = sizeof(s) - 1; /* all but the last byte of fragmentation */
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.bytes_in_use >= 5000);
+  {
+    uint64_t bits;
+    memcpy(&bits, &s.fragmentation, sizeof(bits));
+    CHECK(bits == 0xEEEEEEEEEEEEEEEEull);
+  }
+
   /* Peaks: reset to the current values. */
   CHECK_OK(gpualloc_free(a, 0, p, NULL));
   CHECK(Stats(a).peak_bytes_in_use >= 5000);
