@@ -67,10 +67,22 @@ struct Where {
   std::string place;  // empty, or " (entry 2, column 9)"
 };
 
+// `text` escaped (control characters and quotes as C escapes) and quoted for
+// a message. Long text is cut, as trace errors cut long lines, so one bad
+// value cannot flood a terminal: the first kMaxEcho bytes, "...", and the
+// whole length.
+constexpr std::size_t kMaxEcho = 80;
+std::string Quoted(absl::string_view text) {
+  if (text.size() <= kMaxEcho)
+    return absl::StrCat("\"", absl::CEscape(text), "\"");
+  return absl::StrCat("\"", absl::CEscape(text.substr(0, kMaxEcho)), "...\" (",
+                      text.size(), " bytes)");
+}
+
 absl::Status Bad(const Where& where, absl::string_view value,
                  absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      where.name, "=\"", absl::CEscape(value), "\"", where.place, ": ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where.name, "=", Quoted(value), where.place, ": ", why));
 }
 
 // ---------------------------------------------------------------- scalars
@@ -214,8 +226,8 @@ absl::StatusOr<std::uint64_t> ParseSizeAt(absl::string_view text,
     }
     if (!found) {
       return Bad(where, text,
-                 absl::StrCat("unknown unit \"", absl::CEscape(unit_text),
-                              "\"; valid units: ", UnitList()));
+                 absl::StrCat("unknown unit ", Quoted(unit_text),
+                              "; valid units: ", UnitList()));
     }
   }
   const auto overflow = [&] {
@@ -820,8 +832,8 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
         absl::StrFormat(" (entry %d, column %d)", entry, column);
     const auto error = [&](absl::string_view why) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("config string \"%s\": entry %d at column %d: %s",
-                          absl::CEscape(text), entry, column, why));
+          absl::StrFormat("config string %s: entry %d at column %d: %s",
+                          Quoted(text), entry, column, why));
     };
 
     const std::size_t eq = item.find('=');
@@ -829,9 +841,9 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
       return error("empty entry (expected key=value)");
     }
     if (eq == absl::string_view::npos) {
-      return error(absl::StrFormat(
-          "\"%s\" has no '=' (expected key=value)",
-          absl::CEscape(absl::StripTrailingAsciiWhitespace(item))));
+      return error(
+          absl::StrFormat("%s has no '=' (expected key=value)",
+                          Quoted(absl::StripTrailingAsciiWhitespace(item))));
     }
     const absl::string_view key =
         absl::StripTrailingAsciiWhitespace(item.substr(0, eq));
@@ -847,8 +859,8 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
       }
     }
     if (info == nullptr) {
-      return error(absl::StrFormat("unknown key \"%s\"; valid keys: %s",
-                                   absl::CEscape(key), KeyList()));
+      return error(absl::StrFormat("unknown key %s; valid keys: %s",
+                                   Quoted(key), KeyList()));
     }
     if (set_by_entry[index] != 0) {
       return error(
@@ -882,10 +894,9 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
     const std::optional<std::string> b = env(k.aliases[1]);
     if (a.has_value() && b.has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s=\"%s\" and %s=\"%s\" are both set; they are aliases of %s, set "
+          "%s=%s and %s=%s are both set; they are aliases of %s, set "
           "only one",
-          k.aliases[0], absl::CEscape(*a), k.aliases[1], absl::CEscape(*b),
-          k.variable));
+          k.aliases[0], Quoted(*a), k.aliases[1], Quoted(*b), k.variable));
     }
   }
 

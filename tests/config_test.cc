@@ -492,6 +492,38 @@ TEST(ConfigTest, MessageFormat) {
             "GPUALLOC_MEM_FRACTION=\"1.5\": not in (0, 1]");
 }
 
+// A long bad value is cut in the message, as trace errors cut long lines: the
+// first 80 bytes, "..." and the whole length.
+TEST(ConfigTest, LongBadValuesAreCut) {
+  const std::string long_value(10000, 'x');
+  const std::string cut = "\"" + std::string(80, 'x') + "...\" (10000 bytes)";
+  auto c = Resolve("", {{"GPUALLOC_MEM_FRACTION", long_value}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "GPUALLOC_MEM_FRACTION=" + cut +
+                ": not a decimal number in (0, 1] (e.g. 0.75 or .9)");
+
+  c = Resolve("mem_limit=" + long_value);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("config string mem_limit=" + cut));
+  EXPECT_LT(c.status().message().size(), 400u);
+
+  // The config string itself and an unknown key are cut too.
+  c = Resolve("backend=sim," + long_value + "=1");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("(10014 bytes): entry 2"));
+  EXPECT_THAT(c.status().message(), HasSubstr("unknown key " + cut));
+  EXPECT_LT(c.status().message().size(), 600u);
+
+  // Control characters are escaped, and a value at the limit is whole.
+  c = Resolve("", {{"GPUALLOC_GC", std::string(79, 'y') + "\x01"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GC=\"" + std::string(79, 'y') + "\\001\": "));
+}
+
 TEST(ConfigTest, ConfigStringGood) {
   auto o = ParseConfigString(
       " allocator = platform , preallocate=false,mem_fraction=.5,"
