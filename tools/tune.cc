@@ -115,6 +115,13 @@ int main(int argc, char** argv) {
     names.push_back(trace->name);
     traces.push_back(*std::move(trace));
   }
+  // Rows are grouped by trace label: two traces with the same file stem
+  // (ok.csv d2/ok.csv) must not share one.
+  absl::StatusOr<std::vector<std::string>> labels =
+      gpualloc::replay::TraceLabels(names, trace_paths);
+  if (!labels.ok()) return BadArguments(std::string(labels.status().message()));
+  names = *std::move(labels);
+  for (std::size_t t = 0; t < traces.size(); ++t) traces[t].name = names[t];
 
   std::vector<gpualloc::replay::TuneRow> rows;
   // Progress on a terminal only: a full default sweep takes a while, and
