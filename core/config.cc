@@ -415,6 +415,7 @@ struct KeyInfo {
   absl::string_view name;                    // configuration-string key
   absl::string_view variable;                // GPUALLOC_*
   std::array<absl::string_view, 2> aliases;  // empty when fewer
+  absl::string_view values;                  // for --help (ConfigKeys)
 };
 
 // The table of config.h, in its order (Config::settings follows it).
@@ -422,28 +423,71 @@ constexpr std::array<KeyInfo, 16> kKeys = {{
     {Key::kAllocator,
      "allocator",
      "GPUALLOC_ALLOCATOR",
-     {"XLA_PYTHON_CLIENT_ALLOCATOR", ""}},
+     {"XLA_PYTHON_CLIENT_ALLOCATOR", ""},
+     "bfc|platform|async"},
     {Key::kPreallocate,
      "preallocate",
      "GPUALLOC_PREALLOCATE",
-     {"XLA_PYTHON_CLIENT_PREALLOCATE", ""}},
+     {"XLA_PYTHON_CLIENT_PREALLOCATE", ""},
+     "true|false"},
     {Key::kMemFraction,
      "mem_fraction",
      "GPUALLOC_MEM_FRACTION",
-     {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"}},
-    {Key::kMemLimit, "mem_limit", "GPUALLOC_MEM_LIMIT", {"", ""}},
-    {Key::kExpandable, "expandable", "GPUALLOC_EXPANDABLE", {"", ""}},
-    {Key::kArch, "arch", "GPUALLOC_ARCH", {"", ""}},
-    {Key::kGc, "gc", "GPUALLOC_GC", {"TF_ENABLE_GPU_GARBAGE_COLLECTION", ""}},
-    {Key::kBackend, "backend", "GPUALLOC_BACKEND", {"", ""}},
-    {Key::kDeviceMemory, "device_memory", "GPUALLOC_DEVICE_MEMORY", {"", ""}},
-    {Key::kCrossStream, "cross_stream", "GPUALLOC_CROSS_STREAM", {"", ""}},
-    {Key::kGrowth, "growth", "GPUALLOC_GROWTH", {"", ""}},
-    {Key::kGranularity, "granularity", "GPUALLOC_GRANULARITY", {"", ""}},
-    {Key::kMinBlock, "min_block", "GPUALLOC_MIN_BLOCK", {"", ""}},
-    {Key::kSplitBound, "split_bound", "GPUALLOC_SPLIT_BOUND", {"", ""}},
-    {Key::kName, "name", "GPUALLOC_NAME", {"", ""}},
-    {Key::kMemoryKind, "memory_kind", "GPUALLOC_MEMORY_KIND", {"", ""}},
+     {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"},
+     "(0, 1] of total memory"},
+    {Key::kMemLimit,
+     "mem_limit",
+     "GPUALLOC_MEM_LIMIT",
+     {"", ""},
+     "a size: 40GiB, 512MB"},
+    {Key::kExpandable,
+     "expandable",
+     "GPUALLOC_EXPANDABLE",
+     {"", ""},
+     "true|false|auto"},
+    {Key::kArch, "arch", "GPUALLOC_ARCH", {"", ""}, "auto or a profile"},
+    {Key::kGc,
+     "gc",
+     "GPUALLOC_GC",
+     {"TF_ENABLE_GPU_GARBAGE_COLLECTION", ""},
+     "true|false"},
+    {Key::kBackend,
+     "backend",
+     "GPUALLOC_BACKEND",
+     {"", ""},
+     "auto|sim|cuda|hip"},
+    {Key::kDeviceMemory,
+     "device_memory",
+     "GPUALLOC_DEVICE_MEMORY",
+     {"", ""},
+     "sim only: a size"},
+    {Key::kCrossStream,
+     "cross_stream",
+     "GPUALLOC_CROSS_STREAM",
+     {"", ""},
+     "when_complete|stream_wait"},
+    {Key::kGrowth, "growth", "GPUALLOC_GROWTH", {"", ""}, "exact|doubling"},
+    {Key::kGranularity,
+     "granularity",
+     "GPUALLOC_GRANULARITY",
+     {"", ""},
+     "a size: region sizes"},
+    {Key::kMinBlock,
+     "min_block",
+     "GPUALLOC_MIN_BLOCK",
+     {"", ""},
+     "power of two >= 16 B"},
+    {Key::kSplitBound,
+     "split_bound",
+     "GPUALLOC_SPLIT_BOUND",
+     {"", ""},
+     "a size, 0 allowed"},
+    {Key::kName, "name", "GPUALLOC_NAME", {"", ""}, "a label"},
+    {Key::kMemoryKind,
+     "memory_kind",
+     "GPUALLOC_MEMORY_KIND",
+     {"", ""},
+     "coarse|fine (hip)"},
 }};
 
 std::string KeyList() {
@@ -806,6 +850,14 @@ EnvLookup MapEnvironment(std::map<std::string, std::string> variables) {
     if (it == variables.end()) return std::nullopt;
     return it->second;
   };
+}
+
+std::vector<ConfigKeyInfo> ConfigKeys() {
+  std::vector<ConfigKeyInfo> keys;
+  for (const KeyInfo& k : kKeys) {
+    keys.push_back(ConfigKeyInfo{k.name, k.variable, k.values});
+  }
+  return keys;
 }
 
 absl::StatusOr<std::uint64_t> ParseSize(absl::string_view text,

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "gpualloc/config.h"
 #include "tools/replay/replay.h"
 #include "tools/replay/snapshot_view.h"
 #include "tools/replay/svg.h"
@@ -41,10 +42,8 @@ constexpr absl::string_view kUsage =
     "the peak, backend calls and their modeled time, stream hazards and the\n"
     "allocator's wall time per call.\n"
     "\n"
-    "  --config STRING      a configuration (key=value,...: allocator,\n"
-    "                       preallocate, mem_fraction, mem_limit, expandable,\n"
-    "                       arch, gc, backend, device_memory, cross_stream,\n"
-    "                       name); repeat for more. Default: one, the\n"
+    "  --config STRING      a configuration (key=value,...; the keys are\n"
+    "                       listed below); repeat for more. Default: one, the\n"
     "                       defaults. The backend is the simulator unless\n"
     "                       backend= says otherwise; the environment is not\n"
     "                       read, so replays are reproducible.\n"
@@ -56,6 +55,16 @@ constexpr absl::string_view kUsage =
     "                       gpualloc_snapshot_json) into the --svg picture,\n"
     "                       one panel per file; repeat for more\n"
     "  --help               this text\n";
+
+// Every configuration key, from the library's own list so that it cannot
+// drift from what the parser takes.
+std::string KeysHelp() {
+  std::string out = "\nConfiguration keys:\n";
+  for (const gpualloc::ConfigKeyInfo& k : gpualloc::ConfigKeys()) {
+    absl::StrAppendFormat(&out, "  %-15s%s\n", k.key, k.values);
+  }
+  return out;
+}
 
 std::string Gib(std::uint64_t bytes) {
   return absl::StrFormat("%.3f GiB",
@@ -111,7 +120,8 @@ int main(int argc, char** argv) {
       return std::string(argv[++i]);
     };
     if (arg == "--help" || arg == "-h") {
-      std::printf("%.*s", static_cast<int>(kUsage.size()), kUsage.data());
+      std::printf("%.*s%s", static_cast<int>(kUsage.size()), kUsage.data(),
+                  KeysHelp().c_str());
       return 0;
     } else if (arg == "--json") {
       json = true;
