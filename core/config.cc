@@ -31,12 +31,16 @@
 //    means "always split", which is also the default.
 #include "gpualloc/config.h"
 
+#include <unistd.h>  // environ
+
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -780,6 +784,107 @@ std::string ValueText(Key key, const Config& c) {
   return "";
 }
 
+// The two environments config.h offers, as named types, so that
+// ResolveConfig can list the variables they hold (EnvLookup::target).
+struct ProcessLookup {
+  std::optional<std::string> operator()(absl::string_view name) const {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  }
+};
+
+struct MapLookup {
+  std::map<std::string, std::string> variables;
+  std::optional<std::string> operator()(absl::string_view name) const {
+    auto it = variables.find(std::string(name));
+    if (it == variables.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+// The names of the variables `env` holds; empty for a lookup of another kind
+// (a function can only be asked for names it is given).
+std::vector<std::string> VariableNames(const EnvLookup& env) {
+  std::vector<std::string> names;
+  if (const MapLookup* map = env.target<MapLookup>()) {
+    for (const auto& [name, value] : map->variables) names.push_back(name);
+  } else if (env.target<ProcessLookup>() != nullptr) {
+    for (char** entry = environ; entry != nullptr && *entry != nullptr;
+         ++entry) {
+      const absl::string_view text(*entry);
+      names.emplace_back(text.substr(0, text.find('=')));
+    }
+  }
+  return names;
+}
+
+// GPUALLOC_* variables that are not settings: the project's build and test
+// scripts' own (tools/test.sh and tools/lib-build.sh, the randomized tests'
+// seed, the meson test environment, tools/device-check.sh). They reach the
+// programs those scripts run, so they are allowed here; the library reads
+// none of them.
+constexpr std::array<absl::string_view, 7> kNotSettings = {
+    "GPUALLOC_SKIP_DEPS",
+    "GPUALLOC_TEST_LABEL",
+    "GPUALLOC_TEST_SEED",
+    "GPUALLOC_SOURCE_ROOT",
+    "GPUALLOC_ROOT",
+    "GPUALLOC_BUILD_DIR",
+    "GPUALLOC_DEVICE_CHECK_ASSUME_GPU",
+};
+
+// Edit distance between two names (insertions, deletions, substitutions).
+std::size_t Distance(absl::string_view a, absl::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), std::size_t{0});
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Every GPUALLOC_* variable set in `env` names a setting (or is one of the
+// scripts' own): a misspelt one would otherwise be ignored without a word,
+// while the configuration string refuses an unknown key.
+absl::Status CheckUnknownVariables(const EnvLookup& env) {
+  std::vector<std::string> names = VariableNames(env);
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> unknown;
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, "GPUALLOC_")) continue;
+    bool known = std::find(kNotSettings.begin(), kNotSettings.end(), name) !=
+                 kNotSettings.end();
+    absl::string_view closest;
+    std::size_t best = std::numeric_limits<std::size_t>::max();
+    for (const KeyInfo& k : kKeys) {
+      if (k.variable == name) known = true;
+      const std::size_t d = Distance(name, k.variable);
+      if (d < best) {
+        best = d;
+        closest = k.variable;
+      }
+    }
+    if (known) continue;
+    const std::optional<std::string> value = env(name);
+    unknown.push_back(absl::StrCat(name, "=", Quoted(value.value_or("")),
+                                   " (did you mean ", closest, "?)"));
+  }
+  if (unknown.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown GPUALLOC_* variable", unknown.size() == 1 ? " " : "s ",
+      absl::StrJoin(unknown, ", "),
+      ": no such setting; unset it, or see the variables in "
+      "gpualloc/config.h"));
+}
+
 // Reads and parses one variable into `out`; returns whether it was set.
 absl::StatusOr<bool> ReadVariable(const EnvLookup& env, Key key,
                                   absl::string_view variable, bool alias,
@@ -835,21 +940,10 @@ absl::string_view ValueOriginName(ValueOrigin origin) {
   return "invalid";
 }
 
-EnvLookup ProcessEnvironment() {
-  return [](absl::string_view name) -> std::optional<std::string> {
-    const char* value = std::getenv(std::string(name).c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
-}
+EnvLookup ProcessEnvironment() { return ProcessLookup{}; }
 
 EnvLookup MapEnvironment(std::map<std::string, std::string> variables) {
-  return [variables = std::move(variables)](
-             absl::string_view name) -> std::optional<std::string> {
-    auto it = variables.find(std::string(name));
-    if (it == variables.end()) return std::nullopt;
-    return it->second;
-  };
+  return MapLookup{std::move(variables)};
 }
 
 std::vector<ConfigKeyInfo> ConfigKeys() {
@@ -936,6 +1030,7 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
                                      const EnvLookup& env) {
   ConfigOverrides options = overrides;
   GPUALLOC_RETURN_IF_ERROR(CheckOverrides(options));
+  GPUALLOC_RETURN_IF_ERROR(CheckUnknownVariables(env));
 
   // The two fraction aliases name the same setting at the same level: when
   // both are set there is no telling which one the user meant, even when they

@@ -123,6 +123,17 @@ static void TestCreateFromEnvironment(void) {
   CHECK(a == NULL);
   CHECK_ERROR_MENTIONS("GPUALLOC_MEM_FRACTION");
   unsetenv("GPUALLOC_MEM_FRACTION");
+
+  /* A misspelt variable is an error naming it and the one it resembles;
+   * _isolated does not read the environment. */
+  setenv("GPUALLOC_PREALOCATE", "false", 1);
+  CHECK_STATUS(gpualloc_create(NULL, &a), GPUALLOC_INVALID_ARGUMENT);
+  CHECK(a == NULL);
+  CHECK_ERROR_MENTIONS("GPUALLOC_PREALOCATE=\"false\"");
+  CHECK_ERROR_MENTIONS("did you mean GPUALLOC_PREALLOCATE?");
+  CHECK_OK(gpualloc_create_isolated("backend=sim", &a));
+  gpualloc_destroy(a);
+  unsetenv("GPUALLOC_PREALOCATE");
   unsetenv("GPUALLOC_MEM_LIMIT");
   unsetenv("GPUALLOC_PREALLOCATE");
   unsetenv("GPUALLOC_BACKEND");

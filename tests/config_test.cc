@@ -765,6 +765,47 @@ TEST(ConfigTest, ProcessEnvironmentReadsGetenv) {
   ::unsetenv("GPUALLOC_CONFIG_TEST_VARIABLE");
 }
 
+// A GPUALLOC_* variable that names no setting is an error naming it and the
+// closest setting's variable, like an unknown key in the configuration string.
+TEST(ConfigTest, UnknownVariableIsAnError) {
+  auto c = Resolve("", {{"GPUALLOC_PREALOCATE", "false"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_PREALOCATE=\"false\" (did you mean "
+                        "GPUALLOC_PREALLOCATE?)"));
+  // Even when the program sets the key: the typo is reported, not shadowed.
+  c = Resolve("preallocate=true",
+              {{"GPUALLOC_MEMFRACTION", "0.5"}, {"GPUALLOC_BACKEND", "sim"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_MEMFRACTION=\"0.5\" (did you mean "
+                        "GPUALLOC_MEM_FRACTION?)"));
+  c = Resolve("", {{"GPUALLOC_X", "1"}, {"GPUALLOC_GROWHT", "exact"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("variables GPUALLOC_GROWHT"));
+  EXPECT_THAT(c.status().message(), HasSubstr("GPUALLOC_X=\"1\""));
+
+  // The project's scripts' own variables and other prefixes are left alone.
+  c = Resolve("", {{"GPUALLOC_SKIP_DEPS", "1"},
+                   {"GPUALLOC_TEST_LABEL", "tests"},
+                   {"GPUALLOC_TEST_SEED", "42"},
+                   {"GPUALLOC_SOURCE_ROOT", "/src"},
+                   {"GPUALLOC_DEVICE_CHECK_ASSUME_GPU", "1"},
+                   {"GPUALLOCATOR", "x"},
+                   {"XLA_FLAGS", "--xla_foo"}});
+  EXPECT_TRUE(c.ok()) << c.status();
+
+  // The process environment too.
+  ::setenv("GPUALLOC_GRANULARTY", "8MiB", 1);
+  c = ResolveConfig("", ProcessEnvironment());
+  ::unsetenv("GPUALLOC_GRANULARTY");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GRANULARTY=\"8MiB\" (did you mean "
+                        "GPUALLOC_GRANULARITY?)"));
+}
+
 TEST(ConfigTest, Names) {
   EXPECT_EQ(BackendKindName(BackendKind::kAuto), "auto");
   EXPECT_EQ(BackendKindName(BackendKind::kSim), "sim");

@@ -55,6 +55,14 @@
 //    mem_limit, device_memory and granularity must be more than 0;
 //  - every variable that is set is parsed, even when a higher level decides
 //    the value (a bad XLA_* alias is an error even with GPUALLOC_* set);
+//  - a GPUALLOC_* variable that names no setting (GPUALLOC_PREALOCATE) is an
+//    error naming it and the closest variable that does, like an unknown key
+//    in the configuration string. The project's build and test scripts' own
+//    variables (GPUALLOC_SKIP_DEPS, GPUALLOC_TEST_LABEL, GPUALLOC_TEST_SEED,
+//    GPUALLOC_SOURCE_ROOT, GPUALLOC_ROOT, GPUALLOC_BUILD_DIR,
+//    GPUALLOC_DEVICE_CHECK_ASSUME_GPU) are allowed. The check covers the
+//    environments ProcessEnvironment and MapEnvironment return; another
+//    EnvLookup can only be asked for names, so it is not checked;
 //  - each key resolves on its own; a mem_limit from any level then overrides
 //    mem_fraction (Options::memory_limit).
 #ifndef GPUALLOC_CONFIG_H_
