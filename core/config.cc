@@ -296,6 +296,19 @@ absl::Status CheckMinBlock(std::uint64_t bytes, absl::string_view value,
   return absl::OkStatus();
 }
 
+// Region sizes are whole minimum blocks, and every minimum block is a power
+// of two of at least 16 bytes: a granularity that is not a multiple of 16
+// could never work, whatever the device.
+absl::Status CheckGranularity(std::uint64_t bytes, absl::string_view value,
+                              const Where& where) {
+  if (bytes % 16 != 0) {
+    return Bad(where, value,
+               "not a multiple of 16 bytes (region sizes are whole minimum "
+               "blocks, and min_block is a power of two of at least 16)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::uint64_t> ParseMinBlock(absl::string_view value,
                                             const Where& where) {
   GPUALLOC_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeAt(value, where));
@@ -564,7 +577,7 @@ absl::Status ParseInto(Key key, absl::string_view value, const Where& where,
     case Key::kGranularity: {
       GPUALLOC_ASSIGN_OR_RETURN(out.growth_granularity,
                                 ParsePositiveSize(value, where));
-      return absl::OkStatus();
+      return CheckGranularity(*out.growth_granularity, value, where);
     }
     case Key::kMinBlock: {
       GPUALLOC_ASSIGN_OR_RETURN(out.min_block_size,
@@ -634,6 +647,9 @@ absl::Status CheckOverrides(ConfigOverrides& o) {
   }
   if (o.growth_granularity.has_value()) {
     GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(
+        *o.growth_granularity, absl::StrCat(*o.growth_granularity),
+        where("granularity")));
+    GPUALLOC_RETURN_IF_ERROR(CheckGranularity(
         *o.growth_granularity, absl::StrCat(*o.growth_granularity),
         where("granularity")));
   }
@@ -1111,6 +1127,18 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
       source[l] = absl::StrCat(source[l], " (overridden by mem_fraction from ",
                                source[f], ")");
     }
+  }
+
+  // Region sizes are whole minimum blocks: a granularity and a min_block
+  // that disagree could never allocate, on any device.
+  if (merged.growth_granularity && merged.min_block_size &&
+      *merged.growth_granularity % *merged.min_block_size != 0) {
+    const std::size_t g = static_cast<std::size_t>(Key::kGranularity);
+    const std::size_t b = static_cast<std::size_t>(Key::kMinBlock);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "granularity=", *merged.growth_granularity, " (", source[g],
+        ") is not a multiple of min_block=", *merged.min_block_size, " (",
+        source[b], "): region sizes are whole minimum blocks"));
   }
 
   Config config;

@@ -96,6 +96,32 @@ static void TestBadConfiguration(void) {
   CHECK_ERROR_MENTIONS("no_such_key");
   CHECK_STATUS(gpualloc_create_isolated("backend=sim", NULL),
                GPUALLOC_INVALID_ARGUMENT);
+
+  /* Configurations that could never allocate fail at creation, naming the
+   * key and the value, not on every later malloc. */
+  {
+    static const char* const kNever[][3] = {
+        {"backend=sim,memory_kind=fine", "memory_kind=fine", "backend=hip"},
+        {"backend=sim,device_memory=255", "device_memory=255", "255"},
+        {"backend=sim,device_memory=256", "device_memory=256",
+         "smaller than one growth granule"},
+        {"backend=sim,granularity=3", "granularity=\"3\"", "16 bytes"},
+        {"backend=sim,granularity=4KiB,min_block=8KiB", "granularity=4096",
+         "min_block=8192"},
+        {"backend=sim,min_block=9223372036854775808",
+         "min_block=9223372036854775808", "granularity"},
+        {"backend=sim,arch=mi300x,device_memory=1GiB,granularity=2064",
+         "granularity=2064", "minimum block size 256"},
+    };
+    for (size_t i = 0; i < sizeof(kNever) / sizeof(kNever[0]); ++i) {
+      a = (gpualloc_t*)0x1;
+      CHECK_STATUS(gpualloc_create_isolated(kNever[i][0], &a),
+                   GPUALLOC_INVALID_ARGUMENT);
+      CHECK(a == NULL);
+      CHECK_ERROR_MENTIONS(kNever[i][1]);
+      CHECK_ERROR_MENTIONS(kNever[i][2]);
+    }
+  }
 }
 
 static void TestCreateFromEnvironment(void) {

@@ -806,6 +806,34 @@ TEST(ConfigTest, UnknownVariableIsAnError) {
                         "GPUALLOC_GRANULARITY?)"));
 }
 
+// A granularity no minimum block divides could never allocate, on any
+// device: refused when the configuration is resolved.
+TEST(ConfigTest, GranularityMustBeWholeMinimumBlocks) {
+  auto c = Resolve("granularity=3");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("config string granularity=\"3\" (entry 1, column 1): "
+                        "not a multiple of 16 bytes"));
+  c = Resolve("", {{"GPUALLOC_GRANULARITY", "1000"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GRANULARITY=\"1000\": not a multiple of 16"));
+  ConfigOverrides o;
+  o.growth_granularity = 24;
+  c = ResolveConfig(o, MapEnvironment({}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("option granularity=\"24\""));
+
+  c = Resolve("granularity=4KiB", {{"GPUALLOC_MIN_BLOCK", "8KiB"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("granularity=4096 (option) is not a multiple of "
+                        "min_block=8192 (GPUALLOC_MIN_BLOCK)"));
+  c = Resolve("granularity=48,min_block=16");
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
 TEST(ConfigTest, Names) {
   EXPECT_EQ(BackendKindName(BackendKind::kAuto), "auto");
   EXPECT_EQ(BackendKindName(BackendKind::kSim), "sim");
