@@ -21,8 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "backends/vendor_backends.h"
 #include "core/lock.h"
+#include "core/options.h"
 #include "gpualloc/sim_backend.h"
 
 namespace gpualloc {
@@ -172,12 +174,10 @@ class DeviceRegistryImpl final : public DeviceRegistry {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
-                                                       int ordinal) {
-  if (ordinal < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device ordinal ", ordinal, " is negative"));
-  }
+namespace {
+
+// What the configuration alone rules out for its backend.
+absl::Status CheckBackendChoice(const Config& config) {
   if (config.device_memory != 0 && config.backend != BackendKind::kSim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "device_memory=", config.device_memory,
@@ -196,6 +196,88 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
         BackendKindName(config.backend), FromWhere(config, "backend"),
         "; set backend=hip or memory_kind=coarse"));
   }
+  return absl::OkStatus();
+}
+
+// The configuration key of an Options field, for messages.
+absl::string_view KeyOfOptionsField(absl::string_view field) {
+  static constexpr std::pair<absl::string_view, absl::string_view> kKeys[] = {
+      {"growth_granularity", "granularity"},
+      {"min_block_size", "min_block"},
+      {"memory_fraction", "mem_fraction"},
+      {"memory_limit", "mem_limit"},
+      {"max_internal_fragmentation", "split_bound"},
+      {"expandable", "expandable"},
+      {"arch", "arch"},
+  };
+  for (const auto& [f, key] : kKeys) {
+    if (f == field) return key;
+  }
+  return "";
+}
+
+// The simulated device needs no device call: creating it and checking the
+// options against it at creation turns a configuration that could never
+// allocate (device_memory=255, granularity=3, min_block=2^63) into an error
+// naming the key, instead of an error on every later allocation.
+absl::Status CheckOnSimulatedDevice(const Config& config) {
+  std::string device_memory;
+  if (config.device_memory != 0) {
+    device_memory = absl::StrCat("device_memory=", config.device_memory,
+                                 FromWhere(config, "device_memory"));
+  }
+  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateBackend(config, 0);
+  if (!backend.ok()) {
+    if (device_memory.empty()) return backend.status();
+    return absl::Status(
+        backend.status().code(),
+        absl::StrCat(device_memory, ": ", backend.status().message()));
+  }
+  const DeviceInfo& device = (*backend)->info();
+  absl::StatusOr<core::ResolvedOptions> resolved =
+      core::ResolveOptions(config.options, device);
+  if (resolved.ok()) return absl::OkStatus();
+  // "Options.<field>: why" -> "<key>=<value> (from ...): why".
+  absl::string_view message = resolved.status().message();
+  std::string what;
+  if (absl::ConsumePrefix(&message, "Options.")) {
+    const std::size_t colon = message.find(": ");
+    const absl::string_view key =
+        colon == absl::string_view::npos
+            ? absl::string_view()
+            : KeyOfOptionsField(message.substr(0, colon));
+    for (const ConfigSetting& s : config.settings) {
+      if (!key.empty() && s.key == key) {
+        what = absl::StrCat(key, "=", s.value, FromWhere(config, key), ":");
+        message.remove_prefix(colon + 2);
+      }
+    }
+    // The profile's granularity against a min_block that was set: the
+    // setting is what is wrong.
+    if (key == "granularity" && config.options.growth_granularity == 0 &&
+        config.options.min_block_size != 0) {
+      what = absl::StrCat("min_block=", config.options.min_block_size,
+                          FromWhere(config, "min_block"),
+                          ": the growth granularity");
+    }
+  }
+  if (what.empty()) what = "the configuration:";
+  return absl::Status(
+      resolved.status().code(),
+      absl::StrCat(what, " ", message, " (on the ", device.name, ", ",
+                   device.total_bytes, " bytes",
+                   device_memory.empty() ? "" : ", ", device_memory, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
+                                                       int ordinal) {
+  if (ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ordinal ", ordinal, " is negative"));
+  }
+  if (absl::Status s = CheckBackendChoice(config); !s.ok()) return s;
   switch (config.backend) {
     case BackendKind::kSim: {
       SimOptions sim;
@@ -252,6 +334,14 @@ absl::StatusOr<std::unique_ptr<DeviceRegistry>> DeviceRegistry::Create(
   if (num_devices < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DeviceRegistry: num_devices ", num_devices, " is negative"));
+  }
+  if (factory == nullptr) {
+    // What can be checked without a device call fails here, at creation,
+    // rather than on every Get.
+    if (absl::Status s = CheckBackendChoice(config); !s.ok()) return s;
+    if (config.backend == BackendKind::kSim) {
+      if (absl::Status s = CheckOnSimulatedDevice(config); !s.ok()) return s;
+    }
   }
   if (num_devices == 0) {
     absl::StatusOr<int> count = DeviceCount(config);

@@ -60,6 +60,9 @@ class BfcAllocator final : public Allocator {
 
   ~BfcAllocator() override {
     core::LockGuard lock(&mu_);
+    core::ReportLiveAtDestruction("bfc", backend_->info(),
+                                  core_.counters().num_chunks_in_use,
+                                  core_.counters().bytes_requested);
     // Return every region. Live allocations die with the allocator (as with
     // any caching allocator); their memory still goes back to the device
     // (expandable regions: ~ExpandableSpace unmaps and frees the range, once
@@ -426,36 +429,46 @@ class BfcAllocator final : public Allocator {
   }
 
   // Unmaps every whole mapping inside a free chunk, except chunks touching
-  // [keep_begin, keep_end); first the host waits for the work of every
-  // stream that may still use that memory (unmapping does not wait). With
-  // `for_stream` (growth on behalf of that stream) and several streams seen,
-  // memory other streams' pending work may still use is left alone: growth
-  // never makes the host wait for another stream.
+  // [keep_begin, keep_end). Unmapping does not wait for work still using the
+  // memory, so: for growth (`for_stream` given) the device is only asked
+  // whether that work completed (an event query; an event is recorded only
+  // where none covers the frees yet) and memory whose work is still pending
+  // stays mapped for now (a later growth finds its event complete); growth
+  // never makes the host wait. Otherwise (Trim, garbage collection) the host
+  // waits for that work first.
   absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end,
                          const Stream* for_stream = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const bool only_own = for_stream != nullptr && core_.multi_stream() &&
-                          oracle_ == &stream_order_;
     std::vector<std::pair<DeviceAddress, std::uint64_t>> targets;
     for (const core::BfcCore::FreeSpan& span :
          core_.FreeSpans(space_->unit())) {
       if (span.address <= keep_end && span.address + span.size >= keep_begin) {
         continue;
       }
-      if (only_own) {
-        const std::vector<std::uintptr_t> users =
-            core_.StreamsUsingFree(span.address, span.size, stream_order_);
-        if (std::any_of(users.begin(), users.end(), [&](std::uintptr_t s) {
-              return s != for_stream->handle;
-            })) {
-          continue;
-        }
-      }
       for (const auto& run : space_->MappedRunsWithin(span.address, span.size))
         targets.push_back(run);
     }
     if (targets.empty()) return absl::OkStatus();
-    if (oracle_ == &stream_order_) {
+    if (oracle_ == &stream_order_ && for_stream != nullptr) {
+      std::vector<std::pair<DeviceAddress, std::uint64_t>> ready;
+      for (const auto& [address, bytes] : targets) {
+        for (const core::StreamStamp& c :
+             core_.PendingConditionsIn(address, bytes, stream_order_)) {
+          if (!stream_order_.Poll(c.stream, c.stamp)) {
+            const absl::Status error = stream_order_.TakeError();
+            return absl::Status(
+                error.code(),
+                absl::StrFormat("asking whether the work that used free "
+                                "memory completed, before unmapping it: %s",
+                                error.message()));
+          }
+        }
+        if (core_.PendingConditionsIn(address, bytes, stream_order_).empty()) {
+          ready.emplace_back(address, bytes);
+        }
+      }
+      targets = std::move(ready);
+    } else if (oracle_ == &stream_order_) {
       std::vector<std::uintptr_t> streams;
       for (const auto& [address, bytes] : targets) {
         for (std::uintptr_t s :

@@ -65,6 +65,8 @@ class AsyncAllocator final : public Allocator {
 
   ~AsyncAllocator() override {
     LockGuard lock(&mu_);
+    ReportLiveAtDestruction(kMode, backend_->info(), live_.size(),
+                            live_.counters().bytes_requested);
     // Live allocations die with the allocator (as with BFC); their memory goes
     // back to the pool, ordered after the work of every stream known to use
     // it.

@@ -231,40 +231,69 @@ std::vector<BfcCore::FreeSpan> BfcCore::FreeSpans(
   return spans;
 }
 
-std::vector<std::uintptr_t> BfcCore::StreamsUsingFree(DeviceAddress address,
-                                                      std::uint64_t bytes,
-                                                      const ReuseOracle& oracle,
-                                                      bool in_use_too) const {
-  std::vector<std::uintptr_t> streams;
-  auto note = [&](std::uintptr_t stream, std::uint64_t stamp) {
-    if (oracle.KnownComplete(stream, stamp)) return;
-    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
-      streams.push_back(stream);
-    }
-  };
+template <typename OnCondition, typename OnInUse>
+void BfcCore::ForEachConditionIn(DeviceAddress address, std::uint64_t bytes,
+                                 OnCondition on_condition,
+                                 OnInUse on_in_use) const {
   const DeviceAddress end = address + bytes;
   std::optional<RegionId> rid = RegionAt(address);
-  if (!rid.has_value()) return streams;
+  if (!rid.has_value()) return;
   for (ChunkId id = regions_[*rid].first; id != kNoChunk;
        id = chunks_[id].next) {
     const Chunk& c = chunks_[id];
     if (c.address >= end) break;
     if (c.address + c.size <= address) continue;
     if (c.in_use) {
-      if (in_use_too && std::find(streams.begin(), streams.end(), c.stream) ==
-                            streams.end()) {
-        streams.push_back(c.stream);
-      }
-      continue;
-    }
-    if (c.fence == Fence::kStream) note(c.stream, c.free_stamp);
-    if (c.fence == Fence::kSet) {
+      on_in_use(c.stream);
+    } else if (c.fence == Fence::kStream) {
+      on_condition(c.stream, c.free_stamp);
+    } else if (c.fence == Fence::kSet) {
       for (const StreamStamp& pair : fences_.Get(c.fence_set)) {
-        note(pair.stream, pair.stamp);
+        on_condition(pair.stream, pair.stamp);
       }
     }
   }
+}
+
+std::vector<std::uintptr_t> BfcCore::StreamsUsingFree(DeviceAddress address,
+                                                      std::uint64_t bytes,
+                                                      const ReuseOracle& oracle,
+                                                      bool in_use_too) const {
+  std::vector<std::uintptr_t> streams;
+  auto add = [&](std::uintptr_t stream) {
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
+      streams.push_back(stream);
+    }
+  };
+  ForEachConditionIn(
+      address, bytes,
+      [&](std::uintptr_t stream, std::uint64_t stamp) {
+        if (!oracle.KnownComplete(stream, stamp)) add(stream);
+      },
+      [&](std::uintptr_t stream) {
+        if (in_use_too) add(stream);
+      });
   return streams;
+}
+
+std::vector<StreamStamp> BfcCore::PendingConditionsIn(
+    DeviceAddress address, std::uint64_t bytes,
+    const ReuseOracle& oracle) const {
+  std::vector<StreamStamp> pending;
+  ForEachConditionIn(
+      address, bytes,
+      [&](std::uintptr_t stream, std::uint64_t stamp) {
+        if (oracle.KnownComplete(stream, stamp)) return;
+        for (StreamStamp& p : pending) {
+          if (p.stream == stream) {
+            p.stamp = std::max(p.stamp, stamp);
+            return;
+          }
+        }
+        pending.push_back(StreamStamp{stream, stamp});
+      },
+      [](std::uintptr_t) {});
+  return pending;
 }
 
 bool BfcCore::LargePageFits(const Chunk& c, std::uint64_t size) const {

@@ -168,6 +168,12 @@ class BfcCore {
                                                std::uint64_t bytes,
                                                const ReuseOracle& oracle,
                                                bool in_use_too = false) const;
+  // The conditions of free memory in [address, address + bytes) of one
+  // region that `oracle` does not know complete: each stream once, with its
+  // largest stamp (what to ask the device about before unmapping it).
+  std::vector<StreamStamp> PendingConditionsIn(DeviceAddress address,
+                                               std::uint64_t bytes,
+                                               const ReuseOracle& oracle) const;
 
   bool IsRegionFree(RegionId id) const;
   // Ids of the regions whose memory is entirely free, in address order.
@@ -313,6 +319,12 @@ class BfcCore {
                : alignment;
   }
   bool LargePageFits(const Chunk& c, std::uint64_t size) const;
+  // Calls on_condition(stream, stamp) for every pair of the free chunks'
+  // conditions and on_in_use(stream) for every in-use chunk overlapping
+  // [address, address + bytes) of one region.
+  template <typename OnCondition, typename OnInUse>
+  void ForEachConditionIn(DeviceAddress address, std::uint64_t bytes,
+                          OnCondition on_condition, OnInUse on_in_use) const;
   absl::Status DiagnoseBadAddress(absl::string_view operation,
                                   DeviceAddress address) const;
 

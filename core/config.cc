@@ -31,12 +31,16 @@
 //    means "always split", which is also the default.
 #include "gpualloc/config.h"
 
+#include <unistd.h>  // environ
+
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -67,10 +71,22 @@ struct Where {
   std::string place;  // empty, or " (entry 2, column 9)"
 };
 
+// `text` escaped (control characters and quotes as C escapes) and quoted for
+// a message. Long text is cut, as trace errors cut long lines, so one bad
+// value cannot flood a terminal: the first kMaxEcho bytes, "...", and the
+// whole length.
+constexpr std::size_t kMaxEcho = 80;
+std::string Quoted(absl::string_view text) {
+  if (text.size() <= kMaxEcho)
+    return absl::StrCat("\"", absl::CEscape(text), "\"");
+  return absl::StrCat("\"", absl::CEscape(text.substr(0, kMaxEcho)), "...\" (",
+                      text.size(), " bytes)");
+}
+
 absl::Status Bad(const Where& where, absl::string_view value,
                  absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      where.name, "=\"", absl::CEscape(value), "\"", where.place, ": ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where.name, "=", Quoted(value), where.place, ": ", why));
 }
 
 // ---------------------------------------------------------------- scalars
@@ -214,8 +230,8 @@ absl::StatusOr<std::uint64_t> ParseSizeAt(absl::string_view text,
     }
     if (!found) {
       return Bad(where, text,
-                 absl::StrCat("unknown unit \"", absl::CEscape(unit_text),
-                              "\"; valid units: ", UnitList()));
+                 absl::StrCat("unknown unit ", Quoted(unit_text),
+                              "; valid units: ", UnitList()));
     }
   }
   const auto overflow = [&] {
@@ -276,6 +292,19 @@ absl::Status CheckMinBlock(std::uint64_t bytes, absl::string_view value,
                            const Where& where) {
   if (bytes < 16 || (bytes & (bytes - 1)) != 0) {
     return Bad(where, value, "not a power of two of at least 16 bytes");
+  }
+  return absl::OkStatus();
+}
+
+// Region sizes are whole minimum blocks, and every minimum block is a power
+// of two of at least 16 bytes: a granularity that is not a multiple of 16
+// could never work, whatever the device.
+absl::Status CheckGranularity(std::uint64_t bytes, absl::string_view value,
+                              const Where& where) {
+  if (bytes % 16 != 0) {
+    return Bad(where, value,
+               "not a multiple of 16 bytes (region sizes are whole minimum "
+               "blocks, and min_block is a power of two of at least 16)");
   }
   return absl::OkStatus();
 }
@@ -403,6 +432,7 @@ struct KeyInfo {
   absl::string_view name;                    // configuration-string key
   absl::string_view variable;                // GPUALLOC_*
   std::array<absl::string_view, 2> aliases;  // empty when fewer
+  absl::string_view values;                  // for --help (ConfigKeys)
 };
 
 // The table of config.h, in its order (Config::settings follows it).
@@ -410,28 +440,71 @@ constexpr std::array<KeyInfo, 16> kKeys = {{
     {Key::kAllocator,
      "allocator",
      "GPUALLOC_ALLOCATOR",
-     {"XLA_PYTHON_CLIENT_ALLOCATOR", ""}},
+     {"XLA_PYTHON_CLIENT_ALLOCATOR", ""},
+     "bfc|platform|async"},
     {Key::kPreallocate,
      "preallocate",
      "GPUALLOC_PREALLOCATE",
-     {"XLA_PYTHON_CLIENT_PREALLOCATE", ""}},
+     {"XLA_PYTHON_CLIENT_PREALLOCATE", ""},
+     "true|false"},
     {Key::kMemFraction,
      "mem_fraction",
      "GPUALLOC_MEM_FRACTION",
-     {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"}},
-    {Key::kMemLimit, "mem_limit", "GPUALLOC_MEM_LIMIT", {"", ""}},
-    {Key::kExpandable, "expandable", "GPUALLOC_EXPANDABLE", {"", ""}},
-    {Key::kArch, "arch", "GPUALLOC_ARCH", {"", ""}},
-    {Key::kGc, "gc", "GPUALLOC_GC", {"TF_ENABLE_GPU_GARBAGE_COLLECTION", ""}},
-    {Key::kBackend, "backend", "GPUALLOC_BACKEND", {"", ""}},
-    {Key::kDeviceMemory, "device_memory", "GPUALLOC_DEVICE_MEMORY", {"", ""}},
-    {Key::kCrossStream, "cross_stream", "GPUALLOC_CROSS_STREAM", {"", ""}},
-    {Key::kGrowth, "growth", "GPUALLOC_GROWTH", {"", ""}},
-    {Key::kGranularity, "granularity", "GPUALLOC_GRANULARITY", {"", ""}},
-    {Key::kMinBlock, "min_block", "GPUALLOC_MIN_BLOCK", {"", ""}},
-    {Key::kSplitBound, "split_bound", "GPUALLOC_SPLIT_BOUND", {"", ""}},
-    {Key::kName, "name", "GPUALLOC_NAME", {"", ""}},
-    {Key::kMemoryKind, "memory_kind", "GPUALLOC_MEMORY_KIND", {"", ""}},
+     {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"},
+     "(0, 1] of total memory"},
+    {Key::kMemLimit,
+     "mem_limit",
+     "GPUALLOC_MEM_LIMIT",
+     {"", ""},
+     "a size: 40GiB, 512MB"},
+    {Key::kExpandable,
+     "expandable",
+     "GPUALLOC_EXPANDABLE",
+     {"", ""},
+     "true|false|auto"},
+    {Key::kArch, "arch", "GPUALLOC_ARCH", {"", ""}, "auto or a profile"},
+    {Key::kGc,
+     "gc",
+     "GPUALLOC_GC",
+     {"TF_ENABLE_GPU_GARBAGE_COLLECTION", ""},
+     "true|false"},
+    {Key::kBackend,
+     "backend",
+     "GPUALLOC_BACKEND",
+     {"", ""},
+     "auto|sim|cuda|hip"},
+    {Key::kDeviceMemory,
+     "device_memory",
+     "GPUALLOC_DEVICE_MEMORY",
+     {"", ""},
+     "sim only: a size"},
+    {Key::kCrossStream,
+     "cross_stream",
+     "GPUALLOC_CROSS_STREAM",
+     {"", ""},
+     "when_complete|stream_wait"},
+    {Key::kGrowth, "growth", "GPUALLOC_GROWTH", {"", ""}, "exact|doubling"},
+    {Key::kGranularity,
+     "granularity",
+     "GPUALLOC_GRANULARITY",
+     {"", ""},
+     "a size: region sizes"},
+    {Key::kMinBlock,
+     "min_block",
+     "GPUALLOC_MIN_BLOCK",
+     {"", ""},
+     "power of two >= 16 B"},
+    {Key::kSplitBound,
+     "split_bound",
+     "GPUALLOC_SPLIT_BOUND",
+     {"", ""},
+     "a size, 0 allowed"},
+    {Key::kName, "name", "GPUALLOC_NAME", {"", ""}, "a label"},
+    {Key::kMemoryKind,
+     "memory_kind",
+     "GPUALLOC_MEMORY_KIND",
+     {"", ""},
+     "coarse|fine (hip)"},
 }};
 
 std::string KeyList() {
@@ -504,7 +577,7 @@ absl::Status ParseInto(Key key, absl::string_view value, const Where& where,
     case Key::kGranularity: {
       GPUALLOC_ASSIGN_OR_RETURN(out.growth_granularity,
                                 ParsePositiveSize(value, where));
-      return absl::OkStatus();
+      return CheckGranularity(*out.growth_granularity, value, where);
     }
     case Key::kMinBlock: {
       GPUALLOC_ASSIGN_OR_RETURN(out.min_block_size,
@@ -574,6 +647,9 @@ absl::Status CheckOverrides(ConfigOverrides& o) {
   }
   if (o.growth_granularity.has_value()) {
     GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(
+        *o.growth_granularity, absl::StrCat(*o.growth_granularity),
+        where("granularity")));
+    GPUALLOC_RETURN_IF_ERROR(CheckGranularity(
         *o.growth_granularity, absl::StrCat(*o.growth_granularity),
         where("granularity")));
   }
@@ -724,6 +800,107 @@ std::string ValueText(Key key, const Config& c) {
   return "";
 }
 
+// The two environments config.h offers, as named types, so that
+// ResolveConfig can list the variables they hold (EnvLookup::target).
+struct ProcessLookup {
+  std::optional<std::string> operator()(absl::string_view name) const {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  }
+};
+
+struct MapLookup {
+  std::map<std::string, std::string> variables;
+  std::optional<std::string> operator()(absl::string_view name) const {
+    auto it = variables.find(std::string(name));
+    if (it == variables.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+// The names of the variables `env` holds; empty for a lookup of another kind
+// (a function can only be asked for names it is given).
+std::vector<std::string> VariableNames(const EnvLookup& env) {
+  std::vector<std::string> names;
+  if (const MapLookup* map = env.target<MapLookup>()) {
+    for (const auto& [name, value] : map->variables) names.push_back(name);
+  } else if (env.target<ProcessLookup>() != nullptr) {
+    for (char** entry = environ; entry != nullptr && *entry != nullptr;
+         ++entry) {
+      const absl::string_view text(*entry);
+      names.emplace_back(text.substr(0, text.find('=')));
+    }
+  }
+  return names;
+}
+
+// GPUALLOC_* variables that are not settings: the project's build and test
+// scripts' own (tools/test.sh and tools/lib-build.sh, the randomized tests'
+// seed, the meson test environment, tools/device-check.sh). They reach the
+// programs those scripts run, so they are allowed here; the library reads
+// none of them.
+constexpr std::array<absl::string_view, 7> kNotSettings = {
+    "GPUALLOC_SKIP_DEPS",
+    "GPUALLOC_TEST_LABEL",
+    "GPUALLOC_TEST_SEED",
+    "GPUALLOC_SOURCE_ROOT",
+    "GPUALLOC_ROOT",
+    "GPUALLOC_BUILD_DIR",
+    "GPUALLOC_DEVICE_CHECK_ASSUME_GPU",
+};
+
+// Edit distance between two names (insertions, deletions, substitutions).
+std::size_t Distance(absl::string_view a, absl::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), std::size_t{0});
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Every GPUALLOC_* variable set in `env` names a setting (or is one of the
+// scripts' own): a misspelt one would otherwise be ignored without a word,
+// while the configuration string refuses an unknown key.
+absl::Status CheckUnknownVariables(const EnvLookup& env) {
+  std::vector<std::string> names = VariableNames(env);
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> unknown;
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, "GPUALLOC_")) continue;
+    bool known = std::find(kNotSettings.begin(), kNotSettings.end(), name) !=
+                 kNotSettings.end();
+    absl::string_view closest;
+    std::size_t best = std::numeric_limits<std::size_t>::max();
+    for (const KeyInfo& k : kKeys) {
+      if (k.variable == name) known = true;
+      const std::size_t d = Distance(name, k.variable);
+      if (d < best) {
+        best = d;
+        closest = k.variable;
+      }
+    }
+    if (known) continue;
+    const std::optional<std::string> value = env(name);
+    unknown.push_back(absl::StrCat(name, "=", Quoted(value.value_or("")),
+                                   " (did you mean ", closest, "?)"));
+  }
+  if (unknown.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown GPUALLOC_* variable", unknown.size() == 1 ? " " : "s ",
+      absl::StrJoin(unknown, ", "),
+      ": no such setting; unset it, or see the variables in "
+      "gpualloc/config.h"));
+}
+
 // Reads and parses one variable into `out`; returns whether it was set.
 absl::StatusOr<bool> ReadVariable(const EnvLookup& env, Key key,
                                   absl::string_view variable, bool alias,
@@ -779,21 +956,18 @@ absl::string_view ValueOriginName(ValueOrigin origin) {
   return "invalid";
 }
 
-EnvLookup ProcessEnvironment() {
-  return [](absl::string_view name) -> std::optional<std::string> {
-    const char* value = std::getenv(std::string(name).c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
-}
+EnvLookup ProcessEnvironment() { return ProcessLookup{}; }
 
 EnvLookup MapEnvironment(std::map<std::string, std::string> variables) {
-  return [variables = std::move(variables)](
-             absl::string_view name) -> std::optional<std::string> {
-    auto it = variables.find(std::string(name));
-    if (it == variables.end()) return std::nullopt;
-    return it->second;
-  };
+  return MapLookup{std::move(variables)};
+}
+
+std::vector<ConfigKeyInfo> ConfigKeys() {
+  std::vector<ConfigKeyInfo> keys;
+  for (const KeyInfo& k : kKeys) {
+    keys.push_back(ConfigKeyInfo{k.name, k.variable, k.values});
+  }
+  return keys;
 }
 
 absl::StatusOr<std::uint64_t> ParseSize(absl::string_view text,
@@ -820,8 +994,8 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
         absl::StrFormat(" (entry %d, column %d)", entry, column);
     const auto error = [&](absl::string_view why) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("config string \"%s\": entry %d at column %d: %s",
-                          absl::CEscape(text), entry, column, why));
+          absl::StrFormat("config string %s: entry %d at column %d: %s",
+                          Quoted(text), entry, column, why));
     };
 
     const std::size_t eq = item.find('=');
@@ -829,9 +1003,9 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
       return error("empty entry (expected key=value)");
     }
     if (eq == absl::string_view::npos) {
-      return error(absl::StrFormat(
-          "\"%s\" has no '=' (expected key=value)",
-          absl::CEscape(absl::StripTrailingAsciiWhitespace(item))));
+      return error(
+          absl::StrFormat("%s has no '=' (expected key=value)",
+                          Quoted(absl::StripTrailingAsciiWhitespace(item))));
     }
     const absl::string_view key =
         absl::StripTrailingAsciiWhitespace(item.substr(0, eq));
@@ -847,8 +1021,8 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
       }
     }
     if (info == nullptr) {
-      return error(absl::StrFormat("unknown key \"%s\"; valid keys: %s",
-                                   absl::CEscape(key), KeyList()));
+      return error(absl::StrFormat("unknown key %s; valid keys: %s",
+                                   Quoted(key), KeyList()));
     }
     if (set_by_entry[index] != 0) {
       return error(
@@ -872,6 +1046,7 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
                                      const EnvLookup& env) {
   ConfigOverrides options = overrides;
   GPUALLOC_RETURN_IF_ERROR(CheckOverrides(options));
+  GPUALLOC_RETURN_IF_ERROR(CheckUnknownVariables(env));
 
   // The two fraction aliases name the same setting at the same level: when
   // both are set there is no telling which one the user meant, even when they
@@ -882,10 +1057,9 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
     const std::optional<std::string> b = env(k.aliases[1]);
     if (a.has_value() && b.has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s=\"%s\" and %s=\"%s\" are both set; they are aliases of %s, set "
+          "%s=%s and %s=%s are both set; they are aliases of %s, set "
           "only one",
-          k.aliases[0], absl::CEscape(*a), k.aliases[1], absl::CEscape(*b),
-          k.variable));
+          k.aliases[0], Quoted(*a), k.aliases[1], Quoted(*b), k.variable));
     }
   }
 
@@ -953,6 +1127,18 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
       source[l] = absl::StrCat(source[l], " (overridden by mem_fraction from ",
                                source[f], ")");
     }
+  }
+
+  // Region sizes are whole minimum blocks: a granularity and a min_block
+  // that disagree could never allocate, on any device.
+  if (merged.growth_granularity && merged.min_block_size &&
+      *merged.growth_granularity % *merged.min_block_size != 0) {
+    const std::size_t g = static_cast<std::size_t>(Key::kGranularity);
+    const std::size_t b = static_cast<std::size_t>(Key::kMinBlock);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "granularity=", *merged.growth_granularity, " (", source[g],
+        ") is not a multiple of min_block=", *merged.min_block_size, " (",
+        source[b], "): region sizes are whole minimum blocks"));
   }
 
   Config config;

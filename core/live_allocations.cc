@@ -2,6 +2,7 @@
 #include "core/live_allocations.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -18,6 +19,18 @@ std::string FormatBytes(std::uint64_t b) {
     return absl::StrFormat("%.2f MiB", b / (1024.0 * 1024));
   if (b >= 1024) return absl::StrFormat("%.2f KiB", b / 1024.0);
   return absl::StrFormat("%d B", b);
+}
+
+void ReportLiveAtDestruction(absl::string_view mode, const DeviceInfo& device,
+                             std::uint64_t count, std::uint64_t bytes) {
+  if (count == 0) return;
+  const std::string line = absl::StrFormat(
+      "gpualloc: %s allocator on %s (device %d) destroyed with %d live "
+      "allocation%s (%s requested); their memory goes back to the device "
+      "now\n",
+      mode, device.name, device.ordinal, count, count == 1 ? "" : "s",
+      FormatBytes(bytes));
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 Stats StatsFromCounters(const LiveCounters& k, std::uint64_t limit) {

@@ -39,6 +39,13 @@ namespace gpualloc::core {
 // "1.50 MiB": sizes in messages.
 std::string FormatBytes(std::uint64_t bytes);
 
+// An allocator destroyed while `count` allocations of `bytes` (as requested)
+// are live says so, in one line on stderr: their memory goes back to the
+// device with the allocator, and any later use of those pointers is the
+// caller's bug. Nothing when count is 0.
+void ReportLiveAtDestruction(absl::string_view mode, const DeviceInfo& device,
+                             std::uint64_t count, std::uint64_t bytes);
+
 // InvalidArgument when `alignment` is not 0 or a power of two up to
 // `max_alignment`; the same messages as the BFC allocator.
 absl::Status CheckAlignment(std::size_t bytes, std::size_t alignment,

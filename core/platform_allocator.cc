@@ -44,6 +44,8 @@ class PlatformAllocator final : public Allocator {
 
   ~PlatformAllocator() override {
     LockGuard lock(&mu_);
+    ReportLiveAtDestruction(kMode, backend_->info(), live_.size(),
+                            live_.counters().bytes_requested);
     // Live allocations die with the allocator (as with BFC); their memory
     // still goes back to the device.
     live_.ForEach([this](DeviceAddress, const LiveAllocation& a) {

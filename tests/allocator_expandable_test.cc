@@ -150,6 +150,38 @@ TEST(AllocatorExpandableTest, NothingIsUnmappedWhileWorkOnItIsPending) {
   ExpectAccounting(*a, *sim);
 }
 
+// Growth unmaps free granules the request cannot use (they would only
+// inflate what is reserved), but never waits on the host for that: memory
+// whose work is still pending stays mapped, and a later growth, once an event
+// query says the work completed, unmaps it.
+TEST(AllocatorExpandableTest, GrowthUnmapsOnlyWhatNoPendingWorkUses) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+  const Stream s(1);
+  void* x = *a->Allocate(8 * kMiB, s);
+  void* guard = *a->Allocate(2 * kMiB, s);
+  sim->Use(s, testing::Addr(x), 8 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(x, s));  // s's work on x still runs
+  // 16 MiB does not fit the free 8 MiB: growth at the end. x's granules are
+  // not unmapped (the work is pending), and nobody waited.
+  void* y = *a->Allocate(16 * kMiB, s);
+  Stats st = a->GetStats();
+  EXPECT_EQ(st.host_waits, 0u);
+  EXPECT_EQ(st.bytes_reserved, 26 * kMiB);
+  EXPECT_EQ(st.backend_frees, 0u);
+  // The work completes; the next growth finds out by a query and unmaps.
+  sim->CompleteAll();
+  void* z = *a->Allocate(32 * kMiB, s);
+  st = a->GetStats();
+  EXPECT_EQ(st.host_waits, 0u);
+  EXPECT_EQ(st.bytes_reserved, 50 * kMiB);
+  EXPECT_EQ(sim->calls(SimOp::kSynchronizeEvent), 0u);
+  EXPECT_EQ(sim->hazards(), 0u);
+  EXPECT_EQ(sim->access_violations(), 0u);
+  ExpectAccounting(*a, *sim);
+  for (void* p : {guard, y, z}) GPUALLOC_EXPECT_OK(a->Deallocate(p, s));
+}
+
 TEST(AllocatorExpandableTest, RandomOperationsKeepTheGranulesAccounted) {
   SimOptions so;
   so.profile = "h100";

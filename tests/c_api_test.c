@@ -96,6 +96,32 @@ static void TestBadConfiguration(void) {
   CHECK_ERROR_MENTIONS("no_such_key");
   CHECK_STATUS(gpualloc_create_isolated("backend=sim", NULL),
                GPUALLOC_INVALID_ARGUMENT);
+
+  /* Configurations that could never allocate fail at creation, naming the
+   * key and the value, not on every later malloc. */
+  {
+    static const char* const kNever[][3] = {
+        {"backend=sim,memory_kind=fine", "memory_kind=fine", "backend=hip"},
+        {"backend=sim,device_memory=255", "device_memory=255", "255"},
+        {"backend=sim,device_memory=256", "device_memory=256",
+         "smaller than one growth granule"},
+        {"backend=sim,granularity=3", "granularity=\"3\"", "16 bytes"},
+        {"backend=sim,granularity=4KiB,min_block=8KiB", "granularity=4096",
+         "min_block=8192"},
+        {"backend=sim,min_block=9223372036854775808",
+         "min_block=9223372036854775808", "granularity"},
+        {"backend=sim,arch=mi300x,device_memory=1GiB,granularity=2064",
+         "granularity=2064", "minimum block size 256"},
+    };
+    for (size_t i = 0; i < sizeof(kNever) / sizeof(kNever[0]); ++i) {
+      a = (gpualloc_t*)0x1;
+      CHECK_STATUS(gpualloc_create_isolated(kNever[i][0], &a),
+                   GPUALLOC_INVALID_ARGUMENT);
+      CHECK(a == NULL);
+      CHECK_ERROR_MENTIONS(kNever[i][1]);
+      CHECK_ERROR_MENTIONS(kNever[i][2]);
+    }
+  }
 }
 
 static void TestCreateFromEnvironment(void) {
@@ -123,6 +149,17 @@ static void TestCreateFromEnvironment(void) {
   CHECK(a == NULL);
   CHECK_ERROR_MENTIONS("GPUALLOC_MEM_FRACTION");
   unsetenv("GPUALLOC_MEM_FRACTION");
+
+  /* A misspelt variable is an error naming it and the one it resembles;
+   * _isolated does not read the environment. */
+  setenv("GPUALLOC_PREALOCATE", "false", 1);
+  CHECK_STATUS(gpualloc_create(NULL, &a), GPUALLOC_INVALID_ARGUMENT);
+  CHECK(a == NULL);
+  CHECK_ERROR_MENTIONS("GPUALLOC_PREALOCATE=\"false\"");
+  CHECK_ERROR_MENTIONS("did you mean GPUALLOC_PREALLOCATE?");
+  CHECK_OK(gpualloc_create_isolated("backend=sim", &a));
+  gpualloc_destroy(a);
+  unsetenv("GPUALLOC_PREALOCATE");
   unsetenv("GPUALLOC_MEM_LIMIT");
   unsetenv("GPUALLOC_PREALLOCATE");
   unsetenv("GPUALLOC_BACKEND");
@@ -283,6 +320,28 @@ static void TestStatsStructSize(void) {
   s.struct_size = sizeof(s.struct_size); /* only the size: nothing to fill */
   CHECK_OK(gpualloc_get_stats(a, 0, &s));
   CHECK(s.num_allocs == 0);
+
+  /* A size between two field boundaries: whole fields only, never half of
+   * one. 12 bytes hold struct_size and half of num_allocs; 20 hold
+   * num_allocs and half of bytes_in_use. */
+  memset(&s, 0xEE, sizeof(s));
+  s.struct_size = 12;
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.struct_size == 12);
+  CHECK(s.num_allocs == 0xEEEEEEEEEEEEEEEEull);
+  CHECK(s.bytes_in_use == 0xEEEEEEEEEEEEEEEEull);
+  s.struct_size = 20;
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.num_allocs == 1);
+  CHECK(s.bytes_in_use == 0xEEEEEEEEEEEEEEEEull);
+  s.struct_size = sizeof(s) - 1; /* all but the last byte of fragmentation */
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.bytes_in_use >= 5000);
+  {
+    uint64_t bits;
+    memcpy(&bits, &s.fragmentation, sizeof(bits));
+    CHECK(bits == 0xEEEEEEEEEEEEEEEEull);
+  }
 
   /* Peaks: reset to the current values. */
   CHECK_OK(gpualloc_free(a, 0, p, NULL));

@@ -492,6 +492,38 @@ TEST(ConfigTest, MessageFormat) {
             "GPUALLOC_MEM_FRACTION=\"1.5\": not in (0, 1]");
 }
 
+// A long bad value is cut in the message, as trace errors cut long lines: the
+// first 80 bytes, "..." and the whole length.
+TEST(ConfigTest, LongBadValuesAreCut) {
+  const std::string long_value(10000, 'x');
+  const std::string cut = "\"" + std::string(80, 'x') + "...\" (10000 bytes)";
+  auto c = Resolve("", {{"GPUALLOC_MEM_FRACTION", long_value}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "GPUALLOC_MEM_FRACTION=" + cut +
+                ": not a decimal number in (0, 1] (e.g. 0.75 or .9)");
+
+  c = Resolve("mem_limit=" + long_value);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("config string mem_limit=" + cut));
+  EXPECT_LT(c.status().message().size(), 400u);
+
+  // The config string itself and an unknown key are cut too.
+  c = Resolve("backend=sim," + long_value + "=1");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("(10014 bytes): entry 2"));
+  EXPECT_THAT(c.status().message(), HasSubstr("unknown key " + cut));
+  EXPECT_LT(c.status().message().size(), 600u);
+
+  // Control characters are escaped, and a value at the limit is whole.
+  c = Resolve("", {{"GPUALLOC_GC", std::string(79, 'y') + "\x01"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GC=\"" + std::string(79, 'y') + "\\001\": "));
+}
+
 TEST(ConfigTest, ConfigStringGood) {
   auto o = ParseConfigString(
       " allocator = platform , preallocate=false,mem_fraction=.5,"
@@ -731,6 +763,75 @@ TEST(ConfigTest, ProcessEnvironmentReadsGetenv) {
   EXPECT_EQ(env("GPUALLOC_CONFIG_TEST_VARIABLE"), "x");
   EXPECT_FALSE(env("GPUALLOC_CONFIG_TEST_UNSET").has_value());
   ::unsetenv("GPUALLOC_CONFIG_TEST_VARIABLE");
+}
+
+// A GPUALLOC_* variable that names no setting is an error naming it and the
+// closest setting's variable, like an unknown key in the configuration string.
+TEST(ConfigTest, UnknownVariableIsAnError) {
+  auto c = Resolve("", {{"GPUALLOC_PREALOCATE", "false"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_PREALOCATE=\"false\" (did you mean "
+                        "GPUALLOC_PREALLOCATE?)"));
+  // Even when the program sets the key: the typo is reported, not shadowed.
+  c = Resolve("preallocate=true",
+              {{"GPUALLOC_MEMFRACTION", "0.5"}, {"GPUALLOC_BACKEND", "sim"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_MEMFRACTION=\"0.5\" (did you mean "
+                        "GPUALLOC_MEM_FRACTION?)"));
+  c = Resolve("", {{"GPUALLOC_X", "1"}, {"GPUALLOC_GROWHT", "exact"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("variables GPUALLOC_GROWHT"));
+  EXPECT_THAT(c.status().message(), HasSubstr("GPUALLOC_X=\"1\""));
+
+  // The project's scripts' own variables and other prefixes are left alone.
+  c = Resolve("", {{"GPUALLOC_SKIP_DEPS", "1"},
+                   {"GPUALLOC_TEST_LABEL", "tests"},
+                   {"GPUALLOC_TEST_SEED", "42"},
+                   {"GPUALLOC_SOURCE_ROOT", "/src"},
+                   {"GPUALLOC_DEVICE_CHECK_ASSUME_GPU", "1"},
+                   {"GPUALLOCATOR", "x"},
+                   {"XLA_FLAGS", "--xla_foo"}});
+  EXPECT_TRUE(c.ok()) << c.status();
+
+  // The process environment too.
+  ::setenv("GPUALLOC_GRANULARTY", "8MiB", 1);
+  c = ResolveConfig("", ProcessEnvironment());
+  ::unsetenv("GPUALLOC_GRANULARTY");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GRANULARTY=\"8MiB\" (did you mean "
+                        "GPUALLOC_GRANULARITY?)"));
+}
+
+// A granularity no minimum block divides could never allocate, on any
+// device: refused when the configuration is resolved.
+TEST(ConfigTest, GranularityMustBeWholeMinimumBlocks) {
+  auto c = Resolve("granularity=3");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("config string granularity=\"3\" (entry 1, column 1): "
+                        "not a multiple of 16 bytes"));
+  c = Resolve("", {{"GPUALLOC_GRANULARITY", "1000"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GRANULARITY=\"1000\": not a multiple of 16"));
+  ConfigOverrides o;
+  o.growth_granularity = 24;
+  c = ResolveConfig(o, MapEnvironment({}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("option granularity=\"24\""));
+
+  c = Resolve("granularity=4KiB", {{"GPUALLOC_MIN_BLOCK", "8KiB"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("granularity=4096 (option) is not a multiple of "
+                        "min_block=8192 (GPUALLOC_MIN_BLOCK)"));
+  c = Resolve("granularity=48,min_block=16");
+  EXPECT_TRUE(c.ok()) << c.status();
 }
 
 TEST(ConfigTest, Names) {

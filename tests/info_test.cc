@@ -12,6 +12,9 @@
 #ifndef GPUALLOC_INFO_PATH
 #error "GPUALLOC_INFO_PATH must name the gpualloc-info executable"
 #endif
+#ifndef GPUALLOC_REPLAY_PATH
+#error "GPUALLOC_REPLAY_PATH must name the gpualloc-replay executable"
+#endif
 
 namespace {
 
@@ -23,12 +26,12 @@ struct Result {
   std::string out;  // stdout or stderr, as `streams` selects
 };
 
-// Runs `env -i ENV gpualloc-info ARGS` through the shell. `streams` is a shell
+// Runs `env -i ENV TOOL ARGS` through the shell. `streams` is a shell
 // redirection choosing what is captured.
-Result RunInfo(const std::string& env, const std::string& args,
-               const std::string& streams) {
+Result RunTool(const std::string& tool, const std::string& env,
+               const std::string& args, const std::string& streams) {
   const std::string command =
-      "env -i " + env + " '" GPUALLOC_INFO_PATH "' " + args + " " + streams;
+      "env -i " + env + " '" + tool + "' " + args + " " + streams;
   Result run;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -43,6 +46,12 @@ Result RunInfo(const std::string& env, const std::string& args,
   const int status = ::pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
+}
+
+// gpualloc-info.
+Result RunInfo(const std::string& env, const std::string& args,
+               const std::string& streams) {
+  return RunTool(GPUALLOC_INFO_PATH, env, args, streams);
 }
 
 constexpr char kStdout[] = "2>/dev/null";
@@ -131,6 +140,36 @@ TEST(InfoTest, HelpAndUsage) {
   run = RunInfo("", "--config", kStderr);
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.out, Not(HasSubstr("Configuration")));
+}
+
+// Every key gpualloc/config.h documents, in its order.
+const char* const kConfigKeys[] = {
+    "allocator",     "preallocate",  "mem_fraction", "mem_limit",
+    "expandable",    "arch",         "gc",           "backend",
+    "device_memory", "cross_stream", "growth",       "granularity",
+    "min_block",     "split_bound",  "name",         "memory_kind"};
+
+TEST(InfoTest, HelpListsEveryConfigurationKey) {
+  for (const char* tool : {GPUALLOC_INFO_PATH, GPUALLOC_REPLAY_PATH}) {
+    SCOPED_TRACE(tool);
+    const Result run = RunTool(tool, "", "--help", kStdout);
+    EXPECT_EQ(run.exit_code, 0);
+    std::size_t at = run.out.find("Configuration keys:");
+    ASSERT_NE(at, std::string::npos) << run.out;
+    for (const char* key : kConfigKeys) {
+      // One line per key, in config.h's order.
+      const std::size_t line =
+          run.out.find(std::string("\n  ") + key + " ", at);
+      EXPECT_NE(line, std::string::npos) << key << " missing in\n" << run.out;
+      if (line != std::string::npos) at = line;
+    }
+  }
+  // gpualloc-info also names each key's variable.
+  const Result run = RunInfo("", "--help", kStdout);
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "\n  memory_kind +GPUALLOC_MEMORY_KIND +coarse"));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "\n  split_bound +GPUALLOC_SPLIT_BOUND +"));
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 // bundled traces.
 #include "tools/replay/replay.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -149,18 +152,42 @@ TEST(ParseTrace, MalformedInputNamesFileLineAndExpectation) {
        "bad.csv:3: expected a new allocation id, got id 0"},
       {h + "0,alloc,0,10,0\n1,free,0,10,0\n2,alloc,0,10,0\n",
        "bad.csv:4: expected a new allocation id"},
-      {r + "1,t,allocate,0x10,5\n", "bad.csv:2: expected 6 fields"},
-      {r + "1,t,reserve,0x10,5,0x0\n",
+      {r + "1,0.1,allocate,0x10,5\n", "bad.csv:2: expected 6 fields"},
+      {r + "1,0.1,reserve,0x10,5,0x0\n",
        "bad.csv:2: expected action allocate, free or \"allocate failure\", "
        "got \"reserve\""},
-      {r + "1,t,allocate,0xzz,5,0x0\n", "bad.csv:2: expected a pointer"},
-      {r + "1,t,allocate,0x10,five,0x0\n",
+      {r + "1,0.1,allocate,0xzz,5,0x0\n", "bad.csv:2: expected a pointer"},
+      {r + "1,0.1,allocate,0x10,five,0x0\n",
        "bad.csv:2: expected a decimal size"},
-      {r + "1,t,allocate,0x10,5,stream\n", "bad.csv:2: expected a stream"},
-      {r + "1,t,free,0x10,5,0x0\n",
+      {r + "1,0.1,allocate,0x10,5,stream\n", "bad.csv:2: expected a stream"},
+      {r + "1,0.1,free,0x10,5,0x0\n",
        "bad.csv:2: expected the pointer of a live allocation"},
-      {r + "1,t,allocate,0x10,5,0x0\n1,t,allocate,0x10,5,0x0\n",
+      {r + "1,0.1,allocate,0x10,5,0x0\n1,0.1,allocate,0x10,5,0x0\n",
        "bad.csv:3: expected a pointer not live"},
+      // A free's size is its alloc's, or 0.
+      {h + "0,alloc,0,10,0\n1,free,0,20,0\n",
+       "bad.csv:3: expected size 0 or 10 (the size id 0 was allocated with), "
+       "got size 20"},
+      {r + "1,0.1,allocate,0x10,5,0x0\n1,0.2,free,0x10,6,0x0\n",
+       "bad.csv:3: expected size 0 or 5 (the size \"0x10\" was allocated "
+       "with), got size 6"},
+      // RMM's Thread and Time are numbers.
+      {r + "main,10:00:00.001,allocate,0x10,5,0x0\n",
+       "bad.csv:2: expected a numeric thread id in Thread, got \"main\""},
+      {r + "1,noon,allocate,0x10,5,0x0\n",
+       "bad.csv:2: expected a time in Time"},
+      {r + "1,10::00,allocate,0x10,5,0x0\n",
+       "bad.csv:2: expected a time in Time"},
+      {r + "1,,allocate failure,0x0,5,0x0\n",
+       "bad.csv:2: expected a time in Time (digits separated by ':' or '.', "
+       "e.g. 10:00:00.001), got \"\""},
+      // Control characters are escaped, not echoed.
+      {h + std::string("0,al\0loc,0,10,0\n", 16),
+       "bad.csv:2: expected action alloc or free, got \"al\\x00loc\""},
+      {"seq\x01\x1b[31m\n",
+       "bad.csv:1: expected header \"seq,action,addr_or_id,size,stream\" or "
+       "\"Thread,Time,Action,Pointer,Size,Stream\", got "
+       "\"seq\\x01\\x1b[31m\""},
   };
   for (const BadCase& c : cases) {
     absl::StatusOr<Trace> t = ParseTrace(c.text, "bad.csv");
@@ -168,6 +195,37 @@ TEST(ParseTrace, MalformedInputNamesFileLineAndExpectation) {
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(Msg(t.status()), HasSubstr(c.message)) << c.text;
   }
+}
+
+TEST(ParseTrace, FreeRowsMayCarryTheirAllocsSizeOrZero) {
+  Trace t = MustParse(absl::StrCat(kHeader,
+                                   "0,alloc,0,10,0\n1,alloc,1,20,0\n"
+                                   "2,free,0,10,0\n3,free,1,0,0\n"));
+  ASSERT_EQ(t.ops.size(), 4u);
+  EXPECT_EQ(t.ops[2].size, 10u);
+  EXPECT_EQ(t.ops[3].size, 20u);  // 0: its alloc's size
+}
+
+TEST(ParseTrace, LeadingUtf8ByteOrderMarkIsSkipped) {
+  Trace t =
+      MustParse(absl::StrCat("\xEF\xBB\xBF", kHeader, "0,alloc,0,10,0\n"));
+  EXPECT_EQ(t.num_allocs, 1u);
+  t = MustParse(absl::StrCat("\xEF\xBB\xBF", kRmm,
+                             "140,10:00:00.001,allocate,0x10,5,0x0\n"));
+  EXPECT_EQ(t.num_allocs, 1u);
+  // Only at the start, and only the mark: anything else is still an error.
+  EXPECT_FALSE(ParseTrace(absl::StrCat("\xEF\xBB", kHeader), "t").ok());
+  EXPECT_FALSE(ParseTrace(absl::StrCat(" \xEF\xBB\xBF", kHeader), "t").ok());
+}
+
+TEST(LoadTrace, ADirectoryIsSaidToBeOne) {
+  const std::string dir = ::testing::TempDir() + "/gpualloc_replay_trace_dir";
+  ::mkdir(dir.c_str(), 0700);
+  absl::StatusOr<Trace> t = LoadTrace(dir);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Msg(t.status()), dir + ": is a directory, not a trace file");
+  ::rmdir(dir.c_str());
 }
 
 TEST(LoadTrace, NamesTheFileInErrorsAndTheStemInTheTrace) {

@@ -500,6 +500,42 @@ TEST_P(SimHazardTest, EmptyUseQueuesWorkButTouchesNothing) {
   EXPECT_EQ(sim_->pending_work(), 2u);
 }
 
+TEST_P(SimHazardTest, ManyStreamsEachWithItsOwnPendingWork) {
+  // 10^5 streams, each with pending work on its own 4 KiB: a Use looks only
+  // at the streams whose work is near its range (a detector that visits
+  // every stream on every Use is quadratic here: minutes).
+  constexpr std::uint64_t kStreams = 100'000;
+  constexpr DeviceAddress kBase = 0x10'0000;
+  for (std::uint64_t i = 0; i < kStreams; ++i) {
+    sim_->Use(Stream(100 + i), kBase + i * 4096, 4096, 1'000'000);
+  }
+  EXPECT_EQ(sim_->hazards(), 0u);
+  EXPECT_EQ(sim_->pending_work(), kStreams);
+  // A range over the work of streams 100 + 10, 11 and 12 (one byte of the
+  // last): one hazard per stream, in stream order.
+  sim_->Use(kA, kBase + 10 * 4096, 2 * 4096 + 1);
+  ASSERT_EQ(sim_->hazards(), 3u);
+  const std::vector<SimHazard> log = sim_->hazard_log();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[0].other.handle, 110u);
+  EXPECT_EQ(log[2].other.handle, 112u);
+  EXPECT_EQ(log[2].address, kBase + 12 * 4096);
+  EXPECT_EQ(log[2].bytes, 1u);
+  // A piece as long as all of them together overlaps every stream's.
+  sim_->Use(kB, kBase, kStreams * 4096);
+  EXPECT_EQ(sim_->hazards(), 3u + kStreams + 1);  // and kA's
+  // Once the work completed, nothing is left to collide with, and the
+  // completed pieces are forgotten.
+  if (GetParam() == SimClock::kModeled) {
+    sim_->AdvanceClock(10'000'000);
+  } else {
+    sim_->CompleteAll();
+  }
+  sim_->Use(kC, kBase, kStreams * 4096);
+  EXPECT_EQ(sim_->hazards(), 3u + kStreams + 1);
+  EXPECT_EQ(sim_->pending_work(), 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Clocks, SimHazardTest,
                          ::testing::Values(SimClock::kManual,
                                            SimClock::kModeled),

@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   Op* ops = LoadTrace(argv[2], &count, &max_id);
   void** live = calloc(max_id + 1, sizeof(void*));
   uint64_t* live_stream = calloc(max_id + 1, sizeof(uint64_t));
-  CHECK(live != NULL && live_stream != NULL);
+  size_t* live_size = calloc(max_id + 1, sizeof(size_t));
+  CHECK(live != NULL && live_stream != NULL && live_size != NULL);
 
   uint64_t allocs = 0, frees = 0, recorded = 0, empties = 0;
   uint64_t requested_now = 0, peak_requested = 0;
@@ -164,6 +165,7 @@ int main(int argc, char** argv) {
       if (p == NULL) Die("gpualloc_torch_malloc returned NULL", (long)i);
       live[op->id] = p;
       live_stream[op->id] = op->stream;
+      live_size[op->id] = op->size;
       requested_now += op->size;
       if (requested_now > peak_requested) peak_requested = requested_now;
       ++allocs;
@@ -202,7 +204,7 @@ int main(int argc, char** argv) {
   uint64_t left = 0;
   for (uint64_t id = 0; id <= max_id; ++id) {
     if (live[id] != NULL) {
-      torch_free(live[id], 0, 0, StreamOf(live_stream[id]));
+      torch_free(live[id], live_size[id], 0, StreamOf(live_stream[id]));
       ++left;
     }
   }
@@ -230,6 +232,23 @@ int main(int argc, char** argv) {
   s = Stats();
   CHECK(s.bytes_in_use == 0);
   CHECK(s.num_ooms == 1);
+
+  /* A free with another size than the block was allocated with is reported
+   * and frees nothing; an interior pointer keeps the allocator's reason. */
+  p = torch_malloc(1000, 0, NULL);
+  CHECK(p != NULL);
+  const uint64_t in_use = Stats().bytes_in_use;
+  torch_free(p, 999, 0, NULL);
+  CHECK(strstr(torch_last_error(), "999 bytes") != NULL);
+  CHECK(strstr(torch_last_error(), "allocated with 1000 bytes; not freed") !=
+        NULL);
+  CHECK(Stats().bytes_in_use == in_use);
+  torch_free((char*)p + 256, 1000, 0, NULL);
+  CHECK(strstr(torch_last_error(), "interior pointer, 256 bytes into") != NULL);
+  CHECK(Stats().bytes_in_use == in_use);
+  torch_free(p, 1000, 0, NULL);
+  s = Stats();
+  CHECK(s.bytes_in_use == 0);
   gpualloc_stats_t bad;
   memset(&bad, 0, sizeof(bad));
   CHECK(torch_get_stats(0, &bad) == GPUALLOC_INVALID_ARGUMENT);
@@ -244,6 +263,7 @@ int main(int argc, char** argv) {
   free(ops);
   free(live);
   free(live_stream);
+  free(live_size);
   /* The library is not closed: like PyTorch, the process keeps it. */
   return 0;
 }

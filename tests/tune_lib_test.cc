@@ -37,6 +37,8 @@ TEST(TuneLibTest, ParseGridAxis) {
            {"arch=h300", "unknown architecture profile"},
            {"colour=red", "unknown key"},
            {"granularity=0", "more than 0 bytes"},
+           {"growth=exact|exact", "growth=exact is given twice"},
+           {"split_bound=0| 1MiB |1MiB", "split_bound=1MiB is given twice"},
        }) {
     SCOPED_TRACE(b.text);
     auto r = ParseGridAxis(b.text);
@@ -82,6 +84,25 @@ TEST(TuneLibTest, ExpandGridRejectsRepeatedKeysAndBadBase) {
   EXPECT_THAT(std::string(c.status().message()), StartsWith("--base: "));
   c = ExpandGrid("", {{"gc", {}}});
   ASSERT_FALSE(c.ok());
+}
+
+TEST(TuneLibTest, TraceLabelsAreDistinct) {
+  auto l = TraceLabels({"a", "b"}, {"x/a.csv", "b.csv"});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_THAT(*l, ElementsAre("a", "b"));
+  // Two files with one stem: each is labelled by its path.
+  l = TraceLabels({"ok", "ok", "b"}, {"ok.csv", "d2/ok.csv", "b.csv"});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_THAT(*l, ElementsAre("ok.csv", "d2/ok.csv", "b"));
+  // A path equal to another trace's name: paths throughout.
+  l = TraceLabels({"b", "b", "b.csv"}, {"b.csv", "d/b.csv", "b.csv.x"});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_THAT(*l, ElementsAre("b.csv", "d/b.csv", "b.csv.x"));
+  // The same path twice is refused.
+  l = TraceLabels({"ok", "ok"}, {"ok.csv", "ok.csv"});
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(l.status().message(), HasSubstr("ok.csv is given twice"));
 }
 
 TuneRow Row(const std::string& config, const std::string& trace,
@@ -160,6 +181,20 @@ TEST(TuneLibTest, CsvQuotesConfigsWithCommas) {
   const std::vector<TuneRow> rows = {Row(configs[0], "t", 0, 1, 1)};
   const std::string csv = FormatCsv(Rank(configs, {"t"}, rows), rows);
   EXPECT_THAT(csv, HasSubstr("\n1,\"arch=h100,gc=false\",t,,"));
+}
+
+TEST(TuneLibTest, TracesWithOneStemKeepTheirOwnColumns) {
+  const std::vector<std::string> configs = {"a"};
+  auto labels = TraceLabels({"ok", "ok"}, {"ok.csv", "d2/ok.csv"});
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  const std::vector<TuneRow> rows = {Row("a", (*labels)[0], 0, 10, 1),
+                                     Row("a", (*labels)[1], 0, 20, 1)};
+  const std::vector<RankedConfig> ranked = Rank(configs, *labels, rows);
+  ASSERT_EQ(ranked.size(), 1u);
+  EXPECT_THAT(ranked[0].peak_reserved, ElementsAre(10u, 20u));
+  const std::string table = FormatTable(ranked, *labels);
+  EXPECT_THAT(table, HasSubstr("peak[1]: peak reserved GiB of ok.csv\n"));
+  EXPECT_THAT(table, HasSubstr("peak[2]: peak reserved GiB of d2/ok.csv\n"));
 }
 
 }  // namespace

@@ -20,4 +20,20 @@ if "$tune" --grid nonsense=1 "$trace" >/dev/null 2>"$dir/err.txt"; then
   echo "a bad --grid key was accepted"; exit 1
 fi
 grep -q 'unknown key' "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+# A repeated grid value is refused, naming it.
+if "$tune" --grid growth=exact\|exact "$trace" >/dev/null 2>"$dir/err.txt"; then
+  echo "a repeated --grid value was accepted"; exit 1
+fi
+grep -q 'growth=exact is given twice' "$dir/err.txt" || { cat "$dir/err.txt"; exit 1; }
+# Two traces with one file stem keep a column each.
+mkdir "$dir/d2"
+cp "$trace" "$dir/ok.csv"
+cp "$trace" "$dir/d2/ok.csv"
+"$tune" --base device_memory=80GB,preallocate=false --grid growth=exact \
+  --csv "$dir/two.csv" "$dir/ok.csv" "$dir/d2/ok.csv" >"$dir/two.txt"
+grep -q "^peak\[1\]: peak reserved GiB of $dir/ok.csv\$" "$dir/two.txt" &&
+  grep -q "^peak\[2\]: peak reserved GiB of $dir/d2/ok.csv\$" "$dir/two.txt" ||
+  { echo "the two traces do not have a column each:"; cat "$dir/two.txt"; exit 1; }
+grep -q ",$dir/ok.csv,," "$dir/two.csv" && grep -q ",$dir/d2/ok.csv,," "$dir/two.csv" ||
+  { echo "the CSV merges the two traces:"; cat "$dir/two.csv"; exit 1; }
 echo ok

@@ -43,10 +43,7 @@ constexpr absl::string_view kUsage =
     "  --config STRING  settings as key=value[,key=value...]; they take\n"
     "                   precedence over GPUALLOC_* variables and their\n"
     "                   JAX/XLA/TF aliases, which take precedence over the\n"
-    "                   defaults. Keys: allocator, preallocate, mem_fraction,\n"
-    "                   mem_limit, expandable, arch, gc, backend,\n"
-    "                   device_memory, cross_stream, growth, granularity,\n"
-    "                   min_block, split_bound, name.\n"
+    "                   defaults. The keys are listed below.\n"
     "                   Example: backend=sim,device_memory=80GB,arch=h100\n"
     "  --device N       the device ordinal (default 0)\n"
     "  --help           this text\n"
@@ -258,6 +255,18 @@ void PrintLimit(const gpualloc::Config& config, const gpualloc::Stats& stats,
   }
 }
 
+// Every configuration key and its variable, from the library's own list so
+// that it cannot drift from what the parser takes.
+std::string KeysHelp() {
+  std::string out = absl::StrFormat("\nConfiguration keys:\n  %-15s%-24s%s\n",
+                                    "key", "variable", "values");
+  for (const gpualloc::ConfigKeyInfo& k : gpualloc::ConfigKeys()) {
+    absl::StrAppendFormat(&out, "  %-15s%-24s%s\n", k.key, k.variable,
+                          k.values);
+  }
+  return out;
+}
+
 int Fail(const absl::Status& status) {
   absl::FPrintF(stderr, "gpualloc-info: %s\n", status.message());
   return 1;
@@ -295,7 +304,7 @@ int main(int argc, char** argv) {
     };
     std::string value;
     if (arg == "--help" || arg == "-h") {
-      absl::PrintF("%s", kUsage);
+      absl::PrintF("%s%s", kUsage, KeysHelp());
       return 0;
     }
     absl::StatusOr<bool> is_config = value_of("--config", &value);

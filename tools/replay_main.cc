@@ -4,11 +4,15 @@
 // Every trace is parsed before any replay starts, so a bad file fails the run
 // at once instead of after minutes of work. Uses the public headers and
 // tools/replay only.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -22,6 +26,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "gpualloc/config.h"
+#include "gpualloc/registry.h"
 #include "tools/replay/replay.h"
 #include "tools/replay/snapshot_view.h"
 #include "tools/replay/svg.h"
@@ -55,10 +61,8 @@ constexpr absl::string_view kUsage =
     "ordered after the allocating one (its work may still run) and uses the\n"
     "block before the free.\n"
     "\n"
-    "  --config STRING      a configuration (key=value,...: allocator,\n"
-    "                       preallocate, mem_fraction, mem_limit, expandable,\n"
-    "                       arch, gc, backend, device_memory, cross_stream,\n"
-    "                       name); repeat for more. Default: one, the\n"
+    "  --config STRING      a configuration (key=value,...; the keys are\n"
+    "                       listed below); repeat for more. Default: one, the\n"
     "                       defaults. The backend is the simulator unless\n"
     "                       backend= says otherwise; the environment is not\n"
     "                       read, so replays are reproducible.\n"
@@ -81,6 +85,16 @@ constexpr absl::string_view kUsage =
     "                       gpualloc_snapshot_json) into the --svg picture,\n"
     "                       one panel per file; repeat for more\n"
     "  --help               this text\n";
+
+// Every configuration key, from the library's own list so that it cannot
+// drift from what the parser takes.
+std::string KeysHelp() {
+  std::string out = "\nConfiguration keys:\n";
+  for (const gpualloc::ConfigKeyInfo& k : gpualloc::ConfigKeys()) {
+    absl::StrAppendFormat(&out, "  %-15s%s\n", k.key, k.values);
+  }
+  return out;
+}
 
 std::string Gib(std::uint64_t bytes) {
   return absl::StrFormat("%.3f GiB",
@@ -120,6 +134,42 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
+// The configuration as Replay resolves it (the simulator unless backend=
+// says otherwise, no environment), and what creation checks without
+// allocating (on the simulator: the device and the options against it),
+// without replaying anything.
+absl::Status CheckConfig(const std::string& config) {
+  absl::StatusOr<gpualloc::ConfigOverrides> overrides =
+      gpualloc::ParseConfigString(config);
+  if (!overrides.ok()) return overrides.status();
+  if (!overrides->backend.has_value()) {
+    overrides->backend = gpualloc::BackendKind::kSim;
+  }
+  absl::StatusOr<gpualloc::Config> resolved =
+      gpualloc::ResolveConfig(*overrides, gpualloc::MapEnvironment({}));
+  if (!resolved.ok()) return resolved.status();
+  return gpualloc::DeviceRegistry::Create(*resolved).status();
+}
+
+// Whether `path` can be written, checked by opening it the way the final
+// write will, without truncating it; a file this creates is removed again.
+absl::Status CheckWritable(const std::string& path) {
+  struct stat st;
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  if (existed && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, not a file to write"));
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  }
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,7 +188,8 @@ int main(int argc, char** argv) {
       return std::string(argv[++i]);
     };
     if (arg == "--help" || arg == "-h") {
-      std::printf("%.*s", static_cast<int>(kUsage.size()), kUsage.data());
+      std::printf("%.*s%s", static_cast<int>(kUsage.size()), kUsage.data(),
+                  KeysHelp().c_str());
       return 0;
     } else if (arg == "--json") {
       json = true;
@@ -176,6 +227,19 @@ int main(int argc, char** argv) {
     return Fail(absl::StrCat("no trace given\n", kUsage));
   }
   if (configs.empty()) configs.push_back("");
+  // Every configuration and output path is checked before the first replay,
+  // so that a typo fails the run at once instead of after minutes of work.
+  for (const std::string& config : configs) {
+    const absl::Status checked = CheckConfig(config);
+    if (!checked.ok()) {
+      return Fail(
+          absl::StrCat("--config \"", config, "\": ", checked.message()));
+    }
+  }
+  if (!svg_path.empty()) {
+    const absl::Status checked = CheckWritable(svg_path);
+    if (!checked.ok()) return Fail(absl::StrCat("--svg ", checked.message()));
+  }
 
   std::map<std::string, std::uint64_t> baseline;
   if (!baseline_path.empty()) {

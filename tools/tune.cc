@@ -1,8 +1,12 @@
 // gpualloc-tune: sweeps a grid of configurations over traces and ranks them
 // (SPEC section 7). The grid and ranking live in tools/replay/tune_lib.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -43,6 +47,27 @@ constexpr char kUsage[] =
 int BadArguments(const std::string& message) {
   std::fprintf(stderr, "gpualloc-tune: %s\n\n%s", message.c_str(), kUsage);
   return 1;
+}
+
+// Whether `path` can be written, checked by opening it the way WriteFile
+// will, without truncating it; a file this creates is removed again.
+bool CheckWritable(const char* flag, const std::string& path) {
+  struct stat st;
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  if (existed && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "gpualloc-tune: %s %s: is a directory, not a file\n",
+                 flag, path.c_str());
+    return false;
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    std::fprintf(stderr, "gpualloc-tune: %s %s: cannot write: %s\n", flag,
+                 path.c_str(), std::strerror(errno));
+    return false;
+  }
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
+  return true;
 }
 
 bool WriteFile(const std::string& path, const std::string& text) {
@@ -101,6 +126,10 @@ int main(int argc, char** argv) {
       gpualloc::replay::ExpandGrid(base, axes);
   if (!configs.ok())
     return BadArguments(std::string(configs.status().message()));
+  // The outputs are checked before the first replay: a typo in a path must
+  // not cost the whole sweep.
+  if (!csv_path.empty() && !CheckWritable("--csv", csv_path)) return 1;
+  if (!json_path.empty() && !CheckWritable("--json", json_path)) return 1;
 
   std::vector<gpualloc::replay::Trace> traces;
   std::vector<std::string> names;
@@ -115,6 +144,13 @@ int main(int argc, char** argv) {
     names.push_back(trace->name);
     traces.push_back(*std::move(trace));
   }
+  // Rows are grouped by trace label: two traces with the same file stem
+  // (ok.csv d2/ok.csv) must not share one.
+  absl::StatusOr<std::vector<std::string>> labels =
+      gpualloc::replay::TraceLabels(names, trace_paths);
+  if (!labels.ok()) return BadArguments(std::string(labels.status().message()));
+  names = *std::move(labels);
+  for (std::size_t t = 0; t < traces.size(); ++t) traces[t].name = names[t];
 
   std::vector<gpualloc::replay::TuneRow> rows;
   // Progress on a terminal only: a full default sweep takes a while, and

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
@@ -190,11 +191,40 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   full.stream_waits = s.stream_waits;
   full.host_waits = s.host_waits;
   full.fragmentation = s.fragmentation;
-  // The caller's struct may be older (smaller): fill what fits. Or newer
-  // (larger): fill this library's fields and leave the rest as the caller
-  // set them. Its struct_size stays.
-  const std::uint64_t size =
-      std::min<std::uint64_t>(out->struct_size, sizeof(full));
+  // The caller's struct may be older (smaller): fill the whole fields that
+  // fit, never part of one (a struct_size between two field boundaries gets
+  // the fields before it). Or newer (larger): fill this library's fields and
+  // leave the rest as the caller set them. Its struct_size stays.
+  constexpr std::size_t kFieldEnds[] = {
+#define GPUALLOC_FIELD_END(f) \
+  offsetof(gpualloc_stats_t, f) + sizeof(gpualloc_stats_t::f)
+      GPUALLOC_FIELD_END(struct_size),
+      GPUALLOC_FIELD_END(num_allocs),
+      GPUALLOC_FIELD_END(bytes_in_use),
+      GPUALLOC_FIELD_END(peak_bytes_in_use),
+      GPUALLOC_FIELD_END(largest_alloc_size),
+      GPUALLOC_FIELD_END(bytes_limit),
+      GPUALLOC_FIELD_END(bytes_reserved),
+      GPUALLOC_FIELD_END(peak_bytes_reserved),
+      GPUALLOC_FIELD_END(largest_free_block_bytes),
+      GPUALLOC_FIELD_END(bytes_requested),
+      GPUALLOC_FIELD_END(peak_bytes_requested),
+      GPUALLOC_FIELD_END(num_ooms),
+      GPUALLOC_FIELD_END(backend_allocs),
+      GPUALLOC_FIELD_END(backend_frees),
+      GPUALLOC_FIELD_END(events_recorded),
+      GPUALLOC_FIELD_END(stream_waits),
+      GPUALLOC_FIELD_END(host_waits),
+      GPUALLOC_FIELD_END(fragmentation),
+#undef GPUALLOC_FIELD_END
+  };
+  static_assert(
+      kFieldEnds[std::size(kFieldEnds) - 1] == sizeof(gpualloc_stats_t),
+      "every gpualloc_stats_t field must be listed in kFieldEnds");
+  std::size_t size = sizeof(full.struct_size);
+  for (std::size_t end : kFieldEnds) {
+    if (end <= out->struct_size) size = end;
+  }
   std::memcpy(reinterpret_cast<char*>(out) + sizeof(full.struct_size),
               reinterpret_cast<const char*>(&full) + sizeof(full.struct_size),
               static_cast<std::size_t>(size) - sizeof(full.struct_size));

@@ -31,12 +31,18 @@
 //    order on the modeled clock too), so completing is moving a counter, and
 //    completed pieces are dropped.
 //  - The hazard detector indexes each stream's pending pieces by start
-//    address (and by position, to drop them as they complete). A Use scans,
-//    per other stream, only the pieces that can overlap its range: those
-//    starting less than the stream's longest pending piece before it. A piece
-//    covered by a later one of the same stream at the same start is dropped at
-//    once, so reusing one block on one stream keeps one entry however long
-//    nothing completes.
+//    address (and by position, to drop them as they complete), and every
+//    stream's pieces together by start address in classes of length (2^k to
+//    2^(k+1) - 1 bytes). A Use finds the streams with a pending piece that can
+//    overlap its range in that shared index (per class, the pieces starting
+//    less than the class's longest length before the range), then scans only
+//    those streams' own pieces: its cost does not grow with the number of
+//    streams, only with the pieces near its range. A piece covered by a later
+//    one of the same stream at the same start is dropped at once, so reusing
+//    one block on one stream keeps one entry however long nothing completes.
+//    Modeled clock: streams are kept in order of their first pending end, so
+//    the pieces whose end has passed are dropped as the clock moves, without
+//    visiting the other streams.
 //  - Virtual memory: reservations, physical handles and mappings are three
 //    maps; a mapping is always a whole handle, so a handle counts its
 //    mappings and a released one lives (and counts against the capacity)
@@ -70,6 +76,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +87,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -169,6 +177,7 @@ struct IndexedPiece {
 // One stream. Piece i (1-based) of its queue has position i; a position p
 // in a clock stands for the first p pieces.
 struct StreamState {
+  std::uintptr_t handle = 0;        // the stream's own handle
   std::uint64_t next_position = 0;  // pieces ever queued
   // Pieces at or below are complete (manual: as the test said; modeled:
   // updated by Prune from `ends`).
@@ -484,8 +493,10 @@ class SimBackend::Impl {
       }
     }
     if (end > address) {
-      for (auto& [handle, other] : streams_) {
-        if (handle == stream.handle || other.by_address.empty()) continue;
+      PruneEnded();
+      for (const std::uintptr_t handle : StreamsNear(address, end)) {
+        if (handle == stream.handle) continue;
+        StreamState& other = GetStream(handle);
         Prune(other);
         const std::optional<std::pair<DeviceAddress, DeviceAddress>> overlap =
             FindUnordered(other, address, end, ClockAt(s.clock, handle));
@@ -503,6 +514,7 @@ class SimBackend::Impl {
       const std::uint64_t start = std::max(now_ns_, s.ready_ns);
       s.ready_ns = SaturatingAdd(start, duration_ns);
       s.ends.push_back(s.ready_ns);
+      if (s.ends.size() == 1) first_ends_.emplace(s.ends.front(), s.handle);
     }
     if (end > address) Index(s, address, end, position);
   }
@@ -1402,8 +1414,9 @@ class SimBackend::Impl {
   // Flags each stream whose incomplete work uses part of [start, end).
   void FlagUnmapInUse(DeviceAddress start, DeviceAddress end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto& [handle, s] : streams_) {
-      if (s.by_address.empty()) continue;
+    PruneEnded();
+    for (const std::uintptr_t handle : StreamsNear(start, end)) {
+      StreamState& s = GetStream(handle);
       Prune(s);
       const std::optional<std::pair<DeviceAddress, DeviceAddress>> overlap =
           FindUnordered(s, start, end, 0);
@@ -1421,17 +1434,22 @@ class SimBackend::Impl {
 
   StreamState& GetStream(std::uintptr_t handle)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return streams_[handle];  // unordered_map: references stay valid
+    // unordered_map: references stay valid
+    auto [it, inserted] = streams_.try_emplace(handle);
+    if (inserted) it->second.handle = handle;
+    return it->second;
   }
 
   // Modeled: marks the pieces whose end has passed as complete. Both: drops
   // completed pieces from the hazard index.
   void Prune(StreamState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (modeled_clock_) {
+    if (modeled_clock_ && !s.ends.empty() && s.ends.front() <= now_ns_) {
+      first_ends_.erase({s.ends.front(), s.handle});
       while (!s.ends.empty() && s.ends.front() <= now_ns_) {
         s.ends.pop_front();
         ++s.completed_position;
       }
+      if (!s.ends.empty()) first_ends_.emplace(s.ends.front(), s.handle);
     }
     while (!s.by_position.empty() &&
            s.by_position.begin()->first <= s.completed_position) {
@@ -1439,6 +1457,7 @@ class SimBackend::Impl {
       auto [first, last] = s.by_address.equal_range(start);
       for (auto it = first; it != last; ++it) {
         if (it->second.position == position) {
+          Unshare(s.handle, start, it->second.end, position);
           s.by_address.erase(it);
           break;
         }
@@ -1448,12 +1467,21 @@ class SimBackend::Impl {
     if (s.by_address.empty()) s.longest = 0;
   }
 
+  // Modeled: prunes every stream whose first pending piece has ended, in
+  // order of those ends, leaving the others alone.
+  void PruneEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (!first_ends_.empty() && first_ends_.begin()->first <= now_ns_) {
+      Prune(GetStream(first_ends_.begin()->second));
+    }
+  }
+
   void Index(StreamState& s, DeviceAddress start, DeviceAddress end,
              std::uint64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // Erasing from a btree invalidates other iterators: no saved end.
     for (auto it = s.by_address.lower_bound(start);
          it != s.by_address.end() && it->first == start;) {
       if (it->second.end <= end) {
+        Unshare(s.handle, start, it->second.end, it->second.position);
         s.by_position.erase(it->second.position);
         it = s.by_address.erase(it);
       } else {
@@ -1463,6 +1491,49 @@ class SimBackend::Impl {
     s.by_address.emplace(start, IndexedPiece{end, position});
     s.by_position.emplace(position, start);
     s.longest = std::max(s.longest, end - start);
+    const int k = LengthClass(end - start);
+    shared_pieces_[k].emplace(SharedKey{start, s.handle, position}, end);
+    nonempty_classes_ |= std::uint64_t{1} << k;
+  }
+
+  // The shared index: every stream's indexed pieces, by (start, stream,
+  // position), in classes of length.
+  using SharedKey = std::tuple<DeviceAddress, std::uintptr_t, std::uint64_t>;
+  static int LengthClass(std::uint64_t length) {
+    return std::bit_width(length) - 1;  // length >= 1
+  }
+  void Unshare(std::uintptr_t stream, DeviceAddress start, DeviceAddress end,
+               std::uint64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int k = LengthClass(end - start);
+    shared_pieces_[k].erase(SharedKey{start, stream, position});
+    if (shared_pieces_[k].empty()) {
+      nonempty_classes_ &= ~(std::uint64_t{1} << k);
+    }
+  }
+
+  // The streams, in handle order, with an indexed piece that overlaps
+  // [start, end). Each class holds lengths below 2^(k+1), so its overlapping
+  // pieces start less than that before `start`.
+  std::vector<std::uintptr_t> StreamsNear(DeviceAddress start,
+                                          DeviceAddress end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<std::uintptr_t> near;
+    for (std::uint64_t classes = nonempty_classes_; classes != 0;
+         classes &= classes - 1) {
+      const int k = std::countr_zero(classes);
+      const std::uint64_t longest =
+          k == 63 ? std::numeric_limits<std::uint64_t>::max()
+                  : (std::uint64_t{2} << k) - 1;
+      const DeviceAddress from = start > longest ? start - longest + 1 : 0;
+      const auto& pieces = shared_pieces_[k];
+      for (auto it = pieces.lower_bound(SharedKey{from, 0, 0});
+           it != pieces.end() && std::get<0>(it->first) < end; ++it) {
+        if (it->second > start) near.push_back(std::get<1>(it->first));
+      }
+    }
+    std::sort(near.begin(), near.end());
+    near.erase(std::unique(near.begin(), near.end()), near.end());
+    return near;
   }
 
   // The first pending piece of `s` past position `ordered` that overlaps
@@ -1835,6 +1906,15 @@ class SimBackend::Impl {
   std::uint64_t modeled_ns_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::unordered_map<std::uintptr_t, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  // Every stream's indexed pieces (StreamState::by_address) by start, class
+  // k holding lengths in [2^k, 2^(k+1)); the value is the piece's end.
+  std::array<absl::btree_map<SharedKey, DeviceAddress>, 64> shared_pieces_
+      ABSL_GUARDED_BY(mu_);
+  std::uint64_t nonempty_classes_ ABSL_GUARDED_BY(mu_) = 0;  // bit k: class k
+  // Modeled clock: (first pending end, stream) of each stream with pending
+  // pieces, so that PruneEnded visits only streams with ended work.
+  absl::btree_set<std::pair<std::uint64_t, std::uintptr_t>> first_ends_
+      ABSL_GUARDED_BY(mu_);
   absl::btree_map<EventHandle, Event> events_ ABSL_GUARDED_BY(mu_);
   EventHandle next_event_ ABSL_GUARDED_BY(mu_) = 1;
   std::uint64_t now_ns_ ABSL_GUARDED_BY(mu_) = 0;

@@ -11,13 +11,23 @@
 // Failures: malloc returns NULL (PyTorch then raises its out-of-memory
 // error); free cannot report, so both print the first failure's reason to
 // stderr and keep the latest for gpualloc_torch_last_error().
+//
+// PyTorch passes free the size it allocated. The hook keeps each live
+// block's requested size and checks it: a free with another size is
+// reported and the block is not freed (a mismatch means the caller's
+// bookkeeping is wrong, and freeing could release memory still in use). A
+// pointer the hook does not know goes to the allocator, whose message says
+// what it is (unknown, freed, or interior: "interior pointer, 256 bytes into
+// the allocation at ...").
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "gpualloc/gpualloc.h"
 
 namespace {
@@ -45,6 +55,15 @@ Hook& Instance() {
     return h;
   }();
   return *hook;
+}
+
+// The requested size of every live block gpualloc_torch_malloc returned, by
+// (device, pointer).
+std::mutex sizes_mu;
+absl::flat_hash_map<std::pair<int, void*>, std::size_t>& Sizes() {
+  static auto* const sizes =
+      new absl::flat_hash_map<std::pair<int, void*>, std::size_t>;
+  return *sizes;
 }
 
 std::mutex error_mu;
@@ -108,6 +127,15 @@ GPUALLOC_API void* gpualloc_torch_malloc(size_t size, int device,
     FailWithLastError();
     return nullptr;
   }
+  try {
+    std::lock_guard<std::mutex> lock(sizes_mu);
+    Sizes()[{device, p}] = size;
+  } catch (...) {
+    // Out of host memory for the bookkeeping: give the block back.
+    gpualloc_free(handle, device, p, stream);
+    Fail("gpualloc_torch_malloc: out of host memory");
+    return nullptr;
+  }
   if (device >= 0 && device < 64) {
     Instance().used_devices.fetch_or(std::uint64_t{1} << device,
                                      std::memory_order_relaxed);
@@ -118,11 +146,44 @@ GPUALLOC_API void* gpualloc_torch_malloc(size_t size, int device,
 // PyTorch's C++ side passes (ptr, size, device, stream).
 GPUALLOC_API void gpualloc_torch_free(void* ptr, size_t size, int device,
                                       void* stream) {
-  (void)size;  // the allocator knows each block's size
   gpualloc_t* handle = Handle("gpualloc_torch_free");
   if (handle == nullptr) return;
+  if (ptr == nullptr) return;
+  // A block of the right size leaves the table before it is freed (another
+  // thread may be handed the same address at once), and returns to it if
+  // the free fails.
+  bool known = false;
+  try {
+    std::lock_guard<std::mutex> lock(sizes_mu);
+    auto it = Sizes().find({device, ptr});
+    if (it != Sizes().end()) {
+      if (it->second != size) {
+        char message[256];
+        std::snprintf(message, sizeof(message),
+                      "gpualloc_torch_free(%p, %zu bytes, device %d): the "
+                      "block was allocated with %zu bytes; not freed",
+                      ptr, size, device, it->second);
+        Fail(message);
+        return;
+      }
+      Sizes().erase(it);
+      known = true;
+    }
+  } catch (...) {
+    Fail("gpualloc_torch_free: out of host memory");
+    return;
+  }
+  // An unknown pointer goes to the allocator too: its message says what the
+  // pointer is (never allocated, already freed, interior).
   if (gpualloc_free(handle, device, ptr, stream) != GPUALLOC_OK) {
     FailWithLastError();
+    if (known) {
+      try {
+        std::lock_guard<std::mutex> lock(sizes_mu);
+        Sizes()[{device, ptr}] = size;
+      } catch (...) {
+      }
+    }
   }
 }
 

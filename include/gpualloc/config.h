@@ -28,8 +28,8 @@
 //   device_memory GPUALLOC_DEVICE_MEMORY sim only: the device's size, e.g. 80GB
 //   cross_stream  GPUALLOC_CROSS_STREAM  when_complete|stream_wait
 //   growth        GPUALLOC_GROWTH        exact|doubling
-//   (Options::growth_policy) granularity   GPUALLOC_GRANULARITY   a size:
-//   region sizes are multiples
+//                                        (Options::growth_policy)
+//   granularity   GPUALLOC_GRANULARITY   a size: region sizes are multiples
 //                                        (default: the profile's)
 //   min_block     GPUALLOC_MIN_BLOCK     a power of two >= 16 bytes: chunk
 //                                        rounding (default: the profile's)
@@ -55,6 +55,14 @@
 //    mem_limit, device_memory and granularity must be more than 0;
 //  - every variable that is set is parsed, even when a higher level decides
 //    the value (a bad XLA_* alias is an error even with GPUALLOC_* set);
+//  - a GPUALLOC_* variable that names no setting (GPUALLOC_PREALOCATE) is an
+//    error naming it and the closest variable that does, like an unknown key
+//    in the configuration string. The project's build and test scripts' own
+//    variables (GPUALLOC_SKIP_DEPS, GPUALLOC_TEST_LABEL, GPUALLOC_TEST_SEED,
+//    GPUALLOC_SOURCE_ROOT, GPUALLOC_ROOT, GPUALLOC_BUILD_DIR,
+//    GPUALLOC_DEVICE_CHECK_ASSUME_GPU) are allowed. The check covers the
+//    environments ProcessEnvironment and MapEnvironment return; another
+//    EnvLookup can only be asked for names, so it is not checked;
 //  - each key resolves on its own; a mem_limit from any level then overrides
 //    mem_fraction (Options::memory_limit).
 #ifndef GPUALLOC_CONFIG_H_
@@ -153,6 +161,16 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
 // ResolveConfig(ParseConfigString(text), env).
 absl::StatusOr<Config> ResolveConfig(absl::string_view config_string,
                                      const EnvLookup& env);
+
+// One configuration key, for help texts: the key, its GPUALLOC_* variable
+// and a short description of its values.
+struct ConfigKeyInfo {
+  absl::string_view key;       // "mem_fraction"
+  absl::string_view variable;  // "GPUALLOC_MEM_FRACTION"
+  absl::string_view values;    // "(0, 1] of total memory"
+};
+// Every key, in the order of the table above (and of Config::settings).
+std::vector<ConfigKeyInfo> ConfigKeys();
 
 // "40GiB" -> 42949672960. InvalidArgument naming `what` on a bad value.
 absl::StatusOr<std::uint64_t> ParseSize(absl::string_view text,

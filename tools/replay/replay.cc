@@ -367,6 +367,16 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                           return absl::OkStatus();
                         });
   }
+  // What the trace left live is freed before the allocator goes (untimed,
+  // after every figure was read), so that it has nothing to report.
+  auto free_live = [&](Allocator& a) {
+    for (std::uint64_t j = 0; j < ptrs.size(); ++j) {
+      if (ptrs[j] == nullptr) continue;
+      (void)a.Deallocate(ptrs[j], Stream(alloc_stream[j % na]));
+      ptrs[j] = nullptr;
+    }
+  };
+  free_live(allocator);
   if (!any_alloc && !options.record_timeline) return result;
 
   // --- Pass 2: fragmentation at the peak, and the timeline -----------------
@@ -489,6 +499,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   };
   absl::Status s = for_each_step(end, step);
   if (!s.ok()) return s;
+  free_live(a2);
   return result;
 }
 

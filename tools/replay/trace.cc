@@ -3,6 +3,8 @@
 // Both parsers are strict: a trace that does not say exactly what happened
 // would make every number the replay reports meaningless, so any malformed
 // line is an InvalidArgument "NAME:LINE: expected <what>, got <text>".
+#include <sys/stat.h>
+
 #include <charconv>
 #include <cstdint>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -30,12 +33,14 @@ constexpr absl::string_view kProjectHeader =
 constexpr absl::string_view kRmmHeader =
     "Thread,Time,Action,Pointer,Size,Stream";
 
-// Long lines are cut in messages so one bad line cannot flood a terminal.
+// Long lines are cut in messages so one bad line cannot flood a terminal;
+// control characters (a NUL in a binary file), quotes, backslashes and bytes
+// above 0x7f are escaped (\x00) so that the message is one line of plain text.
 std::string Quote(absl::string_view text) {
   constexpr size_t kMax = 80;
   if (text.size() > kMax)
-    return absl::StrCat("\"", text.substr(0, kMax), "...\"");
-  return absl::StrCat("\"", text, "\"");
+    return absl::StrCat("\"", absl::CHexEscape(text.substr(0, kMax)), "...\"");
+  return absl::StrCat("\"", absl::CHexEscape(text), "\"");
 }
 
 absl::Status Malformed(absl::string_view name, size_t line,
@@ -62,6 +67,23 @@ bool ParseHexOrDecimal(absl::string_view text, std::uint64_t* value) {
     return ec == std::errc() && ptr == end;
   }
   return ParseDecimal(text, value);
+}
+
+// RMM's Time column: digit groups separated by ':' or '.' ("10:00:00.001",
+// or seconds "12.5").
+bool IsLogTime(absl::string_view text) {
+  if (text.empty()) return false;
+  bool digit_before = false;
+  for (char c : text) {
+    if (absl::ascii_isdigit(static_cast<unsigned char>(c))) {
+      digit_before = true;
+    } else if ((c == ':' || c == '.') && digit_before) {
+      digit_before = false;
+    } else {
+      return false;
+    }
+  }
+  return digit_before;
 }
 
 // Splits `text` into lines, dropping a trailing '\r' (files written on
@@ -161,6 +183,15 @@ absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
             absl::StrCat("id ", id,
                          ever.contains(id) ? ", already freed" : ", unknown"));
       }
+      // A free row carries its alloc's size, or 0; another size means the
+      // trace does not say what happened.
+      if (size != 0 && size != sizes[it->second]) {
+        return Malformed(
+            name, line.number,
+            absl::StrCat("size 0 or ", sizes[it->second], " (the size id ", id,
+                         " was allocated with)"),
+            absl::StrCat("size ", size));
+      }
       op.kind = TraceOp::Kind::kFree;
       op.id = it->second;
       op.size = sizes[op.id];
@@ -192,6 +223,19 @@ absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
                        absl::StrCat(f.size(), " in ", Quote(line.text)));
     }
     for (auto& field : f) field = absl::StripAsciiWhitespace(field);
+    // Thread and Time are not replayed, but a row whose Thread or Time is not
+    // one is not a row of RMM's log.
+    std::uint64_t thread = 0;
+    if (!ParseHexOrDecimal(f[0], &thread)) {
+      return Malformed(name, line.number, "a numeric thread id in Thread",
+                       Quote(f[0]));
+    }
+    if (!IsLogTime(f[1])) {
+      return Malformed(name, line.number,
+                       "a time in Time (digits separated by ':' or '.', e.g. "
+                       "10:00:00.001)",
+                       Quote(f[1]));
+    }
     const absl::string_view action = f[2];
     if (action == "allocate failure") continue;  // nothing was allocated
     const bool is_alloc = action == "allocate";
@@ -233,6 +277,13 @@ absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
         return Malformed(name, line.number, "the pointer of a live allocation",
                          absl::StrCat(Quote(f[3]), ", not allocated"));
       }
+      if (size != 0 && size != sizes[it->second]) {
+        return Malformed(
+            name, line.number,
+            absl::StrCat("size 0 or ", sizes[it->second], " (the size ",
+                         Quote(f[3]), " was allocated with)"),
+            absl::StrCat("size ", size));
+      }
       op.kind = TraceOp::Kind::kFree;
       op.id = it->second;
       op.size = sizes[op.id];
@@ -261,6 +312,8 @@ std::string Stem(const std::string& path) {
 
 absl::StatusOr<Trace> ParseTrace(absl::string_view text,
                                  absl::string_view name) {
+  // A UTF-8 byte order mark (editors on Windows write one) is not text.
+  absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
   const std::vector<Line> lines = SplitLines(text);
   if (lines.empty()) {
     return Malformed(
@@ -285,6 +338,12 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text,
 }
 
 absl::StatusOr<Trace> LoadTrace(const std::string& path) {
+  // A directory opens and reads as nothing on Linux: say what it is.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, not a trace file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open the trace"));

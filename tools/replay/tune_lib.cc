@@ -123,6 +123,13 @@ absl::StatusOr<GridAxis> ParseGridAxis(absl::string_view text) {
       return absl::InvalidArgumentError(
           absl::StrCat("--grid \"", text, "\": ", parsed.status().message()));
     }
+    // A repeated value would list one configuration twice, and the ranking,
+    // which groups rows by configuration, would add both runs into one entry.
+    if (std::find(axis.values.begin(), axis.values.end(), value) !=
+        axis.values.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--grid \"", text, "\": ", axis.key, "=", value, " is given twice"));
+    }
     axis.values.emplace_back(value);
   }
   return axis;
@@ -176,6 +183,38 @@ absl::StatusOr<std::vector<std::string>> ExpandGrid(
     }
     if (axes.empty()) return out;
   }
+}
+
+absl::StatusOr<std::vector<std::string>> TraceLabels(
+    const std::vector<std::string>& names,
+    const std::vector<std::string>& paths) {
+  if (names.size() != paths.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TraceLabels: ", names.size(), " names for ", paths.size(), " paths"));
+  }
+  const auto distinct = [](const std::vector<std::string>& labels) {
+    return std::set<std::string>(labels.begin(), labels.end()).size() ==
+           labels.size();
+  };
+  // The same file named twice in the same way would replay twice into one
+  // column: say so rather than guess which the user meant.
+  std::set<std::string> seen_paths;
+  for (const std::string& path : paths) {
+    if (!seen_paths.insert(path).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TRACE ", path, " is given twice"));
+    }
+  }
+  if (distinct(names)) return names;
+  // Traces that share a name are labelled by their path as given.
+  std::map<std::string, int> count;
+  for (const std::string& name : names) ++count[name];
+  std::vector<std::string> labels;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    labels.push_back(count[names[i]] > 1 ? paths[i] : names[i]);
+  }
+  if (distinct(labels)) return labels;
+  return paths;  // a path equal to another trace's name: paths throughout
 }
 
 std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,

@@ -23,7 +23,7 @@ struct GridAxis {
 // "KEY=V1|V2|..." -> GridAxis. Every value is checked as "KEY=V" with the
 // configuration parser, so a typo fails before any replay starts.
 // InvalidArgument on an empty key or value, a ',' in a value (it would smuggle
-// in another key) or a value the parser rejects.
+// in another key), a value given twice or a value the parser rejects.
 absl::StatusOr<GridAxis> ParseGridAxis(absl::string_view text);
 
 // Without --grid: both big profiles, both growth policies, preallocation on
@@ -36,6 +36,14 @@ std::vector<GridAxis> DefaultGrid();
 // or an axis names a key `base` sets, or `base` does not parse.
 absl::StatusOr<std::vector<std::string>> ExpandGrid(
     const std::string& base, const std::vector<GridAxis>& axes);
+
+// One distinct label per trace, for the report's columns: the trace's name
+// (its file stem) where that is unique, else its path as given, so that two
+// traces never share a column. `names` and `paths` are parallel.
+// InvalidArgument when the same path is given twice.
+absl::StatusOr<std::vector<std::string>> TraceLabels(
+    const std::vector<std::string>& names,
+    const std::vector<std::string>& paths);
 
 // The replay of one trace under one configuration, or why it could not run.
 struct TuneRow {
