@@ -428,6 +428,22 @@ class BfcAllocator final : public Allocator {
     return MapRegion(plan->address, plan->bytes, space_->unit());
   }
 
+  // Host-waits for the work queued on `streams` (which may still use free
+  // memory) before `doing` something that does not wait for it.
+  absl::Status WaitForFreeMemory(const std::vector<std::uintptr_t>& streams,
+                                 absl::string_view doing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (streams.empty()) return absl::OkStatus();
+    absl::Status waited = stream_order_.WaitForAll(streams);
+    if (waited.ok()) return waited;
+    (void)stream_order_.TakeError();
+    return absl::Status(
+        waited.code(),
+        absl::StrFormat("waiting for the work that used free memory before %s: "
+                        "%s",
+                        doing, waited.message()));
+  }
+
   // Unmaps every whole mapping inside a free chunk, except chunks touching
   // [keep_begin, keep_end). Unmapping does not wait for work still using the
   // memory, so: for growth (`for_stream` given) the device is only asked
@@ -477,17 +493,7 @@ class BfcAllocator final : public Allocator {
             streams.push_back(s);
         }
       }
-      if (!streams.empty()) {
-        absl::Status waited = stream_order_.WaitForAll(streams);
-        if (!waited.ok()) {
-          (void)stream_order_.TakeError();
-          return absl::Status(
-              waited.code(),
-              absl::StrFormat("waiting for the work that used free memory "
-                              "before unmapping it: %s",
-                              waited.message()));
-        }
-      }
+      GPUALLOC_RETURN_IF_ERROR(WaitForFreeMemory(streams, "unmapping it"));
     }
     absl::Status first_error;
     for (const auto& [address, bytes] : targets) {
@@ -513,17 +519,8 @@ class BfcAllocator final : public Allocator {
       // whole free regions and granules that can go back.
       const std::vector<std::uintptr_t> streams =
           core_.PendingStreams(stream_order_, kNoStream);
-      if (!streams.empty()) {
-        absl::Status waited = stream_order_.WaitForAll(streams);
-        if (!waited.ok()) {
-          (void)stream_order_.TakeError();
-          return absl::Status(
-              waited.code(),
-              absl::StrFormat("waiting for the work that used free memory "
-                              "before returning it: %s",
-                              waited.message()));
-        }
-      }
+      GPUALLOC_RETURN_IF_ERROR(
+          WaitForFreeMemory(streams, "returning it to the device"));
       core_.Settle(stream_order_);
     }
     // (An empty keep range: [1, 0) touches no chunk.)
