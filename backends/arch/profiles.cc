@@ -96,11 +96,13 @@ ArchProfile AmdProfile() {
 //    per-call part dominates. Here ten 2 MiB cuMemMap calls cost 8.5 times
 //    one of 20 MiB, and ten 2 MiB create+map+access 7.4 times.
 //  - At one 2 MiB granule every VMM call costs what this model charged per
-//    call before it had a per-byte part, figures in line with vAttention
-//    (Prabhu et al. 2024, section 6: "invoking CUDA APIs incurs high
-//    latency", tens of us for create, set access and unmap): cuMemCreate
-//    40 us, cuMemMap 10 us, cuMemSetAccess 30 us, cuMemUnmap 30 us,
-//    cuMemRelease 20 us, cuMemAddressReserve/Free 5 us (address tree only).
+//    call before it had a per-byte part: cuMemCreate 40 us, cuMemMap 10 us,
+//    cuMemSetAccess 30 us, cuMemUnmap 30 us, cuMemRelease 20 us,
+//    cuMemAddressReserve/Free 5 us (the driver's address tree only). Those
+//    follow vAttention (Prabhu et al. 2024, section 6: "invoking CUDA APIs
+//    incurs high latency", the reason it maps ahead of time) in order of
+//    magnitude; no source found here gives each call's figure, so they are
+//    estimates for tools/device-check.sh to check.
 //  - Per-MiB parts: estimates; no per-size measurement was found.
 //    cuMemCreate 1 us/MiB: the driver clears new physical memory, assumed at
 //    about 1 TB/s (a third of H100's 3.35 TB/s HBM3 bandwidth).
@@ -128,7 +130,8 @@ DriverCosts NvidiaCosts() {
   c.sources =
       "PyTorch CUDACachingAllocator expandable segments (ten 2 MiB maps cost "
       "about ten times one 20 MiB map); vAttention (Prabhu et al. 2024) "
-      "section 6 (tens of us per VMM call); per-MiB parts estimated";
+      "section 6 (VMM calls incur high latency); the figures themselves are "
+      "estimates for tools/device-check.sh to check";
   return c;
 }
 
