@@ -12,12 +12,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "core/bfc.h"
-#include "core/expandable.h"
-#include "core/growth.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
 #include "core/options.h"
+#include "core/region_source.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
 #include "core/stream_order.h"
@@ -51,41 +50,16 @@ class BfcAllocator final : public Allocator {
                     ? static_cast<core::ReuseOracle*>(&stream_order_)
                     : &no_streams_),
         stream_mask_(backend_->info().capabilities.streams ? UINTPTR_MAX : 0),
-        next_region_size_(resolved_.granularity) {
-    if (resolved_.expandable) {
-      space_ = std::make_unique<core::ExpandableSpace>(backend_.get(),
-                                                       resolved_.granularity);
-    }
-  }
+        source_(MakeSource()) {}
 
   ~BfcAllocator() override {
     core::LockGuard lock(&mu_);
     core::ReportLiveAtDestruction("bfc", backend_->info(),
                                   core_.counters().num_chunks_in_use,
                                   core_.counters().bytes_requested);
-    // Return every region. Live allocations die with the allocator (as with
-    // any caching allocator); their memory still goes back to the device
-    // (expandable regions: ~ExpandableSpace unmaps and frees the range, once
-    // the host has waited for the work that may still use it, because
-    // unmapping does not wait as cuMemFree does).
-    if (space_ != nullptr) {
-      if (oracle_ == &stream_order_) {
-        std::vector<std::uintptr_t> streams;
-        for (DeviceAddress base : core_.RegionBases()) {
-          const std::uint64_t size = core_.region_size(*core_.RegionAt(base));
-          for (std::uintptr_t s : core_.StreamsUsingFree(
-                   base, size, stream_order_, /*in_use_too=*/true)) {
-            if (std::find(streams.begin(), streams.end(), s) == streams.end())
-              streams.push_back(s);
-          }
-        }
-        if (!streams.empty()) (void)stream_order_.WaitForAll(streams);
-      }
-      return;
-    }
-    for (DeviceAddress base : core_.RegionBases()) {
-      (void)backend_->Free(base);
-    }
+    // Every region goes back to the device with source_ (declared last,
+    // destroyed first): live allocations die with the allocator, as with any
+    // caching allocator.
   }
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream given,
@@ -156,7 +130,7 @@ class BfcAllocator final : public Allocator {
 
   absl::Status Trim() override {
     core::LockGuard lock(&mu_);
-    absl::Status status = ReleaseFreeRegions();
+    absl::Status status = ReleaseFree();
     MaybeValidate();
     return status;
   }
@@ -170,6 +144,13 @@ class BfcAllocator final : public Allocator {
   const Options& options() const override { return resolved_.options; }
 
  private:
+  std::unique_ptr<core::RegionSource> MakeSource() {
+    const core::RegionContext context{resolved_, *backend_, core_,
+                                      stream_order_, *oracle_};
+    return resolved_.expandable ? core::MakeExpandableRegions(context)
+                                : core::MakeSeparateRegions(context);
+  }
+
   // A stream handle no caller uses: "every stream" where one is excluded.
   static constexpr std::uintptr_t kNoStream = UINTPTR_MAX;
 
@@ -184,69 +165,12 @@ class BfcAllocator final : public Allocator {
   absl::Status ValidateLocked(bool full) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(core_.Validate());
-    if (space_ != nullptr) {
-      GPUALLOC_RETURN_IF_ERROR(full ? ValidateMappings()
-                                    : ValidateMappingEnds());
-    } else if (backend_allocs_ - backend_frees_ != core_.num_regions()) {
-      return absl::InternalError(absl::StrFormat(
-          "invariant F1 broken: %d regions in the core, but %d backend "
-          "allocations minus %d frees",
-          core_.num_regions(), backend_allocs_, backend_frees_));
-    }
+    GPUALLOC_RETURN_IF_ERROR(source_->Validate(full));
     // F2: never more reserved than the limit.
     if (core_.counters().bytes_reserved > resolved_.limit) {
       return absl::InternalError(
           absl::StrFormat("invariant F2 broken: %d bytes reserved, limit %d",
                           core_.counters().bytes_reserved, resolved_.limit));
-    }
-    return absl::OkStatus();
-  }
-
-  // F1 with expandable regions: the core's regions are exactly the maximal
-  // runs of mapped granules (so mapped bytes equal reserved bytes, nothing is
-  // mapped twice and no chunk lies in unmapped memory).
-  absl::Status ValidateMappings() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (space_->mapped_bytes() != core_.counters().bytes_reserved) {
-      return absl::InternalError(absl::StrFormat(
-          "invariant F1 broken: %d bytes mapped but %d reserved in the core",
-          space_->mapped_bytes(), core_.counters().bytes_reserved));
-    }
-    const auto runs = space_->MappedRunsWithin(space_->base(), space_->size());
-    const std::vector<DeviceAddress> bases = core_.RegionBases();
-    if (runs.size() != bases.size()) {
-      return absl::InternalError(absl::StrFormat(
-          "invariant F1 broken: %d runs of mapped granules but %d regions",
-          runs.size(), bases.size()));
-    }
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      const std::uint64_t size = core_.region_size(*core_.RegionAt(bases[i]));
-      if (runs[i].first != bases[i] || runs[i].second != size) {
-        return absl::InternalError(absl::StrFormat(
-            "invariant F1 broken: mapped run [%#x, +%d) but region [%#x, +%d)",
-            runs[i].first, runs[i].second, bases[i], size));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // F1's cheap part, O(regions x log mappings): mapped bytes equal reserved
-  // bytes, and every region starts and ends where mappings do, with no
-  // mapping touching it from outside (each region is a maximal run).
-  absl::Status ValidateMappingEnds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (space_->mapped_bytes() != core_.counters().bytes_reserved) {
-      return absl::InternalError(absl::StrFormat(
-          "invariant F1 broken: %d bytes mapped but %d reserved in the core",
-          space_->mapped_bytes(), core_.counters().bytes_reserved));
-    }
-    for (DeviceAddress base : core_.RegionBases()) {
-      const DeviceAddress end = base + core_.region_size(*core_.RegionAt(base));
-      if (!space_->MappingStartsAt(base) || !space_->MappingEndsAt(end) ||
-          space_->MappingEndsAt(base) || space_->MappingStartsAt(end)) {
-        return absl::InternalError(absl::StrFormat(
-            "invariant F1 broken: region [%#x, %#x) is not a maximal run of "
-            "mapped granules",
-            base, end));
-      }
     }
     return absl::OkStatus();
   }
@@ -275,9 +199,9 @@ class BfcAllocator final : public Allocator {
             : 1.0 - static_cast<double>(s.largest_free_block_bytes) /
                         static_cast<double>(free_bytes);
     s.num_ooms = num_ooms_;
-    // Expandable regions: granule mappings made and undone.
-    s.backend_allocs = space_ != nullptr ? space_->maps() : backend_allocs_;
-    s.backend_frees = space_ != nullptr ? space_->unmaps() : backend_frees_;
+    // Regions, or with expandable regions granule mappings, made and undone.
+    s.backend_allocs = source_->backend_allocs();
+    s.backend_frees = source_->backend_frees();
     s.events_recorded = stream_order_.events_recorded();
     s.stream_waits = stream_order_.stream_waits();
     s.host_waits = stream_order_.host_waits();
@@ -295,268 +219,19 @@ class BfcAllocator final : public Allocator {
         backend_->info().name, resolved_.options.memory_fraction));
   }
 
-  // Asks the backend for a region of `size` bytes; on success the core gets it.
-  absl::Status AddRegion(std::uint64_t size)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<DeviceAddress> base = backend_->Allocate(size);
-    if (!base.ok()) return base.status();
-    if (*base % resolved_.min_block_size != 0) {
-      (void)backend_->Free(*base);
-      return absl::InternalError(absl::StrFormat(
-          "backend %s returned %#x for %d bytes, not aligned to the minimum "
-          "block size %d",
-          backend_->info().backend, *base, size, resolved_.min_block_size));
-    }
-    ++backend_allocs_;
-    core_.AddRegion(*base, size);
-    return absl::OkStatus();
-  }
-
-  // Tries the growth candidates, largest first. OK when a region was added.
-  absl::Status Grow(std::uint64_t needed, Stream stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (space_ != nullptr) return GrowExpandable(needed, stream);
-    core::GrowthRequest request;
-    request.needed = needed;
-    request.reserved = core_.counters().bytes_reserved;
-    request.limit = resolved_.limit;
-    request.granularity = resolved_.granularity;
-    request.policy = resolved_.options.growth_policy;
-    request.next_region_size = next_region_size_;
-    const std::vector<std::uint64_t> sizes = core::GrowthCandidates(request);
-    if (sizes.empty()) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "growing by %d bytes would pass the limit of %d bytes (%d reserved)",
-          core::RoundUpToMultiple(needed, resolved_.granularity),
-          resolved_.limit, request.reserved));
-    }
-    absl::Status last;
-    for (std::uint64_t size : sizes) {
-      last = AddRegion(size);
-      if (last.ok()) {
-        next_region_size_ = core::NextRegionSize(size, next_region_size_);
-        return last;
-      }
-      if (!absl::IsResourceExhausted(last))
-        break;  // a driver error: do not retry
-    }
-    return last;
-  }
-
-  // The reserved range, on first use: four times the device's memory.
-  // Address space is cheap (a GPU's is 2^47 bytes and more) while running out
-  // of it is not: trimming leaves holes, and a request larger than every hole
-  // needs room past the end of what is mapped (measured: with a range of 1x
-  // the device, the 1024-token inference trace ran out of address space on a
-  // device 2% above its peak).
-  static constexpr std::uint64_t kAddressSpaceFactor = 4;
-  absl::Status EnsureReserved() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (space_->reserved()) return absl::OkStatus();
-    return space_->Reserve(
-        kAddressSpaceFactor *
-        std::max(backend_->info().total_bytes, resolved_.limit));
-  }
-
-  // Maps [address, address + bytes) and hands it to the core, joined with
-  // the regions on either side.
-  absl::Status MapRegion(DeviceAddress address, std::uint64_t bytes,
-                         std::uint64_t handle_bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    GPUALLOC_RETURN_IF_ERROR(space_->Map(address, bytes, handle_bytes));
-    core::RegionId id = core_.AddRegion(address, bytes);
-    if (address > space_->base()) {
-      if (std::optional<core::RegionId> before = core_.RegionAt(address - 1)) {
-        id = core_.JoinRegions(*before, id, oracle_);
-      }
-    }
-    if (std::optional<core::RegionId> after = core_.RegionAt(address + bytes)) {
-      core_.JoinRegions(id, *after, oracle_);
-    }
-    return absl::OkStatus();
-  }
-
-  // Preallocation with expandable regions: the whole limit at once, in at
-  // most 64 handles of nearly equal size (Trim can give back each whole
-  // handle later).
-  absl::Status PreallocateExpandable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
-    const std::uint64_t unit = space_->unit();
-    const std::uint64_t units = resolved_.limit / unit;  // the limit is whole
-    const std::uint64_t handles = std::min<std::uint64_t>(64, units);
-    // `longer` handles of q + 1 units, then the rest of q units.
-    const std::uint64_t q = units / handles, longer = units % handles;
-    DeviceAddress at = space_->base();
-    if (longer != 0) {
-      GPUALLOC_RETURN_IF_ERROR(
-          MapRegion(at, longer * (q + 1) * unit, (q + 1) * unit));
-      at += longer * (q + 1) * unit;
-    }
-    return MapRegion(at, (handles - longer) * q * unit, q * unit);
-  }
-
-  // Maps the least that makes room for `needed` bytes (PlanGrowth): at the
-  // end of what is mapped, or in a hole left by an earlier trim.
-  absl::Status GrowExpandable(std::uint64_t needed, Stream stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
-    std::vector<core::Extent> extents;
-    for (DeviceAddress base : core_.RegionBases()) {
-      const core::RegionId id = *core_.RegionAt(base);
-      const core::RegionEdges edges = core_.region_edges(id);
-      extents.push_back(core::Extent{base, core_.region_size(id),
-                                     edges.free_head, edges.free_tail});
-    }
-    const std::optional<core::GrowthPlan> plan = core::PlanGrowth(
-        extents, space_->base(), space_->size(), needed, space_->unit());
-    if (!plan.has_value()) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "no hole of the reserved range of %d bytes can take %d more bytes",
-          space_->size(), needed));
-    }
-    // Free granules elsewhere could not serve this request: unmap them
-    // first, keeping the free memory the plan joins.
-    if (resolved_.options.trim_before_growth) {
-      GPUALLOC_RETURN_IF_ERROR(
-          UnmapFree(plan->address, plan->address + plan->bytes, &stream));
-    }
-    const std::uint64_t reserved = core_.counters().bytes_reserved;
-    if (reserved + plan->bytes > resolved_.limit) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "mapping %d more bytes would pass the limit of %d bytes (%d mapped)",
-          plan->bytes, resolved_.limit, reserved));
-    }
-    return MapRegion(plan->address, plan->bytes, space_->unit());
-  }
-
-  // Unmaps every whole mapping inside a free chunk, except chunks touching
-  // [keep_begin, keep_end). Unmapping does not wait for work still using the
-  // memory, so: for growth (`for_stream` given) the device is only asked
-  // whether that work completed (an event query; an event is recorded only
-  // where none covers the frees yet) and memory whose work is still pending
-  // stays mapped for now (a later growth finds its event complete); growth
-  // never makes the host wait. Otherwise (Trim, garbage collection) the host
-  // waits for that work first.
-  absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end,
-                         const Stream* for_stream = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<std::pair<DeviceAddress, std::uint64_t>> targets;
-    for (const core::BfcCore::FreeSpan& span :
-         core_.FreeSpans(space_->unit())) {
-      if (span.address <= keep_end && span.address + span.size >= keep_begin) {
-        continue;
-      }
-      for (const auto& run : space_->MappedRunsWithin(span.address, span.size))
-        targets.push_back(run);
-    }
-    if (targets.empty()) return absl::OkStatus();
-    if (oracle_ == &stream_order_ && for_stream != nullptr) {
-      std::vector<std::pair<DeviceAddress, std::uint64_t>> ready;
-      for (const auto& [address, bytes] : targets) {
-        for (const core::StreamStamp& c :
-             core_.PendingConditionsIn(address, bytes, stream_order_)) {
-          if (!stream_order_.Poll(c.stream, c.stamp)) {
-            const absl::Status error = stream_order_.TakeError();
-            return absl::Status(
-                error.code(),
-                absl::StrFormat("asking whether the work that used free "
-                                "memory completed, before unmapping it: %s",
-                                error.message()));
-          }
-        }
-        if (core_.PendingConditionsIn(address, bytes, stream_order_).empty()) {
-          ready.emplace_back(address, bytes);
-        }
-      }
-      targets = std::move(ready);
-    } else if (oracle_ == &stream_order_) {
-      std::vector<std::uintptr_t> streams;
-      for (const auto& [address, bytes] : targets) {
-        for (std::uintptr_t s :
-             core_.StreamsUsingFree(address, bytes, stream_order_)) {
-          if (std::find(streams.begin(), streams.end(), s) == streams.end())
-            streams.push_back(s);
-        }
-      }
-      if (!streams.empty()) {
-        absl::Status waited = stream_order_.WaitForAll(streams);
-        if (!waited.ok()) {
-          (void)stream_order_.TakeError();
-          return absl::Status(
-              waited.code(),
-              absl::StrFormat("waiting for the work that used free memory "
-                              "before unmapping it: %s",
-                              waited.message()));
-        }
-      }
-    }
-    absl::Status first_error;
-    for (const auto& [address, bytes] : targets) {
-      std::uint64_t unmapped = 0;
-      absl::Status status = space_->Unmap(address, bytes, &unmapped);
-      if (unmapped != 0) core_.CarveFree(address, unmapped);
-      if (!status.ok() && first_error.ok()) first_error = status;
-    }
-    return first_error;
-  }
-
-  // Returns every fully free region to the backend (expandable regions:
-  // unmaps every free granule). With `for_stream` (before growing for that
-  // stream) and several streams seen, regions whose work on other streams
-  // is not known complete stay: freeing them would make the device
-  // synchronize.
-  absl::Status ReleaseFreeRegions(const Stream* for_stream = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (for_stream == nullptr && core_.multi_stream() &&
-        oracle_ == &stream_order_) {
-      // Free pieces of different streams' frees are separate chunks until
-      // their work is known complete: wait for it, so that they merge into
-      // whole free regions and granules that can go back.
-      const std::vector<std::uintptr_t> streams =
-          core_.PendingStreams(stream_order_, kNoStream);
-      if (!streams.empty()) {
-        absl::Status waited = stream_order_.WaitForAll(streams);
-        if (!waited.ok()) {
-          (void)stream_order_.TakeError();
-          return absl::Status(
-              waited.code(),
-              absl::StrFormat("waiting for the work that used free memory "
-                              "before returning it: %s",
-                              waited.message()));
-        }
-      }
+  // Returns every free region or granule to the device (Trim, garbage
+  // collection). With several streams, free pieces of different streams'
+  // frees are separate chunks until their work is known complete: the host
+  // waits for that work first, so that they merge into whole free regions
+  // and granules that can go back.
+  absl::Status ReleaseFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (core_.multi_stream() && oracle_ == &stream_order_) {
+      GPUALLOC_RETURN_IF_ERROR(core::WaitForFreeMemory(
+          stream_order_, core_.PendingStreams(stream_order_, kNoStream),
+          "returning it to the device"));
       core_.Settle(stream_order_);
     }
-    // (An empty keep range: [1, 0) touches no chunk.)
-    if (space_ != nullptr) return UnmapFree(1, 0);
-    const bool only_own = for_stream != nullptr && core_.multi_stream() &&
-                          oracle_ == &stream_order_;
-    absl::Status first_error;
-    for (core::RegionId id : core_.FreeRegions()) {
-      if (only_own &&
-          !core_.RegionUsableBy(id, for_stream->handle, stream_order_)) {
-        continue;
-      }
-      const DeviceAddress base = core_.region_base(id);
-      absl::Status freed = backend_->Free(base);
-      if (!freed.ok()) {
-        if (first_error.ok()) first_error = freed;
-        continue;  // the region stays usable
-      }
-      ++backend_frees_;
-      core_.RemoveRegion(id);
-    }
-    return first_error;
-  }
-
-  // Whether garbage collection would give anything back.
-  bool HasFreeToRelease() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (space_ == nullptr) return !core_.FreeRegions().empty();
-    for (const core::BfcCore::FreeSpan& span :
-         core_.FreeSpans(space_->unit())) {
-      if (!space_->MappedRunsWithin(span.address, span.size).empty())
-        return true;
-    }
-    return false;
+    return source_->ReleaseFree();
   }
 
   // One more attempt at the core; *event_failed tells a failing event call
@@ -621,28 +296,20 @@ class BfcAllocator final : public Allocator {
       if (event_failed) return EventFailure(bytes, stream);
     }
     absl::Status why;
+    const bool grows =
+        !resolved_.options.preallocate || source_->GrowsAfterPreallocation();
     if (resolved_.options.preallocate && core_.num_regions() == 0) {
-      {
-        why = space_ != nullptr ? PreallocateExpandable()
-                                : AddRegion(resolved_.limit);
-        if (!why.ok()) {
-          why = absl::Status(why.code(),
-                             absl::StrFormat("preallocating %d bytes: %s",
-                                             resolved_.limit, why.message()));
-        }
+      why = source_->Preallocate();
+      if (!why.ok()) {
+        why = absl::Status(why.code(),
+                           absl::StrFormat("preallocating %d bytes: %s",
+                                           resolved_.limit, why.message()));
       }
-    } else if (resolved_.options.preallocate && space_ == nullptr) {
+    } else if (!grows) {
       why = absl::ResourceExhaustedError(
           "the preallocated region has no free chunk large enough");
     } else {
-      // Fully free regions that could not serve this request only inflate
-      // what is reserved: return them before asking for more (expandable
-      // regions do the same with free granules inside Grow).
-      if (space_ == nullptr && resolved_.options.trim_before_growth &&
-          !core_.FreeRegions().empty()) {
-        GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions(&stream));
-      }
-      why = Grow(needed, stream);
+      why = source_->Grow(needed, stream);
     }
     if (why.ok()) {
       if (std::optional<DeviceAddress> a =
@@ -690,10 +357,10 @@ class BfcAllocator final : public Allocator {
       }
     }
 
-    if ((!resolved_.options.preallocate || space_ != nullptr) &&
-        resolved_.options.garbage_collection && HasFreeToRelease()) {
-      GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions());
-      absl::Status grown = Grow(needed, stream);
+    if (grows && resolved_.options.garbage_collection &&
+        source_->HasFreeToRelease()) {
+      GPUALLOC_RETURN_IF_ERROR(ReleaseFree());
+      absl::Status grown = source_->Grow(needed, stream);
       if (grown.ok()) {
         if (std::optional<DeviceAddress> a =
                 Retry(size, bytes, align, stream, &event_failed))
@@ -767,18 +434,16 @@ class BfcAllocator final : public Allocator {
 
   mutable core::Lock mu_;
   core::BfcCore core_ ABSL_GUARDED_BY(mu_);
-  // Expandable regions, or null (regions are separate backend allocations).
-  // Declared after core_ and destroyed before it: unmaps, frees the range.
-  std::unique_ptr<core::ExpandableSpace> space_ ABSL_GUARDED_BY(mu_);
   core::StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
   NoStreams no_streams_;
   core::ReuseOracle* const oracle_;  // &stream_order_ or &no_streams_
   // All ones with streams, 0 without (Key).
   const std::uintptr_t stream_mask_;
-  std::uint64_t next_region_size_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
+  // Where regions come from: separate backend allocations or expandable
+  // regions. Declared last, destroyed first: it returns every region while
+  // the core and the stream order still exist.
+  const std::unique_ptr<core::RegionSource> source_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

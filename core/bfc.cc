@@ -575,31 +575,30 @@ bool BfcCore::SameCondition(const Chunk& a, const Chunk& b) const {
 }
 
 ChunkId BfcCore::MergeNeighbours(ChunkId id) {
+  // Free `right` into free `left` (its left neighbour); left survives.
+  auto merge = [this](ChunkId left, ChunkId right) {
+    const std::uint64_t size = chunks_[left].size + chunks_[right].size;
+    AbsorbFence(chunks_[left], chunks_[right], nullptr);
+    RemoveFree(right);
+    Unlink(right);
+    // Out of the bins and back rather than Rekey (see JoinRegions).
+    RemoveFree(left);
+    chunks_[left].size = size;
+    InsertFree(left);
+  };
+  auto mergeable = [this](ChunkId left, ChunkId right) {
+    return left != kNoChunk && right != kNoChunk && !chunks_[left].in_use &&
+           !chunks_[right].in_use && Mergeable(chunks_[left], chunks_[right]);
+  };
   for (;;) {
     bool merged = false;
-    const ChunkId next = chunks_[id].next;
-    if (next != kNoChunk && !chunks_[next].in_use &&
-        Mergeable(chunks_[id], chunks_[next])) {
-      const std::uint64_t size = chunks_[id].size + chunks_[next].size;
-      AbsorbFence(chunks_[id], chunks_[next], nullptr);
-      RemoveFree(next);
-      Unlink(next);
-      // Out of the bins and back rather than Rekey (see JoinRegions).
-      RemoveFree(id);
-      chunks_[id].size = size;
-      InsertFree(id);
+    if (mergeable(id, chunks_[id].next)) {
+      merge(id, chunks_[id].next);
       merged = true;
     }
     const ChunkId prev = chunks_[id].prev;
-    if (prev != kNoChunk && !chunks_[prev].in_use &&
-        Mergeable(chunks_[prev], chunks_[id])) {
-      const std::uint64_t size = chunks_[prev].size + chunks_[id].size;
-      AbsorbFence(chunks_[prev], chunks_[id], nullptr);
-      RemoveFree(id);
-      Unlink(id);
-      RemoveFree(prev);
-      chunks_[prev].size = size;
-      InsertFree(prev);
+    if (mergeable(prev, id)) {
+      merge(prev, id);
       id = prev;
       merged = true;
     }
@@ -951,24 +950,8 @@ absl::Status BfcCore::DiagnoseBadAddress(absl::string_view operation,
 std::vector<std::uintptr_t> BfcCore::PendingStreams(
     const ReuseOracle& oracle, std::uintptr_t for_stream) const {
   std::vector<std::uintptr_t> streams;
-  auto note = [&](std::uintptr_t stream, std::uint64_t stamp) {
-    if (stream == for_stream || oracle.KnownComplete(stream, stamp)) return;
-    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
-      streams.push_back(stream);
-    }
-  };
-  for (const auto& [base, rid] : region_index_) {
-    for (ChunkId id = regions_[rid].first; id != kNoChunk;
-         id = chunks_[id].next) {
-      const Chunk& c = chunks_[id];
-      if (c.in_use) continue;
-      if (c.fence == Fence::kStream) note(c.stream, c.free_stamp);
-      if (c.fence == Fence::kSet) {
-        for (const StreamStamp& s : fences_.Get(c.fence_set)) {
-          note(s.stream, s.stamp);
-        }
-      }
-    }
+  for (const StreamStamp& p : PendingConditions(oracle, for_stream)) {
+    streams.push_back(p.stream);
   }
   return streams;
 }

@@ -16,10 +16,11 @@
 //   PlanGrowth: pure arithmetic (where to map, how much), unit tested alone.
 //   ExpandableSpace: the reservation and its mappings, and the backend calls
 //     (ReserveAddress, CreatePhysical, Map, SetAccess, Unmap,
-//     ReleasePhysical, FreeAddress). Each mapping is one physical handle of
-//     `unit` bytes (or a larger one when preallocating), kept until the
-//     mapping goes and released right after it, as PyTorch does: CUDA allows
-//     releasing a mapped handle, but some ROCm releases mishandle it.
+//     ReleasePhysical, FreeAddress). Each mapping is one physical handle
+//     (ExpandableRegions maps one per growth, of the growth's size, and at
+//     most 64 when preallocating), kept until the mapping goes and released
+//     right after it, as PyTorch does: CUDA allows releasing a mapped handle,
+//     but some ROCm releases mishandle it.
 //
 // Thread safety: none; the allocator facade's lock guards it.
 #ifndef GPUALLOC_CORE_EXPANDABLE_H_

@@ -593,22 +593,31 @@ struct ModeConfig {
 
 void PrintTo(const ModeConfig& c, std::ostream* os) { *os << c.name; }
 
-class CrossStreamFreeTest : public ::testing::TestWithParam<ModeConfig> {};
-
-TEST_P(CrossStreamFreeTest, FreeOnAnotherStreamWaitsForTheAllocationStream) {
-  const ModeConfig& config = GetParam();
-  for (bool tight : {false, true}) {
-    SCOPED_TRACE(tight ? "nothing else free" : "memory to spare");
+class CrossStreamFreeTest : public ::testing::TestWithParam<ModeConfig> {
+ protected:
+  // A 1 GiB simulated H100 with a manual clock, and Options for the mode.
+  static std::shared_ptr<SimBackend> Sim() {
     SimOptions so;
     so.profile = "h100";
     so.total_bytes = 1 * kGiB;
-    auto sim = testing::MakeSim(so);
+    return testing::MakeSim(so);
+  }
+  static Options ModeOptions(std::uint64_t limit) {
+    const ModeConfig& config = GetParam();
     Options o;
     o.mode = config.mode;
     o.preallocate = config.preallocate;
     o.expandable = config.expandable ? Tristate::kOn : Tristate::kOff;
-    o.memory_limit = 4 * kMiB;
-    auto a = testing::MakeAllocator(o, sim);
+    o.memory_limit = limit;
+    return o;
+  }
+};
+
+TEST_P(CrossStreamFreeTest, FreeOnAnotherStreamWaitsForTheAllocationStream) {
+  for (bool tight : {false, true}) {
+    SCOPED_TRACE(tight ? "nothing else free" : "memory to spare");
+    auto sim = Sim();
+    auto a = testing::MakeAllocator(ModeOptions(4 * kMiB), sim);
     const std::uint64_t size = tight ? 4 * kMiB : 1 * kMiB;
     absl::StatusOr<void*> p = a->Allocate(size, kS1);
     ASSERT_TRUE(p.ok()) << p.status();
@@ -640,16 +649,8 @@ INSTANTIATE_TEST_SUITE_P(
 // Destroying an allocator with live allocations says so: a count and the
 // bytes, in one line on stderr, in every mode; nothing when all was freed.
 TEST_P(CrossStreamFreeTest, DestroyingWithLiveAllocationsSaysSo) {
-  const ModeConfig& config = GetParam();
-  SimOptions so;
-  so.profile = "h100";
-  so.total_bytes = 1 * kGiB;
-  auto sim = testing::MakeSim(so);
-  Options o;
-  o.mode = config.mode;
-  o.preallocate = config.preallocate;
-  o.expandable = config.expandable ? Tristate::kOn : Tristate::kOff;
-  o.memory_limit = 64 * kMiB;
+  auto sim = Sim();
+  const Options o = ModeOptions(64 * kMiB);
   {
     auto a = testing::MakeAllocator(o, sim);
     ASSERT_TRUE(a->Allocate(1000, kS1).ok());

@@ -49,8 +49,8 @@ echo
   "$traces"/torch-*.csv
 echo
 echo "bfc-preallocate reserves 75% of the device on first use (JAX's default); bfc-regions grows on"
-echo "demand by separate device allocations; bfc-expandable grows on demand by mapping 2 MiB granules"
-echo "into one reserved address range (the default where virtual memory works) and unmaps free ones;"
+echo "demand by separate device allocations; bfc-expandable grows on demand by mapping one handle per"
+echo "growth into one reserved address range (the default where virtual memory works) and unmaps free ones;"
 echo "platform asks the device for every block; async uses the device's stream-ordered pool."
 echo "The address space over time, for one trace:"
 echo "  $replay --svg demo.svg --config arch=h100,preallocate=false,expandable=false --config arch=h100,preallocate=false \\"

@@ -99,10 +99,11 @@ struct Options {
   // free chunk. 0 always splits (the surplus is at least min_block_size).
   std::uint64_t max_internal_fragmentation = 0;
   CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kWhenComplete;
-  // Expandable regions (bfc mode): one reserved address range of the
-  // device's size, grown by mapping granules at the end of what is mapped, so
+  // Expandable regions (bfc mode): one reserved address range of four times
+  // the device's size, grown by mapping one physical handle per growth where
+  // the request fits best (at the end of what is mapped, or in a hole), so
   // that all free memory stays mergeable; Trim and garbage collection unmap
-  // free granules. kAuto turns them on where the backend's virtual memory
+  // free handles. kAuto turns them on where the backend's virtual memory
   // works; kOn fails at creation where it does not (or in another mode).
   Tristate expandable = Tristate::kAuto;
   // Allocations of at least the profile's big-page / fragment size (2 MiB)

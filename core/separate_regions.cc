@@ -1,0 +1,157 @@
+// core/separate_regions.cc: growth by separate backend allocations, each one
+// region of the core (core/region_source.h).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/growth.h"
+#include "core/region_source.h"
+#include "core/size_class.h"
+#include "core/status_macros.h"
+
+namespace gpualloc::core {
+namespace {
+
+class SeparateRegions final : public RegionSource {
+ public:
+  explicit SeparateRegions(const RegionContext& context)
+      : c_(context), next_region_size_(context.resolved.granularity) {}
+
+  // Live allocations die with the allocator (as with any caching
+  // allocator); their memory still goes back to the device (cuMemFree
+  // synchronizes the device first).
+  ~SeparateRegions() override {
+    for (DeviceAddress base : c_.core.RegionBases()) {
+      (void)c_.backend.Free(base);
+    }
+  }
+
+  absl::Status Preallocate() override { return AddRegion(c_.resolved.limit); }
+
+  bool GrowsAfterPreallocation() const override { return false; }
+
+  // Tries the growth candidates, largest first. OK when a region was added.
+  absl::Status Grow(std::uint64_t needed, Stream stream) override {
+    // Fully free regions that could not serve this request only inflate
+    // what is reserved: return them before asking for more.
+    if (c_.resolved.options.trim_before_growth) {
+      GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions(&stream));
+    }
+    GrowthRequest request;
+    request.needed = needed;
+    request.reserved = c_.core.counters().bytes_reserved;
+    request.limit = c_.resolved.limit;
+    request.granularity = c_.resolved.granularity;
+    request.policy = c_.resolved.options.growth_policy;
+    request.next_region_size = next_region_size_;
+    const std::vector<std::uint64_t> sizes = GrowthCandidates(request);
+    if (sizes.empty()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "growing by %d bytes would pass the limit of %d bytes (%d reserved)",
+          RoundUpToMultiple(needed, c_.resolved.granularity), c_.resolved.limit,
+          request.reserved));
+    }
+    absl::Status last;
+    for (std::uint64_t size : sizes) {
+      last = AddRegion(size);
+      if (last.ok()) {
+        next_region_size_ = NextRegionSize(size, next_region_size_);
+        return last;
+      }
+      if (!absl::IsResourceExhausted(last))
+        break;  // a driver error: do not retry
+    }
+    return last;
+  }
+
+  absl::Status ReleaseFree() override { return ReleaseFreeRegions(nullptr); }
+
+  bool HasFreeToRelease() const override {
+    return !c_.core.FreeRegions().empty();
+  }
+
+  absl::Status Validate(bool /*full*/) const override {
+    if (allocs_ - frees_ != c_.core.num_regions()) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant F1 broken: %d regions in the core, but %d backend "
+          "allocations minus %d frees",
+          c_.core.num_regions(), allocs_, frees_));
+    }
+    return absl::OkStatus();
+  }
+
+  std::uint64_t backend_allocs() const override { return allocs_; }
+  std::uint64_t backend_frees() const override { return frees_; }
+
+ private:
+  // Asks the backend for a region of `size` bytes; on success the core gets
+  // it.
+  absl::Status AddRegion(std::uint64_t size) {
+    absl::StatusOr<DeviceAddress> base = c_.backend.Allocate(size);
+    if (!base.ok()) return base.status();
+    if (*base % c_.resolved.min_block_size != 0) {
+      (void)c_.backend.Free(*base);
+      return absl::InternalError(absl::StrFormat(
+          "backend %s returned %#x for %d bytes, not aligned to the minimum "
+          "block size %d",
+          c_.backend.info().backend, *base, size, c_.resolved.min_block_size));
+    }
+    ++allocs_;
+    c_.core.AddRegion(*base, size);
+    return absl::OkStatus();
+  }
+
+  // Returns every fully free region to the backend. With `for_stream`
+  // (before growing for that stream) and several streams seen, regions whose
+  // work on other streams is not known complete stay: freeing them would make
+  // the device synchronize.
+  absl::Status ReleaseFreeRegions(const Stream* for_stream) {
+    const bool only_usable =
+        for_stream != nullptr && c_.core.multi_stream() && c_.streams();
+    absl::Status first_error;
+    for (RegionId id : c_.core.FreeRegions()) {
+      if (only_usable &&
+          !c_.core.RegionUsableBy(id, for_stream->handle, c_.stream_order)) {
+        continue;
+      }
+      const DeviceAddress base = c_.core.region_base(id);
+      absl::Status freed = c_.backend.Free(base);
+      if (!freed.ok()) {
+        if (first_error.ok()) first_error = freed;
+        continue;  // the region stays usable
+      }
+      ++frees_;
+      c_.core.RemoveRegion(id);
+    }
+    return first_error;
+  }
+
+  const RegionContext c_;
+  std::uint64_t next_region_size_;
+  std::uint64_t allocs_ = 0;
+  std::uint64_t frees_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RegionSource> MakeSeparateRegions(
+    const RegionContext& context) {
+  return std::make_unique<SeparateRegions>(context);
+}
+
+absl::Status WaitForFreeMemory(StreamOrder& order,
+                               const std::vector<std::uintptr_t>& streams,
+                               absl::string_view doing) {
+  if (streams.empty()) return absl::OkStatus();
+  absl::Status waited = order.WaitForAll(streams);
+  if (waited.ok()) return waited;
+  (void)order.TakeError();
+  return absl::Status(
+      waited.code(),
+      absl::StrFormat("waiting for the work that used free memory before %s: "
+                      "%s",
+                      doing, waited.message()));
+}
+
+}  // namespace gpualloc::core
