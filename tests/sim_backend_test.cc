@@ -457,6 +457,7 @@ TEST(SimBackendTest, FaultsCountOnlyTheirOwnOpAndCanBeReplacedOrCleared) {
 TEST(SimBackendTest, CountersAndModeledCost) {
   SimOptions o = Profile("h100", kGiB);
   o.cost_ns = {1000, 100, 10};
+  o.cost_ns_per_mib = {};  // per call only
   auto sim = Create(o);
   ASSERT_NE(sim, nullptr);
   absl::StatusOr<DeviceAddress> a = sim->Allocate(kMiB);
@@ -608,6 +609,7 @@ TEST(SimVmmTest, CallsAreCountedAndCostTheirModeledTime) {
   o.cost_ns[static_cast<int>(SimOp::kMap)] = 10'000;
   o.cost_ns[static_cast<int>(SimOp::kUnmap)] = 100'000;
   o.cost_ns[static_cast<int>(SimOp::kSetAccess)] = 1'000'000;
+  o.cost_ns_per_mib = {};  // per call only
   auto sim = Create(o);
   ASSERT_NE(sim, nullptr);
   const VmmRange r = MapNew(*sim, 4 * kMiB, 2 * kMiB);
@@ -632,8 +634,9 @@ TEST(SimVmmTest, CallsAreCountedAndCostTheirModeledTime) {
 }
 
 TEST(SimVmmTest, DefaultCostsAreTensOfMicrosecondsForTheHeavyCalls) {
-  const SimOptions defaults;
-  auto cost = [&](SimOp op) { return defaults.cost_ns[static_cast<int>(op)]; };
+  auto sim = Create(Profile("h100"));
+  ASSERT_NE(sim, nullptr);
+  auto cost = [&](SimOp op) { return sim->CallCostNs(op, 2 * kMiB); };
   for (SimOp op : {SimOp::kCreatePhysical, SimOp::kReleasePhysical,
                    SimOp::kUnmap, SimOp::kSetAccess}) {
     EXPECT_GE(cost(op), 10'000u) << SimOpName(op);
@@ -642,6 +645,243 @@ TEST(SimVmmTest, DefaultCostsAreTensOfMicrosecondsForTheHeavyCalls) {
   for (SimOp op : {SimOp::kReserveAddress, SimOp::kFreeAddress, SimOp::kMap}) {
     EXPECT_GT(cost(op), 0u) << SimOpName(op);
   }
+}
+
+// --- The cost model ----------------------------------------------------------
+
+constexpr SimOp kSizedOps[] = {
+    SimOp::kAllocate,        SimOp::kFree, SimOp::kCreatePhysical,
+    SimOp::kReleasePhysical, SimOp::kMap,  SimOp::kUnmap,
+    SimOp::kSetAccess};
+
+TEST(SimCostModelTest, SizedCallsCostPerCallPlusPerByte) {
+  for (const char* profile : {"h100", "h200", "a100", "mi300x", "mi250x"}) {
+    auto sim = Create(Profile(profile));
+    ASSERT_NE(sim, nullptr);
+    for (SimOp op : kSizedOps) {
+      const std::uint64_t base = sim->CallCostNs(op, 0);
+      const std::uint64_t two = sim->CallCostNs(op, 2 * kMiB);
+      const std::uint64_t twenty = sim->CallCostNs(op, 20 * kMiB);
+      const std::uint64_t gib = sim->CallCostNs(op, kGiB);
+      EXPECT_GT(base, 0u) << profile << " " << SimOpName(op);
+      EXPECT_LT(base, two) << profile << " " << SimOpName(op);
+      EXPECT_LT(two, twenty) << profile << " " << SimOpName(op);
+      EXPECT_LT(twenty, gib) << profile << " " << SimOpName(op);
+      // Linear in the bytes: the per-byte part of 20 MiB is ten times that
+      // of 2 MiB (to rounding).
+      const std::uint64_t d2 = two - base, d20 = twenty - base;
+      EXPECT_LE(d20 > 10 * d2 ? d20 - 10 * d2 : 10 * d2 - d20, 10u)
+          << profile << " " << SimOpName(op);
+    }
+    // Address space is per call only.
+    EXPECT_EQ(sim->CallCostNs(SimOp::kReserveAddress, kGiB),
+              sim->CallCostNs(SimOp::kReserveAddress, 2 * kMiB));
+  }
+}
+
+TEST(SimCostModelTest, OneTwentyMiBHandleMapsCheaperThanTenOfTwoMiB) {
+  // PyTorch's expandable segments grow by 20 MiB handles because mapping ten
+  // 2 MiB pages costs about ten times one 20 MiB handle.
+  for (const char* profile : {"h100", "mi300x"}) {
+    auto sim = Create(Profile(profile, 4 * kGiB));
+    ASSERT_NE(sim, nullptr);
+    auto grow = [&](std::uint64_t handle_bytes, int handles) {
+      absl::StatusOr<DeviceAddress> va =
+          sim->ReserveAddress(handle_bytes * handles, 0);
+      EXPECT_TRUE(va.ok());
+      const std::uint64_t reserved = sim->modeled_ns();
+      for (int i = 0; i < handles; ++i) {
+        const DeviceAddress at = *va + i * handle_bytes;
+        absl::StatusOr<PhysicalHandle> h = sim->CreatePhysical(handle_bytes);
+        EXPECT_TRUE(h.ok());
+        GPUALLOC_EXPECT_OK(sim->Map(at, handle_bytes, *h));
+        GPUALLOC_EXPECT_OK(sim->SetAccess(at, handle_bytes));
+        GPUALLOC_EXPECT_OK(sim->ReleasePhysical(*h));
+      }
+      const std::uint64_t mapped = sim->modeled_ns() - reserved;
+      GPUALLOC_EXPECT_OK(sim->Unmap(*va, handle_bytes * handles));
+      GPUALLOC_EXPECT_OK(sim->FreeAddress(*va, handle_bytes * handles));
+      return mapped;
+    };
+    const std::uint64_t ten_small = grow(2 * kMiB, 10);
+    const std::uint64_t one_large = grow(20 * kMiB, 1);
+    EXPECT_GT(ten_small, 3 * one_large) << profile;
+    // cuMemMap alone: about ten times.
+    const std::uint64_t map_small = 10 * sim->CallCostNs(SimOp::kMap, 2 * kMiB);
+    const std::uint64_t map_large = sim->CallCostNs(SimOp::kMap, 20 * kMiB);
+    EXPECT_GT(map_small, 7 * map_large) << profile;
+    EXPECT_LE(map_small, 10 * map_large) << profile;
+  }
+}
+
+TEST(SimCostModelTest, CallsChargeTheBytesTheyHandle) {
+  auto sim = Create(Profile("h100", 4 * kGiB));
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> va = sim->ReserveAddress(64 * kMiB, 0);
+  ASSERT_TRUE(va.ok());
+  auto delta = [&](auto&& call) {
+    const std::uint64_t before = sim->modeled_ns();
+    call();
+    return sim->modeled_ns() - before;
+  };
+  PhysicalHandle h = 0;
+  EXPECT_EQ(delta([&] {
+              absl::StatusOr<PhysicalHandle> made =
+                  sim->CreatePhysical(20 * kMiB);
+              ASSERT_TRUE(made.ok());
+              h = *made;
+            }),
+            sim->CallCostNs(SimOp::kCreatePhysical, 20 * kMiB));
+  EXPECT_EQ(delta([&] { GPUALLOC_EXPECT_OK(sim->Map(*va, 20 * kMiB, h)); }),
+            sim->CallCostNs(SimOp::kMap, 20 * kMiB));
+  EXPECT_EQ(delta([&] { GPUALLOC_EXPECT_OK(sim->SetAccess(*va, 20 * kMiB)); }),
+            sim->CallCostNs(SimOp::kSetAccess, 20 * kMiB));
+  EXPECT_EQ(delta([&] { GPUALLOC_EXPECT_OK(sim->Unmap(*va, 20 * kMiB)); }),
+            sim->CallCostNs(SimOp::kUnmap, 20 * kMiB));
+  EXPECT_EQ(delta([&] { GPUALLOC_EXPECT_OK(sim->ReleasePhysical(h)); }),
+            sim->CallCostNs(SimOp::kReleasePhysical, 20 * kMiB));
+  DeviceAddress a = 0;
+  EXPECT_EQ(delta([&] {
+              absl::StatusOr<DeviceAddress> got = sim->Allocate(kGiB);
+              ASSERT_TRUE(got.ok());
+              a = *got;
+            }),
+            sim->CallCostNs(SimOp::kAllocate, kGiB));
+  // Nothing pending: Free costs its call alone.
+  EXPECT_EQ(delta([&] { GPUALLOC_EXPECT_OK(sim->Free(a)); }),
+            sim->CallCostNs(SimOp::kFree, kGiB));
+  // A 1 GiB cudaMalloc costs more than a 2 MiB one, by more than the call.
+  EXPECT_GT(sim->CallCostNs(SimOp::kAllocate, kGiB),
+            2 * sim->CallCostNs(SimOp::kAllocate, 2 * kMiB));
+}
+
+TEST(SimCostModelTest, RocmVirtualMemoryCallsCostMoreThanCudas) {
+  auto h100 = Create(Profile("h100"));
+  auto mi300x = Create(Profile("mi300x"));
+  auto mi250x = Create(Profile("mi250x"));
+  ASSERT_NE(h100, nullptr);
+  ASSERT_NE(mi300x, nullptr);
+  ASSERT_NE(mi250x, nullptr);
+  for (SimOp op : kSizedOps) {
+    for (std::uint64_t bytes : {2 * kMiB, 20 * kMiB, kGiB}) {
+      EXPECT_GT(mi300x->CallCostNs(op, bytes), h100->CallCostNs(op, bytes))
+          << SimOpName(op) << " " << bytes;
+      EXPECT_EQ(mi250x->CallCostNs(op, bytes), mi300x->CallCostNs(op, bytes))
+          << SimOpName(op) << " " << bytes;
+    }
+  }
+  auto h200 = Create(Profile("h200"));
+  ASSERT_NE(h200, nullptr);
+  EXPECT_EQ(h200->CallCostNs(SimOp::kMap, 20 * kMiB),
+            h100->CallCostNs(SimOp::kMap, 20 * kMiB));
+}
+
+TEST(SimCostModelTest, OptionsOverrideTheProfilePerEntry) {
+  SimOptions o = Profile("h100");
+  o.cost_ns[static_cast<int>(SimOp::kMap)] = 7;
+  o.cost_ns_per_mib[static_cast<int>(SimOp::kMap)] = 1'000;
+  const std::uint64_t huge = std::uint64_t{1} << 30;
+  o.cost_ns_per_mib[static_cast<int>(SimOp::kSetAccess)] = huge;
+  auto sim = Create(o);
+  auto plain = Create(Profile("h100"));
+  ASSERT_NE(sim, nullptr);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(sim->CallCostNs(SimOp::kMap, 3 * kMiB), 7u + 3'000u);
+  EXPECT_EQ(sim->CallCostNs(SimOp::kMap, kMiB / 2), 7u + 500u);
+  EXPECT_EQ(sim->CallCostNs(SimOp::kUnmap, 3 * kMiB),
+            plain->CallCostNs(SimOp::kUnmap, 3 * kMiB));
+  // Huge sizes saturate instead of wrapping.
+  EXPECT_EQ(sim->CallCostNs(SimOp::kSetAccess, ~std::uint64_t{0}),
+            ~std::uint64_t{0});
+  EXPECT_GT(sim->CallCostNs(SimOp::kMap, ~std::uint64_t{0}),
+            sim->CallCostNs(SimOp::kMap, kGiB));
+}
+
+TEST(SimCostModelTest, HostWaitCostsTheRemainingWorkOnTheModeledClock) {
+  SimOptions o = Profile("h100", 4 * kGiB);
+  o.clock = SimClock::kModeled;
+  auto sim = Create(o);
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> a = sim->Allocate(kMiB);
+  absl::StatusOr<DeviceAddress> b = sim->Allocate(kMiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  const Stream s1(1), s2(2);
+  absl::StatusOr<EventHandle> e = sim->CreateEvent();
+  ASSERT_TRUE(e.ok());
+  sim->Use(s1, *a, kMiB, 300'000);
+  sim->Use(s1, *a, kMiB, 200'000);
+  GPUALLOC_ASSERT_OK(sim->RecordEvent(*e, s1));
+  sim->Use(s2, *b, kMiB, 900'000);
+  sim->AdvanceClock(100'000);  // 400 us of s1's work remain
+  std::uint64_t before = sim->modeled_ns();
+  GPUALLOC_ASSERT_OK(sim->SynchronizeEvent(*e));
+  EXPECT_EQ(sim->modeled_ns() - before,
+            400'000u + sim->CallCostNs(SimOp::kSynchronizeEvent, 0));
+  EXPECT_EQ(sim->now_ns(), 500'000u);
+  // Waiting again for completed work costs the call alone.
+  before = sim->modeled_ns();
+  GPUALLOC_ASSERT_OK(sim->SynchronizeEvent(*e));
+  EXPECT_EQ(sim->modeled_ns() - before,
+            sim->CallCostNs(SimOp::kSynchronizeEvent, 0));
+  // Free synchronizes the device: it waits for s2's 900 us piece, 400 us
+  // of which remain.
+  before = sim->modeled_ns();
+  GPUALLOC_ASSERT_OK(sim->Free(*a));
+  EXPECT_GE(sim->modeled_ns() - before, 400'000u);
+  EXPECT_EQ(sim->modeled_ns() - before,
+            400'000u + sim->CallCostNs(SimOp::kFree, kMiB));
+  EXPECT_EQ(sim->now_ns(), 900'000u);
+  GPUALLOC_ASSERT_OK(sim->Free(*b));
+  GPUALLOC_ASSERT_OK(sim->DestroyEvent(*e));
+}
+
+TEST(SimCostModelTest, HostWaitCostsAnEstimatePerPendingPieceOnTheManualClock) {
+  SimOptions o = Profile("h100", 4 * kGiB);
+  o.clock = SimClock::kManual;
+  o.host_wait_ns_per_piece = 1'000;
+  auto sim = Create(o);
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> a = sim->Allocate(kMiB);
+  absl::StatusOr<DeviceAddress> b = sim->Allocate(kMiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  const Stream s1(1), s2(2);
+  absl::StatusOr<EventHandle> e = sim->CreateEvent();
+  ASSERT_TRUE(e.ok());
+  for (int i = 0; i < 3; ++i) sim->Use(s1, *a, kMiB);
+  GPUALLOC_ASSERT_OK(sim->RecordEvent(*e, s1));
+  for (int i = 0; i < 5; ++i) sim->Use(s2, *b, kMiB);
+  std::uint64_t before = sim->modeled_ns();
+  GPUALLOC_ASSERT_OK(sim->SynchronizeEvent(*e));
+  EXPECT_EQ(sim->modeled_ns() - before,
+            3 * 1'000u + sim->CallCostNs(SimOp::kSynchronizeEvent, 0));
+  // Free waits for everything: s2's five pieces (streams run side by side,
+  // so the longest queue sets the wait).
+  sim->Use(s1, *a, kMiB);
+  before = sim->modeled_ns();
+  GPUALLOC_ASSERT_OK(sim->Free(*a));
+  EXPECT_EQ(sim->modeled_ns() - before,
+            5 * 1'000u + sim->CallCostNs(SimOp::kFree, kMiB));
+  EXPECT_EQ(sim->pending_work(), 0u);
+  EXPECT_EQ(sim->hazards(), 0u);
+  GPUALLOC_ASSERT_OK(sim->Free(*b));
+  GPUALLOC_ASSERT_OK(sim->DestroyEvent(*e));
+}
+
+TEST(SimCostModelTest, ManualWaitEstimateDefaultsToWorkNs) {
+  SimOptions o = Profile("h100", 4 * kGiB);
+  o.work_ns = 7'000;
+  auto sim = Create(o);
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> a = sim->Allocate(kMiB);
+  ASSERT_TRUE(a.ok());
+  sim->Use(Stream(1), *a, kMiB);
+  sim->Use(Stream(1), *a, kMiB);
+  const std::uint64_t before = sim->modeled_ns();
+  GPUALLOC_ASSERT_OK(sim->Free(*a));
+  EXPECT_EQ(sim->modeled_ns() - before,
+            2 * 7'000u + sim->CallCostNs(SimOp::kFree, kMiB));
 }
 
 TEST(SimVmmTest, WithoutTheCapabilityEveryCallIsUnimplementedAndCounted) {

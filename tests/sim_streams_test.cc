@@ -1055,6 +1055,7 @@ TEST(SimStreamsFaultTest, EachCallIsCountedAndCosted) {
   o.profile = "h100";
   o.total_bytes = kGiB;
   for (int i = 0; i < kNumSimOps; ++i) o.cost_ns[i] = std::uint64_t{1} << i;
+  o.cost_ns_per_mib = {};  // per call only
   auto sim = MakeSim(o);
   ASSERT_NE(sim, nullptr);
   const auto cost = [&](SimOp op) { return o.cost_ns[static_cast<int>(op)]; };

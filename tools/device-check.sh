@@ -14,7 +14,10 @@
 #    instance, registry).
 # 4. Runs gpualloc-device-bench: cuMemAlloc/cuMemFree vs gpualloc BFC vs the
 #    async pool vs virtual-memory map/unmap for 256 B .. 1 GiB (median host us),
-#    granularity and alignment observed, usable device memory.
+#    granularity and alignment observed, usable device memory; and each call
+#    on its own (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap,
+#    cuMemRelease, cuMemAlloc, cuMemFree) at 2 MiB, 20 MiB and 1 GiB, median
+#    host us next to the simulator's cost model for the device's profile.
 # 5. When PyTorch with CUDA is installed, trains a small transformer
 #    (tools/torch_train_check.py) with PyTorch's allocator and, when the build
 #    made libgpualloc_torch.so, with gpualloc through the pluggable-allocator

@@ -31,6 +31,9 @@ constexpr std::uint64_t kKiB = std::uint64_t{1} << 10;
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
+DriverCosts NvidiaCosts();
+DriverCosts AmdCosts();
+
 // Numbers shared by every NVIDIA row (sm_80 and sm_90 alike).
 //  - Granularity: cuMemGetAllocationGranularity reports 2 MiB for both the
 //    minimum and the recommended granularity of pinned device memory (CUDA
@@ -53,6 +56,7 @@ ArchProfile NvidiaProfile() {
   p.page_sizes = {4 * kKiB, 64 * kKiB, 2 * kMiB, 512 * kMiB};
   p.min_block_size = 256;
   p.large_page_size = 2 * kMiB;
+  p.costs = NvidiaCosts();
   return p;
 }
 
@@ -78,7 +82,83 @@ ArchProfile AmdProfile() {
   p.page_sizes = {4 * kKiB, 2 * kMiB};
   p.min_block_size = 256;
   p.large_page_size = 2 * kMiB;
+  p.costs = AmdCosts();
   return p;
+}
+
+// Modeled driver-call costs, NVIDIA (H100, H200 and A100 alike: the work is
+// the driver's and the GMMU's, the same on sm_80 and sm_90). Host time per
+// call plus a part that grows with the bytes ("/MiB").
+//  - Shape: PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp,
+//    expandable segments) grows its large pool by 20 MiB handles rather than
+//    ten 2 MiB ones because mapping ten separately created 2 MiB pages costs
+//    about ten times as much as mapping one 20 MiB handle: at these sizes the
+//    per-call part dominates. Here ten 2 MiB cuMemMap calls cost 8.5 times
+//    one of 20 MiB, and ten 2 MiB create+map+access 7.4 times.
+//  - At one 2 MiB granule every VMM call costs what this model charged per
+//    call before it had a per-byte part: cuMemCreate 40 us, cuMemMap 10 us,
+//    cuMemSetAccess 30 us, cuMemUnmap 30 us, cuMemRelease 20 us,
+//    cuMemAddressReserve/Free 5 us (the driver's address tree only). Those
+//    follow vAttention (Prabhu et al. 2024, section 6: "invoking CUDA APIs
+//    incurs high latency", the reason it maps ahead of time) in order of
+//    magnitude; no source found here gives each call's figure, so they are
+//    estimates for tools/device-check.sh to check.
+//  - Per-MiB parts: estimates; no per-size measurement was found.
+//    cuMemCreate 1 us/MiB: the driver clears new physical memory, assumed at
+//    about 1 TB/s (a third of H100's 3.35 TB/s HBM3 bandwidth).
+//    cuMemSetAccess and cuMemUnmap 0.5 us/MiB: writing, then clearing page
+//    table entries and invalidating TLBs. cuMemMap 0.1 us/MiB (it records the
+//    mapping; the page tables are written by cuMemSetAccess). cuMemRelease
+//    0.2 us/MiB. tools/device-check.sh prints measured figures next to these
+//    at 2 MiB, 20 MiB and 1 GiB, so they can be checked on a GPU.
+//  - cuMemAlloc / cuMemFree: 50 us and 30 us per call (the figures this
+//    model used before: typical host cost of a large cudaMalloc on Hopper;
+//    cudaFree also synchronizes the device, costed apart as the wait), plus
+//    the per-MiB work of create+map+access (1.6 us/MiB) and unmap+release
+//    (0.7 us/MiB), which they do inside. Estimates.
+DriverCosts NvidiaCosts() {
+  DriverCosts c;
+  c.allocate = {50'000, 1'600};
+  c.free = {30'000, 700};
+  c.reserve_address = {5'000, 0};
+  c.free_address = {5'000, 0};
+  c.create_physical = {38'000, 1'000};
+  c.release_physical = {19'600, 200};
+  c.map = {9'800, 100};
+  c.unmap = {29'000, 500};
+  c.set_access = {29'000, 500};
+  c.sources =
+      "PyTorch CUDACachingAllocator expandable segments (ten 2 MiB maps cost "
+      "about ten times one 20 MiB map); vAttention (Prabhu et al. 2024) "
+      "section 6 (VMM calls incur high latency); the figures themselves are "
+      "estimates for tools/device-check.sh to check";
+  return c;
+}
+
+// Modeled driver-call costs, AMD (MI300X and MI250X alike). No published
+// per-call figures for hipMalloc, hipMemCreate, hipMemMap or hipMemSetAccess
+// were found: every number here is an estimate, twice NVIDIA's per call and
+// per MiB (address reservation aside: a runtime-side address tree, like
+// CUDA's). Why slower: each ROCm virtual memory call goes through the HIP
+// runtime, ROCr and a KFD ioctl (hipMemCreate allocates through KFD like
+// hipMalloc; hipMemMap and hipMemSetAccess map the buffer into the GPU page
+// tables through KFD, 4 KiB PTEs grouped into 2 MiB fragments), and virtual
+// memory only became functional in ROCm 6.1.
+DriverCosts AmdCosts() {
+  DriverCosts c;
+  c.allocate = {100'000, 3'200};
+  c.free = {60'000, 1'400};
+  c.reserve_address = {5'000, 0};
+  c.free_address = {5'000, 0};
+  c.create_physical = {76'000, 2'000};
+  c.release_physical = {39'200, 400};
+  c.map = {19'600, 200};
+  c.unmap = {58'000, 1'000};
+  c.set_access = {58'000, 1'000};
+  c.sources =
+      "estimates: twice the NVIDIA figures (HIP -> ROCr -> KFD ioctl per "
+      "virtual memory call; no published per-call measurement found)";
+  return c;
 }
 
 constexpr absl::string_view kNvidiaSources =

@@ -21,7 +21,9 @@
 //    corrupting a neighbour.
 //  - Every call is counted; a call that fails (fault injection or a real error)
 //    also counts as failed and costs nothing; a successful call adds its
-//    modeled cost. A call that fails changes no state other than the counters.
+//    modeled cost: per call plus per MiB it handles (the profile's figures
+//    unless the options say otherwise), and for a host wait the pending work
+//    it waits for. A call that fails changes no state other than the counters.
 //  - Streams: a stream is its count of queued pieces (positions 1, 2, ...),
 //    how many of them completed, and a vector clock: per other stream, the
 //    position its future work is ordered after. An event captures the
@@ -124,6 +126,51 @@ std::uint64_t AlignUp(std::uint64_t x, std::uint64_t alignment) {
 int OpIndex(SimOp op) {
   const int index = static_cast<int>(op);
   return index >= 0 && index < kNumSimOps ? index : -1;
+}
+
+// The cost model after SimOptions' kProfileCost entries took the profile's
+// figures.
+struct CostModel {
+  std::array<std::uint64_t, kNumSimOps> call_ns = {};
+  std::array<std::uint64_t, kNumSimOps> per_mib_ns = {};
+  std::uint64_t wait_ns_per_piece = 0;
+};
+
+CostModel ResolveCosts(const SimOptions& options, const ArchProfile& profile) {
+  const DriverCosts& d = profile.costs;
+  const std::pair<SimOp, const CallCost*> from_profile[] = {
+      {SimOp::kAllocate, &d.allocate},
+      {SimOp::kFree, &d.free},
+      {SimOp::kReserveAddress, &d.reserve_address},
+      {SimOp::kFreeAddress, &d.free_address},
+      {SimOp::kCreatePhysical, &d.create_physical},
+      {SimOp::kReleasePhysical, &d.release_physical},
+      {SimOp::kMap, &d.map},
+      {SimOp::kUnmap, &d.unmap},
+      {SimOp::kSetAccess, &d.set_access}};
+  CostModel model;
+  model.call_ns = options.cost_ns;
+  model.per_mib_ns = options.cost_ns_per_mib;
+  for (const auto& [op, cost] : from_profile) {
+    const auto index = static_cast<std::size_t>(op);
+    if (model.call_ns[index] == SimOptions::kProfileCost) {
+      model.call_ns[index] = cost->call_ns;
+    }
+    if (model.per_mib_ns[index] == SimOptions::kProfileCost) {
+      model.per_mib_ns[index] = cost->per_mib_ns;
+    }
+  }
+  // An op the profile has no figure for: a kProfileCost left there costs 0.
+  for (std::uint64_t& ns : model.call_ns) {
+    if (ns == SimOptions::kProfileCost) ns = 0;
+  }
+  for (std::uint64_t& ns : model.per_mib_ns) {
+    if (ns == SimOptions::kProfileCost) ns = 0;
+  }
+  model.wait_ns_per_piece = options.host_wait_ns_per_piece != 0
+                                ? options.host_wait_ns_per_piece
+                                : options.work_ns;
+  return model;
 }
 
 std::uint64_t SaturatingAdd(std::uint64_t a, std::uint64_t b) {
@@ -311,9 +358,9 @@ std::string SimHazard::ToString() const {
 
 class SimBackend::Impl {
  public:
-  Impl(const SimOptions& options, DeviceInfo info)
+  Impl(const SimOptions& options, DeviceInfo info, const CostModel& costs)
       : memory_(options.memory),
-        cost_ns_(options.cost_ns),
+        costs_(costs),
         info_(std::move(info)),
         fake_base_(kFakeBase +
                    static_cast<std::uint64_t>(options.ordinal) * kFakeWindow),
@@ -362,7 +409,7 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kAllocate); !fault.ok()) {
       return fault;
     }
-    return EndCall(SimOp::kAllocate, AllocateLocked(bytes));
+    return EndCall(SimOp::kAllocate, AllocateLocked(bytes), bytes);
   }
 
   absl::Status Free(DeviceAddress address) {
@@ -370,7 +417,9 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kFree); !fault.ok()) {
       return fault;
     }
-    return EndCall(SimOp::kFree, FreeLocked(address));
+    const auto live = live_.find(address);
+    const std::uint64_t bytes = live != live_.end() ? live->second.size : 0;
+    return EndCall(SimOp::kFree, FreeLocked(address), bytes);
   }
 
   // A call the device lacks the capability for: counted as a failed call.
@@ -466,11 +515,20 @@ class SimBackend::Impl {
                      UnknownEvent("SynchronizeEvent", event));
     }
     const Event& e = it->second;
+    // The host waits for the captured work: that is the call's cost too.
+    std::uint64_t wait_ns = 0;
     if (modeled_clock_) {
+      wait_ns = e.done_ns > now_ns_ ? e.done_ns - now_ns_ : 0;
       now_ns_ = std::max(now_ns_, e.done_ns);
     } else {
+      std::uint64_t most = 0;
+      for (const auto& [handle, position] : e.clock) {
+        most = std::max(most, PendingUpTo(GetStream(handle), position));
+      }
+      wait_ns = WaitCostNs(most);
       CompleteClock(e.clock);
     }
+    modeled_ns_ = SaturatingAdd(modeled_ns_, wait_ns);
     Observe(e.clock);
     ReleaseAboveThreshold();
     return EndCall(SimOp::kSynchronizeEvent, absl::OkStatus());
@@ -655,7 +713,7 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kCreatePhysical); !fault.ok()) {
       return fault;
     }
-    return EndCall(SimOp::kCreatePhysical, CreatePhysicalLocked(bytes));
+    return EndCall(SimOp::kCreatePhysical, CreatePhysicalLocked(bytes), bytes);
   }
 
   absl::Status ReleasePhysical(PhysicalHandle handle) {
@@ -663,7 +721,11 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kReleasePhysical); !fault.ok()) {
       return fault;
     }
-    return EndCall(SimOp::kReleasePhysical, ReleasePhysicalLocked(handle));
+    const auto physical = physicals_.find(handle);
+    const std::uint64_t bytes =
+        physical != physicals_.end() ? physical->second.size : 0;
+    return EndCall(SimOp::kReleasePhysical, ReleasePhysicalLocked(handle),
+                   bytes);
   }
 
   absl::Status Map(DeviceAddress address, std::uint64_t bytes,
@@ -672,7 +734,7 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kMap); !fault.ok()) {
       return fault;
     }
-    return EndCall(SimOp::kMap, MapLocked(address, bytes, handle));
+    return EndCall(SimOp::kMap, MapLocked(address, bytes, handle), bytes);
   }
 
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) {
@@ -680,7 +742,7 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kUnmap); !fault.ok()) {
       return fault;
     }
-    return EndCall(SimOp::kUnmap, UnmapLocked(address, bytes));
+    return EndCall(SimOp::kUnmap, UnmapLocked(address, bytes), bytes);
   }
 
   absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) {
@@ -688,7 +750,7 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kSetAccess); !fault.ok()) {
       return fault;
     }
-    return EndCall(SimOp::kSetAccess, SetAccessLocked(address, bytes));
+    return EndCall(SimOp::kSetAccess, SetAccessLocked(address, bytes), bytes);
   }
 
   std::uint64_t mapped_bytes() const {
@@ -750,6 +812,22 @@ class SimBackend::Impl {
     core::LockGuard lock(&mu_);
     return modeled_ns_;
   }
+  // Immutable after construction: no lock.
+  std::uint64_t CallCostNs(SimOp op, std::uint64_t bytes) const {
+    const int index = OpIndex(op);
+    if (index < 0) return 0;
+    constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+    const std::uint64_t per_mib = costs_.per_mib_ns[index];
+    // Whole MiB, then the rest pro rata; neither product can overflow for
+    // sizes below 2^64 / per_mib MiB, and the sum saturates.
+    const std::uint64_t whole = bytes / kMiB;
+    const std::uint64_t bytes_ns =
+        per_mib != 0 &&
+                whole > std::numeric_limits<std::uint64_t>::max() / per_mib
+            ? std::numeric_limits<std::uint64_t>::max()
+            : SaturatingAdd(whole * per_mib, (bytes % kMiB) * per_mib / kMiB);
+    return SaturatingAdd(costs_.call_ns[index], bytes_ns);
+  }
   void ResetCounters() {
     core::LockGuard lock(&mu_);
     calls_ = {};
@@ -793,10 +871,11 @@ class SimBackend::Impl {
 
   // Counts the outcome of a call of `op` and passes `result` through.
   template <typename T>
-  T EndCall(SimOp op, T result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  T EndCall(SimOp op, T result, std::uint64_t bytes = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const int index = OpIndex(op);
     if (result.ok()) {
-      modeled_ns_ += cost_ns_[index];
+      modeled_ns_ = SaturatingAdd(modeled_ns_, CallCostNs(op, bytes));
     } else {
       ++failed_calls_[index];
     }
@@ -917,7 +996,23 @@ class SimBackend::Impl {
     bytes_allocated_ -= allocation.size;
     live_.erase(it);
     // cudaFree synchronizes the device: everything queued completes, and the
-    // host has seen it (a synchronization point for the pool as well).
+    // host has seen it (a synchronization point for the pool as well). The
+    // host waits for that work: it is part of the call's cost.
+    std::uint64_t wait_ns = 0;
+    if (modeled_clock_) {
+      for (const auto& [handle, s] : streams_) {
+        if (s.ready_ns > now_ns_) {
+          wait_ns = std::max(wait_ns, s.ready_ns - now_ns_);
+        }
+      }
+    } else {
+      std::uint64_t most = 0;
+      for (auto& [handle, s] : streams_) {
+        most = std::max(most, PendingUpTo(s, s.next_position));
+      }
+      wait_ns = WaitCostNs(most);
+    }
+    modeled_ns_ = SaturatingAdd(modeled_ns_, wait_ns);
     CompleteAllLocked();
     for (auto& [handle, s] : streams_) {
       Prune(s);
@@ -1551,6 +1646,24 @@ class SimBackend::Impl {
     return std::nullopt;
   }
 
+  // Manual clock: how many of the first `position` pieces of `s` are still
+  // pending.
+  std::uint64_t PendingUpTo(StreamState& s, std::uint64_t position)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    position = std::min(position, s.next_position);
+    return position > s.completed_position ? position - s.completed_position
+                                           : 0;
+  }
+
+  // Manual clock: the modeled cost of a host wait that completes `pieces`
+  // pending pieces on one stream (the stream where it completes the most).
+  std::uint64_t WaitCostNs(std::uint64_t pieces) const {
+    return pieces != 0 && costs_.wait_ns_per_piece >
+                              std::numeric_limits<std::uint64_t>::max() / pieces
+               ? std::numeric_limits<std::uint64_t>::max()
+               : pieces * costs_.wait_ns_per_piece;
+  }
+
   // Manual clock: completes the first `position` pieces of `s`. The caller
   // completes what they wait for.
   void CompleteUpTo(StreamState& s, std::uint64_t position)
@@ -1689,7 +1802,8 @@ class SimBackend::Impl {
     pool_usage_.reserved += size;
     NotePoolUse(0);
     // The device pays for the physical allocation behind the segment.
-    modeled_ns_ += cost_ns_[OpIndex(SimOp::kAllocate)];
+    modeled_ns_ =
+        SaturatingAdd(modeled_ns_, CallCostNs(SimOp::kAllocate, size));
     return *address;
   }
 
@@ -1733,7 +1847,8 @@ class SimBackend::Impl {
           pool_freed_starts_.lower_bound(start),
           pool_freed_starts_.lower_bound(start + segment.size));
       pool_usage_.reserved -= segment.size;
-      modeled_ns_ += cost_ns_[OpIndex(SimOp::kFree)];
+      modeled_ns_ =
+          SaturatingAdd(modeled_ns_, CallCostNs(SimOp::kFree, segment.size));
       it = pool_segments_.erase(it);
     }
   }
@@ -1887,7 +2002,7 @@ class SimBackend::Impl {
   }
 
   const SimMemory memory_;
-  const std::array<std::uint64_t, kNumSimOps> cost_ns_;
+  const CostModel costs_;
   const DeviceInfo info_;
   const DeviceAddress fake_base_;
   const std::uint64_t host_page_size_;
@@ -2053,7 +2168,8 @@ absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
                      info.allocation_alignment, ")"));
   }
 
-  auto impl = std::make_unique<Impl>(options, std::move(info));
+  auto impl = std::make_unique<Impl>(options, std::move(info),
+                                     ResolveCosts(options, profile));
   return std::shared_ptr<SimBackend>(new SimBackend(std::move(impl)));
 }
 
@@ -2175,6 +2291,9 @@ std::uint64_t SimBackend::failed_calls(SimOp op) const {
   return impl_->failed_calls(op);
 }
 std::uint64_t SimBackend::modeled_ns() const { return impl_->modeled_ns(); }
+std::uint64_t SimBackend::CallCostNs(SimOp op, std::uint64_t bytes) const {
+  return impl_->CallCostNs(op, bytes);
+}
 void SimBackend::ResetCounters() { impl_->ResetCounters(); }
 std::uint64_t SimBackend::bytes_allocated() const {
   return impl_->bytes_allocated();

@@ -2,9 +2,9 @@
 //
 // A profile is data: allocation granularity, plain-allocation alignment, page
 // or fragment sizes, memory size and the allocator's minimum block size for one
-// GPU architecture. The table lives in backends/arch/profiles.cc with the
-// public source of every number. Profiles are immutable and live for the whole
-// program.
+// GPU architecture, and the modeled cost of its driver calls. The table lives
+// in backends/arch/profiles.cc with the public source of every number. Profiles
+// are immutable and live for the whole program.
 #ifndef GPUALLOC_ARCH_H_
 #define GPUALLOC_ARCH_H_
 
@@ -17,6 +17,29 @@
 #include "gpualloc/backend.h"
 
 namespace gpualloc {
+
+// Modeled host time of one driver call, for the simulator's cost model:
+// call_ns for the call plus per_mib_ns for each MiB it handles (pro rata).
+struct CallCost {
+  std::uint64_t call_ns = 0;
+  std::uint64_t per_mib_ns = 0;
+};
+
+// The modeled costs that differ between vendors: the calls that allocate,
+// map and free device memory. The names are CUDA's; AMD rows give HIP's
+// equivalents (hipMalloc, hipMemCreate, hipMemMap...).
+struct DriverCosts {
+  CallCost allocate;          // cuMemAlloc (cudaMalloc)
+  CallCost free;              // cuMemFree; the wait for the device is extra
+  CallCost reserve_address;   // cuMemAddressReserve
+  CallCost free_address;      // cuMemAddressFree
+  CallCost create_physical;   // cuMemCreate
+  CallCost release_physical;  // cuMemRelease
+  CallCost map;               // cuMemMap
+  CallCost unmap;             // cuMemUnmap
+  CallCost set_access;        // cuMemSetAccess
+  absl::string_view sources;  // where the numbers come from
+};
 
 struct ArchProfile {
   absl::string_view name;  // lookup key: "h100", "mi300x", "generic-amd", ...
@@ -37,6 +60,7 @@ struct ArchProfile {
   // Where large allocations prefer to start (big page / fragment boundary).
   std::uint64_t large_page_size = 0;
   absl::string_view sources;  // where the numbers come from
+  DriverCosts costs;          // the simulator's cost model for this device
 };
 
 // Every profile, in a stable order.

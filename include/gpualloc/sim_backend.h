@@ -13,7 +13,8 @@
 // pending work still uses; a stream-ordered pool with CUDA's three reuse
 // rules; fault
 // injection (fail the k-th call of an operation); and a counter of every call
-// with a modeled cost per call.
+// with its modeled cost (per call plus per byte, by architecture profile, and
+// the pending work a host wait waits for).
 //
 // Guarantees the allocator tests rely on: fake addresses are deterministic and
 // never reused (a stale pointer cannot alias a later allocation), and separate
@@ -114,21 +115,32 @@ struct SimOptions {
   std::uint64_t recommended_granularity = 0;
   std::uint64_t allocation_alignment = 0;
   SimMemory memory = SimMemory::kFake;
-  // Modeled device-side cost of one call, in nanoseconds. cudaMalloc and
-  // cudaFree synchronize the whole device; the defaults are typical host-side
-  // figures for a large allocation on a Hopper GPU. The virtual-memory calls
-  // are costed per call for one 2 MiB granule, in line with published
-  // measurements of the CUDA driver (vAttention, PyTorch's expandable
-  // segments notes): reserving and freeing address space only touches the
-  // driver's address tree (a few us); creating and releasing physical memory
-  // and setting access (which writes page tables) take tens of us; mapping
-  // is cheaper than unmapping, which also flushes TLBs. A pool call that grows
-  // the pool by a segment also adds the kAllocate cost, and one that returns
-  // a segment to the device (a trim, or the release threshold applied at a
-  // synchronization point) the kFree cost, since the device pays for them.
+  // The cost model: a successful call of `op` handling `bytes` adds
+  // cost_ns[op] + cost_ns_per_mib[op] * bytes / MiB to modeled_ns(). An
+  // entry left at kProfileCost takes the profile's figure
+  // (ArchProfile::costs, with its sources in backends/arch/profiles.cc);
+  // those are the calls that allocate, map and free memory, per call plus
+  // per byte: cuMemAlloc and cuMemFree (Allocate, Free), cuMemCreate and
+  // cuMemRelease (CreatePhysical, ReleasePhysical; a release costs its
+  // handle's bytes), cuMemMap, cuMemUnmap, cuMemSetAccess (their range), and
+  // cuMemAddressReserve/Free (per call). The rest are small per-call
+  // figures: events, the pool's calls, cudaMemGetInfo. A pool call that
+  // grows the pool by a segment also adds the kAllocate cost of the
+  // segment's bytes, and one that returns a segment to the device (a trim,
+  // or the release threshold applied at a synchronization point) its kFree
+  // cost, since the device pays for them.
+  //
+  // Host waits cost the pending work they wait for, on top of their call:
+  // SynchronizeEvent the work its event captured, Free (which synchronizes
+  // the device, like cudaFree) all queued work. Modeled clock: the time from
+  // now_ns() until that work is done. Manual clock (no time passes on its
+  // own): host_wait_ns_per_piece for each pending piece the wait completes
+  // on the stream where it completes the most (streams run side by side,
+  // pieces of one stream one after the other).
+  static constexpr std::uint64_t kProfileCost = ~std::uint64_t{0};
   std::array<std::uint64_t, kNumSimOps> cost_ns = {
-      /*kAllocate=*/50'000,
-      /*kFree=*/30'000,
+      /*kAllocate=*/kProfileCost,
+      /*kFree=*/kProfileCost,
       /*kFreeBytes=*/1'000,
       /*kCreateEvent=*/1'000,
       /*kDestroyEvent=*/1'000,
@@ -141,13 +153,38 @@ struct SimOptions {
       /*kPoolTrim=*/10'000,
       /*kConfigurePool=*/1'000,
       /*kGetPoolUsage=*/500,
-      /*kReserveAddress=*/5'000,
-      /*kFreeAddress=*/5'000,
-      /*kCreatePhysical=*/40'000,
-      /*kReleasePhysical=*/20'000,
-      /*kMap=*/10'000,
-      /*kUnmap=*/30'000,
-      /*kSetAccess=*/30'000};
+      /*kReserveAddress=*/kProfileCost,
+      /*kFreeAddress=*/kProfileCost,
+      /*kCreatePhysical=*/kProfileCost,
+      /*kReleasePhysical=*/kProfileCost,
+      /*kMap=*/kProfileCost,
+      /*kUnmap=*/kProfileCost,
+      /*kSetAccess=*/kProfileCost};
+  std::array<std::uint64_t, kNumSimOps> cost_ns_per_mib = {
+      /*kAllocate=*/kProfileCost,
+      /*kFree=*/kProfileCost,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      /*kReserveAddress=*/kProfileCost,
+      /*kFreeAddress=*/kProfileCost,
+      /*kCreatePhysical=*/kProfileCost,
+      /*kReleasePhysical=*/kProfileCost,
+      /*kMap=*/kProfileCost,
+      /*kUnmap=*/kProfileCost,
+      /*kSetAccess=*/kProfileCost};
+  // Manual clock: the modeled cost of waiting for one pending piece of work
+  // (0: work_ns, what a piece takes on the modeled clock by default).
+  std::uint64_t host_wait_ns_per_piece = 0;
   int ordinal = 0;
   // Capabilities the simulated device offers (tests turn them off to check
   // that a mode the backend cannot serve fails clearly). Without them the
@@ -335,7 +372,11 @@ class SimBackend final : public Backend {
   // Counters since creation (or the last ResetCounters).
   std::uint64_t calls(SimOp op) const;
   std::uint64_t failed_calls(SimOp op) const;
-  std::uint64_t modeled_ns() const;  // sum of cost_ns over successful calls
+  // The modeled cost of the successful calls (and their host waits).
+  std::uint64_t modeled_ns() const;
+  // What one successful call of `op` handling `bytes` adds to modeled_ns(),
+  // host waits aside: the resolved cost model.
+  std::uint64_t CallCostNs(SimOp op, std::uint64_t bytes) const;
   void ResetCounters();
 
   // Device memory currently handed out, and how many allocations hold it.

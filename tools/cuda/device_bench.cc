@@ -9,6 +9,11 @@
 //   - gpualloc's async mode (the backend's stream-ordered pool);
 //   - virtual memory: cuMemCreate + cuMemMap + cuMemSetAccess, and
 //     cuMemUnmap + cuMemRelease, of the size rounded up to the granularity;
+//   - each virtual memory call on its own (cuMemCreate, cuMemMap,
+//     cuMemSetAccess, cuMemUnmap, cuMemRelease) and cuMemAlloc / cuMemFree,
+//     at 2 MiB, 20 MiB and 1 GiB, next to what the simulator's cost model
+//     (SimBackend::CallCostNs, the device's architecture profile) predicts
+//     for the same calls, and the ratio ten 2 MiB handles : one 20 MiB;
 // and reports the granularity and the alignment observed, and the device
 // memory actually usable (free after the allocators were made, and the
 // largest single cuMemAlloc that succeeds, found by bisection). It also
@@ -40,6 +45,7 @@
 #include "backends/cuda/cuda_driver.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/backend.h"
+#include "gpualloc/sim_backend.h"
 
 namespace {
 
@@ -350,6 +356,157 @@ int Run(const Args& args) {
                         Cell(pool.second), Cell(vmm.first), Cell(vmm.second)));
   }
 
+  // Each call on its own, measured and modeled.
+  std::vector<std::string> call_rows;
+  std::string ratio_line;
+  {
+    gpualloc::SimOptions model_options;
+    model_options.profile =
+        std::string(backend->profile_choice().profile->name);
+    model_options.total_bytes = 1024 * kGiB;  // any size: only costs are read
+    absl::StatusOr<std::shared_ptr<gpualloc::SimBackend>> model =
+        gpualloc::SimBackend::Create(model_options);
+    if (!model.ok()) {
+      errors.push_back(absl::StrCat("cost model: ", model.status().ToString()));
+    }
+    auto modeled_us = [&](gpualloc::SimOp op, std::uint64_t bytes) {
+      return model.ok() ? double((*model)->CallCostNs(op, bytes)) / 1000.0
+                        : -1.0;
+    };
+    struct CallRow {
+      const char* name;
+      gpualloc::SimOp op;
+    };
+    const CallRow calls[] = {
+        {"cuMemCreate", gpualloc::SimOp::kCreatePhysical},
+        {"cuMemMap", gpualloc::SimOp::kMap},
+        {"cuMemSetAccess", gpualloc::SimOp::kSetAccess},
+        {"cuMemUnmap", gpualloc::SimOp::kUnmap},
+        {"cuMemRelease", gpualloc::SimOp::kReleasePhysical},
+        {"cuMemAlloc", gpualloc::SimOp::kAllocate},
+        {"cuMemFree", gpualloc::SimOp::kFree}};
+    constexpr int kCalls = sizeof(calls) / sizeof(calls[0]);
+    std::vector<std::uint64_t> call_sizes;
+    for (std::uint64_t s : {2 * kMiB, 20 * kMiB, kGiB}) {
+      if (s <= args.max_size) call_sizes.push_back(s);
+    }
+    // measured[size][call], median us (-1: not measured).
+    std::vector<std::vector<double>> measured(call_sizes.size(),
+                                              std::vector<double>(kCalls, -1));
+    for (std::size_t z = 0; z < call_sizes.size(); ++z) {
+      const std::uint64_t size = (call_sizes[z] + gran - 1) / gran * gran;
+      std::vector<std::vector<double>> ns(kCalls);
+      const int reps = reps_for(size);
+      std::string error;
+      for (int i = -1; i < reps && error.empty(); ++i) {  // -1: warm-up
+        double t[kCalls] = {};
+        if (va.ok()) {
+          Clock::time_point t0 = Clock::now();
+          absl::StatusOr<gpualloc::PhysicalHandle> h =
+              backend->CreatePhysical(size);
+          t[0] = ElapsedNs(t0);
+          if (!h.ok()) {
+            error = h.status().ToString();
+            break;
+          }
+          absl::Status s;
+          t0 = Clock::now();
+          s = backend->Map(*va, size, *h);
+          t[1] = ElapsedNs(t0);
+          if (s.ok()) {
+            t0 = Clock::now();
+            s = backend->SetAccess(*va, size);
+            t[2] = ElapsedNs(t0);
+            t0 = Clock::now();
+            const absl::Status u = backend->Unmap(*va, size);
+            t[3] = ElapsedNs(t0);
+            if (s.ok()) s = u;
+          }
+          t0 = Clock::now();
+          const absl::Status r = backend->ReleasePhysical(*h);
+          t[4] = ElapsedNs(t0);
+          if (s.ok()) s = r;
+          if (!s.ok()) {
+            error = s.ToString();
+            break;
+          }
+        }
+        CUdeviceptr p = 0;
+        Clock::time_point t0 = Clock::now();
+        CUresult r = d.cuMemAlloc(&p, size);
+        t[5] = ElapsedNs(t0);
+        if (r != CUDA_SUCCESS) {
+          error = gpualloc::cuda::CudaError(d, "cuMemAlloc", r).ToString();
+          break;
+        }
+        t0 = Clock::now();
+        r = d.cuMemFree(p);
+        t[6] = ElapsedNs(t0);
+        if (r != CUDA_SUCCESS) {
+          error = gpualloc::cuda::CudaError(d, "cuMemFree", r).ToString();
+          break;
+        }
+        if (i < 0) continue;
+        for (int c = va.ok() ? 0 : 5; c < kCalls; ++c) ns[c].push_back(t[c]);
+      }
+      if (!error.empty()) {
+        errors.push_back(absl::StrCat("calls at ", Human(size), ": ", error));
+      }
+      for (int c = 0; c < kCalls; ++c) measured[z][c] = MedianUs(ns[c]);
+    }
+    std::string header = "| call |";
+    std::string rule = "|---|";
+    for (std::uint64_t size : call_sizes) {
+      absl::StrAppend(&header, " ", Human(size), " measured | ", Human(size),
+                      " model |");
+      absl::StrAppend(&rule, "---:|---:|");
+    }
+    call_rows.push_back(header);
+    call_rows.push_back(rule);
+    for (int c = 0; c < kCalls; ++c) {
+      std::string row = absl::StrCat("| ", calls[c].name, " |");
+      for (std::size_t z = 0; z < call_sizes.size(); ++z) {
+        const std::uint64_t size = (call_sizes[z] + gran - 1) / gran * gran;
+        absl::StrAppend(&row, " ", Cell(measured[z][c]), " | ",
+                        Cell(modeled_us(calls[c].op, size)), " |");
+      }
+      call_rows.push_back(row);
+    }
+    // Ten 2 MiB handles vs one 20 MiB handle: create + map + set access.
+    if (call_sizes.size() >= 2 && call_sizes[0] == 2 * kMiB &&
+        call_sizes[1] == 20 * kMiB) {
+      auto grow = [&](std::size_t z, bool use_model) {
+        double sum = 0;
+        for (int c = 0; c < 3; ++c) {
+          const double us = use_model ? modeled_us(calls[c].op, call_sizes[z])
+                                      : measured[z][c];
+          if (us < 0) return -1.0;
+          sum += us;
+        }
+        return sum;
+      };
+      auto ratio = [&](bool use_model) {
+        const double small = grow(0, use_model), large = grow(1, use_model);
+        return small < 0 || large <= 0
+                   ? std::string("n/a")
+                   : absl::StrFormat("%.1fx", 10 * small / large);
+      };
+      auto map_ratio = [&](bool use_model) {
+        const double small =
+            use_model ? modeled_us(calls[1].op, 2 * kMiB) : measured[0][1];
+        const double large =
+            use_model ? modeled_us(calls[1].op, 20 * kMiB) : measured[1][1];
+        return small < 0 || large <= 0
+                   ? std::string("n/a")
+                   : absl::StrFormat("%.1fx", 10 * small / large);
+      };
+      ratio_line = absl::StrFormat(
+          "- ten 2 MiB handles vs one 20 MiB: create+map+access %s measured, "
+          "%s modeled; cuMemMap alone %s measured, %s modeled",
+          ratio(false), ratio(true), map_ratio(false), map_ratio(true));
+    }
+  }
+
   // Memory check through each path, with the largest size measured.
   const MemoryCheckCalls calls = LoadMemoryCheckCalls();
   {
@@ -395,6 +552,21 @@ int Run(const Args& args) {
       "pool free | VMM create+map+access | VMM unmap+release |");
   line("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const std::string& r : rows) line(r);
+
+  line("");
+  line(absl::StrCat(
+      "Each call on its own: median host microseconds (", args.reps,
+      " repetitions, fewer at 1 GiB), next to the simulator's cost model for "
+      "profile ",
+      backend->profile_choice().profile->name,
+      " (SimBackend::CallCostNs; cuMemFree's model leaves out its wait, and "
+      "nothing is pending here):"));
+  line("");
+  for (const std::string& r : call_rows) line(r);
+  if (!ratio_line.empty()) {
+    line("");
+    line(ratio_line);
+  }
 
   const gpualloc::Stats bs = (*bfc)->GetStats();
   line("");
