@@ -107,8 +107,12 @@ RegionId BfcCore::JoinRegions(RegionId left, RegionId right,
       DropComplete(a, *oracle);
       DropComplete(b, *oracle);
     }
-    const ChunkId survivor = MergeNeighbours(seam_right);
-    if (survivor != seam_left) MergeNeighbours(seam_left);
+    // The left seam chunk may itself have merged away (into its own left
+    // neighbour) by now: merge it only while it lives and is free.
+    MergeNeighbours(seam_right);
+    if (chunks_.IsLive(seam_left) && !chunks_[seam_left].in_use) {
+      MergeNeighbours(seam_left);
+    }
   } else if (!a.in_use && !b.in_use) {
     const std::uint64_t merged = a.size + b.size;
     AbsorbFence(a, b, oracle);

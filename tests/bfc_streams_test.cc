@@ -291,6 +291,25 @@ TEST_F(BfcStreamsTest, TwoStreamsTakingTurnsKeepTheirOwnBlocks) {
   EXPECT_TRUE(oracle_.calls.empty());
 }
 
+// Fresh memory joined to a chunk whose work just became known complete:
+// the seam merges, and the chunk, now clean, merges with its clean left
+// neighbour too (gpualloc-soak found the join touching the merged-away
+// record).
+TEST_F(BfcStreamsTest, JoinMergesAcrossTheSeamAndOnToTheLeft) {
+  const DeviceAddress x = *Alloc(kMiB, kS2);
+  const DeviceAddress y = *Alloc(kMiB, kS1);
+  Free(x, kS2, 1);
+  oracle_.complete_below[kS2] = 2;  // x's work is done: it turns clean
+  Free(y, kS1, 2);                  // y stays s1's, apart from x
+  EXPECT_EQ(core_.num_free_chunks(), 2u);
+  oracle_.complete_below[kS1] = 3;
+  const RegionId added = core_.AddRegion(kBase + 2 * kMiB, 2 * kMiB);
+  core_.JoinRegions(*core_.RegionAt(kBase), added, &oracle_);
+  ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
+  EXPECT_EQ(core_.LargestFreeBlock(), 4 * kMiB);
+}
+
 TEST_F(BfcStreamsTest, FreshMemoryJoinedToAFencedChunkStaysClean) {
   const DeviceAddress a = *Alloc(2 * kMiB, kS1);
   EXPECT_FALSE(Alloc(256, kS2).has_value());  // several streams now
