@@ -98,6 +98,15 @@ std::string JsonDouble(double v) {
   return absl::StrFormat("%.9g", v);
 }
 
+// Appends "k":v to the JSON object being built in *object ("{" and the
+// fields so far).
+void AppendNumberField(std::string* object, absl::string_view k,
+                       std::uint64_t v) {
+  if (object->size() > 1) object->push_back(',');
+  AppendJsonString(object, k);
+  absl::StrAppend(object, ":", v);
+}
+
 }  // namespace
 
 absl::StatusOr<ReplayResult> Replay(const Trace& trace,
@@ -560,9 +569,7 @@ std::string ToJson(const ReplayResult& r) {
     if (i > 0) out.push_back(',');
     std::string rep = "{";
     auto rnum = [&rep](absl::string_view k, std::uint64_t v) {
-      if (rep.size() > 1) rep.push_back(',');
-      AppendJsonString(&rep, k);
-      absl::StrAppend(&rep, ":", v);
+      AppendNumberField(&rep, k, v);
     };
     rnum("ops", p.ops);
     rnum("ooms", p.ooms);
@@ -586,9 +593,7 @@ std::string ToJson(const ReplayResult& r) {
   key("stats");
   std::string inner = "{";
   auto snum = [&inner](absl::string_view k, std::uint64_t v) {
-    if (inner.size() > 1) inner.push_back(',');
-    AppendJsonString(&inner, k);
-    absl::StrAppend(&inner, ":", v);
+    AppendNumberField(&inner, k, v);
   };
   snum("num_allocs", s.num_allocs);
   snum("bytes_in_use", s.bytes_in_use);
