@@ -27,15 +27,12 @@ class ExpandableRegions final : public RegionSource {
   // not wait as cuMemFree does.
   ~ExpandableRegions() override {
     if (!c_.streams()) return;
-    std::vector<std::uintptr_t> streams;
+    std::vector<Range> regions;
     for (DeviceAddress base : c_.core.RegionBases()) {
-      const std::uint64_t size = c_.core.region_size(*c_.core.RegionAt(base));
-      for (std::uintptr_t s : c_.core.StreamsUsingFree(
-               base, size, c_.stream_order, /*in_use_too=*/true)) {
-        if (std::find(streams.begin(), streams.end(), s) == streams.end())
-          streams.push_back(s);
-      }
+      regions.emplace_back(base, c_.core.region_size(*c_.core.RegionAt(base)));
     }
+    const std::vector<std::uintptr_t> streams =
+        StreamsUsing(regions, /*in_use_too=*/true);
     if (!streams.empty()) (void)c_.stream_order.WaitForAll(streams);
   }
 
@@ -180,16 +177,9 @@ class ExpandableRegions final : public RegionSource {
     if (c_.streams() && for_stream != nullptr) {
       GPUALLOC_RETURN_IF_ERROR(KeepCompleted(&targets));
     } else if (c_.streams()) {
-      std::vector<std::uintptr_t> streams;
-      for (const auto& [address, bytes] : targets) {
-        for (std::uintptr_t s :
-             c_.core.StreamsUsingFree(address, bytes, c_.stream_order)) {
-          if (std::find(streams.begin(), streams.end(), s) == streams.end())
-            streams.push_back(s);
-        }
-      }
-      GPUALLOC_RETURN_IF_ERROR(
-          WaitForFreeMemory(c_.stream_order, streams, "unmapping it"));
+      GPUALLOC_RETURN_IF_ERROR(WaitForFreeMemory(
+          c_.stream_order, StreamsUsing(targets, /*in_use_too=*/false),
+          "unmapping it"));
     }
     absl::Status first_error;
     for (const auto& [address, bytes] : targets) {
@@ -199,6 +189,24 @@ class ExpandableRegions final : public RegionSource {
       if (!status.ok() && first_error.ok()) first_error = status;
     }
     return first_error;
+  }
+
+  using Range = std::pair<DeviceAddress, std::uint64_t>;
+
+  // The streams whose work may still use free memory in `ranges` (and, with
+  // `in_use_too`, the streams in-use chunks there were allocated on), each
+  // once.
+  std::vector<std::uintptr_t> StreamsUsing(const std::vector<Range>& ranges,
+                                           bool in_use_too) const {
+    std::vector<std::uintptr_t> streams;
+    for (const auto& [address, bytes] : ranges) {
+      for (std::uintptr_t s : c_.core.StreamsUsingFree(
+               address, bytes, c_.stream_order, in_use_too)) {
+        if (std::find(streams.begin(), streams.end(), s) == streams.end())
+          streams.push_back(s);
+      }
+    }
+    return streams;
   }
 
   // Keeps the targets no pending work uses, asking the device (no wait)
