@@ -640,18 +640,15 @@ ChunkId BfcCore::Resolve(ChunkId id, const ReuseOracle& oracle) {
 
 void BfcCore::ResolveNeighbours(ChunkId id, const ReuseOracle& oracle) {
   // `id` is still marked in use, so nothing merges into it here.
-  const ChunkId prev = chunks_[id].prev;
-  if (prev != kNoChunk && !chunks_[prev].in_use &&
-      chunks_[prev].fence != Fence::kClean &&
-      !SameCondition(chunks_[prev], chunks_[id])) {
-    Resolve(prev, oracle);
-  }
-  const ChunkId next = chunks_[id].next;
-  if (next != kNoChunk && !chunks_[next].in_use &&
-      chunks_[next].fence != Fence::kClean &&
-      !SameCondition(chunks_[next], chunks_[id])) {
-    Resolve(next, oracle);
-  }
+  auto resolve = [&](ChunkId n) {
+    if (n != kNoChunk && !chunks_[n].in_use &&
+        chunks_[n].fence != Fence::kClean &&
+        !SameCondition(chunks_[n], chunks_[id])) {
+      Resolve(n, oracle);
+    }
+  };
+  resolve(chunks_[id].prev);
+  resolve(chunks_[id].next);
 }
 
 std::size_t BfcCore::Settle(const ReuseOracle& oracle) {
