@@ -78,6 +78,7 @@ class BfcAllocator final : public Allocator {
     if (needed > resolved_.limit) return RejectTooLarge(bytes);
 
     core::LockGuard lock(&mu_);
+    stream_order_.NewSearch();
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {

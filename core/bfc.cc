@@ -562,14 +562,15 @@ bool BfcCore::SameCondition(const Chunk& a, const Chunk& b) const {
     case Fence::kClean:
       return true;
     case Fence::kStream:
-      return a.stream == b.stream;
+      return a.stream == b.stream && a.free_stamp == b.free_stamp;
     case Fence::kSet: {
       const absl::Span<const StreamStamp> x = fences_.Get(a.fence_set);
       const absl::Span<const StreamStamp> y = fences_.Get(b.fence_set);
       if (x.size() != y.size()) return false;
       for (const StreamStamp& p : x) {
         bool found = false;
-        for (const StreamStamp& q : y) found |= p.stream == q.stream;
+        for (const StreamStamp& q : y)
+          found |= p.stream == q.stream && p.stamp == q.stamp;
         if (!found) return false;
       }
       return true;
@@ -1068,8 +1069,8 @@ absl::Status BfcCore::Validate() const {
                                   "free chunks %d and %d at %#x are "
                                   "neighbours and did not merge%s",
                                   prev, id, c.address,
-                                  multi_stream_ ? " (their conditions name the "
-                                                  "same streams)"
+                                  multi_stream_ ? " (their conditions are the "
+                                                  "same)"
                                                 : ""));
         }
         if (!bins_.Contains(id)) {

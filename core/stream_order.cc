@@ -54,6 +54,7 @@ const StreamOrder::Recorded* StreamOrder::RecordOn(std::uintptr_t stream,
 
 void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
   while (!state.pending.empty() && state.pending.front().number <= up_to) {
+    if (state.seen_running == search_) return;  // asked already
     const Recorded front = state.pending.front();
     absl::StatusOr<bool> done = backend_.QueryEvent(front.event);
     if (!done.ok()) {
@@ -62,7 +63,10 @@ void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
     }
     // A stream's events complete in order: the first one still running
     // means every later one is running too.
-    if (!*done) return;
+    if (!*done) {
+      state.seen_running = search_;
+      return;
+    }
     state.completed = front.number;
     spare_events_.push_back(front.event);
     state.pending.pop_front();

@@ -43,6 +43,12 @@ class StreamOrder final : public ReuseOracle {
   // The stamp for a free happening now.
   std::uint64_t stamp() const { return events_recorded_; }
 
+  // Starts one Allocate's search: within it, an event the device said was
+  // still pending is not asked about again (one search can look at many
+  // chunks freed on one stream; the answer would not change in between but
+  // each question is a driver call).
+  void NewSearch() { ++search_; }
+
   bool KnownComplete(std::uintptr_t stream, std::uint64_t stamp) const override;
   Verdict Prepare(std::uintptr_t from, std::uint64_t stamp, std::uintptr_t to,
                   bool may_wait) override;
@@ -74,6 +80,8 @@ class StreamOrder final : public ReuseOracle {
   struct StreamState {
     std::deque<Recorded> pending;  // oldest first
     std::uint64_t completed = 0;   // number of the newest completed event
+    // The search during which the oldest pending event was seen running.
+    std::uint64_t seen_running = 0;
   };
 
   // An event ready to record: a recycled one or a new one; 0 on error.
@@ -95,6 +103,7 @@ class StreamOrder final : public ReuseOracle {
   std::vector<EventHandle> spare_events_;
   std::vector<EventHandle> all_events_;
   std::uint64_t events_recorded_ = 0;
+  std::uint64_t search_ = 1;
   std::uint64_t stream_waits_ = 0;
   std::uint64_t host_waits_ = 0;
   absl::Status error_;

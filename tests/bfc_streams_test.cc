@@ -202,16 +202,36 @@ TEST_F(BfcStreamsTest, PiecesFreedOnDifferentStreamsStayApart) {
   (void)guard;
 }
 
-TEST_F(BfcStreamsTest, MergeOfSameStreamKeepsTheLaterStamp) {
+// Two frees of one stream with different stamps stay apart: merging would
+// give the older bytes the later stamp, and other streams would wait for the
+// later free's work before using them.
+TEST_F(BfcStreamsTest, FreesOfOneStreamWithDifferentStampsStayApart) {
   const DeviceAddress a = *Alloc(4096, kS1);
   const DeviceAddress b = *Alloc(4096, kS1);
   FillTail();
   Free(a, kS1, 2);
   Free(b, kS1, 9);
   EXPECT_EQ(core_.num_fence_sets(), 0u);
+  EXPECT_EQ(core_.num_free_chunks(), 2u);
+  GPUALLOC_ASSERT_OK(core_.Validate());
   oracle_.complete_below[kS1] = 9;  // the first free done, the second not
-  EXPECT_FALSE(Alloc(8192, kS2).has_value());
+  EXPECT_EQ(Alloc(4096, kS2), a);   // known complete: no question asked
+  EXPECT_TRUE(oracle_.calls.empty());
+  EXPECT_FALSE(Alloc(4096, kS2).has_value());
+  ASSERT_FALSE(oracle_.calls.empty());
   EXPECT_EQ(oracle_.calls.back(), std::make_tuple(kS1, std::uint64_t{9}, kS2));
+}
+
+TEST_F(BfcStreamsTest, FreesOfOneStreamWithOneStampMerge) {
+  const DeviceAddress a = *Alloc(4096, kS1);
+  const DeviceAddress c = *Alloc(4096, kS1);
+  ASSERT_TRUE(Alloc(4096, kS2).has_value());  // a second stream was seen
+  FillTail();
+  ASSERT_TRUE(core_.multi_stream());
+  Free(a, kS1, 4);
+  Free(c, kS1, 4);  // no event recorded in between: one condition
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
+  GPUALLOC_ASSERT_OK(core_.Validate());
 }
 
 TEST_F(BfcStreamsTest, FreeNextToPiecesKnownCompleteMergesThemFirst) {

@@ -114,6 +114,7 @@ TEST(StreamOrderTest, OneEventCoversEveryEarlierFreeOnItsStream) {
             Verdict::kBlocked);
   EXPECT_EQ(events.recorded, 1);
   events.Finish(kS1);
+  order.NewSearch();  // the next Allocate
   EXPECT_EQ(order.Prepare(kS1, free1, kS2, /*may_wait=*/true), Verdict::kReady);
   EXPECT_TRUE(order.KnownComplete(kS1, free1));
   // A free after the event is not covered by it.
@@ -138,6 +139,7 @@ TEST(StreamOrderTest, StreamWaitPolicyMakesTheNewStreamWait) {
   EXPECT_EQ(order.stream_waits(), 1u);
   // Completed work needs no wait.
   events.Finish(kS1);
+  order.NewSearch();
   EXPECT_EQ(order.Prepare(kS1, 0, kS3, /*may_wait=*/true), Verdict::kReady);
   EXPECT_EQ(events.waits.size(), 1u);
 }
@@ -153,6 +155,12 @@ TEST(StreamOrderTest, QueriesStopAtTheFirstRunningEvent) {
             Verdict::kBlocked);  // event 2
   events.queried = 0;
   // Event 1 still runs: asking about event 2's free queries only event 1.
+  order.NewSearch();
+  EXPECT_EQ(order.Prepare(kS1, b, kS2, /*may_wait=*/true), Verdict::kBlocked);
+  EXPECT_EQ(events.queried, 1);
+  // Within one search, what the device said is still running is not asked
+  // about again.
+  EXPECT_EQ(order.Prepare(kS1, a, kS3, /*may_wait=*/true), Verdict::kBlocked);
   EXPECT_EQ(order.Prepare(kS1, b, kS2, /*may_wait=*/true), Verdict::kBlocked);
   EXPECT_EQ(events.queried, 1);
 }
