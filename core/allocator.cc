@@ -49,7 +49,10 @@ class BfcAllocator final : public Allocator {
         oracle_(backend_->info().capabilities.streams
                     ? static_cast<core::ReuseOracle*>(&stream_order_)
                     : &no_streams_),
-        stream_mask_(backend_->info().capabilities.streams ? UINTPTR_MAX : 0),
+        // The top bit is the released streams' (no stream handle has it).
+        stream_mask_(backend_->info().capabilities.streams
+                         ? ~core::StreamOrder::kReleasedBit
+                         : 0),
         source_(MakeSource()) {}
 
   ~BfcAllocator() override {
@@ -109,6 +112,29 @@ class BfcAllocator final : public Allocator {
         reinterpret_cast<std::uintptr_t>(ptr), Key(stream).handle);
     MaybeValidate();
     return status;
+  }
+
+  absl::Status ReleaseStream(Stream given) override {
+    core::LockGuard lock(&mu_);
+    const std::uintptr_t stream = Key(given).handle;
+    // Without streams (all map to one) or never seen: nothing names it.
+    if (stream_mask_ == 0 ||
+        (core_.StreamReferences(stream) == 0 && !stream_order_.Knows(stream))) {
+      return absl::OkStatus();
+    }
+    const std::uintptr_t key =
+        core::StreamOrder::kReleasedBit | ++streams_released_;
+    absl::Status status = stream_order_.ReleaseStream(stream, key);
+    if (!status.ok()) {
+      return absl::Status(
+          status.code(),
+          absl::StrFormat("ReleaseStream(stream %#x): recording its last "
+                          "event failed, nothing changed: %s",
+                          given.handle, status.message()));
+    }
+    core_.RenameStream(stream, key);
+    MaybeValidate();
+    return absl::OkStatus();
   }
 
   Stats GetStats() const override {
@@ -441,6 +467,7 @@ class BfcAllocator final : public Allocator {
   // All ones with streams, 0 without (Key).
   const std::uintptr_t stream_mask_;
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t streams_released_ ABSL_GUARDED_BY(mu_) = 0;
   // Where regions come from: separate backend allocations or expandable
   // regions. Declared last, destroyed first: it returns every region while
   // the core and the stream order still exist.

@@ -73,13 +73,20 @@ class AsyncAllocator final : public Allocator {
     std::vector<std::pair<DeviceAddress, Stream>> live;
     live.reserve(live_.size());
     live_.ForEach([&live](DeviceAddress address, const LiveAllocation& a) {
-      live.emplace_back(address, Stream(a.stream));
+      // A released stream's blocks are freed on the default stream, made to
+      // wait for that stream's last event.
+      live.emplace_back(address,
+                        Stream(IsReleasedKey(a.stream) ? 0 : a.stream));
     });
     for (const auto& [address, stream] : live) {
       (void)FreeLocked(address, stream);
     }
-    // No event is in use outside a call, so every one is idle here.
+    // No event is in use outside a call, so every one is idle here, or a
+    // released stream's last.
     for (EventHandle event : idle_events_) (void)backend_->DestroyEvent(event);
+    for (const auto& [key, event] : released_) {
+      (void)backend_->DestroyEvent(event);
+    }
   }
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
@@ -228,6 +235,49 @@ class AsyncAllocator final : public Allocator {
     return ValidateLocked();
   }
 
+  // Records one last event on `stream` when anything here names it (a live
+  // block's allocation or RecordStream stream, or a pool free awaiting the
+  // out-of-memory wait) and names a key for that event instead: frees then
+  // make their stream wait for the event, the out-of-memory wait
+  // synchronizes it, and nothing is ever recorded on `stream` again.
+  absl::Status ReleaseStream(Stream stream) override {
+    LockGuard lock(&mu_);
+    if (!backend_->info().capabilities.streams) return absl::OkStatus();
+    PruneReleasedLocked();
+    const std::uintptr_t s = stream.handle;
+    bool named = freed_streams_.contains(s);
+    live_.ForEach([&](DeviceAddress, const LiveAllocation& a) {
+      named |= a.stream == s;
+    });
+    for (const auto& [address, streams] : recorded_) {
+      named |= std::find(streams.begin(), streams.end(), s) != streams.end();
+    }
+    if (!named) return absl::OkStatus();
+    GPUALLOC_ASSIGN_OR_RETURN(const EventHandle event, AcquireEventLocked());
+    absl::Status status = backend_->RecordEvent(event, stream);
+    if (!status.ok()) {
+      idle_events_.push_back(event);
+      return absl::Status(
+          status.code(),
+          absl::StrFormat("ReleaseStream(stream %#x): recording its last "
+                          "event failed, nothing changed: %s",
+                          s, status.message()));
+    }
+    ++events_recorded_;
+    const std::uintptr_t key = kReleasedBit | ++streams_released_;
+    released_[key] = event;
+    live_.ForEachStream([&](std::uintptr_t& a) {
+      if (a == s) a = key;
+    });
+    for (auto& [address, streams] : recorded_) {
+      for (std::uintptr_t& r : streams) {
+        if (r == s) r = key;
+      }
+    }
+    if (freed_streams_.erase(s) != 0) freed_streams_.insert(key);
+    return absl::OkStatus();
+  }
+
   const DeviceInfo& device() const override { return backend_->info(); }
   const Options& options() const override { return resolved_.options; }
 
@@ -285,6 +335,14 @@ class AsyncAllocator final : public Allocator {
   // far on `other`.
   absl::Status StreamWaitLocked(Stream waiter, Stream other)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (IsReleasedKey(other.handle)) {
+      // Its last event stands for it; a forgotten one has completed.
+      auto it = released_.find(other.handle);
+      if (it == released_.end()) return absl::OkStatus();
+      absl::Status status = backend_->StreamWaitEvent(waiter, it->second);
+      if (status.ok()) ++stream_waits_;
+      return status;
+    }
     GPUALLOC_ASSIGN_OR_RETURN(const EventHandle event, AcquireEventLocked());
     absl::Status status = backend_->RecordEvent(event, other);
     if (status.ok()) {
@@ -307,6 +365,18 @@ class AsyncAllocator final : public Allocator {
     absl::Status status;
     std::vector<std::uintptr_t> done;
     for (std::uintptr_t s : freed_streams_) {
+      if (IsReleasedKey(s)) {
+        auto it = released_.find(s);
+        if (it != released_.end()) {
+          status = backend_->SynchronizeEvent(it->second);
+          if (!status.ok()) break;
+          ++host_waits_;
+          idle_events_.push_back(it->second);
+          released_.erase(it);
+        }
+        done.push_back(s);
+        continue;
+      }
       status = backend_->RecordEvent(event, Stream(s));
       if (!status.ok()) break;
       ++events_recorded_;
@@ -325,6 +395,28 @@ class AsyncAllocator final : public Allocator {
                           backend_->info().backend, status.message()));
     }
     return !done.empty();
+  }
+
+  // Forgets the released streams whose last event has completed (a query
+  // each, no wait): what names them then needs no ordering.
+  void PruneReleasedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = released_.begin(); it != released_.end();) {
+      absl::StatusOr<bool> done = backend_->QueryEvent(it->second);
+      if (done.ok() && *done) {
+        idle_events_.push_back(it->second);
+        freed_streams_.erase(it->first);
+        released_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Released streams are named by keys with the top bit set (no stream
+  // handle has it: it would be a kernel address).
+  static constexpr std::uintptr_t kReleasedBit = ~(~std::uintptr_t{0} >> 1);
+  static bool IsReleasedKey(std::uintptr_t stream) {
+    return (stream & kReleasedBit) != 0;
   }
 
   absl::StatusOr<EventHandle> AcquireEventLocked()
@@ -359,7 +451,8 @@ class AsyncAllocator final : public Allocator {
   //   A1. Each live allocation is one pool allocation: live = allocs - frees.
   //   A2. The live allocations hold no more than the limit.
   //   A3. Streams are recorded only for live allocations, each at most once.
-  //   A4. Every event created is idle between calls (none leaked).
+  //   A4. Every event created is idle between calls, or the last event of a
+  //       released stream (none leaked).
   absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(live_.Validate());
     if (backend_allocs_ - backend_frees_ != live_.size()) {
@@ -384,10 +477,11 @@ class AsyncAllocator final : public Allocator {
             live_.Find(address) == nullptr ? "not live" : "live"));
       }
     }
-    if (idle_events_.size() != events_created_) {
-      return absl::InternalError(
-          absl::StrFormat("invariant A4 broken: %d events created, %d idle",
-                          events_created_, idle_events_.size()));
+    if (idle_events_.size() + released_.size() != events_created_) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant A4 broken: %d events created, %d idle, %d kept for "
+          "released streams",
+          events_created_, idle_events_.size(), released_.size()));
     }
     return absl::OkStatus();
   }
@@ -440,6 +534,10 @@ class AsyncAllocator final : public Allocator {
   // Streams that freed memory since the last out-of-memory wait.
   absl::flat_hash_set<std::uintptr_t> freed_streams_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
+  // Released streams whose last event is not known complete: key -> event.
+  absl::flat_hash_map<std::uintptr_t, EventHandle> released_
+      ABSL_GUARDED_BY(mu_);
+  std::uint64_t streams_released_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t events_created_ ABSL_GUARDED_BY(mu_) = 0;
   // The pool's usage at the last read, and the peak bookkeeping (see
   // RefreshUsageLocked).

@@ -845,6 +845,37 @@ absl::Status BfcCore::RecordStream(DeviceAddress address,
   return absl::OkStatus();
 }
 
+template <typename Visit>
+void BfcCore::ForEachStreamField(Visit visit) {
+  for (const auto& [base, rid] : region_index_) {
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      Chunk& c = chunks_[id];
+      // In use: the allocation stream, and the RecordStream streams; free:
+      // the condition's streams.
+      if (c.in_use || c.fence == Fence::kStream) visit(c.stream);
+      if ((c.in_use || c.fence == Fence::kSet) && c.fence_set != kNoFenceSet) {
+        fences_.ForEachStream(c.fence_set, visit);
+      }
+    }
+  }
+}
+
+std::uint64_t BfcCore::StreamReferences(std::uintptr_t stream) const {
+  std::uint64_t n = 0;
+  const_cast<BfcCore*>(this)->ForEachStreamField(
+      [&](std::uintptr_t& s) { n += s == stream; });
+  return n;
+}
+
+void BfcCore::RenameStream(std::uintptr_t stream, std::uintptr_t key) {
+  // The one-stream rules take every fenced chunk for the solo stream's.
+  NoteStream(key);
+  ForEachStreamField([&](std::uintptr_t& s) {
+    if (s == stream) s = key;
+  });
+}
+
 absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
                                  std::uint64_t stamp,
                                  const ReuseOracle* oracle) {

@@ -248,6 +248,17 @@ class BfcCore {
   // Errors as Deallocate's; nothing changes on error.
   absl::Status RecordStream(DeviceAddress address, std::uintptr_t stream);
 
+  // How many chunks name `stream`: in-use chunks allocated on it or used by it
+  // (RecordStream), free chunks whose condition names it. O(chunks).
+  std::uint64_t StreamReferences(std::uintptr_t stream) const;
+  // A stream is going away (Allocator::ReleaseStream): every chunk naming
+  // `stream` names `key` instead, a stream that never allocates, so that a
+  // new stream given the same handle later is a stranger to that memory
+  // (never "its own" memory without the oracle's word). Leaves the
+  // one-stream mode: `key` is a second stream. O(chunks).
+  // REQUIRES: `key` is named by no chunk and is not kNoStreamYet.
+  void RenameStream(std::uintptr_t stream, std::uintptr_t key);
+
   // Size of the in-use chunk starting at `address`, or 0.
   std::uint64_t AllocatedSize(DeviceAddress address) const;
 
@@ -380,6 +391,9 @@ class BfcCore {
   }
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void NoteNewStream(
       std::uintptr_t stream);
+  // Calls visit(std::uintptr_t&) on every stream field of every chunk.
+  template <typename Visit>
+  void ForEachStreamField(Visit visit);
   // On the switch to several streams: the part of each fenced free chunk
   // above high_water_ was merged in while one stream was seen but never
   // used; it becomes a clean chunk of its own.

@@ -94,6 +94,12 @@ class FenceSets {
     set.resize(out);
   }
 
+  // Calls visit(std::uintptr_t&) on each pair's stream.
+  template <typename Visit>
+  void ForEachStream(FenceSetId id, Visit&& visit) {
+    for (StreamStamp& s : sets_[id]) visit(s.stream);
+  }
+
   absl::Span<const StreamStamp> Get(FenceSetId id) const {
     GPUALLOC_DCHECK(IsLive(id));
     return sets_[id];

@@ -156,6 +156,11 @@ class LiveAllocations {
   void ForEach(F&& f) const {
     for (const auto& [address, allocation] : live_) f(address, allocation);
   }
+  // The same, letting `f` change each allocation's stream.
+  template <typename F>
+  void ForEachStream(F&& f) {
+    for (auto& [address, allocation] : live_) f(allocation.stream);
+  }
 
   // One region per live allocation (its device block) holding one in-use
   // chunk, in address order.

@@ -141,6 +141,13 @@ class PlatformAllocator final : public Allocator {
     return absl::OkStatus();
   }
 
+  // Nothing to do: this mode never records on or waits for a stream (every
+  // free synchronizes the device).
+  absl::Status ReleaseStream(Stream stream) override {
+    (void)stream;
+    return absl::OkStatus();
+  }
+
   Stats GetStats() const override {
     LockGuard lock(&mu_);
     return StatsLocked();

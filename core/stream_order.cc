@@ -1,6 +1,7 @@
 // core/stream_order.cc: lazily recorded events behind stream-ordered frees.
 #include "core/stream_order.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace gpualloc::core {
@@ -20,7 +21,36 @@ absl::Status StreamOrder::TakeError() { return std::exchange(error_, {}); }
 bool StreamOrder::KnownComplete(std::uintptr_t stream,
                                 std::uint64_t stamp) const {
   auto it = streams_.find(stream);
-  return it != streams_.end() && it->second.completed > stamp;
+  if (it == streams_.end()) return IsReleasedKey(stream);  // forgotten: done
+  const StreamState& state = it->second;
+  if (state.last_event != 0) stamp = std::min(stamp, state.last_event - 1);
+  return state.completed > stamp;
+}
+
+std::size_t StreamOrder::released_streams_kept() const {
+  std::size_t n = 0;
+  for (const auto& [stream, state] : streams_) n += state.last_event != 0;
+  return n;
+}
+
+absl::Status StreamOrder::ReleaseStream(std::uintptr_t stream,
+                                        std::uintptr_t key) {
+  StreamState state;
+  auto it = streams_.find(stream);
+  if (it != streams_.end()) state = it->second;
+  const Recorded* last = RecordOn(stream, state);
+  if (last == nullptr) return TakeError();
+  state.last_event = last->number;
+  streams_.erase(stream);
+  // Already done (a query, no wait): nothing to keep.
+  ++search_;
+  Retire(state, state.last_event);
+  if (!error_.ok()) {
+    // The event stays pending under the key: asked again later.
+    (void)TakeError();
+  }
+  if (!state.pending.empty()) streams_[key] = std::move(state);
+  return absl::OkStatus();
 }
 
 EventHandle StreamOrder::TakeEvent() {
@@ -76,6 +106,20 @@ void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
 ReuseOracle::Verdict StreamOrder::Query(std::uintptr_t from,
                                         std::uint64_t stamp,
                                         EventHandle* fence) {
+  if (IsReleasedKey(from)) {
+    auto it = streams_.find(from);
+    if (it == streams_.end()) return Verdict::kReady;  // forgotten: done
+    StreamState& state = it->second;
+    // Its last event covers everything ever queued on it.
+    Retire(state, state.last_event);
+    if (!error_.ok()) return Verdict::kError;
+    if (state.pending.empty()) {
+      streams_.erase(it);
+      return Verdict::kReady;
+    }
+    *fence = state.pending.back().event;
+    return Verdict::kBlocked;
+  }
   StreamState& state = streams_[from];
   if (state.completed > stamp) return Verdict::kReady;
   // The oldest event recorded after the free captures the freeing work; when
@@ -127,6 +171,20 @@ ReuseOracle::Verdict StreamOrder::Prepare(std::uintptr_t from,
 absl::Status StreamOrder::WaitForAll(
     const std::vector<std::uintptr_t>& streams) {
   for (std::uintptr_t stream : streams) {
+    if (IsReleasedKey(stream)) {
+      // Never recorded on again: its last event is waited for.
+      auto it = streams_.find(stream);
+      if (it == streams_.end()) continue;
+      absl::Status synced =
+          backend_.SynchronizeEvent(it->second.pending.back().event);
+      if (!synced.ok()) return synced;
+      ++host_waits_;
+      for (const Recorded& done : it->second.pending) {
+        spare_events_.push_back(done.event);
+      }
+      streams_.erase(it);
+      continue;
+    }
     StreamState& state = streams_[stream];
     const Recorded* r = RecordOn(stream, state);
     if (r == nullptr) return TakeError();

@@ -58,6 +58,25 @@ class StreamOrder final : public ReuseOracle {
   // for Prepare).
   bool Poll(std::uintptr_t stream, std::uint64_t stamp);
 
+  // A stream is going away: records one last event on it (the only call on
+  // `stream` this makes, and the last one ever) and keeps the stream's
+  // events under `key`, a stream that is never recorded on, so conditions
+  // renamed to `key` (BfcCore::RenameStream) are answered by them: a stamp
+  // after the last event means the last event. Once they are all seen
+  // complete `key` is forgotten, and conditions naming a forgotten key are
+  // complete. Nothing changes on error (returned, not kept).
+  // REQUIRES: IsReleasedKey(key), and no state is kept under it yet.
+  absl::Status ReleaseStream(std::uintptr_t stream, std::uintptr_t key);
+  // Keys stand for released streams: no stream handle has the top bit set
+  // (it would be a kernel address; the simulator's handles are small).
+  static constexpr std::uintptr_t kReleasedBit = ~(~std::uintptr_t{0} >> 1);
+  static bool IsReleasedKey(std::uintptr_t stream) {
+    return (stream & kReleasedBit) != 0;
+  }
+  // Whether any event was recorded on `stream` or its conditions queried.
+  bool Knows(std::uintptr_t stream) const { return streams_.contains(stream); }
+  std::size_t released_streams_kept() const;
+
   // Host-waits until the work queued so far on each of `streams` has
   // completed (the out-of-memory path): one event recorded and waited for
   // per stream.
@@ -82,6 +101,9 @@ class StreamOrder final : public ReuseOracle {
     std::uint64_t completed = 0;   // number of the newest completed event
     // The search during which the oldest pending event was seen running.
     std::uint64_t seen_running = 0;
+    // A released stream's key: the number of its last event (no work was
+    // queued on it after that), else 0.
+    std::uint64_t last_event = 0;
   };
 
   // An event ready to record: a recycled one or a new one; 0 on error.

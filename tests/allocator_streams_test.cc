@@ -646,6 +646,82 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(i.param.name);
     });
 
+// ReleaseStream: the program destroys s1 while its work still uses a freed
+// block, a live block allocated on it and a block of s2's it declared with
+// RecordStream. Other streams then take all the memory there is, free those
+// blocks and take it again: no call ever names s1 (the simulator fails and
+// counts any), no hazard, in every mode. The handle then names a new stream.
+TEST_P(CrossStreamFreeTest, ReleasedStreamIsNeverTouchedButItsWorkCounts) {
+  for (bool tight : {false, true}) {
+    SCOPED_TRACE(tight ? "nothing else free" : "memory to spare");
+    auto sim = Sim();
+    auto a =
+        testing::MakeAllocator(ModeOptions(tight ? 6 * kMiB : 64 * kMiB), sim);
+    auto use = [&](std::uint64_t bytes, Stream s) -> void* {
+      absl::StatusOr<void*> p = a->Allocate(bytes, s);
+      if (!p.ok()) return nullptr;
+      sim->Use(s, Addr(*p), bytes);
+      return *p;
+    };
+    void* freed = use(2 * kMiB, kS1);
+    ASSERT_NE(freed, nullptr);
+    GPUALLOC_ASSERT_OK(a->Deallocate(freed, kS1));
+    void* live = use(2 * kMiB, kS1);
+    void* recorded = use(1 * kMiB, kS2);
+    ASSERT_NE(live, nullptr);
+    ASSERT_NE(recorded, nullptr);
+    GPUALLOC_ASSERT_OK(a->RecordStream(recorded, kS1));
+    sim->OrderStreams(kS1, kS2);  // the program's own order: s2 wrote it
+    sim->Use(kS1, Addr(recorded), 1 * kMiB);
+
+    GPUALLOC_ASSERT_OK(a->ReleaseStream(kS1));
+    sim->DestroyStream(kS1);
+    GPUALLOC_ASSERT_OK(a->ReleaseStream(kS1));  // twice: nothing names it
+
+    std::vector<std::pair<void*, Stream>> taken;
+    for (int round = 0; round < 2; ++round) {
+      for (int i = 0; i < 8; ++i) {
+        const Stream s = i % 2 == 0 ? kS2 : kS3;
+        if (void* p = use(1 * kMiB, s)) taken.emplace_back(p, s);
+      }
+      if (round == 0) {
+        GPUALLOC_ASSERT_OK(a->Deallocate(live, kS2));
+        GPUALLOC_ASSERT_OK(a->Deallocate(recorded, kS3));
+      }
+      for (const auto& [p, s] : taken) GPUALLOC_ASSERT_OK(a->Deallocate(p, s));
+      taken.clear();
+      GPUALLOC_ASSERT_OK(a->Validate());
+    }
+    GPUALLOC_ASSERT_OK(a->Trim());
+    GPUALLOC_ASSERT_OK(a->Validate());
+    EXPECT_EQ(sim->calls_on_destroyed_streams(), 0u);
+    EXPECT_EQ(sim->hazards(), 0u) << Hazards(*sim);
+
+    // A new stream with the old handle (made after s3's work, say): served,
+    // still no hazard.
+    sim->OrderStreams(kS1, kS3);
+    void* again = use(1 * kMiB, kS1);
+    ASSERT_NE(again, nullptr);
+    GPUALLOC_ASSERT_OK(a->Deallocate(again, kS1));
+    GPUALLOC_ASSERT_OK(a->Validate());
+    EXPECT_EQ(sim->hazards(), 0u) << Hazards(*sim);
+  }
+}
+
+TEST_P(CrossStreamFreeTest, ReleasingAStreamNeverSeenCostsNothing) {
+  auto sim = Sim();
+  auto a = testing::MakeAllocator(ModeOptions(64 * kMiB), sim);
+  absl::StatusOr<void*> p = a->Allocate(1 * kMiB, kS1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::uint64_t calls = 0;
+  for (int op = 0; op < kNumSimOps; ++op) calls += sim->calls(SimOp(op));
+  GPUALLOC_ASSERT_OK(a->ReleaseStream(kS2));
+  std::uint64_t after = 0;
+  for (int op = 0; op < kNumSimOps; ++op) after += sim->calls(SimOp(op));
+  EXPECT_EQ(after, calls);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, kS1));
+}
+
 // Destroying an allocator with live allocations says so: a count and the
 // bytes, in one line on stderr, in every mode; nothing when all was freed.
 TEST_P(CrossStreamFreeTest, DestroyingWithLiveAllocationsSaysSo) {
@@ -720,7 +796,7 @@ TEST_P(RandomStreamsTest, ZeroHazards) {
     }
   };
   std::vector<Live> live;
-  std::uint64_t ooms = 0;
+  std::uint64_t ooms = 0, released = 0;
   for (int op = 0; op < 6000; ++op) {
     const int what = static_cast<int>(rng() % 20);
     if (what < 8 || live.empty()) {
@@ -743,6 +819,21 @@ TEST_P(RandomStreamsTest, ZeroHazards) {
       order_after(l, s);
       f.sim->Use(s, Addr(l.p), l.bytes);
       l.users.push_back(s);
+    } else if (what == 11 && rng() % 4 == 0) {
+      // The program destroys a side stream none of its live blocks uses
+      // (ReleaseStream first); its frees' work may still be running. A
+      // stream of the same handle appears at once, a stranger to it.
+      const Stream s = streams[1 + rng() % 3];
+      bool used = false;
+      for (const Live& l : live) {
+        used |= std::find(l.users.begin(), l.users.end(), s) != l.users.end();
+      }
+      if (!used) {
+        GPUALLOC_ASSERT_OK(f.allocator->ReleaseStream(s));
+        f.sim->DestroyStream(s);
+        f.sim->OrderStreams(s, s);  // the new stream: no order implied
+        ++released;
+      }
     } else if (what < 12) {
       if (config.clock == SimClock::kManual) {
         f.sim->CompleteStream(streams[rng() % 4]);
@@ -763,6 +854,8 @@ TEST_P(RandomStreamsTest, ZeroHazards) {
         << "op " << op << ": " << f.allocator->Validate();
     ASSERT_EQ(f.sim->hazards(), 0u) << "op " << op << "\n" << Hazards(*f.sim);
   }
+  EXPECT_EQ(f.sim->calls_on_destroyed_streams(), 0u);
+  RecordProperty("streams_released", static_cast<int>(released));
   const Stats s = f.allocator->GetStats();
   RecordProperty("events_recorded", static_cast<int>(s.events_recorded));
   if (config.mode == AllocatorMode::kBfc) {

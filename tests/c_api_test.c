@@ -210,6 +210,13 @@ static void TestMallocFreeStreams(void) {
   CHECK(gpualloc_record_stream(a, 0, p, s2) != GPUALLOC_OK);
   CHECK_ERROR_MENTIONS("gpualloc_record_stream");
 
+  /* Streams about to be destroyed: on one device, on all; never seen. */
+  CHECK_OK(gpualloc_release_stream(a, 0, s2));
+  CHECK_OK(gpualloc_release_stream(a, GPUALLOC_ALL_DEVICES, s1));
+  CHECK_OK(gpualloc_release_stream(a, 0, (void*)0x7700));
+  CHECK_OK(gpualloc_validate(a, 0));
+  CHECK_STATUS(gpualloc_release_stream(NULL, 0, s1), GPUALLOC_INVALID_ARGUMENT);
+
   /* Out of memory: ResourceExhausted with a report, *out NULL, counted. */
   void* big = (void*)0x1;
   CHECK_STATUS(gpualloc_malloc(a, 0, (size_t)64 * kGiB, s1, &big),

@@ -30,6 +30,8 @@ static malloc_fn torch_malloc;
 static free_fn torch_free;
 static empty_cache_fn torch_empty_cache;
 static record_stream_fn torch_record_stream;
+typedef void (*release_stream_fn)(void*);
+static release_stream_fn torch_release_stream;
 static last_error_fn torch_last_error;
 static get_stats_fn torch_get_stats;
 static snapshot_fn torch_snapshot_json;
@@ -132,6 +134,8 @@ int main(int argc, char** argv) {
   torch_empty_cache = (empty_cache_fn)Symbol(lib, "gpualloc_torch_empty_cache");
   torch_record_stream =
       (record_stream_fn)Symbol(lib, "gpualloc_torch_record_stream");
+  torch_release_stream =
+      (release_stream_fn)Symbol(lib, "gpualloc_torch_release_stream");
   torch_last_error = (last_error_fn)Symbol(lib, "gpualloc_torch_last_error");
   torch_get_stats = (get_stats_fn)Symbol(lib, "gpualloc_torch_get_stats");
   torch_snapshot_json =
@@ -181,6 +185,11 @@ int main(int argc, char** argv) {
       live[op->id] = NULL;
       requested_now -= op->size;
       ++frees;
+    }
+    /* The side stream is destroyed and made again now and then. */
+    if (i % 1000 == 499) {
+      torch_release_stream(StreamOf(0x5100));
+      CHECK(torch_last_error()[0] == '\0');
     }
     if (i % 1000 == 999) {
       torch_empty_cache();

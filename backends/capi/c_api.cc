@@ -235,6 +235,34 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
 
 using gpualloc::Boundary;
 
+namespace gpualloc {
+namespace {
+// `f` on the device's allocator, or with GPUALLOC_ALL_DEVICES on every device
+// used so far (creating none); then the first error after all were tried.
+template <typename F>
+absl::Status OnDevices(gpualloc_t* allocator, int device, F f) {
+  if (allocator == nullptr) return NullArgument("the allocator handle");
+  if (device != GPUALLOC_ALL_DEVICES) {
+    absl::StatusOr<Allocator*> a = AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    return f(**a);
+  }
+  absl::Status first;
+  for (int d = 0; d < allocator->registry->num_devices(); ++d) {
+    Allocator* a = allocator->used[static_cast<std::size_t>(d)].load(
+        std::memory_order_acquire);
+    if (a == nullptr) continue;
+    absl::Status s = f(*a);
+    if (!s.ok() && first.ok()) {
+      first =
+          absl::Status(s.code(), absl::StrCat("device ", d, ": ", s.message()));
+    }
+  }
+  return first;
+}
+}  // namespace
+}  // namespace gpualloc
+
 extern "C" {
 
 gpualloc_status_t gpualloc_create(const char* config, gpualloc_t** out) {
@@ -364,30 +392,18 @@ void gpualloc_string_free(char* text) { std::free(text); }
 
 gpualloc_status_t gpualloc_trim(gpualloc_t* allocator, int device) {
   return Boundary("gpualloc_trim", [&]() -> absl::Status {
-    if (allocator == nullptr) {
-      return gpualloc::NullArgument("the allocator handle");
-    }
-    if (device != GPUALLOC_ALL_DEVICES) {
-      absl::StatusOr<gpualloc::Allocator*> a =
-          gpualloc::AllocatorOf(allocator, device);
-      if (!a.ok()) return a.status();
-      return (*a)->Trim();
-    }
-    // Every device used so far; the first error is returned after all were
-    // tried.
-    absl::Status first;
-    for (int d = 0; d < allocator->registry->num_devices(); ++d) {
-      gpualloc::Allocator* a =
-          allocator->used[static_cast<std::size_t>(d)].load(
-              std::memory_order_acquire);
-      if (a == nullptr) continue;
-      absl::Status s = a->Trim();
-      if (!s.ok() && first.ok()) {
-        first = absl::Status(s.code(),
-                             absl::StrCat("device ", d, ": ", s.message()));
-      }
-    }
-    return first;
+    return gpualloc::OnDevices(allocator, device,
+                               [](gpualloc::Allocator& a) { return a.Trim(); });
+  });
+}
+
+gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator, int device,
+                                          void* stream) {
+  return Boundary("gpualloc_release_stream", [&]() -> absl::Status {
+    return gpualloc::OnDevices(
+        allocator, device, [stream](gpualloc::Allocator& a) {
+          return a.ReleaseStream(gpualloc::StreamOf(stream));
+        });
   });
 }
 

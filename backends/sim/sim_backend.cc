@@ -97,6 +97,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -468,6 +469,9 @@ class SimBackend::Impl {
     if (it == events_.end()) {
       return EndCall(SimOp::kRecordEvent, UnknownEvent("RecordEvent", event));
     }
+    if (absl::Status s = CheckNotDestroyed(stream, "RecordEvent"); !s.ok()) {
+      return EndCall(SimOp::kRecordEvent, s);
+    }
     const StreamState& s = GetStream(stream.handle);
     Event& e = it->second;
     e.clock = s.clock;
@@ -499,6 +503,10 @@ class SimBackend::Impl {
     if (it == events_.end()) {
       return EndCall(SimOp::kStreamWaitEvent,
                      UnknownEvent("StreamWaitEvent", event));
+    }
+    if (absl::Status s = CheckNotDestroyed(stream, "StreamWaitEvent");
+        !s.ok()) {
+      return EndCall(SimOp::kStreamWaitEvent, s);
     }
     Wait(stream.handle, it->second.clock, it->second.done_ns);
     return EndCall(SimOp::kStreamWaitEvent, absl::OkStatus());
@@ -540,6 +548,7 @@ class SimBackend::Impl {
            std::uint64_t duration_ns) {
     core::LockGuard lock(&mu_);
     if (duration_ns == 0) duration_ns = work_ns_;
+    destroyed_streams_.erase(stream.handle);  // a new stream with the handle
     const DeviceAddress end = SaturatingEnd(address, bytes);
     StreamState& s = GetStream(stream.handle);
     if (end > address && !UsableLocked(address, end)) {
@@ -590,8 +599,29 @@ class SimBackend::Impl {
     CompleteUpTo(s, s.next_position);
   }
 
+  void DestroyStream(Stream stream) {
+    core::LockGuard lock(&mu_);
+    destroyed_streams_.insert(stream.handle);
+  }
+
+  std::uint64_t calls_on_destroyed_streams() const {
+    core::LockGuard lock(&mu_);
+    return calls_on_destroyed_streams_;
+  }
+
+  // FailedPrecondition for a call naming a destroyed stream.
+  absl::Status CheckNotDestroyed(Stream stream, absl::string_view call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!destroyed_streams_.contains(stream.handle)) return absl::OkStatus();
+    ++calls_on_destroyed_streams_;
+    return absl::FailedPreconditionError(
+        absl::StrFormat("sim: %s on stream %#x, which the program destroyed",
+                        call, stream.handle));
+  }
+
   void OrderStreams(Stream waiter, Stream other) {
     core::LockGuard lock(&mu_);
+    destroyed_streams_.erase(waiter.handle);  // a new stream with the handle
     if (waiter.handle == other.handle) return;
     const StreamState& s = GetStream(other.handle);
     VectorClock clock = s.clock;
@@ -659,6 +689,9 @@ class SimBackend::Impl {
     if (absl::Status fault = BeginCall(SimOp::kPoolAllocate); !fault.ok()) {
       return fault;
     }
+    if (absl::Status s = CheckNotDestroyed(stream, "PoolAllocate"); !s.ok()) {
+      return EndCall(SimOp::kPoolAllocate, absl::StatusOr<DeviceAddress>(s));
+    }
     return EndCall(SimOp::kPoolAllocate, PoolAllocateLocked(bytes, stream));
   }
 
@@ -666,6 +699,9 @@ class SimBackend::Impl {
     core::LockGuard lock(&mu_);
     if (absl::Status fault = BeginCall(SimOp::kPoolFree); !fault.ok()) {
       return fault;
+    }
+    if (absl::Status s = CheckNotDestroyed(stream, "PoolFree"); !s.ok()) {
+      return EndCall(SimOp::kPoolFree, s);
     }
     return EndCall(SimOp::kPoolFree, PoolFreeLocked(address, stream));
   }
@@ -2034,6 +2070,8 @@ class SimBackend::Impl {
   EventHandle next_event_ ABSL_GUARDED_BY(mu_) = 1;
   std::uint64_t now_ns_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t hazards_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<std::uintptr_t> destroyed_streams_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t calls_on_destroyed_streams_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SimHazard> hazard_log_ ABSL_GUARDED_BY(mu_);
 
   PoolOptions pool_options_ ABSL_GUARDED_BY(mu_);
@@ -2278,6 +2316,10 @@ void SimBackend::AdvanceClock(std::uint64_t ns) { impl_->AdvanceClock(ns); }
 std::uint64_t SimBackend::now_ns() const { return impl_->now_ns(); }
 std::uint64_t SimBackend::pending_work() const { return impl_->pending_work(); }
 std::uint64_t SimBackend::hazards() const { return impl_->hazards(); }
+void SimBackend::DestroyStream(Stream stream) { impl_->DestroyStream(stream); }
+std::uint64_t SimBackend::calls_on_destroyed_streams() const {
+  return impl_->calls_on_destroyed_streams();
+}
 std::vector<SimHazard> SimBackend::hazard_log() const {
   return impl_->hazard_log();
 }

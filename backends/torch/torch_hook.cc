@@ -215,6 +215,17 @@ GPUALLOC_API void gpualloc_torch_record_stream(void* ptr, void* stream) {
   Fail(message);
 }
 
+// Before the runtime destroys `stream`: the allocator never touches it
+// again on any device (the work queued on it still guards its memory).
+GPUALLOC_API void gpualloc_torch_release_stream(void* stream) {
+  gpualloc_t* handle = Handle("gpualloc_torch_release_stream");
+  if (handle == nullptr) return;
+  if (gpualloc_release_stream(handle, GPUALLOC_ALL_DEVICES, stream) !=
+      GPUALLOC_OK) {
+    FailWithLastError();
+  }
+}
+
 // The latest failure's message ("" if none), from any thread. The pointer
 // stays valid until the calling thread calls this again.
 GPUALLOC_API const char* gpualloc_torch_last_error(void) {

@@ -185,6 +185,16 @@ class Allocator {
   // streams only after that work too has completed. Unknown pointers are an
   // error naming the address.
   virtual absl::Status RecordStream(void* ptr, Stream stream) = 0;
+  // The runtime is about to destroy `stream`. Once this returns the allocator
+  // never touches it again (no event recorded on it, no wait made on it),
+  // while the work already queued on it is still honoured: one last event is
+  // recorded on it here, and memory its work may still use is reused on
+  // other streams only once that event has completed. The handle may then
+  // name a new stream: the allocator treats it as a stranger to the old
+  // stream's memory. Costs one event record and query, plus a walk over the
+  // allocator's blocks (no host wait); a stream the allocator never saw costs
+  // nothing. On error (the event could not be recorded) nothing changes.
+  virtual absl::Status ReleaseStream(Stream stream) = 0;
 
   virtual Stats GetStats() const = 0;
   // Resets the peak statistics to the current values.

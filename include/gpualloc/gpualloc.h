@@ -148,6 +148,15 @@ GPUALLOC_API gpualloc_status_t gpualloc_free(gpualloc_t* allocator, int device,
 GPUALLOC_API gpualloc_status_t gpualloc_record_stream(gpualloc_t* allocator,
                                                       int device, void* ptr,
                                                       void* stream);
+/* The runtime is about to destroy `stream` (cudaStreamDestroy,
+ * hipStreamDestroy): once this returns, the allocator never records on or
+ * waits for it again, while the work already queued on it still guards the
+ * memory it may use (one last event recorded here). The handle may later name
+ * a new stream. GPUALLOC_ALL_DEVICES releases it on every device created so
+ * far. A stream the allocator never saw costs nothing. */
+GPUALLOC_API gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator,
+                                                       int device,
+                                                       void* stream);
 
 /* Fills *out (see gpualloc_stats_t: set out->struct_size first). A device not
  * used yet is created, so its bytes_limit is known. */

@@ -341,6 +341,13 @@ class SimBackend final : public Backend {
   // Not a backend call (not counted, never fails): it stands for what the
   // program does, not the allocator.
   void OrderStreams(Stream waiter, Stream other);
+  // The program destroys `stream` (cudaStreamDestroy): its queued work goes
+  // on, but a later RecordEvent, StreamWaitEvent, PoolAllocate or PoolFree
+  // naming it fails with FailedPrecondition and is counted
+  // (calls_on_destroyed_streams). A later Use of the handle, or OrderStreams
+  // naming it as the waiter, makes it a new stream. Not a backend call.
+  void DestroyStream(Stream stream);
+  std::uint64_t calls_on_destroyed_streams() const;
   // Modeled clock: moves host time forward (the manual clock keeps now_ns
   // too, moved only by AdvanceClock, and ignores it).
   void AdvanceClock(std::uint64_t ns);
