@@ -20,10 +20,11 @@ std::optional<GrowthPlan> PlanGrowth(const std::vector<Extent>& extents,
                                      std::uint64_t space_size,
                                      std::uint64_t needed, std::uint64_t unit) {
   std::optional<GrowthPlan> best;
-  auto consider = [&](DeviceAddress address, std::uint64_t bytes) {
+  auto consider = [&](DeviceAddress address, std::uint64_t bytes,
+                      std::uint64_t room_after) {
     if (!best.has_value() || bytes < best->bytes ||
         (bytes == best->bytes && address < best->address)) {
-      best = GrowthPlan{address, bytes};
+      best = GrowthPlan{address, bytes, room_after};
     }
   };
   // Units to map next to `have` free bytes so that `needed` fit.
@@ -36,10 +37,10 @@ std::optional<GrowthPlan> PlanGrowth(const std::vector<Extent>& extents,
     const std::uint64_t room = to - from;
     if (room == 0) return;
     const std::uint64_t from_left = beyond(left);
-    if (from_left <= room) consider(from, from_left);
+    if (from_left <= room) consider(from, from_left, room - from_left);
     const std::uint64_t from_right = beyond(right);
-    if (from_right <= room) consider(to - from_right, from_right);
-    if (left + room + right >= needed) consider(from, room);
+    if (from_right <= room) consider(to - from_right, from_right, 0);
+    if (left + room + right >= needed) consider(from, room, 0);
   };
   DeviceAddress cursor = space_base;
   std::uint64_t left = 0;

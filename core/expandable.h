@@ -48,6 +48,10 @@ struct Extent {
 struct GrowthPlan {
   DeviceAddress address = 0;  // where to map
   std::uint64_t bytes = 0;    // how much: a multiple of the unit
+  // Unmapped bytes right after [address, address + bytes) that a larger
+  // mapping may take (0 where the plan reaches the free start of the extent
+  // after it, which a larger mapping would cut off).
+  std::uint64_t room_after = 0;
 };
 
 // The smallest mapping inside [space_base, space_base + space_size) after

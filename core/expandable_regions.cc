@@ -86,12 +86,25 @@ class ExpandableRegions final : public RegionSource {
           "mapping %d more bytes would pass the limit of %d bytes (%d mapped)",
           plan->bytes, c_.resolved.limit, reserved));
     }
+    // A growth smaller than kGrowthStepUnits units maps that many where the
+    // hole has room: small growth comes in runs (a live set rising to its
+    // peak a block at a time), and each mapping costs three device calls
+    // whatever its size. Only in the lower half of the limit: a block kept
+    // in a larger handle pins the whole handle, and near the limit that can
+    // be the difference between serving a large request after fragmentation
+    // and running out of memory.
+    const std::uint64_t step = kGrowthStepUnits * space_.unit();
+    std::uint64_t bytes = plan->bytes;
+    if (bytes < step && bytes + plan->room_after >= step &&
+        reserved + step <= c_.resolved.limit / 2) {
+      bytes = step;
+    }
     // One physical handle of the whole growth: one create, map and
     // set-access whatever its size (measured on the bundled traces against
     // one handle per 2 MiB granule: 5 to 16 times fewer device calls, and
     // 0.2 to 1.3 points less utilization, because Trim and garbage
     // collection can unmap only whole handles).
-    return MapRegion(plan->address, plan->bytes, plan->bytes);
+    return MapRegion(plan->address, bytes, bytes);
   }
 
   // (An empty keep range: [1, 0) touches no chunk.)
@@ -124,6 +137,17 @@ class ExpandableRegions final : public RegionSource {
   std::uint64_t backend_frees() const override { return space_.unmaps(); }
 
  private:
+  // Growth maps at least this many units (6 MiB with 2 MiB units) while
+  // reserved memory is below half the limit. Measured on the four bundled
+  // real traces (growth, simulated H100), as backend calls and modeled
+  // device time against separate regions and utilization, worst trace each:
+  //   exact growth:             3.43x, 1.48x, 99.01%
+  //   at least 3 units:         2.74x, 1.24x, 98.77%
+  //   multiples of 3 units:     2.58x, 1.18x, 98.91%, and a 2%-spare device
+  //                             runs out of memory (larger handles, pinned)
+  //   multiples of 5 units:     2.12x, 1.02x, 97.24%
+  static constexpr std::uint64_t kGrowthStepUnits = 3;
+
   // The reserved range, on first use: four times the device's memory.
   // Address space is cheap (a GPU's is 2^47 bytes and more) while running
   // out of it is not: trimming leaves holes, and a request larger than every

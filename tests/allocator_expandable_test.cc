@@ -93,36 +93,42 @@ TEST(AllocatorExpandableTest, TensorFlowVirtualMemoryCasePreallocated) {
 TEST(AllocatorExpandableTest, GrowthJoinsTheFreeTail) {
   auto sim = MakeSim(kGiB);
   auto a = MakeAllocator(Expandable(256 * kMiB), sim);
-  void* x = *a->Allocate(kMiB);  // maps one 2 MiB granule
-  EXPECT_EQ(a->GetStats().bytes_reserved, 2 * kMiB);
-  // 3 MiB more: the free 1 MiB tail plus one more granule.
+  // A small growth maps three 2 MiB granules at once (one handle).
+  void* x = *a->Allocate(kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 6 * kMiB);
+  // 3 MiB more fits the free 5 MiB tail: no growth.
   void* y = *a->Allocate(3 * kMiB);
   EXPECT_EQ(testing::Addr(y), testing::Addr(x) + kMiB);
+  EXPECT_EQ(a->GetStats().backend_allocs, 1u);
+  // 20 MiB more: the free 2 MiB tail plus 18 MiB mapped right after it.
+  void* z = *a->Allocate(20 * kMiB);
+  EXPECT_EQ(testing::Addr(z), testing::Addr(x) + 4 * kMiB);
   const Stats s = a->GetStats();
-  EXPECT_EQ(s.bytes_reserved, 4 * kMiB);
-  EXPECT_EQ(s.backend_allocs, 2u);  // two granules mapped
+  EXPECT_EQ(s.bytes_reserved, 24 * kMiB);
+  EXPECT_EQ(s.backend_allocs, 2u);
   EXPECT_EQ(a->GetSnapshot().regions.size(), 1u);
   ExpectAccounting(*a, *sim);
-  GPUALLOC_EXPECT_OK(a->Deallocate(x));
-  GPUALLOC_EXPECT_OK(a->Deallocate(y));
-  EXPECT_EQ(a->GetStats().largest_free_block_bytes, 4 * kMiB);
+  for (void* p : {x, y, z}) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  EXPECT_EQ(a->GetStats().largest_free_block_bytes, 24 * kMiB);
 }
 
 TEST(AllocatorExpandableTest, TrimUnmapsFreeGranulesAndGrowthRefillsTheHole) {
   auto sim = MakeSim(kGiB);
   auto a = MakeAllocator(Expandable(256 * kMiB), sim);
-  void* x = *a->Allocate(2 * kMiB);
-  void* y = *a->Allocate(8 * kMiB);
-  void* z = *a->Allocate(2 * kMiB);
+  // Each growth maps exactly what it needs (6 MiB and more is no small
+  // growth).
+  void* x = *a->Allocate(6 * kMiB);
+  void* y = *a->Allocate(12 * kMiB);
+  void* z = *a->Allocate(6 * kMiB);
   GPUALLOC_ASSERT_OK(a->Deallocate(y));
   GPUALLOC_ASSERT_OK(a->Trim());
-  EXPECT_EQ(a->GetStats().bytes_reserved, 4 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 12 * kMiB);
   EXPECT_EQ(a->GetSnapshot().regions.size(), 2u);  // the hole splits it
   ExpectAccounting(*a, *sim);
-  // 6 MiB fits the hole (mapping 6 MiB) better than the end.
-  void* w = *a->Allocate(6 * kMiB);
-  EXPECT_EQ(testing::Addr(w), testing::Addr(x) + 2 * kMiB);
-  EXPECT_EQ(a->GetStats().bytes_reserved, 10 * kMiB);
+  // 10 MiB fits the 12 MiB hole (mapping 10 MiB) better than the end.
+  void* w = *a->Allocate(10 * kMiB);
+  EXPECT_EQ(testing::Addr(w), testing::Addr(x) + 6 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 22 * kMiB);
   ExpectAccounting(*a, *sim);
   for (void* p : {x, z, w}) GPUALLOC_EXPECT_OK(a->Deallocate(p));
   GPUALLOC_ASSERT_OK(a->Trim());
@@ -310,9 +316,13 @@ TEST(AllocatorExpandableTest, AGranuleThatIsNoPowerOfTwoWorks) {
   Options o = Expandable(240 * kMiB);
   o.growth_granularity = 6 * kMiB;
   auto a = MakeAllocator(o, sim);
-  void* p = *a->Allocate(kMiB);
+  void* p = *a->Allocate(kMiB);  // a small growth: three 6 MiB units
   void* q = *a->Allocate(7 * kMiB);
-  EXPECT_EQ(a->GetStats().bytes_reserved, 12 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 18 * kMiB);
+  // 10 MiB free at the end: 12 MiB more would do, a small growth again.
+  void* r = *a->Allocate(20 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 36 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Deallocate(r));
   EXPECT_EQ(testing::Addr(p) % (2 * kMiB), 0u);
   ExpectAccounting(*a, *sim);
   GPUALLOC_EXPECT_OK(a->Deallocate(p));

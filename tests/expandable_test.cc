@@ -25,6 +25,7 @@ TEST(PlanGrowthTest, EmptySpaceMapsAtTheBase) {
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->address, kSpace);
   EXPECT_EQ(plan->bytes, 2 * kUnit);
+  EXPECT_EQ(plan->room_after, kSpaceSize - 2 * kUnit);  // may map more
 }
 
 TEST(PlanGrowthTest, FreeTailCountsTowardsTheRequest) {
@@ -46,6 +47,7 @@ TEST(PlanGrowthTest, FillsAHoleWhenThatMapsLess) {
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->address, kSpace + 4 * kUnit);
   EXPECT_EQ(plan->bytes, 2 * kUnit);
+  EXPECT_EQ(plan->room_after, 0u);  // the hole is filled
 }
 
 TEST(PlanGrowthTest, PartOfAHoleNextToTheFreeSide) {
@@ -57,6 +59,8 @@ TEST(PlanGrowthTest, PartOfAHoleNextToTheFreeSide) {
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->address, kSpace + 9 * kUnit);
   EXPECT_EQ(plan->bytes, kUnit);
+  // Mapping more would cut the plan off from the free head it counts on.
+  EXPECT_EQ(plan->room_after, 0u);
 }
 
 TEST(PlanGrowthTest, TiesGoToTheLowestAddress) {
