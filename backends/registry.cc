@@ -272,7 +272,8 @@ absl::Status CheckOnSimulatedDevice(const Config& config) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
-                                                       int ordinal) {
+                                                       int ordinal,
+                                                       SimClock sim_clock) {
   if (ordinal < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("device ordinal ", ordinal, " is negative"));
@@ -287,6 +288,7 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
                         : config.options.arch;
       sim.total_bytes = config.device_memory;
       sim.ordinal = ordinal;
+      sim.clock = sim_clock;
       absl::StatusOr<std::shared_ptr<SimBackend>> backend =
           SimBackend::Create(sim);
       if (!backend.ok()) {

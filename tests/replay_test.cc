@@ -116,6 +116,30 @@ TEST(ParseTrace, RmmCsv) {
   EXPECT_EQ(t.ops[2].size, 2048u);
   EXPECT_EQ(t.ops[2].stream, 1u);
   EXPECT_EQ(t.ops[3].id, 2u);
+  // RMM's times, from the first row, in ns.
+  EXPECT_TRUE(t.timed);
+  EXPECT_EQ(t.ops[0].time_ns, 0u);
+  EXPECT_EQ(t.ops[1].time_ns, 2'000'000u);
+  EXPECT_EQ(t.ops[3].time_ns, 4'000'000u);
+}
+
+TEST(ParseTrace, ProjectCsvMayCarryTimes) {
+  Trace t = MustParse(
+      "seq,action,addr_or_id,size,stream,time_us\n"
+      "0,alloc,0,1024,1,100\n"
+      "1,alloc,1,1024,2,90\n"  // out of order: taken as no earlier
+      "2,free,0,0,1,250\n");
+  EXPECT_TRUE(t.timed);
+  EXPECT_EQ(t.ops[0].time_ns, 0u);
+  EXPECT_EQ(t.ops[1].time_ns, 0u);
+  EXPECT_EQ(t.ops[2].time_ns, 150'000u);
+  EXPECT_FALSE(MustParse(absl::StrCat(kHeader, "0,alloc,0,1024,0\n")).timed);
+  absl::StatusOr<Trace> bad = ParseTrace(
+      "seq,action,addr_or_id,size,stream,time_us\n0,alloc,0,1024,1,soon\n",
+      "t.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("t.csv:2: expected a decimal time in microseconds"));
 }
 
 struct BadCase {
@@ -544,6 +568,41 @@ TEST(Replay, CompleteEveryIsTheDeviceProgressModel) {
   EXPECT_LT(reserved[0], reserved[2]);
 }
 
+// The timestamp model: the host calls at the trace's times, each use runs
+// work_us. Stream 1's block is freed 10 us after its use started and stream
+// 2 wants it 10 us later, under a limit that holds one block: with short work
+// the event query finds it complete, with long work the host must wait.
+TEST(Replay, WorkUsIsTheTimestampProgressModel) {
+  Trace t = MustParse(
+      "seq,action,addr_or_id,size,stream,time_us\n"
+      "0,alloc,0,2097152,1,0\n"
+      "1,free,0,0,1,10\n"
+      "2,alloc,1,2097152,2,20\n"
+      "3,free,1,0,2,30\n"
+      "4,alloc,2,2097152,1,40\n"
+      "5,free,2,0,1,50\n");
+  const std::string config = "arch=h100,preallocate=false,mem_limit=2MiB";
+  std::vector<std::uint64_t> waits;
+  for (std::uint64_t work_us : {5, 1000}) {
+    ReplayOptions options;
+    options.work_us = work_us;
+    absl::StatusOr<ReplayResult> r = Replay(t, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->progress_model, "timestamps");
+    EXPECT_EQ(r->work_us, work_us);
+    EXPECT_EQ(r->ooms, 0u);
+    EXPECT_EQ(r->hazards, 0u);
+    waits.push_back(r->host_waits);
+  }
+  EXPECT_EQ(waits[0], 0u);
+  EXPECT_EQ(waits[1], 2u);
+  // Without times, or without work_us, the ops model runs.
+  absl::StatusOr<ReplayResult> ops = Replay(t, config);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->progress_model, "ops");
+  EXPECT_THAT(ToJson(*ops), HasSubstr("\"progress_model\":\"ops\""));
+}
+
 TEST(Replay, PlatformModeCallsTheBackendPerAllocation) {
   Trace t = MustParse(absl::StrCat(kHeader,
                                    "0,alloc,0,1000,0\n"
@@ -716,6 +775,8 @@ TEST(ToJson, HasEveryFieldWithItsMeaning) {
                                 "ns_per_op",
                                 "repeat",
                                 "complete_every",
+                                "progress_model",
+                                "work_us",
                                 "repetitions"}) {
     EXPECT_THAT(json, HasSubstr(absl::StrCat("\"", key, "\":"))) << key;
   }

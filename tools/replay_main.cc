@@ -39,7 +39,7 @@ using gpualloc::replay::Trace;
 
 constexpr absl::string_view kUsage =
     "usage: gpualloc-replay [--json] [--svg FILE] [--baseline SOURCES.md]\n"
-    "                       [--repeat N] [--complete-every N]\n"
+    "                       [--repeat N] [--complete-every N] [--work-us N]\n"
     "                       [--config STRING]... TRACE...\n"
     "       gpualloc-replay --svg FILE --snapshot SNAPSHOT.json... [TRACE...]\n"
     "\n"
@@ -50,9 +50,15 @@ constexpr absl::string_view kUsage =
     "modeled time of the backend calls, stream hazards and the allocator's\n"
     "wall time per call.\n"
     "\n"
-    "Multi-stream traces: the simulated streams run only when told, and the\n"
-    "replay models a device that keeps up with the host a short way behind\n"
-    "it: all queued work completes after every N ops (--complete-every). A\n"
+    "Multi-stream traces: the device's progress is modeled one of two ways.\n"
+    "Ops (the default): the simulated streams run only when told, and all\n"
+    "queued work completes after every N ops (--complete-every), a device\n"
+    "that keeps up with the host a short way behind it. Timestamps (with\n"
+    "--work-us N, for traces whose rows carry times: RMM's Time column or a\n"
+    "time_us column after stream in the project CSV): the host makes each\n"
+    "call at its trace time, later by as much as its waits have held it up,\n"
+    "and each use of a block runs N microseconds on its stream, in order;\n"
+    "traces without times keep the ops model. A\n"
     "block freed on one stream is reusable on another once its work has\n"
     "completed, or at once where the allocator makes the new stream wait\n"
     "(\"stream waits\"); out of memory, the allocator waits on the host for\n"
@@ -78,6 +84,9 @@ constexpr absl::string_view kUsage =
     "  --complete-every N   multi-stream traces: all queued work completes\n"
     "                       after every N ops (default 64); 0 = only when the\n"
     "                       allocator waits for it on the host\n"
+    "  --work-us N          multi-stream traces with times: the timestamp\n"
+    "                       model, each use of a block taking N us (the\n"
+    "                       JSON's progress_model says which model ran)\n"
     "  --svg FILE           draw the address space over time into FILE\n"
     "  --baseline FILE      add PyTorch's peak reserved from FILE's table\n"
     "                       (tests/data/traces/SOURCES.md) and our ratio\n"
@@ -181,6 +190,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> snapshot_paths;
   std::uint64_t repeat = 1;
   std::uint64_t complete_every = 64;
+  std::uint64_t work_us = 0;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -203,7 +213,8 @@ int main(int argc, char** argv) {
       if (arg == "--baseline") baseline_path = *v;
       if (arg == "--config") configs.push_back(*v);
       if (arg == "--snapshot") snapshot_paths.push_back(*v);
-    } else if (arg == "--repeat" || arg == "--complete-every") {
+    } else if (arg == "--repeat" || arg == "--complete-every" ||
+               arg == "--work-us") {
       std::optional<std::string> v = value();
       std::uint64_t number = 0;
       if (!v.has_value() || !absl::SimpleAtoi(*v, &number) ||
@@ -214,6 +225,7 @@ int main(int argc, char** argv) {
       }
       if (arg == "--repeat") repeat = number;
       if (arg == "--complete-every") complete_every = number;
+      if (arg == "--work-us") work_us = number;
     } else if (arg.size() > 1 && arg[0] == '-') {
       return Fail(absl::StrCat("unknown option ", arg, "\n", kUsage));
     } else {
@@ -270,6 +282,7 @@ int main(int argc, char** argv) {
       options.record_timeline = !svg_path.empty();
       options.repeat = repeat;
       options.complete_every = complete_every;
+      options.work_us = work_us;
       if (tty) {
         const std::string what = absl::StrCat(
             trace.name, " [", config.empty() ? "defaults" : config, "]");

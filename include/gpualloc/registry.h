@@ -17,6 +17,7 @@
 #include "gpualloc/allocator.h"
 #include "gpualloc/backend.h"
 #include "gpualloc/config.h"
+#include "gpualloc/sim_backend.h"
 
 namespace gpualloc {
 
@@ -27,8 +28,9 @@ namespace gpualloc {
 //        or the device does not exist, Unimplemented when this build has none;
 //   auto: the first vendor whose driver loads; when none does, an error that
 //        says which were tried and that backend=sim selects the simulator.
-absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
-                                                       int ordinal);
+// `sim_clock`: how the simulator's queued work completes (sim only).
+absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(
+    const Config& config, int ordinal, SimClock sim_clock = SimClock::kManual);
 
 // Number of devices config.backend sees (sim: 1 unless the factory says more).
 absl::StatusOr<int> DeviceCount(const Config& config);

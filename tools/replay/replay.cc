@@ -65,9 +65,11 @@ struct Device {
   std::unique_ptr<Allocator> allocator;
 };
 
-absl::StatusOr<Device> MakeDevice(const Config& config) {
+absl::StatusOr<Device> MakeDevice(const Config& config,
+                                  SimClock clock = SimClock::kManual) {
   Device d;
-  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateBackend(config, 0);
+  absl::StatusOr<std::shared_ptr<Backend>> backend =
+      CreateBackend(config, 0, clock);
   if (!backend.ok()) return backend.status();
   d.backend = std::move(*backend);
   d.sim = std::dynamic_pointer_cast<SimBackend>(d.backend);
@@ -136,8 +138,13 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   }
   result.repeat = options.repeat;
   result.complete_every = options.complete_every;
+  // The timestamp model needs the trace's times and more than one stream
+  // (one stream never waits for another).
+  const bool timed_model =
+      options.work_us > 0 && trace.timed && trace.num_streams > 1;
 
-  absl::StatusOr<Device> device = MakeDevice(*config);
+  absl::StatusOr<Device> device = MakeDevice(
+      *config, timed_model ? SimClock::kModeled : SimClock::kManual);
   if (!device.ok()) return device.status();
   result.device = DeviceName(*config, device->backend->info());
 
@@ -149,9 +156,17 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // next one starts from nothing, as the first did.
   const bool drain = reps > 1;
   const bool multi_stream = trace.num_streams > 1 && device->sim != nullptr;
-  // Device progress on multi-stream traces: everything queued completes
-  // after every `every` ops (drain frees included); 0 = never.
-  const std::uint64_t every = multi_stream ? options.complete_every : 0;
+  // Device progress on multi-stream traces, one of two models. Ops: the
+  // clock is manual and everything queued completes after every `every` ops
+  // (drain frees included; 0 = never). Timestamps: see HostClock.
+  const std::uint64_t every =
+      multi_stream && !timed_model ? options.complete_every : 0;
+  const std::uint64_t work_ns =
+      multi_stream && timed_model ? options.work_us * 1000 : 0;
+  if (multi_stream) {
+    result.progress_model = timed_model ? "timestamps" : "ops";
+    if (timed_model) result.work_us = options.work_us;
+  }
   // Pass k's allocation ids are the trace's plus k * na.
   std::vector<void*> ptrs(na * reps, nullptr);
   std::vector<std::uint8_t> failed(na * reps, 0);
@@ -171,8 +186,26 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                        void* p) {
     if (!multi_stream || op.stream == alloc_stream[trace_id]) return;
     s->OrderStreams(Stream(op.stream), Stream(alloc_stream[trace_id]));
-    s->Use(Stream(op.stream), reinterpret_cast<std::uintptr_t>(p), op.size);
+    s->Use(Stream(op.stream), reinterpret_cast<std::uintptr_t>(p), op.size,
+           work_ns);
   };
+  // The timestamp model's host: it makes each call at the call's trace time
+  // plus how far its waits have held it up so far (the modeled clock moves
+  // to the awaited completion when it waits), never earlier. One per device.
+  struct HostClock {
+    std::uint64_t lag_ns = 0;
+    void Before(SimBackend* s, const TraceOp& op, bool on) {
+      if (!on) return;
+      const std::uint64_t now = s->now_ns();
+      const std::uint64_t at = op.time_ns + lag_ns;
+      if (at >= now) {
+        s->AdvanceClock(at - now);
+      } else {
+        lag_ns = now - op.time_ns;
+      }
+    }
+  };
+  HostClock host;
   // The ids each pass freed at its end, in that order (for pass 2).
   std::vector<std::vector<std::uint64_t>> drained(reps);
   // The progress callback is called from inside the timed loop (there is no
@@ -219,6 +252,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
     for (std::uint64_t i = 0; i < n; ++i) {
       const TraceOp& op = ops[i];
       const Stream stream(op.stream);
+      host.Before(sim, op, work_ns != 0);
       if (op.kind == TraceOp::Kind::kAlloc) {
         ++pass_calls;
         absl::StatusOr<void*> p = allocator.Allocate(op.size, stream);
@@ -228,7 +262,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
           // only when there are several (and single-stream replays keep their
           // ns/op free of simulator work).
           if (multi_stream) {
-            sim->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size);
+            sim->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size,
+                     work_ns);
           }
         } else if (absl::IsResourceExhausted(p.status())) {
           f_k[op.id] = 1;
@@ -391,7 +426,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // --- Pass 2: fragmentation at the peak, and the timeline -----------------
   // A fresh device and allocator: the same configuration replays the same
   // way, so the state after step peak_op is pass 1's state at that moment.
-  absl::StatusOr<Device> again = MakeDevice(*config);
+  absl::StatusOr<Device> again = MakeDevice(
+      *config, timed_model ? SimClock::kModeled : SimClock::kManual);
   if (!again.ok()) return again.status();
   Allocator& a2 = *again->allocator;
   SimBackend* const sim2 = again->sim.get();
@@ -407,6 +443,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   const std::uint64_t sample_every =
       std::max<std::uint64_t>(1, total_steps / kTimelineSamples);
   std::uint64_t pass_seen = 0;
+  HostClock host2;
   auto step = [&](std::uint64_t i, std::uint64_t k,
                   const TraceOp& op) -> absl::Status {
     // Pass 1 reset the peaks at every pass but the first: so does pass 2.
@@ -415,6 +452,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
       a2.ResetPeakStats();
     }
     const Stream stream(op.stream);
+    host2.Before(sim2, op, work_ns != 0);
     if (op.kind == TraceOp::Kind::kAlloc && failed[op.id]) {
       // A failed allocation is replayed too: it changes the allocator's
       // state (garbage collection, trimming, host waits that complete other
@@ -439,7 +477,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
         }
         ptrs[op.id] = *p;
         if (multi_stream) {
-          sim2->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size);
+          sim2->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size,
+                    work_ns);
         }
         if (record) {
           block_of[op.id] = tl.blocks.size();
@@ -562,6 +601,8 @@ std::string ToJson(const ReplayResult& r) {
   dbl("ns_per_op", r.ns_per_op);
   num("repeat", r.repeat);
   num("complete_every", r.complete_every);
+  str("progress_model", r.progress_model);
+  num("work_us", r.work_us);
   key("repetitions");
   out.push_back('[');
   for (std::size_t i = 0; i < r.repetitions.size(); ++i) {

@@ -22,6 +22,9 @@ struct TraceOp {
   std::uint64_t id = 0;      // dense allocation id; a free names its alloc's
   std::uint64_t size = 0;    // bytes as requested (a free: its alloc's size)
   std::uint64_t stream = 0;  // 0 = the default stream
+  // When the program made the call, in ns from the trace's first row (0 for
+  // traces without times).
+  std::uint64_t time_ns = 0;
 };
 
 struct Trace {
@@ -30,6 +33,9 @@ struct Trace {
   std::uint64_t num_allocs = 0;
   std::uint64_t num_frees = 0;
   std::uint64_t num_streams = 0;
+  // Whether the rows carry times (the project CSV's optional time_us column,
+  // RMM's Time column).
+  bool timed = false;
 };
 
 // Parses a trace; the format is told by the header line:
@@ -84,6 +90,12 @@ struct ReplayOptions {
   // work completes only when the allocator waits for it on the host (out of
   // memory). Single-stream traces never need it.
   std::uint64_t complete_every = 64;
+  // When non-zero, the model for multi-stream traces with times instead
+  // (Trace::timed; others keep complete_every): the simulator's clock is
+  // modeled, the host issues each call at its trace time (later by as much
+  // as the host has been held up by waits so far), and each use of a block
+  // on a stream runs for work_us microseconds in the stream's order.
+  std::uint64_t work_us = 0;
   // Called now and then with (ops done, ops total), for a progress line.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
@@ -134,6 +146,10 @@ struct ReplayResult {
   Stats stats;
   std::uint64_t repeat = 1;                   // ReplayOptions::repeat
   std::uint64_t complete_every = 64;          // ReplayOptions::complete_every
+  // The device-progress model used: "ops" (complete_every), "timestamps"
+  // (work_us with the trace's times) or "" (single stream: none needed).
+  std::string progress_model;
+  std::uint64_t work_us = 0;  // ReplayOptions::work_us, when "timestamps"
   std::vector<ReplayRepetition> repetitions;  // one per pass, in order
   std::string device;  // the simulated device's name and size
   Timeline timeline;   // when ReplayOptions::record_timeline

@@ -5,6 +5,7 @@
 // line is an InvalidArgument "NAME:LINE: expected <what>, got <text>".
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <fstream>
@@ -30,6 +31,8 @@ namespace {
 
 constexpr absl::string_view kProjectHeader =
     "seq,action,addr_or_id,size,stream";
+constexpr absl::string_view kProjectTimedHeader =
+    "seq,action,addr_or_id,size,stream,time_us";
 constexpr absl::string_view kRmmHeader =
     "Thread,Time,Action,Pointer,Size,Stream";
 
@@ -86,6 +89,48 @@ bool IsLogTime(absl::string_view text) {
   return digit_before;
 }
 
+// RMM's Time column in ns: the last group after a '.' is a fraction of a
+// second; the groups before it are seconds, minutes:seconds or
+// hours:minutes:seconds. Call only on text IsLogTime accepted.
+std::uint64_t LogTimeNs(absl::string_view text) {
+  std::uint64_t fraction_ns = 0;
+  if (size_t dot = text.rfind('.'); dot != absl::string_view::npos) {
+    absl::string_view digits = text.substr(dot + 1);
+    std::uint64_t scale = 1'000'000'000;
+    for (char c : digits) {
+      scale /= 10;
+      fraction_ns += static_cast<std::uint64_t>(c - '0') * scale;
+    }
+    text = text.substr(0, dot);
+  }
+  std::uint64_t seconds = 0;
+  for (absl::string_view group : absl::StrSplit(text, absl::ByAnyChar(":."))) {
+    std::uint64_t g = 0;
+    (void)ParseDecimal(group, &g);
+    seconds = seconds * 60 + g;
+  }
+  return seconds * 1'000'000'000 + fraction_ns;
+}
+
+// Times in ns from the first row, never going back (rows a logger wrote from
+// several threads may be slightly out of order).
+class Clock {
+ public:
+  std::uint64_t Since(std::uint64_t raw_ns) {
+    if (!started_) {
+      started_ = true;
+      first_ = raw_ns;
+    }
+    const std::uint64_t t = raw_ns > first_ ? raw_ns - first_ : 0;
+    last_ = std::max(last_, t);
+    return last_;
+  }
+
+ private:
+  bool started_ = false;
+  std::uint64_t first_ = 0, last_ = 0;
+};
+
 // Splits `text` into lines, dropping a trailing '\r' (files written on
 // Windows) and reporting 1-based line numbers.
 struct Line {
@@ -128,8 +173,11 @@ class StreamNumbers {
 };
 
 absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
-                                   absl::string_view name) {
+                                   absl::string_view name, bool timed) {
   Trace trace;
+  trace.timed = timed;
+  Clock clock;
+  const size_t fields = timed ? 6 : 5;
   // The CSV's ids are mapped to dense ids in order of their alloc rows, so a
   // hand-written trace with sparse ids replays too.
   absl::flat_hash_map<std::uint64_t, std::uint64_t> live;  // csv id -> dense
@@ -139,10 +187,12 @@ absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
   for (size_t i = 1; i < lines.size(); ++i) {
     const Line& line = lines[i];
     std::vector<absl::string_view> f = absl::StrSplit(line.text, ',');
-    if (f.size() != 5) {
-      return Malformed(name, line.number,
-                       absl::StrCat("5 fields (", kProjectHeader, ")"),
-                       absl::StrCat(f.size(), " in ", Quote(line.text)));
+    if (f.size() != fields) {
+      return Malformed(
+          name, line.number,
+          absl::StrCat(fields, " fields (",
+                       timed ? kProjectTimedHeader : kProjectHeader, ")"),
+          absl::StrCat(f.size(), " in ", Quote(line.text)));
     }
     for (auto& field : f) field = absl::StripAsciiWhitespace(field);
     std::uint64_t seq = 0, id = 0, size = 0, stream = 0;
@@ -164,6 +214,14 @@ absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
     }
     TraceOp op;
     op.stream = streams.Map(stream);
+    if (timed) {
+      std::uint64_t us = 0;
+      if (!ParseDecimal(f[5], &us) || us > UINT64_MAX / 1000) {
+        return Malformed(name, line.number, "a decimal time in microseconds",
+                         Quote(f[5]));
+      }
+      op.time_ns = clock.Since(us * 1000);
+    }
     if (f[1] == "alloc") {
       if (!ever.insert(id).second) {
         return Malformed(name, line.number, "a new allocation id",
@@ -209,6 +267,8 @@ absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
 absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
                                absl::string_view name) {
   Trace trace;
+  trace.timed = true;
+  Clock clock;
   // Pointers are reused after their free, so they name a live allocation
   // only: each allocate gets the next dense id.
   absl::flat_hash_map<std::uint64_t, std::uint64_t> live;  // pointer -> id
@@ -223,8 +283,8 @@ absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
                        absl::StrCat(f.size(), " in ", Quote(line.text)));
     }
     for (auto& field : f) field = absl::StripAsciiWhitespace(field);
-    // Thread and Time are not replayed, but a row whose Thread or Time is not
-    // one is not a row of RMM's log.
+    // Thread is not replayed, but a row whose Thread is not one is not a row
+    // of RMM's log.
     std::uint64_t thread = 0;
     if (!ParseHexOrDecimal(f[0], &thread)) {
       return Malformed(name, line.number, "a numeric thread id in Thread",
@@ -259,6 +319,7 @@ absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
     }
     TraceOp op;
     op.stream = streams.Map(stream);
+    op.time_ns = clock.Since(LogTimeNs(f[1]));
     if (is_alloc) {
       if (live.contains(pointer)) {
         return Malformed(
@@ -323,8 +384,8 @@ absl::StatusOr<Trace> ParseTrace(absl::string_view text,
   }
   const absl::string_view header = absl::StripAsciiWhitespace(lines[0].text);
   absl::StatusOr<Trace> trace;
-  if (header == kProjectHeader) {
-    trace = ParseProject(lines, name);
+  if (header == kProjectHeader || header == kProjectTimedHeader) {
+    trace = ParseProject(lines, name, header == kProjectTimedHeader);
   } else if (header == kRmmHeader) {
     trace = ParseRmm(lines, name);
   } else {
