@@ -53,7 +53,9 @@ class BfcAllocator final : public Allocator {
         stream_mask_(backend_->info().capabilities.streams
                          ? ~core::StreamOrder::kReleasedBit
                          : 0),
-        source_(MakeSource()) {}
+        source_(MakeSource()) {
+    stream_order_.BindSearches(&core_.counters().num_allocs);
+  }
 
   ~BfcAllocator() override {
     core::LockGuard lock(&mu_);
@@ -81,7 +83,6 @@ class BfcAllocator final : public Allocator {
     if (needed > resolved_.limit) return RejectTooLarge(bytes);
 
     core::LockGuard lock(&mu_);
-    stream_order_.NewSearch();
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {
@@ -400,6 +401,8 @@ class BfcAllocator final : public Allocator {
       }
     }
     ++num_ooms_;
+    // The next Allocate asks afresh (no allocation ended this search).
+    stream_order_.NewSearch();
     return OutOfMemory(bytes, size, why);
   }
 

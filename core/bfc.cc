@@ -520,6 +520,7 @@ ChunkId BfcCore::FindUsable(ChunkId first, std::uintptr_t stream,
 }
 
 void BfcCore::NoteNewStream(std::uintptr_t stream) {
+  if (multi_stream_) return;
   if (solo_stream_ == kNoStreamYet) {
     solo_stream_ = stream;
     return;
@@ -876,47 +877,22 @@ void BfcCore::RenameStream(std::uintptr_t stream, std::uintptr_t key) {
   });
 }
 
-absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
-                                 std::uint64_t stamp,
-                                 const ReuseOracle* oracle) {
-  const ChunkId id = in_use_.Erase(address);
-  if (id == kNoChunk) return DiagnoseBadAddress("Deallocate", address);
-  NoteStream(stream);
-
+// Merges freed chunk `id` (not in use, not in the bins) with its free
+// neighbours, or puts it in the bins. With several streams, only neighbours
+// under the same condition merge (I4).
+template <bool kSeveralStreams>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BfcCore::MergeFreed(
+    ChunkId id, const ReuseOracle* oracle) {
   Chunk& c = chunks_[id];
-  counters_.bytes_in_use -= c.size;
-  counters_.bytes_requested -= c.requested;
-  --counters_.num_chunks_in_use;
-  // The freed chunk's condition: the freeing stream, the stream it was
-  // allocated on (work queued there may still use it too) and the streams
-  // RecordStream added, all at this free's stamp.
-  const std::uintptr_t allocated_on = c.stream;
-  c.stream = stream;
-  c.free_stamp = stamp;
-  if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet && allocated_on == stream)) {
-    c.fence = Fence::kStream;
-  } else {
-    if (c.fence_set == kNoFenceSet) c.fence_set = fences_.New();
-    fences_.Restamp(c.fence_set, stamp);
-    fences_.Add(c.fence_set, stream, stamp);
-    fences_.Add(c.fence_set, allocated_on, stamp);
-    c.fence = Fence::kSet;
-    c.stream = 0;
-    c.free_stamp = 0;
-    NormalizeFence(c);
-  }
-  // Several streams: neighbours whose work is known complete may merge now.
-  if (ABSL_PREDICT_FALSE(multi_stream_) && oracle != nullptr) {
-    ResolveNeighbours(id, *oracle);
-  }
-  c.in_use = false;
-
+  const DeviceAddress address = c.address;
   const ChunkId prev = c.prev;
   const ChunkId next = c.next;
-  const bool prev_free =
-      prev != kNoChunk && !chunks_[prev].in_use && Mergeable(chunks_[prev], c);
-  const bool next_free =
-      next != kNoChunk && !chunks_[next].in_use && Mergeable(chunks_[next], c);
+  bool prev_free = prev != kNoChunk && !chunks_[prev].in_use;
+  bool next_free = next != kNoChunk && !chunks_[next].in_use;
+  if constexpr (kSeveralStreams) {
+    prev_free = prev_free && SameCondition(chunks_[prev], c);
+    next_free = next_free && SameCondition(chunks_[next], c);
+  }
   if (prev_free) {
     // The free predecessor absorbs the chunk (and a free successor): its
     // address stays, its size grows, its condition becomes the union.
@@ -943,7 +919,66 @@ absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
   } else {
     InsertFree(id);
   }
+}
+
+absl::Status BfcCore::Deallocate(DeviceAddress address, std::uintptr_t stream,
+                                 std::uint64_t stamp,
+                                 const ReuseOracle* oracle) {
+  const ChunkId id = in_use_.Erase(address);
+  if (id == kNoChunk) return DiagnoseBadAddress("Deallocate", address);
+  NoteStream(stream);
+
+  Chunk& c = chunks_[id];
+  counters_.bytes_in_use -= c.size;
+  counters_.bytes_requested -= c.requested;
+  --counters_.num_chunks_in_use;
+  if (ABSL_PREDICT_FALSE(multi_stream_)) {
+    FreeAmongStreams(id, stream, stamp, oracle);
+    return absl::OkStatus();
+  }
+  // One stream so far: the block was allocated on it and is freed on it.
+  c.stream = stream;
+  c.free_stamp = stamp;
+  if (ABSL_PREDICT_TRUE(c.fence_set == kNoFenceSet)) {
+    c.fence = Fence::kStream;
+  } else {
+    FenceFreed(c, stream, stream, stamp);
+  }
+  c.in_use = false;
+  MergeFreed</*kSeveralStreams=*/false>(id, oracle);
   return absl::OkStatus();
+}
+
+void BfcCore::FenceFreed(Chunk& c, std::uintptr_t stream,
+                         std::uintptr_t allocated_on, std::uint64_t stamp) {
+  // The freeing stream, the stream the block was allocated on (work queued
+  // there may still use it too) and the streams RecordStream added, all at
+  // this free's stamp.
+  if (c.fence_set == kNoFenceSet) c.fence_set = fences_.New();
+  fences_.Restamp(c.fence_set, stamp);
+  fences_.Add(c.fence_set, stream, stamp);
+  fences_.Add(c.fence_set, allocated_on, stamp);
+  c.fence = Fence::kSet;
+  c.stream = 0;
+  c.free_stamp = 0;
+  NormalizeFence(c);
+}
+
+void BfcCore::FreeAmongStreams(ChunkId id, std::uintptr_t stream,
+                               std::uint64_t stamp, const ReuseOracle* oracle) {
+  Chunk& c = chunks_[id];
+  const std::uintptr_t allocated_on = c.stream;
+  c.stream = stream;
+  c.free_stamp = stamp;
+  if (c.fence_set == kNoFenceSet && allocated_on == stream) {
+    c.fence = Fence::kStream;
+  } else {
+    FenceFreed(c, stream, allocated_on, stamp);
+  }
+  // Neighbours whose work is known complete may merge now.
+  if (oracle != nullptr) ResolveNeighbours(id, *oracle);
+  c.in_use = false;
+  MergeFreed</*kSeveralStreams=*/true>(id, oracle);
 }
 
 absl::Status BfcCore::DiagnoseBadAddress(absl::string_view operation,

@@ -385,12 +385,11 @@ class BfcCore {
   // whether a second one appeared.
   static constexpr std::uintptr_t kNoStreamYet = UINTPTR_MAX;
   void NoteStream(std::uintptr_t stream) {
-    if (ABSL_PREDICT_FALSE(stream != solo_stream_) && !multi_stream_) {
-      NoteNewStream(stream);
-    }
+    if (ABSL_PREDICT_FALSE(stream != solo_stream_)) NoteNewStream(stream);
   }
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void NoteNewStream(
-      std::uintptr_t stream);
+  // Out of line: a stream other than the first (nothing to do once several
+  // were seen).
+  ABSL_ATTRIBUTE_NOINLINE void NoteNewStream(std::uintptr_t stream);
   // Calls visit(std::uintptr_t&) on every stream field of every chunk.
   template <typename Visit>
   void ForEachStreamField(Visit visit);
@@ -415,6 +414,18 @@ class BfcCore {
   ChunkId Resolve(ChunkId id, const ReuseOracle& oracle);
   // Deallocate with several streams: settles the free neighbours of the
   // chunk being freed (still marked in use) before the merge decision.
+  // Deallocate's parts: the merge (inline in both), the condition of a block
+  // freed with RecordStream streams or on another stream than its own, and
+  // the whole free once several streams were seen.
+  template <bool kSeveralStreams>
+  void MergeFreed(ChunkId id, const ReuseOracle* oracle);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void FenceFreed(
+      Chunk& c, std::uintptr_t stream, std::uintptr_t allocated_on,
+      std::uint64_t stamp);
+  ABSL_ATTRIBUTE_NOINLINE void FreeAmongStreams(ChunkId id,
+                                                std::uintptr_t stream,
+                                                std::uint64_t stamp,
+                                                const ReuseOracle* oracle);
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void ResolveNeighbours(
       ChunkId id, const ReuseOracle& oracle);
   enum class Usable { kYes, kNo, kStop };

@@ -43,7 +43,7 @@ absl::Status StreamOrder::ReleaseStream(std::uintptr_t stream,
   state.last_event = last->number;
   streams_.erase(stream);
   // Already done (a query, no wait): nothing to keep.
-  ++search_;
+  NewSearch();
   Retire(state, state.last_event);
   if (!error_.ok()) {
     // The event stays pending under the key: asked again later.
@@ -84,7 +84,7 @@ const StreamOrder::Recorded* StreamOrder::RecordOn(std::uintptr_t stream,
 
 void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
   while (!state.pending.empty() && state.pending.front().number <= up_to) {
-    if (state.seen_running == search_) return;  // asked already
+    if (SeenInThisSearch(state)) return;  // asked already
     const Recorded front = state.pending.front();
     absl::StatusOr<bool> done = backend_.QueryEvent(front.event);
     if (!done.ok()) {
@@ -94,7 +94,7 @@ void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
     // A stream's events complete in order: the first one still running
     // means every later one is running too.
     if (!*done) {
-      state.seen_running = search_;
+      MarkSeen(state);
       return;
     }
     state.completed = front.number;

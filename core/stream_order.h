@@ -43,11 +43,15 @@ class StreamOrder final : public ReuseOracle {
   // The stamp for a free happening now.
   std::uint64_t stamp() const { return events_recorded_; }
 
-  // Starts one Allocate's search: within it, an event the device said was
-  // still pending is not asked about again (one search can look at many
-  // chunks freed on one stream; the answer would not change in between but
-  // each question is a driver call).
-  void NewSearch() { ++search_; }
+  // Searches: within one, an event the device said was still running is not
+  // asked about again (one search can look at many chunks freed on one
+  // stream; the answer would hardly change in between but each question is a
+  // driver call). A search ends when the counter BindSearches names changes
+  // (the core's allocation count: every successful Allocate ends one, at no
+  // cost to the fast path) or at NewSearch (a failed Allocate, a released
+  // stream).
+  void BindSearches(const std::uint64_t* counter) { search_counter_ = counter; }
+  void NewSearch() { ++searches_; }
 
   bool KnownComplete(std::uintptr_t stream, std::uint64_t stamp) const override;
   Verdict Prepare(std::uintptr_t from, std::uint64_t stamp, std::uintptr_t to,
@@ -99,8 +103,10 @@ class StreamOrder final : public ReuseOracle {
   struct StreamState {
     std::deque<Recorded> pending;  // oldest first
     std::uint64_t completed = 0;   // number of the newest completed event
-    // The search during which the oldest pending event was seen running.
-    std::uint64_t seen_running = 0;
+    // The search during which the oldest pending event was seen running
+    // (SearchKey), or none.
+    std::uint64_t seen_running_count = UINT64_MAX;
+    std::uint64_t seen_running_search = 0;
     // A released stream's key: the number of its last event (no work was
     // queued on it after that), else 0.
     std::uint64_t last_event = 0;
@@ -125,7 +131,18 @@ class StreamOrder final : public ReuseOracle {
   std::vector<EventHandle> spare_events_;
   std::vector<EventHandle> all_events_;
   std::uint64_t events_recorded_ = 0;
-  std::uint64_t search_ = 1;
+  const std::uint64_t* search_counter_ = nullptr;
+  std::uint64_t searches_ = 0;
+  bool SeenInThisSearch(const StreamState& state) const {
+    return state.seen_running_search == searches_ &&
+           state.seen_running_count ==
+               (search_counter_ != nullptr ? *search_counter_ : 0);
+  }
+  void MarkSeen(StreamState& state) const {
+    state.seen_running_search = searches_;
+    state.seen_running_count =
+        search_counter_ != nullptr ? *search_counter_ : 0;
+  }
   std::uint64_t stream_waits_ = 0;
   std::uint64_t host_waits_ = 0;
   absl::Status error_;
