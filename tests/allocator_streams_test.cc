@@ -128,6 +128,26 @@ TEST_P(StreamMatrixTest, OtherStreamTakesMemoryNoWorkUsesFirst) {
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
 
+// The poisoning case: s1's block, freed next to the large free rest of the
+// pool (nothing between them), fences only its own bytes. s2 then takes most
+// of the rest at once: no event, no wait of any kind, no hazard.
+TEST_P(StreamMatrixTest, AFreeNextToTheFreeRestFencesOnlyItsOwnBytes) {
+  Fixture f(GetParam());
+  f.Use(256, kS2);  // a second stream has been seen
+  void* p = f.Use(1 * kMiB, kS1);
+  f.Free(p, kS1);  // s1's work on p still runs
+  const std::uint64_t rest = f.allocator->GetStats().largest_free_block_bytes;
+  ASSERT_GT(rest, 32 * kMiB);
+  void* q = f.Use(32 * kMiB, kS2);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(Addr(q) >= Addr(p) + 1 * kMiB || Addr(q) + 32 * kMiB <= Addr(p));
+  const Stats s = f.allocator->GetStats();
+  EXPECT_EQ(s.events_recorded, 0u);
+  EXPECT_EQ(s.stream_waits, 0u);
+  EXPECT_EQ(s.host_waits, 0u);
+  EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
+}
+
 TEST_P(StreamMatrixTest, OtherStreamGetsTheMemoryOnlySafely) {
   Fixture f(GetParam());
   void* p = f.Use(1 * kMiB, kS1);
