@@ -25,6 +25,12 @@
 //    retries the same way).
 //  - Statistics, snapshot, Validate, double-free detection, alignments above
 //    the device's (padding, as in the platform mode).
+//  - Frees that cannot be ordered now: when recording or waiting for the
+//    event that orders a free after another stream fails (or the pool's free
+//    itself does), the free is accepted, the block is held back (it still
+//    counts against the limit) and the free is tried again at every later
+//    call until it goes through; the first such failure is reported on
+//    stderr. The memory is never handed back unordered.
 //
 // Events come from a small pool of reusable ones, created on demand and
 // destroyed with the allocator: a StreamWaitEvent captures the work an event
@@ -65,6 +71,7 @@ class AsyncAllocator final : public Allocator {
 
   ~AsyncAllocator() override {
     LockGuard lock(&mu_);
+    RetryDeferredLocked();
     ReportLiveAtDestruction(kMode, backend_->info(), live_.size(),
                             live_.counters().bytes_requested);
     // Live allocations die with the allocator (as with BFC); their memory goes
@@ -102,7 +109,9 @@ class AsyncAllocator final : public Allocator {
     if (facts.device > resolved_.limit) return RejectTooLarge(facts);
 
     LockGuard lock(&mu_);
-    if (live_.counters().bytes_held + facts.device > resolved_.limit) {
+    if (ABSL_PREDICT_FALSE(!deferred_.empty())) RetryDeferredLocked();
+    if (live_.counters().bytes_held + deferred_bytes_ + facts.device >
+        resolved_.limit) {
       ++num_ooms_;
       return OutOfMemory(
           facts, "the limit is reached",
@@ -160,10 +169,17 @@ class AsyncAllocator final : public Allocator {
     if (ptr == nullptr) return absl::OkStatus();  // like free(NULL)
     const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
     LockGuard lock(&mu_);
+    if (ABSL_PREDICT_FALSE(!deferred_.empty())) RetryDeferredLocked();
     if (live_.Find(address) == nullptr) {
       return live_.DiagnoseUnknown("Deallocate", address);
     }
     absl::Status status = FreeLocked(address, stream);
+    if (!status.ok()) {
+      // Accepted all the same: the block waits until the free can be
+      // ordered (Deferred).
+      Defer(address, stream, status);
+      status = absl::OkStatus();
+    }
     MaybeValidate();
     return status;
   }
@@ -216,6 +232,7 @@ class AsyncAllocator final : public Allocator {
   // Returns the pool's unused memory to the device (cuMemPoolTrimTo(0)).
   absl::Status Trim() override {
     LockGuard lock(&mu_);
+    if (!deferred_.empty()) RetryDeferredLocked();
     // Reserved memory only shrinks here (and at synchronization points above
     // the release threshold): note its value first so the peak keeps it.
     RefreshUsageLocked();
@@ -252,6 +269,11 @@ class AsyncAllocator final : public Allocator {
     for (const auto& [address, streams] : recorded_) {
       named |= std::find(streams.begin(), streams.end(), s) != streams.end();
     }
+    for (const Deferred& d : deferred_) {
+      named |= d.stream.handle == s || d.allocation.stream == s ||
+               std::find(d.recorded.begin(), d.recorded.end(), s) !=
+                   d.recorded.end();
+    }
     if (!named) return absl::OkStatus();
     GPUALLOC_ASSIGN_OR_RETURN(const EventHandle event, AcquireEventLocked());
     absl::Status status = backend_->RecordEvent(event, stream);
@@ -275,6 +297,20 @@ class AsyncAllocator final : public Allocator {
       }
     }
     if (freed_streams_.erase(s) != 0) freed_streams_.insert(key);
+    for (Deferred& d : deferred_) {
+      if (d.allocation.stream == s) d.allocation.stream = key;
+      for (std::uintptr_t& r : d.recorded) {
+        if (r == s) r = key;
+      }
+      if (d.stream.handle == s) {
+        // Freed on it: the default stream frees it, after its last event.
+        d.stream = Stream(0);
+        if (std::find(d.recorded.begin(), d.recorded.end(), key) ==
+            d.recorded.end()) {
+          d.recorded.push_back(key);
+        }
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -290,16 +326,33 @@ class AsyncAllocator final : public Allocator {
     const LiveAllocation* a = live_.Find(address);
     GPUALLOC_DCHECK(a != nullptr);
     auto recorded = recorded_.find(address);
-    // The pool orders the free after `stream` only: the allocation stream
-    // and the recorded streams are made to come first.
+    static const std::vector<std::uintptr_t> kNone;
+    absl::Status status = OrderAndFree(
+        *a, recorded != recorded_.end() ? recorded->second : kNone, stream);
+    if (!status.ok()) {
+      return absl::Status(
+          status.code(),
+          absl::StrFormat("Deallocate(%#x, stream %#x): %s", address,
+                          stream.handle, status.message()));
+    }
+    live_.Remove(address);
+    if (recorded != recorded_.end()) recorded_.erase(recorded);
+    return absl::OkStatus();
+  }
+
+  // The pool orders a free after `stream` only: the allocation stream and
+  // the recorded streams are made to come first, then the block goes back
+  // to the pool. On error nothing went back (waits already inserted only
+  // order streams more).
+  absl::Status OrderAndFree(const LiveAllocation& a,
+                            const std::vector<std::uintptr_t>& recorded,
+                            Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<std::uintptr_t> others;
-    if (a->stream != stream.handle) others.push_back(a->stream);
-    if (recorded != recorded_.end()) {
-      for (std::uintptr_t other : recorded->second) {
-        if (other != stream.handle &&
-            std::find(others.begin(), others.end(), other) == others.end()) {
-          others.push_back(other);
-        }
+    if (a.stream != stream.handle) others.push_back(a.stream);
+    for (std::uintptr_t other : recorded) {
+      if (other != stream.handle &&
+          std::find(others.begin(), others.end(), other) == others.end()) {
+        others.push_back(other);
       }
     }
     if (!backend_->info().capabilities.streams) others.clear();
@@ -308,27 +361,60 @@ class AsyncAllocator final : public Allocator {
       if (!waited.ok()) {
         return absl::Status(
             waited.code(),
-            absl::StrFormat("Deallocate(%#x, stream %#x): ordering the free "
-                            "after %s stream %#x: %s",
-                            address, stream.handle,
-                            other == a->stream ? "allocation" : "recorded",
+            absl::StrFormat("ordering the free after %s stream %#x: %s",
+                            other == a.stream ? "allocation" : "recorded",
                             other, waited.message()));
       }
     }
-    absl::Status freed = backend_->PoolFree(a->base, stream);
+    absl::Status freed = backend_->PoolFree(a.base, stream);
     if (!freed.ok()) {
       return absl::Status(
           freed.code(),
-          absl::StrFormat("Deallocate(%#x, stream %#x): backend %s "
-                          "PoolFree(%#x): %s",
-                          address, stream.handle, backend_->info().backend,
-                          a->base, freed.message()));
+          absl::StrFormat("backend %s PoolFree(%#x): %s",
+                          backend_->info().backend, a.base, freed.message()));
     }
     ++backend_frees_;
-    live_.Remove(address);
-    if (recorded != recorded_.end()) recorded_.erase(recorded);
     freed_streams_.insert(stream.handle);
     return absl::OkStatus();
+  }
+
+  // A free that could not be ordered or done: the block leaves the live set
+  // (the caller freed it) but its memory stays held, counted against the
+  // limit, until RetryDeferredLocked gets the free through.
+  void Defer(DeviceAddress address, Stream stream, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Deferred d;
+    d.stream = stream;
+    auto recorded = recorded_.find(address);
+    if (recorded != recorded_.end()) {
+      d.recorded = std::move(recorded->second);
+      recorded_.erase(recorded);
+    }
+    d.allocation = live_.Remove(address);
+    deferred_bytes_ += d.allocation.held;
+    deferred_.push_back(std::move(d));
+    if (!reported_deferral_) {
+      reported_deferral_ = true;
+      std::fprintf(stderr,
+                   "gpualloc: async allocator on %s (device %d): a free could "
+                   "not be ordered or done (%s); its block is held back and "
+                   "the free retried at later calls\n",
+                   backend_->info().name.c_str(), backend_->info().ordinal,
+                   std::string(why.message()).c_str());
+    }
+  }
+
+  // Tries every deferred free again, in order; those that still fail stay.
+  void RetryDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<Deferred> still;
+    for (Deferred& d : deferred_) {
+      if (OrderAndFree(d.allocation, d.recorded, d.stream).ok()) {
+        deferred_bytes_ -= d.allocation.held;
+      } else {
+        still.push_back(std::move(d));
+      }
+    }
+    deferred_ = std::move(still);
   }
 
   // Makes work queued on `waiter` from now on start after the work queued so
@@ -448,23 +534,30 @@ class AsyncAllocator final : public Allocator {
   }
 
   // Invariants beyond LiveAllocations' L1-L3:
-  //   A1. Each live allocation is one pool allocation: live = allocs - frees.
-  //   A2. The live allocations hold no more than the limit.
+  //   A1. Each live allocation and each deferred free is one pool
+  //       allocation: live + deferred = allocs - frees.
+  //   A2. The live allocations and deferred frees hold no more than the
+  //       limit, and deferred_bytes_ is what the deferred frees hold.
   //   A3. Streams are recorded only for live allocations, each at most once.
   //   A4. Every event created is idle between calls, or the last event of a
   //       released stream (none leaked).
   absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(live_.Validate());
-    if (backend_allocs_ - backend_frees_ != live_.size()) {
+    if (backend_allocs_ - backend_frees_ != live_.size() + deferred_.size()) {
       return absl::InternalError(absl::StrFormat(
-          "invariant A1 broken: %d live allocations, but %d pool allocations "
-          "minus %d frees",
-          live_.size(), backend_allocs_, backend_frees_));
+          "invariant A1 broken: %d live allocations and %d deferred frees, "
+          "but %d pool allocations minus %d frees",
+          live_.size(), deferred_.size(), backend_allocs_, backend_frees_));
     }
-    if (live_.counters().bytes_held > resolved_.limit) {
-      return absl::InternalError(
-          absl::StrFormat("invariant A2 broken: %d bytes held, limit %d",
-                          live_.counters().bytes_held, resolved_.limit));
+    std::uint64_t deferred_bytes = 0;
+    for (const Deferred& d : deferred_) deferred_bytes += d.allocation.held;
+    if (deferred_bytes != deferred_bytes_ ||
+        live_.counters().bytes_held + deferred_bytes_ > resolved_.limit) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant A2 broken: %d bytes held live and %d (counted %d) by "
+          "deferred frees, limit %d",
+          live_.counters().bytes_held, deferred_bytes, deferred_bytes_,
+          resolved_.limit));
     }
     for (const auto& [address, streams] : recorded_) {
       std::vector<std::uintptr_t> sorted = streams;
@@ -534,6 +627,15 @@ class AsyncAllocator final : public Allocator {
   // Streams that freed memory since the last out-of-memory wait.
   absl::flat_hash_set<std::uintptr_t> freed_streams_ ABSL_GUARDED_BY(mu_);
   std::vector<EventHandle> idle_events_ ABSL_GUARDED_BY(mu_);
+  // Frees accepted but not yet done (Defer), and the bytes they hold.
+  struct Deferred {
+    LiveAllocation allocation;
+    std::vector<std::uintptr_t> recorded;
+    Stream stream;
+  };
+  std::vector<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t deferred_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool reported_deferral_ ABSL_GUARDED_BY(mu_) = false;
   // Released streams whose last event is not known complete: key -> event.
   absl::flat_hash_map<std::uintptr_t, EventHandle> released_
       ABSL_GUARDED_BY(mu_);

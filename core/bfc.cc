@@ -3,7 +3,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace gpualloc::core {
 namespace {
@@ -557,6 +559,25 @@ void BfcCore::UnfenceAboveHighWater() {
   }
 }
 
+std::string BfcCore::ConditionText(const Chunk& c) const {
+  switch (c.fence) {
+    case Fence::kClean:
+      return "clean";
+    case Fence::kStream:
+      return absl::StrFormat("{stream %#x at stamp %d}", c.stream,
+                             c.free_stamp);
+    case Fence::kSet: {
+      std::vector<std::string> pairs;
+      for (const StreamStamp& p : fences_.Get(c.fence_set)) {
+        pairs.push_back(
+            absl::StrFormat("stream %#x at stamp %d", p.stream, p.stamp));
+      }
+      return absl::StrCat("{", absl::StrJoin(pairs, ", "), "}");
+    }
+  }
+  return "?";
+}
+
 bool BfcCore::SameCondition(const Chunk& a, const Chunk& b) const {
   if (a.fence != b.fence) return false;
   switch (a.fence) {
@@ -918,6 +939,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BfcCore::MergeFreed(
     bins_.Rekey(next, merged, address);
   } else {
     InsertFree(id);
+    return;
+  }
+  if constexpr (kSeveralStreams) {
+    // The merge dropped what the oracle knows complete: the condition may
+    // now equal the next chunk out's (I4).
+    MergeNeighbours(prev_free ? prev : next);
   }
 }
 
@@ -1131,13 +1158,14 @@ absl::Status BfcCore::Validate() const {
       }
       if (!c.in_use) {
         if (prev_free && Mergeable(chunks_[prev], c)) {
-          return Broken("I4", absl::StrFormat(
-                                  "free chunks %d and %d at %#x are "
-                                  "neighbours and did not merge%s",
-                                  prev, id, c.address,
-                                  multi_stream_ ? " (their conditions are the "
-                                                  "same)"
-                                                : ""));
+          return Broken(
+              "I4", absl::StrFormat(
+                        "free chunks %d and %d at %#x are "
+                        "neighbours and did not merge%s",
+                        prev, id, c.address,
+                        multi_stream_
+                            ? absl::StrCat(" (both: ", ConditionText(c), ")")
+                            : ""));
         }
         if (!bins_.Contains(id)) {
           return Broken(

@@ -70,6 +70,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/attributes.h"
@@ -404,6 +405,8 @@ class BfcCore {
   // Whether two free chunks' conditions are the same: the same streams with
   // the same stamps.
   bool SameCondition(const Chunk& a, const Chunk& b) const;
+  // "clean", "{stream 0x1 at stamp 4}", ... for messages.
+  std::string ConditionText(const Chunk& c) const;
   // Merges free chunk `id` (in the bins) with each free neighbour it may
   // merge with; returns the id of the chunk holding its bytes now.
   ChunkId MergeNeighbours(ChunkId id);

@@ -425,6 +425,42 @@ TEST(AllocatorStreamsTest, FailingEventCallsAreReportedNotHidden) {
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
 
+// Async mode: a free on another stream than the allocation's needs an event
+// to order it; when recording it fails, the free is accepted all the same
+// (said once on stderr), the block held back and counted against the limit,
+// and the free done at the next call. Nothing is handed back unordered.
+TEST(AllocatorStreamsTest, AsyncFreeThatCannotBeOrderedYetIsDoneLater) {
+  Fixture f(CrossStreamReuse::kWhenComplete, /*preallocate=*/false,
+            /*limit=*/8 * kMiB, SimClock::kManual, AllocatorMode::kAsync);
+  void* p = f.Use(4 * kMiB, kS1);
+  f.sim->FailNthCall(SimOp::kRecordEvent, 1,
+                     absl::InternalError("simulated driver failure"));
+  ::testing::internal::CaptureStderr();
+  GPUALLOC_ASSERT_OK(f.allocator->Deallocate(p, kS2));
+  EXPECT_NE(
+      ::testing::internal::GetCapturedStderr().find("simulated driver failure"),
+      std::string::npos);
+  GPUALLOC_ASSERT_OK(f.allocator->Validate());
+  Stats s = f.allocator->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.backend_frees, 0u);  // held back
+  // Still failing at the next call: the held-back block counts against the
+  // limit, so 8 MiB do not fit.
+  f.sim->FailNthCall(SimOp::kRecordEvent, 1,
+                     absl::InternalError("simulated driver failure"));
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(f.allocator->Allocate(8 * kMiB, kS1).status()));
+  EXPECT_EQ(f.allocator->GetStats().backend_frees, 0u);
+  // The event works again: the next call does the free first.
+  void* q = f.Use(8 * kMiB, kS2);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(f.allocator->GetStats().backend_frees, 1u);
+  f.Free(q, kS2);
+  EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
+  // A second free of the deferred block is still a double free.
+  EXPECT_FALSE(f.allocator->Deallocate(p, kS1).ok());
+}
+
 // Streams taking turns (a compute and a copy stream, or several request
 // streams): each round allocates on one stream, queues work on the blocks
 // and frees them on that stream, the next round on another. Work completes

@@ -234,6 +234,24 @@ TEST_F(BfcStreamsTest, FreesOfOneStreamWithOneStampMerge) {
   GPUALLOC_ASSERT_OK(core_.Validate());
 }
 
+// A merge drops the pairs the oracle knows complete; the merged condition
+// may then equal the next chunk out's, which must merge too (I4). Found by
+// gpualloc-soak once released streams' conditions became complete at once.
+TEST_F(BfcStreamsTest, AMergeThatDropsCompletePairsMergesOnward) {
+  const DeviceAddress a = *Alloc(4096, kS1);
+  const DeviceAddress b = *Alloc(4096, kS1);
+  const DeviceAddress c = *Alloc(4096, kS1);
+  FillTail();
+  GPUALLOC_ASSERT_OK(core_.RecordStream(a, kS2));
+  GPUALLOC_ASSERT_OK(core_.RecordStream(b, kS2));
+  Free(c, kS1, 5);  // {s1@5}
+  Free(b, kS1, 5);  // {s1@5, s2@5}: not c's condition
+  EXPECT_EQ(core_.num_free_chunks(), 2u);
+  oracle_.complete_below[kS2] = 6;  // s2's part is done
+  Free(a, kS1, 5);  // {s1@5, s2@5}: merges with b, dropping s2@5, then c
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
+}
+
 TEST_F(BfcStreamsTest, FreeNextToPiecesKnownCompleteMergesThemFirst) {
   const DeviceAddress a = *Alloc(4096, kS1);
   const DeviceAddress b = *Alloc(4096, kS2);

@@ -78,6 +78,7 @@ TEST_P(SoakTest, PassesEveryCheck) {
   if (c.streams > 1) {
     EXPECT_GT(r->record_streams, 0u);
     EXPECT_GT(r->cross_frees, 0u);
+    EXPECT_GT(r->streams_released, 0u);
   }
   RecordProperty("ooms", static_cast<int>(r->ooms));
   RecordProperty("faults", static_cast<int>(r->faults_injected));

@@ -45,10 +45,11 @@ constexpr absl::string_view kUsage =
     "\n"
     "Runs random allocation sequences (fill and drain phases, log-uniform\n"
     "sizes, several streams with RecordStream users, cross-stream frees,\n"
-    "injected backend faults) on a simulated device in every allocator mode,\n"
-    "checking after every operation: no overlapping blocks, bytes_requested\n"
-    "equal to the live requests, no hazard, Validate(); at the end nothing\n"
-    "in use and the device's memory all returned.\n"
+    "side streams released and destroyed, injected backend faults) on a\n"
+    "simulated device in every allocator mode, checking after every\n"
+    "operation: no overlapping blocks, bytes_requested equal to the live\n"
+    "requests, no hazard, no call on a released stream, Validate(); at the\n"
+    "end nothing in use and the device's memory all returned.\n"
     "\n"
     "  --seed S                the sequence (default 1)\n"
     "  --ops N                 operations per mode and stream count\n"
@@ -198,9 +199,9 @@ int main(int argc, char** argv) {
       options.cross_free_percent, options.fault_every,
       gpualloc::soak::FaultOpsString(options.fault_ops),
       options.validate_every);
-  absl::PrintF("%-15s %7s %10s %8s %11s %8s %8s %8s %8s %8s %10s %7s\n", "mode",
-               "streams", "ops", "seconds", "ops/s", "ooms", "faults", "failed",
-               "xfrees", "hazards", "validated", "peak");
+  absl::PrintF("%-15s %7s %10s %8s %11s %8s %8s %8s %8s %8s %8s %10s %7s\n",
+               "mode", "streams", "ops", "seconds", "ops/s", "ooms", "faults",
+               "failed", "xfrees", "released", "hazards", "validated", "peak");
   std::fflush(stdout);
   for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) {
     std::signal(sig, OnCrash);
@@ -225,10 +226,11 @@ int main(int argc, char** argv) {
       }
       const double rate =
           r->seconds > 0 ? static_cast<double>(r->ops) / r->seconds : 0;
-      absl::PrintF("%-15s %7d %10d %8.1f %11.0f %8d %8d %8d %8d %8d %10d %7d\n",
-                   r->mode, r->streams, r->ops, r->seconds, rate, r->ooms,
-                   r->faults_injected, r->failed_by_fault, r->cross_frees,
-                   r->hazards, r->validator_runs, r->peak_live);
+      absl::PrintF(
+          "%-15s %7d %10d %8.1f %11.0f %8d %8d %8d %8d %8d %8d %10d %7d\n",
+          r->mode, r->streams, r->ops, r->seconds, rate, r->ooms,
+          r->faults_injected, r->failed_by_fault, r->cross_frees,
+          r->streams_released, r->hazards, r->validator_runs, r->peak_live);
       std::fflush(stdout);
       if (!r->ok) {
         absl::PrintF(

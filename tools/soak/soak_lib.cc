@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -116,7 +117,13 @@ class SoakRun {
   }
 
   std::uint64_t Draw(std::uint64_t n) { return n == 0 ? 0 : rng_() % n; }
-  Stream RandomStream() { return streams_[Draw(streams_.size())]; }
+  Stream RandomStream() { return Revived(streams_[Draw(streams_.size())]); }
+  // A stream about to be used: one the soak destroyed is made again (a new
+  // stream that got the old handle, no order implied).
+  Stream Revived(Stream s) {
+    if (destroyed_.erase(s.handle) != 0) sim_->OrderStreams(s, s);
+    return s;
+  }
 
   // 1 B .. max_size, log-uniform.
   std::uint64_t DrawSize() {
@@ -214,6 +221,12 @@ class SoakRun {
   bool OrderAfter(std::uint64_t op, const Live& l, Stream s) {
     for (Stream u : l.users) {
       if (u == s) continue;
+      if (destroyed_.contains(u.handle)) {
+        // The program ordered its work before destroying the stream (an
+        // event it kept); the simulator is told so without a call on it.
+        sim_->OrderStreams(s, u);
+        continue;
+      }
       absl::StatusOr<EventHandle> e =
           HarnessCall([&] { return sim_->CreateEvent(); });
       absl::Status st = e.status();
@@ -244,6 +257,7 @@ class SoakRun {
     const bool multi = streams_.size() > 1;
     const std::uint64_t r = Draw(100);
     if (multi && r < 10 && !live_.empty()) return RecordStreamOp(op);
+    if (multi && r == 10 && Draw(8) == 0) return ReleaseStreamOp(op);
     if (r < (multi ? 15u : 5u)) return CompleteOp();
     const bool below = live_.size() < target_;
     if (live_.empty() || Draw(100) < (below ? 70u : 30u)) return AllocOp(op);
@@ -308,14 +322,14 @@ class SoakRun {
     Live l = std::move(live_[i]);
     live_[i] = std::move(live_.back());
     live_.pop_back();
-    Stream stream = l.stream;
+    Stream stream = Revived(l.stream);
     const std::uint64_t n = streams_.size();
     if (n > 1 &&
         Draw(100) < static_cast<std::uint64_t>(options_.cross_free_percent)) {
       // Another stream than the allocation's. Half the time its work used
       // the block last (ordered after the earlier users), as when the freeing
       // stream is the last user; otherwise it is only named.
-      stream = streams_[(l.stream.handle + 1 + Draw(n - 1)) % n];
+      stream = Revived(streams_[(l.stream.handle + 1 + Draw(n - 1)) % n]);
       ++result_.cross_frees;
       if (Draw(2) == 0) {
         if (!OrderAfter(op, l, stream)) return false;
@@ -354,6 +368,28 @@ class SoakRun {
     return true;
   }
 
+  // The program destroys a side stream (work queued on it still runs; live
+  // blocks it allocated or used live on): ReleaseStream first, then the
+  // simulator fails and counts any later call naming it (Check) until the
+  // soak uses the handle again (Revived: a new stream).
+  bool ReleaseStreamOp(std::uint64_t op) {
+    const Stream s = streams_[1 + Draw(streams_.size() - 1)];
+    if (destroyed_.contains(s.handle)) return true;
+    absl::Status st = allocator_->ReleaseStream(s);
+    if (!st.ok()) {
+      if (IsInjected(st)) {  // nothing changed: the stream lives on
+        ++result_.failed_by_fault;
+        return true;
+      }
+      return Fail(op, absl::StrFormat("ReleaseStream(stream %d) failed: %s",
+                                      s.handle, st.ToString()));
+    }
+    sim_->DestroyStream(s);
+    destroyed_.insert(s.handle);
+    ++result_.streams_released;
+    return true;
+  }
+
   bool CompleteOp() {
     ++result_.completions;
     if (Draw(4) == 0) {
@@ -367,6 +403,11 @@ class SoakRun {
   // --- Checks -----------------------------------------------------------
 
   bool Check(std::uint64_t op, bool validate) {
+    if (const std::uint64_t n = sim_->calls_on_destroyed_streams(); n != 0) {
+      return Fail(op, absl::StrFormat("%d backend calls named a stream after "
+                                      "its ReleaseStream",
+                                      n));
+    }
     if (const std::uint64_t h = sim_->hazards(); h != 0) {
       result_.hazards = h;
       std::vector<SimHazard> log = sim_->hazard_log();
@@ -416,8 +457,8 @@ class SoakRun {
     while (!live_.empty()) {
       const Live l = std::move(live_.back());
       live_.pop_back();
-      absl::Status s =
-          allocator_->Deallocate(reinterpret_cast<void*>(l.address), l.stream);
+      absl::Status s = allocator_->Deallocate(
+          reinterpret_cast<void*>(l.address), Revived(l.stream));
       if (!s.ok()) {
         return Fail(op,
                     absl::StrFormat("final Deallocate(%#x, stream %d) of "
@@ -474,6 +515,7 @@ class SoakRun {
   std::mt19937_64 fault_rng_;
   const double log2_max_;
   std::vector<Stream> streams_;
+  absl::flat_hash_set<std::uintptr_t> destroyed_;  // released, not yet reused
   SoakResult result_;
 
   std::vector<Live> live_;

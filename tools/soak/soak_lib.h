@@ -98,6 +98,9 @@ struct SoakResult {
   std::uint64_t frees = 0;
   std::uint64_t cross_frees = 0;
   std::uint64_t record_streams = 0;
+  // Side streams released (ReleaseStream), destroyed in the simulator and
+  // made again under the same handle.
+  std::uint64_t streams_released = 0;
   std::uint64_t completions = 0;
   std::uint64_t trims = 0;
   std::uint64_t ooms = 0;  // Allocate answered ResourceExhausted
