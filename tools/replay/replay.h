@@ -144,8 +144,8 @@ struct ReplayResult {
   double ns_per_op = 0;  // wall time of the replay loop / ops
   // The allocator's at the end of the run (the peaks: the run's maximum).
   Stats stats;
-  std::uint64_t repeat = 1;                   // ReplayOptions::repeat
-  std::uint64_t complete_every = 64;          // ReplayOptions::complete_every
+  std::uint64_t repeat = 1;           // ReplayOptions::repeat
+  std::uint64_t complete_every = 64;  // ReplayOptions::complete_every
   // The device-progress model used: "ops" (complete_every), "timestamps"
   // (work_us with the trace's times) or "" (single stream: none needed).
   std::string progress_model;
