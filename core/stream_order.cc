@@ -42,14 +42,24 @@ absl::Status StreamOrder::ReleaseStream(std::uintptr_t stream,
   if (last == nullptr) return TakeError();
   state.last_event = last->number;
   streams_.erase(stream);
-  // Already done (a query, no wait): nothing to keep.
+  streams_[key] = std::move(state);
+  // Forget what is done already (a query each, no wait): this one, and the
+  // streams released before whose memory nobody asked about since, so that
+  // a runtime making and destroying a stream per request keeps a bounded
+  // set of them.
   NewSearch();
-  Retire(state, state.last_event);
-  if (!error_.ok()) {
-    // The event stays pending under the key: asked again later.
-    (void)TakeError();
+  for (auto it2 = streams_.begin(); it2 != streams_.end();) {
+    StreamState& s = it2->second;
+    if (s.last_event != 0) {
+      Retire(s, s.last_event);
+      if (!error_.ok()) (void)TakeError();  // asked again later
+      if (s.pending.empty()) {
+        streams_.erase(it2++);
+        continue;
+      }
+    }
+    ++it2;
   }
-  if (!state.pending.empty()) streams_[key] = std::move(state);
   return absl::OkStatus();
 }
 

@@ -204,5 +204,40 @@ TEST(StreamOrderTest, DestroysEveryEventItCreated) {
   EXPECT_EQ(events.destroyed, events.created);
 }
 
+// Released streams: a stamp on the old handle is answered by the last event
+// recorded at the release, never by recording on the handle again; once that
+// event completes the key is forgotten (complete); and keys nobody asks
+// about are dropped at later releases, so a stream per request stays bounded.
+TEST(StreamOrderTest, ReleasedStreamsAreAnsweredByTheirLastEventAndForgotten) {
+  ScriptedEvents events;
+  StreamOrder order(&events, CrossStreamReuse::kWhenComplete);
+  const std::uint64_t freed = order.stamp();
+  const std::uintptr_t key = StreamOrder::kReleasedBit | 1;
+  GPUALLOC_ASSERT_OK(order.ReleaseStream(kS1, key));
+  EXPECT_EQ(events.recorded, 1);
+  EXPECT_FALSE(order.KnownComplete(key, freed));
+  order.NewSearch();
+  EXPECT_EQ(order.Prepare(key, freed, kS2, /*may_wait=*/true),
+            Verdict::kBlocked);
+  EXPECT_EQ(events.recorded, 1);  // nothing recorded on the old stream
+  events.Finish(kS1);
+  order.NewSearch();
+  EXPECT_EQ(order.Prepare(key, freed, kS2, /*may_wait=*/true), Verdict::kReady);
+  EXPECT_TRUE(order.KnownComplete(key, freed + 100));  // forgotten: done
+  EXPECT_EQ(order.released_streams_kept(), 0u);
+
+  // A hundred streams released with work still queued, then all done: the
+  // next release drops them all.
+  for (std::uintptr_t s = 0x100; s < 0x100 + 100; ++s) {
+    (void)order.Prepare(s, order.stamp(), kS2, /*may_wait=*/true);
+    GPUALLOC_ASSERT_OK(order.ReleaseStream(s, StreamOrder::kReleasedBit | s));
+  }
+  EXPECT_EQ(order.released_streams_kept(), 100u);
+  for (std::uintptr_t s = 0x100; s < 0x100 + 100; ++s) events.Finish(s);
+  (void)order.Prepare(kS3, order.stamp(), kS2, /*may_wait=*/true);
+  GPUALLOC_ASSERT_OK(order.ReleaseStream(kS3, StreamOrder::kReleasedBit | 2));
+  EXPECT_LE(order.released_streams_kept(), 1u);
+}
+
 }  // namespace
 }  // namespace gpualloc::core
