@@ -191,9 +191,11 @@ class Allocator {
   // recorded on it here, and memory its work may still use is reused on
   // other streams only once that event has completed. The handle may then
   // name a new stream: the allocator treats it as a stranger to the old
-  // stream's memory. Costs one event record and query, plus a walk over the
-  // allocator's blocks (no host wait); a stream the allocator never saw costs
-  // nothing. On error (the event could not be recorded) nothing changes.
+  // stream's memory. Costs one event record and query, a walk over the
+  // allocator's blocks and a query per earlier released stream whose last
+  // event is not yet known complete (no host wait); a stream the allocator
+  // never saw costs nothing. On error (the event could not be recorded)
+  // nothing changes.
   virtual absl::Status ReleaseStream(Stream stream) = 0;
 
   virtual Stats GetStats() const = 0;
