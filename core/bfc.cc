@@ -2,6 +2,7 @@
 #include "core/bfc.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,7 +23,7 @@ BfcCore::BfcCore(const BfcConfig& config)
       large_page_threshold_(config.large_page != 0 ? config.large_page
                                                    : UINT64_MAX),
       bins_(&chunks_) {
-  GPUALLOC_DCHECK(IsPowerOfTwo(config_.min_block_size));
+  GPUALLOC_DCHECK(std::has_single_bit(config_.min_block_size));
 }
 
 void BfcCore::InsertFree(ChunkId id) { bins_.Insert(id); }

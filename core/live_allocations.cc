@@ -2,6 +2,7 @@
 #include "core/live_allocations.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <utility>
 
@@ -47,7 +48,7 @@ Stats StatsFromCounters(const LiveCounters& k, std::uint64_t limit) {
 
 absl::Status CheckAlignment(std::size_t bytes, std::size_t alignment,
                             std::uint64_t max_alignment) {
-  if (alignment != 0 && !IsPowerOfTwo(alignment)) {
+  if (alignment != 0 && !std::has_single_bit(alignment)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "Allocate(%d bytes): alignment %d is not a power of two", bytes,
         alignment));

@@ -1,6 +1,7 @@
 // core/options.cc: validation and defaults of allocator Options.
 #include "core/options.h"
 
+#include <bit>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -51,7 +52,7 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
   r.min_block_size = options.min_block_size != 0 ? options.min_block_size
                      : r.profile != nullptr      ? r.profile->min_block_size
                                                  : 256;
-  if (!IsPowerOfTwo(r.min_block_size) || r.min_block_size < 16) {
+  if (!std::has_single_bit(r.min_block_size) || r.min_block_size < 16) {
     return Bad(
         "min_block_size",
         absl::StrFormat("%d is not a power of two >= 16", r.min_block_size));
@@ -136,7 +137,8 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                  device.capabilities.virtual_memory;
   if (options.large_page_placement && r.profile != nullptr) {
     const std::uint64_t page = r.profile->large_page_size;
-    if (IsPowerOfTwo(page) && page > r.min_block_size) r.large_page = page;
+    if (std::has_single_bit(page) && page > r.min_block_size)
+      r.large_page = page;
   }
   // Any alignment up to one granule can be honoured by padding inside a region.
   r.max_alignment = granularity;

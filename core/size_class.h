@@ -20,10 +20,6 @@ inline constexpr int kSubBins = 1 << kSubBinsLog2;
 inline constexpr std::uint64_t kMinClassedSize = kSubBins;
 inline constexpr int kNumSizeClasses = (64 - kSubBinsLog2) * kSubBins;
 
-constexpr bool IsPowerOfTwo(std::uint64_t x) {
-  return x != 0 && (x & (x - 1)) == 0;
-}
-
 // REQUIRES: `alignment` is a power of two and the result does not overflow.
 constexpr std::uint64_t RoundUp(std::uint64_t x, std::uint64_t alignment) {
   return (x + alignment - 1) & ~(alignment - 1);

@@ -1,6 +1,7 @@
 // tests/arch_profiles_test.cc: the architecture profile table and its lookups.
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -19,8 +20,6 @@
 
 namespace gpualloc::testing {
 namespace {
-
-bool IsPowerOfTwo(std::uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 // The profile `name` names, or a test failure.
 const ArchProfile& Profile(absl::string_view name) {
@@ -126,15 +125,15 @@ TEST(ArchProfilesTest, EveryProfileIsConsistent) {
     const bool generic = absl::StartsWith(p.name, "generic-");
     EXPECT_EQ(generic, p.arch_ids.empty());
     EXPECT_EQ(generic, p.memory_bytes == 0);
-    EXPECT_TRUE(IsPowerOfTwo(p.min_granularity)) << p.min_granularity;
-    EXPECT_TRUE(IsPowerOfTwo(p.recommended_granularity));
+    EXPECT_TRUE(std::has_single_bit(p.min_granularity)) << p.min_granularity;
+    EXPECT_TRUE(std::has_single_bit(p.recommended_granularity));
     EXPECT_LE(p.min_granularity, p.recommended_granularity);
-    EXPECT_TRUE(IsPowerOfTwo(p.allocation_alignment));
-    EXPECT_TRUE(IsPowerOfTwo(p.min_block_size));
+    EXPECT_TRUE(std::has_single_bit(p.allocation_alignment));
+    EXPECT_TRUE(std::has_single_bit(p.min_block_size));
     EXPECT_EQ(p.min_block_size, 256u);
     ASSERT_FALSE(p.page_sizes.empty());
     for (std::size_t i = 0; i < p.page_sizes.size(); ++i) {
-      EXPECT_TRUE(IsPowerOfTwo(p.page_sizes[i])) << p.page_sizes[i];
+      EXPECT_TRUE(std::has_single_bit(p.page_sizes[i])) << p.page_sizes[i];
       if (i > 0) {
         EXPECT_LT(p.page_sizes[i - 1], p.page_sizes[i]);
       }

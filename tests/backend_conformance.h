@@ -16,6 +16,7 @@
 #define GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -50,10 +51,6 @@ inline std::string BackendFactoryName(
 }
 
 namespace conformance_internal {
-
-inline bool IsPowerOfTwo(std::uint64_t x) {
-  return x != 0 && (x & (x - 1)) == 0;
-}
 
 // A live allocation the test made.
 struct Block {
@@ -236,20 +233,20 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
 
 TEST_P(BackendConformanceTest, InfoIsSane) {
   const DeviceInfo& d = info();
-  using conformance_internal::IsPowerOfTwo;
   EXPECT_FALSE(d.backend.empty());
   EXPECT_FALSE(d.name.empty());
   EXPECT_FALSE(d.driver_version.empty());
   EXPECT_GE(d.ordinal, 0);
   EXPECT_GT(d.total_bytes, 0u);
-  EXPECT_TRUE(IsPowerOfTwo(d.min_granularity)) << d.min_granularity;
-  EXPECT_TRUE(IsPowerOfTwo(d.recommended_granularity))
+  EXPECT_TRUE(std::has_single_bit(d.min_granularity)) << d.min_granularity;
+  EXPECT_TRUE(std::has_single_bit(d.recommended_granularity))
       << d.recommended_granularity;
   EXPECT_LE(d.min_granularity, d.recommended_granularity);
-  EXPECT_TRUE(IsPowerOfTwo(d.allocation_alignment)) << d.allocation_alignment;
+  EXPECT_TRUE(std::has_single_bit(d.allocation_alignment))
+      << d.allocation_alignment;
   ASSERT_FALSE(d.page_sizes.empty());
   for (std::size_t i = 0; i < d.page_sizes.size(); ++i) {
-    EXPECT_TRUE(IsPowerOfTwo(d.page_sizes[i])) << d.page_sizes[i];
+    EXPECT_TRUE(std::has_single_bit(d.page_sizes[i])) << d.page_sizes[i];
     if (i > 0) {
       EXPECT_LT(d.page_sizes[i - 1], d.page_sizes[i]) << "index " << i;
     }

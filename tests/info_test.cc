@@ -26,12 +26,15 @@ struct Result {
   std::string out;  // stdout or stderr, as `streams` selects
 };
 
-// Runs `env -i ENV TOOL ARGS` through the shell. `streams` is a shell
-// redirection choosing what is captured.
+// Runs TOOL ARGS in an environment of ENV only, through the shell. `streams`
+// is a shell redirection choosing what is captured. The tool's path reaches
+// it as an argument of /bin/sh, never as a word of env's own: env would take
+// a path with '=' in it (a build directory named so) for one more variable.
 Result RunTool(const std::string& tool, const std::string& env,
                const std::string& args, const std::string& streams) {
-  const std::string command =
-      "env -i " + env + " '" + tool + "' " + args + " " + streams;
+  const std::string command = "env -i " + env +
+                              " /bin/sh -c 'exec \"$0\" \"$@\"' '" + tool +
+                              "' " + args + " " + streams;
   Result run;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) {

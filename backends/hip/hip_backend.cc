@@ -10,6 +10,7 @@
 #include "backends/hip/hip_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -41,8 +42,6 @@ constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr int kPoolNullOnOomUntil = 60000000;
 // hipMemAddressReserve: a no-op in 5.2, a null reservation in 5.3-6.0.
 constexpr int kVirtualMemoryWorksFrom = 60100000;
-
-bool IsPowerOfTwo(std::uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 std::uint64_t RoundUp(std::uint64_t x, std::uint64_t multiple) {
   return (x + multiple - 1) / multiple * multiple;
@@ -474,8 +473,8 @@ absl::Status HipBackend::Probe() {
           &min, prop.pointer(), hipMemAllocationGranularityMinimum);
       const hipError_t e2 = api.MemGetAllocationGranularity(
           &recommended, prop.pointer(), hipMemAllocationGranularityRecommended);
-      if (e1 == hipSuccess && e2 == hipSuccess && IsPowerOfTwo(min) &&
-          IsPowerOfTwo(recommended) && min <= recommended) {
+      if (e1 == hipSuccess && e2 == hipSuccess && std::has_single_bit(min) &&
+          std::has_single_bit(recommended) && min <= recommended) {
         info_.min_granularity = min;
         info_.recommended_granularity = recommended;
         notes_.push_back(absl::StrCat(
@@ -918,7 +917,8 @@ absl::StatusOr<DeviceAddress> HipBackend::ReserveAddress(
                                        "of the granularity ",
                                        g));
   }
-  if (alignment != 0 && (alignment % g != 0 || !IsPowerOfTwo(alignment))) {
+  if (alignment != 0 &&
+      (alignment % g != 0 || !std::has_single_bit(alignment))) {
     return RuleBroken(op, absl::StrCat("the alignment must be 0 or a power-of-"
                                        "two multiple of the granularity ",
                                        g));

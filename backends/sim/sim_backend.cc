@@ -66,7 +66,7 @@
 //    whether it merged frees of several streams; the reuse rules are checked
 //    against that condition when a block is considered.
 //
-// Thread safety: one lock (core::Lock, the project's annotated std::mutex; it
+// Thread safety: one lock (core::Lock, the project's annotated futex mutex; it
 // is also visible to ThreadSanitizer, which Debian's prebuilt absl::Mutex is
 // not) guards all mutable state; DeviceInfo and the options are immutable
 // after Create.
@@ -116,8 +116,6 @@ namespace {
 constexpr DeviceAddress kFakeBase = 0x7f00'0000'0000;
 constexpr std::uint64_t kFakeWindow = std::uint64_t{1} << 48;
 constexpr int kMaxOrdinal = 255;
-
-bool IsPowerOfTwo(std::uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 // REQUIRES: `alignment` is a power of two and the result does not overflow.
 std::uint64_t AlignUp(std::uint64_t x, std::uint64_t alignment) {
@@ -1145,7 +1143,7 @@ class SimBackend::Impl {
       return s;
     }
     if (alignment == 0) alignment = info_.min_granularity;
-    if (!IsPowerOfTwo(alignment)) {
+    if (!std::has_single_bit(alignment)) {
       return VmmInvalid(call, "the alignment must be a power of two");
     }
     if (absl::Status s = CheckGranular(call, "the alignment", alignment, true);
@@ -2154,12 +2152,12 @@ absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
         "ordinal",
         absl::StrCat(options.ordinal, " is outside [0, ", kMaxOrdinal, "]"));
   }
-  if (!IsPowerOfTwo(info.min_granularity)) {
+  if (!std::has_single_bit(info.min_granularity)) {
     return InvalidField(
         "min_granularity",
         absl::StrCat(info.min_granularity, " is not a power of two"));
   }
-  if (!IsPowerOfTwo(info.recommended_granularity)) {
+  if (!std::has_single_bit(info.recommended_granularity)) {
     return InvalidField(
         "recommended_granularity",
         absl::StrCat(info.recommended_granularity, " is not a power of two"));
@@ -2182,7 +2180,7 @@ absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
                      "), which host-backed virtual memory needs (or set "
                      "SimOptions.virtual_memory = false)"));
   }
-  if (!IsPowerOfTwo(info.allocation_alignment)) {
+  if (!std::has_single_bit(info.allocation_alignment)) {
     return InvalidField(
         "allocation_alignment",
         absl::StrCat(info.allocation_alignment, " is not a power of two"));

@@ -63,7 +63,10 @@
 //    GPUALLOC_DEVICE_CHECK_ASSUME_GPU) are allowed. The check covers the
 //    environments ProcessEnvironment and MapEnvironment return; another
 //    EnvLookup can only be asked for names, so it is not checked;
-//  - each key resolves on its own; a mem_limit from any level then overrides
+//  - each key resolves on its own, but for mem_limit and mem_fraction, which
+//    both set the limit: between them the higher level wins (a mem_fraction
+//    the program gives beats a GPUALLOC_MEM_LIMIT in the environment, which
+//    is then reported as overridden), and at one level mem_limit beats
 //    mem_fraction (Options::memory_limit).
 #ifndef GPUALLOC_CONFIG_H_
 #define GPUALLOC_CONFIG_H_
