@@ -52,6 +52,7 @@
 #include "core/modes.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
+#include "core/stream_order.h"
 
 namespace gpualloc::core {
 namespace {
@@ -82,8 +83,8 @@ class AsyncAllocator final : public Allocator {
     live_.ForEach([&live](DeviceAddress address, const LiveAllocation& a) {
       // A released stream's blocks are freed on the default stream, made to
       // wait for that stream's last event.
-      live.emplace_back(address,
-                        Stream(IsReleasedKey(a.stream) ? 0 : a.stream));
+      live.emplace_back(
+          address, Stream(StreamOrder::IsReleasedKey(a.stream) ? 0 : a.stream));
     });
     for (const auto& [address, stream] : live) {
       (void)FreeLocked(address, stream);
@@ -263,17 +264,7 @@ class AsyncAllocator final : public Allocator {
     PruneReleasedLocked();
     const std::uintptr_t s = stream.handle;
     bool named = freed_streams_.contains(s);
-    live_.ForEach([&](DeviceAddress, const LiveAllocation& a) {
-      named |= a.stream == s;
-    });
-    for (const auto& [address, streams] : recorded_) {
-      named |= std::find(streams.begin(), streams.end(), s) != streams.end();
-    }
-    for (const Deferred& d : deferred_) {
-      named |= d.stream.handle == s || d.allocation.stream == s ||
-               std::find(d.recorded.begin(), d.recorded.end(), s) !=
-                   d.recorded.end();
-    }
+    ForEachStreamFieldLocked([&](std::uintptr_t& f) { named |= f == s; });
     if (!named) return absl::OkStatus();
     GPUALLOC_ASSIGN_OR_RETURN(const EventHandle event, AcquireEventLocked());
     absl::Status status = backend_->RecordEvent(event, stream);
@@ -286,23 +277,14 @@ class AsyncAllocator final : public Allocator {
                           s, status.message()));
     }
     ++events_recorded_;
-    const std::uintptr_t key = kReleasedBit | ++streams_released_;
+    const std::uintptr_t key = StreamOrder::kReleasedBit | ++streams_released_;
     released_[key] = event;
-    live_.ForEachStream([&](std::uintptr_t& a) {
-      if (a == s) a = key;
+    ForEachStreamFieldLocked([&](std::uintptr_t& f) {
+      if (f == s) f = key;
     });
-    for (auto& [address, streams] : recorded_) {
-      for (std::uintptr_t& r : streams) {
-        if (r == s) r = key;
-      }
-    }
     if (freed_streams_.erase(s) != 0) freed_streams_.insert(key);
     for (Deferred& d : deferred_) {
-      if (d.allocation.stream == s) d.allocation.stream = key;
-      for (std::uintptr_t& r : d.recorded) {
-        if (r == s) r = key;
-      }
-      if (d.stream.handle == s) {
+      if (d.stream.handle == key) {
         // Freed on it: the default stream frees it, after its last event.
         d.stream = Stream(0);
         if (std::find(d.recorded.begin(), d.recorded.end(), key) ==
@@ -421,7 +403,7 @@ class AsyncAllocator final : public Allocator {
   // far on `other`.
   absl::Status StreamWaitLocked(Stream waiter, Stream other)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (IsReleasedKey(other.handle)) {
+    if (StreamOrder::IsReleasedKey(other.handle)) {
       // Its last event stands for it; a forgotten one has completed.
       auto it = released_.find(other.handle);
       if (it == released_.end()) return absl::OkStatus();
@@ -451,7 +433,7 @@ class AsyncAllocator final : public Allocator {
     absl::Status status;
     std::vector<std::uintptr_t> done;
     for (std::uintptr_t s : freed_streams_) {
-      if (IsReleasedKey(s)) {
+      if (StreamOrder::IsReleasedKey(s)) {
         auto it = released_.find(s);
         if (it != released_.end()) {
           status = backend_->SynchronizeEvent(it->second);
@@ -498,11 +480,21 @@ class AsyncAllocator final : public Allocator {
     }
   }
 
-  // Released streams are named by keys with the top bit set (no stream
-  // handle has it: it would be a kernel address).
-  static constexpr std::uintptr_t kReleasedBit = ~(~std::uintptr_t{0} >> 1);
-  static bool IsReleasedKey(std::uintptr_t stream) {
-    return (stream & kReleasedBit) != 0;
+  // Calls visit(std::uintptr_t&) on every stream this allocator remembers
+  // for a block: live blocks' allocation and RecordStream streams, and the
+  // deferred frees' streams.
+  template <typename Visit>
+  void ForEachStreamFieldLocked(Visit visit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    live_.ForEachStream(visit);
+    for (auto& [address, streams] : recorded_) {
+      for (std::uintptr_t& s : streams) visit(s);
+    }
+    for (Deferred& d : deferred_) {
+      visit(d.allocation.stream);
+      for (std::uintptr_t& s : d.recorded) visit(s);
+      visit(d.stream.handle);
+    }
   }
 
   absl::StatusOr<EventHandle> AcquireEventLocked()

@@ -415,8 +415,6 @@ class BfcCore {
   bool DropComplete(Chunk& c, const ReuseOracle& oracle);
   // DropComplete, then MergeNeighbours when the condition changed.
   ChunkId Resolve(ChunkId id, const ReuseOracle& oracle);
-  // Deallocate with several streams: settles the free neighbours of the
-  // chunk being freed (still marked in use) before the merge decision.
   // Deallocate's parts: the merge (inline in both), the condition of a block
   // freed with RecordStream streams or on another stream than its own, and
   // the whole free once several streams were seen.
@@ -429,6 +427,8 @@ class BfcCore {
                                                 std::uintptr_t stream,
                                                 std::uint64_t stamp,
                                                 const ReuseOracle* oracle);
+  // Deallocate with several streams: settles the free neighbours of the
+  // chunk being freed (still marked in use) before the merge decision.
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void ResolveNeighbours(
       ChunkId id, const ReuseOracle& oracle);
   enum class Usable { kYes, kNo, kStop };

@@ -51,9 +51,9 @@ absl::Status StreamOrder::ReleaseStream(std::uintptr_t stream,
   for (auto it2 = streams_.begin(); it2 != streams_.end();) {
     StreamState& s = it2->second;
     if (s.last_event != 0) {
-      Retire(s, s.last_event);
+      const bool done = RetireReleased(s);
       if (!error_.ok()) (void)TakeError();  // asked again later
-      if (s.pending.empty()) {
+      if (done) {
         streams_.erase(it2++);
         continue;
       }
@@ -121,9 +121,9 @@ ReuseOracle::Verdict StreamOrder::Query(std::uintptr_t from,
     if (it == streams_.end()) return Verdict::kReady;  // forgotten: done
     StreamState& state = it->second;
     // Its last event covers everything ever queued on it.
-    Retire(state, state.last_event);
+    const bool done = RetireReleased(state);
     if (!error_.ok()) return Verdict::kError;
-    if (state.pending.empty()) {
+    if (done) {
       streams_.erase(it);
       return Verdict::kReady;
     }

@@ -104,7 +104,7 @@ class StreamOrder final : public ReuseOracle {
     std::deque<Recorded> pending;  // oldest first
     std::uint64_t completed = 0;   // number of the newest completed event
     // The search during which the oldest pending event was seen running
-    // (SearchKey), or none.
+    // (SeenInThisSearch), or none.
     std::uint64_t seen_running_count = UINT64_MAX;
     std::uint64_t seen_running_search = 0;
     // A released stream's key: the number of its last event (no work was
@@ -123,6 +123,12 @@ class StreamOrder final : public ReuseOracle {
   // Drops the completed events at the front of the stream's queue (asking
   // the device about at most `up_to` and everything before it).
   void Retire(StreamState& state, std::uint64_t up_to);
+  // A released stream's state: whether every event it kept has completed
+  // (asking the device about them, no wait), so that its key is forgotten.
+  bool RetireReleased(StreamState& state) {
+    Retire(state, state.last_event);
+    return state.pending.empty();
+  }
   void Fail(const absl::Status& status);
 
   Backend& backend_;
