@@ -142,9 +142,9 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // (one stream never waits for another).
   const bool timed_model =
       options.work_us > 0 && trace.timed && trace.num_streams > 1;
+  const SimClock clock = timed_model ? SimClock::kModeled : SimClock::kManual;
 
-  absl::StatusOr<Device> device =
-      MakeDevice(*config, timed_model ? SimClock::kModeled : SimClock::kManual);
+  absl::StatusOr<Device> device = MakeDevice(*config, clock);
   if (!device.ok()) return device.status();
   result.device = DeviceName(*config, device->backend->info());
 
@@ -426,8 +426,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // --- Pass 2: fragmentation at the peak, and the timeline -----------------
   // A fresh device and allocator: the same configuration replays the same
   // way, so the state after step peak_op is pass 1's state at that moment.
-  absl::StatusOr<Device> again =
-      MakeDevice(*config, timed_model ? SimClock::kModeled : SimClock::kManual);
+  absl::StatusOr<Device> again = MakeDevice(*config, clock);
   if (!again.ok()) return again.status();
   Allocator& a2 = *again->allocator;
   SimBackend* const sim2 = again->sim.get();
