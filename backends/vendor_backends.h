@@ -2,8 +2,8 @@
 //
 // backends/cuda and backends/hip each define their pair of functions below
 // when the build contains them, and meson defines GPUALLOC_HAVE_CUDA_BACKEND /
-// GPUALLOC_HAVE_HIP_BACKEND (1) for backends/registry.cc. Both functions load
-// the vendor library at run time: without a driver they return Unavailable
+// GPUALLOC_HAVE_HIP_BACKEND (1) for runtime/backend_factory.cc. Both functions
+// load the vendor library at run time: without a driver they return Unavailable
 // with the reason (which library, which error), never crash.
 #ifndef GPUALLOC_BACKENDS_VENDOR_BACKENDS_H_
 #define GPUALLOC_BACKENDS_VENDOR_BACKENDS_H_

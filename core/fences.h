@@ -1,9 +1,9 @@
 // core/fences.h: when a free chunk may be handed to a stream.
 //
-// SPEC section 6: Deallocate(p, S) says that all work using p is queued on S
-// (and on the streams RecordStream named). The memory may be reused on S at
-// once, and on another stream T only once that work has completed, or after T
-// was made to wait for it.
+// docs/ARCHITECTURE.md, "Stream-ordered frees": Deallocate(p, S) says that all
+// work using p is queued on S (and on the streams RecordStream named). The
+// memory may be reused on S at once, and on another stream T only once that
+// work has completed, or after T was made to wait for it.
 //
 // Stamps. The allocator counts the events it has recorded (a stamp counter).
 // A free is stamped with the counter's value; an event recorded later gets a

@@ -1,4 +1,5 @@
-// core/modes.h: the allocator modes other than BFC (SPEC section 1), created
+// core/modes.h: the allocator modes other than BFC (docs/ARCHITECTURE.md,
+// "Allocator modes"), created
 // by CreateAllocator according to Options::mode.
 //
 //   platform: each Allocate is one backend Allocate and each Deallocate one

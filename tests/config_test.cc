@@ -1,6 +1,6 @@
 // tests/config_test.cc: the configuration string, the environment and the
-// defaults (SPEC section 5): every variable and alias, precedence, strictness
-// and the messages errors carry.
+// defaults (docs/ARCHITECTURE.md, "Configuration reference"): every variable
+// and alias, precedence, strictness and the messages errors carry.
 #include "gpualloc/config.h"
 
 #include <cmath>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libgpualloc_torch.so exports its gpualloc_torch_* entry points and nothing
-# else (backends/torch/gpualloc_torch.map).
+# else (bindings/torch/gpualloc_torch.map).
 #   tests/torch_hook_symbols.sh LIBRARY
 set -euo pipefail
 lib="$1"

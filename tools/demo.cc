@@ -1,5 +1,5 @@
-// tools/demo.cc: gpualloc-demo, the README's main job until the replay tool
-// lands.
+// tools/demo.cc: gpualloc-demo, a short tour of the allocator modes on a
+// simulated device.
 //
 // Works a simulated H200 (fake addresses: nothing is allocated on the host)
 // through a short, training-step-like allocation sequence under the two JAX

@@ -1,13 +1,13 @@
 // tools/info.cc: gpualloc-info, what gpualloc would do on this machine.
 //
 // Resolves the configuration (a configuration string, then the process
-// environment, then the defaults; SPEC section 5), creates the backend it
-// names and prints the device, the architecture profile the allocator tunes
-// by, every setting with where it came from, and the resulting limit. A
-// configuration or backend error goes to stderr with exit status 1, so scripts
-// can check a configuration before a long run.
+// environment, then the defaults; docs/ARCHITECTURE.md, "Precedence"), creates
+// the backend it names and prints the device, the architecture profile the
+// allocator tunes by, every setting with where it came from, and the resulting
+// limit. A configuration or backend error goes to stderr with exit status 1, so
+// scripts can check a configuration before a long run.
 //
-// Uses the public headers only (SPEC section 2).
+// Uses the public headers only (docs/ARCHITECTURE.md, "Layers").
 #include <algorithm>
 #include <charconv>
 #include <cstdint>

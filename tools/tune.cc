@@ -1,5 +1,6 @@
 // gpualloc-tune: sweeps a grid of configurations over traces and ranks them
-// (SPEC section 7). The grid and ranking live in tools/replay/tune_lib.
+// (docs/ARCHITECTURE.md, "gpualloc-tune"). The grid and ranking live in
+// tools/replay/tune_lib.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -58,7 +58,7 @@ enum class AllocatorMode {
 absl::string_view AllocatorModeName(AllocatorMode mode);
 
 // What BFC does with a free chunk whose last use was queued on another stream
-// and may still be running (SPEC section 6).
+// and may still be running (docs/ARCHITECTURE.md, "Cross-stream policy").
 enum class CrossStreamReuse {
   // Hand it out only once an event shows the freeing work completed; until
   // then look for other memory (and, out of memory, wait on the host).

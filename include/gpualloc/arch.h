@@ -3,7 +3,7 @@
 // A profile is data: allocation granularity, plain-allocation alignment, page
 // or fragment sizes, memory size and the allocator's minimum block size for one
 // GPU architecture, and the modeled cost of its driver calls. The table lives
-// in backends/arch/profiles.cc with the public source of every number. Profiles
+// in arch/profiles.cc with the public source of every number. Profiles
 // are immutable and live for the whole program.
 #ifndef GPUALLOC_ARCH_H_
 #define GPUALLOC_ARCH_H_

@@ -2,8 +2,9 @@
  * interfaces that cannot use the C++ one.
  *
  * A gpualloc_t is an opaque handle on one allocator per device, created
- * lazily on first use of the device, all from one configuration (SPEC section
- * 5; the keys and variables are listed in gpualloc/config.h):
+ * lazily on first use of the device, all from one configuration (the keys and
+ * variables are listed in gpualloc/config.h and docs/ARCHITECTURE.md,
+ * "Configuration reference"):
  *
  *   gpualloc_t* a = NULL;
  *   if (gpualloc_create("backend=sim,preallocate=false", &a) != GPUALLOC_OK) {
@@ -32,6 +33,13 @@
  */
 #ifndef GPUALLOC_GPUALLOC_H_
 #define GPUALLOC_GPUALLOC_H_
+
+/* A header of the bindings layer: the library's lower layers may not include it
+ * (docs/ARCHITECTURE.md, "Layers"). */
+#if defined(GPUALLOC_LAYER) && GPUALLOC_LAYER < 4
+#error \
+    "gpualloc/gpualloc.h belongs to the bindings layer; a lower layer of the library may not include it"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
@@ -168,8 +176,8 @@ GPUALLOC_API gpualloc_status_t gpualloc_reset_peak_stats(gpualloc_t* allocator,
                                                          int device);
 
 /* Every region and chunk of the device's allocator, with its statistics, as a
- * JSON document (the schema is in the README, "Embedding"). *out is a
- * NUL-terminated string the caller releases with gpualloc_string_free;
+ * JSON document (the schema is in docs/ARCHITECTURE.md, "Snapshot JSON"). *out
+ * is a NUL-terminated string the caller releases with gpualloc_string_free;
  * *out_length (when not NULL) receives its length. */
 GPUALLOC_API gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator,
                                                       int device, char** out,

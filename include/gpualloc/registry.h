@@ -10,6 +10,13 @@
 #ifndef GPUALLOC_REGISTRY_H_
 #define GPUALLOC_REGISTRY_H_
 
+// A header of the runtime layer: the library's lower layers may not include it
+// (docs/ARCHITECTURE.md, "Layers").
+#if defined(GPUALLOC_LAYER) && GPUALLOC_LAYER < 3
+#error \
+    "gpualloc/registry.h belongs to the runtime layer; a lower layer of the library may not include it"
+#endif
+
 #include <functional>
 #include <memory>
 

@@ -25,6 +25,13 @@
 #ifndef GPUALLOC_SIM_BACKEND_H_
 #define GPUALLOC_SIM_BACKEND_H_
 
+// A header of the backends layer: the library's lower layers may not include it
+// (docs/ARCHITECTURE.md, "Layers").
+#if defined(GPUALLOC_LAYER) && GPUALLOC_LAYER < 2
+#error \
+    "gpualloc/sim_backend.h belongs to the backends layer; a lower layer of the library may not include it"
+#endif
+
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -118,7 +125,7 @@ struct SimOptions {
   // The cost model: a successful call of `op` handling `bytes` adds
   // cost_ns[op] + cost_ns_per_mib[op] * bytes / MiB to modeled_ns(). An
   // entry left at kProfileCost takes the profile's figure
-  // (ArchProfile::costs, with its sources in backends/arch/profiles.cc);
+  // (ArchProfile::costs, with its sources in arch/profiles.cc);
   // those are the calls that allocate, map and free memory, per call plus
   // per byte: cuMemAlloc and cuMemFree (Allocate, Free), cuMemCreate and
   // cuMemRelease (CreatePhysical, ReleasePhysical; a release costs its

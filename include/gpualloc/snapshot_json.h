@@ -1,6 +1,6 @@
 // gpualloc/snapshot_json.h: an allocator Snapshot as JSON, and back.
 //
-// The document (README, "Embedding"; one line, no spaces):
+// The document (docs/ARCHITECTURE.md, "Snapshot JSON"; one line, no spaces):
 //   {"format":"gpualloc-snapshot","version":1,
 //    "device":{"ordinal":0,"backend":"sim","name":"...","total_bytes":N},
 //    "stats":{"num_allocs":N,...every Stats field under its own name...},

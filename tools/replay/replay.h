@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gpualloc/allocator.h"
+#include "tools/layer.h"
 
 namespace gpualloc::replay {
 

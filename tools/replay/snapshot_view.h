@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpualloc/allocator.h"
+#include "tools/layer.h"
 #include "tools/replay/replay.h"
 
 namespace gpualloc::replay {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/layer.h"
 #include "tools/replay/replay.h"
 
 namespace gpualloc::replay {

@@ -1,4 +1,5 @@
-// tools/replay/trace.cc: the two trace formats of SPEC section 7.
+// tools/replay/trace.cc: the trace formats (docs/ARCHITECTURE.md,
+// "Trace formats").
 //
 // Both parsers are strict: a trace that does not say exactly what happened
 // would make every number the replay reports meaningless, so any malformed

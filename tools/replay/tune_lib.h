@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tools/layer.h"
 #include "tools/replay/replay.h"
 
 namespace gpualloc::replay {

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "gpualloc/sim_backend.h"
+#include "tools/layer.h"
 
 namespace gpualloc::soak {
 

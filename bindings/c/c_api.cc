@@ -1,4 +1,4 @@
-// backends/capi/c_api.cc: the C API (gpualloc/gpualloc.h) over a
+// bindings/c/c_api.cc: the C API (gpualloc/gpualloc.h) over a
 // DeviceRegistry.
 //
 // Every entry point runs its body through Boundary(), which turns an
@@ -26,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "backends/capi/gpualloc_version.h"
+#include "bindings/c/gpualloc_version.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/config.h"
 #include "gpualloc/gpualloc.h"

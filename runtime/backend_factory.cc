@@ -1,21 +1,20 @@
-// backends/registry.cc: the backend a configuration names, and one allocator
-// per device (gpualloc/registry.h).
+// runtime/backend_factory.cc: the backend a configuration names
+// (gpualloc/registry.h's CreateBackend and DeviceCount), and the checks of a
+// configuration that need no device call.
 //
 // The vendor backends (backends/cuda, backends/hip) are in the build when
 // their toolkit headers were found (backends/vendor_backends.h); the errors
 // for a backend this build lacks, and for auto when no driver loads, say so
 // and name the way to the simulator. kVendorBackends below is the one place a
 // vendor backend is added.
-#include "gpualloc/registry.h"
+#include "runtime/backend_factory.h"
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -23,15 +22,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "backends/vendor_backends.h"
-#include "core/lock.h"
 #include "core/options.h"
 #include "gpualloc/sim_backend.h"
 
 namespace gpualloc {
 namespace {
 
-// The profile the simulator models when arch is "auto": the SPEC's reference
-// device.
+// The profile the simulator models when arch is "auto" (docs/ARCHITECTURE.md,
+// "Simulated device").
 constexpr absl::string_view kDefaultSimProfile = "h200";
 
 // Where a key's effective value came from, for messages: " (from
@@ -118,63 +116,9 @@ absl::StatusOr<T> TryVendors(const Config& config, Fn&& fn) {
       ". ", kUseSim));
 }
 
-class DeviceRegistryImpl final : public DeviceRegistry {
- public:
-  DeviceRegistryImpl(Config config, BackendFactory factory, int num_devices)
-      : config_(std::move(config)),
-        factory_(std::move(factory)),
-        num_devices_(num_devices),
-        slots_(new Slot[static_cast<std::size_t>(num_devices)]) {}
-
-  absl::StatusOr<Allocator*> Get(int ordinal) override {
-    if (ordinal < 0 || ordinal >= num_devices_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device ordinal ", ordinal, " is out of range: ", num_devices_,
-          " device", num_devices_ == 1 ? "" : "s", " (ordinals 0..",
-          num_devices_ - 1, ")"));
-    }
-    Slot& slot = slots_[static_cast<std::size_t>(ordinal)];
-    // Fast path once created: one acquire load, no lock.
-    if (Allocator* a = slot.ready.load(std::memory_order_acquire)) return a;
-
-    // The slot's lock is held across creation, so the factory never runs
-    // twice at once for one device; other devices are not held up.
-    core::LockGuard guard(&slot.mu);
-    if (slot.allocator != nullptr) return slot.allocator.get();
-    absl::StatusOr<std::shared_ptr<Backend>> backend = factory_(ordinal);
-    if (!backend.ok()) return backend.status();
-    if (*backend == nullptr) {
-      return absl::InternalError(absl::StrCat(
-          "the backend factory returned no backend for device ", ordinal));
-    }
-    absl::StatusOr<std::unique_ptr<Allocator>> allocator =
-        CreateAllocator(config_.options, std::move(*backend));
-    if (!allocator.ok()) return allocator.status();
-    slot.allocator = std::move(*allocator);
-    slot.ready.store(slot.allocator.get(), std::memory_order_release);
-    return slot.allocator.get();
-  }
-
-  int num_devices() const override { return num_devices_; }
-  const Config& config() const override { return config_; }
-
- private:
-  struct Slot {
-    core::Lock mu;
-    std::unique_ptr<Allocator> allocator ABSL_GUARDED_BY(mu);
-    // allocator.get() once created; read without the lock.
-    std::atomic<Allocator*> ready{nullptr};
-  };
-
-  const Config config_;
-  const BackendFactory factory_;
-  const int num_devices_;
-  const std::unique_ptr<Slot[]> slots_;
-};
-
 }  // namespace
 
-namespace {
+namespace runtime {
 
 // What the configuration alone rules out for its backend.
 absl::Status CheckBackendChoice(const Config& config) {
@@ -200,7 +144,7 @@ absl::Status CheckBackendChoice(const Config& config) {
 }
 
 // The configuration key of an Options field, for messages.
-absl::string_view KeyOfOptionsField(absl::string_view field) {
+static absl::string_view KeyOfOptionsField(absl::string_view field) {
   static constexpr std::pair<absl::string_view, absl::string_view> kKeys[] = {
       {"growth_granularity", "granularity"},
       {"min_block_size", "min_block"},
@@ -269,7 +213,7 @@ absl::Status CheckOnSimulatedDevice(const Config& config) {
                    device_memory.empty() ? "" : ", ", device_memory, ")"));
 }
 
-}  // namespace
+}  // namespace runtime
 
 absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
                                                        int ordinal,
@@ -278,7 +222,7 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(const Config& config,
     return absl::InvalidArgumentError(
         absl::StrCat("device ordinal ", ordinal, " is negative"));
   }
-  if (absl::Status s = CheckBackendChoice(config); !s.ok()) return s;
+  if (absl::Status s = runtime::CheckBackendChoice(config); !s.ok()) return s;
   switch (config.backend) {
     case BackendKind::kSim: {
       SimOptions sim;
@@ -329,32 +273,6 @@ absl::StatusOr<int> DeviceCount(const Config& config) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("invalid backend kind ", static_cast<int>(config.backend)));
-}
-
-absl::StatusOr<std::unique_ptr<DeviceRegistry>> DeviceRegistry::Create(
-    const Config& config, BackendFactory factory, int num_devices) {
-  if (num_devices < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DeviceRegistry: num_devices ", num_devices, " is negative"));
-  }
-  if (factory == nullptr) {
-    // What can be checked without a device call fails here, at creation,
-    // rather than on every Get.
-    if (absl::Status s = CheckBackendChoice(config); !s.ok()) return s;
-    if (config.backend == BackendKind::kSim) {
-      if (absl::Status s = CheckOnSimulatedDevice(config); !s.ok()) return s;
-    }
-  }
-  if (num_devices == 0) {
-    absl::StatusOr<int> count = DeviceCount(config);
-    if (!count.ok()) return count.status();
-    num_devices = *count;
-  }
-  if (factory == nullptr) {
-    factory = [config](int ordinal) { return CreateBackend(config, ordinal); };
-  }
-  return std::unique_ptr<DeviceRegistry>(
-      new DeviceRegistryImpl(config, std::move(factory), num_devices));
 }
 
 }  // namespace gpualloc

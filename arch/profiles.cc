@@ -1,4 +1,4 @@
-// backends/arch/profiles.cc: the architecture profile table and its lookups.
+// arch/profiles.cc: the architecture profile table and its lookups.
 //
 // One row per product or fallback. Every row names the public sources of its
 // numbers, both in a comment and in ArchProfile::sources, so a report can show

@@ -1,4 +1,4 @@
-// backends/torch/torch_hook.cc: libgpualloc_torch.so, the entry points of
+// bindings/torch/torch_hook.cc: libgpualloc_torch.so, the entry points of
 // torch.cuda.memory.CUDAPluggableAllocator(path, "gpualloc_torch_malloc",
 // "gpualloc_torch_free").
 //
@@ -249,8 +249,8 @@ GPUALLOC_API int gpualloc_torch_get_stats(int device, gpualloc_stats_t* out) {
   return s;
 }
 
-// The device's snapshot as JSON (README, "Embedding"), to be released with
-// gpualloc_torch_string_free; NULL on failure.
+// The device's snapshot as JSON (docs/ARCHITECTURE.md, "Snapshot JSON"), to be
+// released with gpualloc_torch_string_free; NULL on failure.
 GPUALLOC_API char* gpualloc_torch_snapshot_json(int device) {
   gpualloc_t* handle = Handle("gpualloc_torch_snapshot_json");
   if (handle == nullptr) return nullptr;

@@ -1,0 +1,25 @@
+// runtime/backend_factory.h: what the device registry asks of the backend
+// factory (runtime/backend_factory.cc) besides gpualloc/registry.h's
+// CreateBackend and DeviceCount.
+#ifndef GPUALLOC_RUNTIME_BACKEND_FACTORY_H_
+#define GPUALLOC_RUNTIME_BACKEND_FACTORY_H_
+
+#include "absl/status/status.h"
+#include "gpualloc/config.h"
+#include "gpualloc/registry.h"
+#include "runtime/layer.h"
+
+namespace gpualloc::runtime {
+
+// What the configuration alone rules out for its backend: device_memory
+// without backend=sim, memory_kind=fine without backend=hip.
+absl::Status CheckBackendChoice(const Config& config);
+
+// The simulated device needs no device call, so a configuration that could
+// never allocate on it (device_memory=255, granularity=3, min_block=2^63) is
+// an error naming the key at creation.
+absl::Status CheckOnSimulatedDevice(const Config& config);
+
+}  // namespace gpualloc::runtime
+
+#endif  // GPUALLOC_RUNTIME_BACKEND_FACTORY_H_

@@ -1,0 +1,102 @@
+// runtime/device_registry.cc: one allocator per device, created on first use
+// (gpualloc/registry.h's DeviceRegistry).
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/lock.h"
+#include "gpualloc/registry.h"
+#include "runtime/backend_factory.h"
+
+namespace gpualloc {
+namespace {
+
+class DeviceRegistryImpl final : public DeviceRegistry {
+ public:
+  DeviceRegistryImpl(Config config, BackendFactory factory, int num_devices)
+      : config_(std::move(config)),
+        factory_(std::move(factory)),
+        num_devices_(num_devices),
+        slots_(new Slot[static_cast<std::size_t>(num_devices)]) {}
+
+  absl::StatusOr<Allocator*> Get(int ordinal) override {
+    if (ordinal < 0 || ordinal >= num_devices_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device ordinal ", ordinal, " is out of range: ", num_devices_,
+          " device", num_devices_ == 1 ? "" : "s", " (ordinals 0..",
+          num_devices_ - 1, ")"));
+    }
+    Slot& slot = slots_[static_cast<std::size_t>(ordinal)];
+    // Fast path once created: one acquire load, no lock.
+    if (Allocator* a = slot.ready.load(std::memory_order_acquire)) return a;
+
+    // The slot's lock is held across creation, so the factory never runs
+    // twice at once for one device; other devices are not held up.
+    core::LockGuard guard(&slot.mu);
+    if (slot.allocator != nullptr) return slot.allocator.get();
+    absl::StatusOr<std::shared_ptr<Backend>> backend = factory_(ordinal);
+    if (!backend.ok()) return backend.status();
+    if (*backend == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "the backend factory returned no backend for device ", ordinal));
+    }
+    absl::StatusOr<std::unique_ptr<Allocator>> allocator =
+        CreateAllocator(config_.options, std::move(*backend));
+    if (!allocator.ok()) return allocator.status();
+    slot.allocator = std::move(*allocator);
+    slot.ready.store(slot.allocator.get(), std::memory_order_release);
+    return slot.allocator.get();
+  }
+
+  int num_devices() const override { return num_devices_; }
+  const Config& config() const override { return config_; }
+
+ private:
+  struct Slot {
+    core::Lock mu;
+    std::unique_ptr<Allocator> allocator ABSL_GUARDED_BY(mu);
+    // allocator.get() once created; read without the lock.
+    std::atomic<Allocator*> ready{nullptr};
+  };
+
+  const Config config_;
+  const BackendFactory factory_;
+  const int num_devices_;
+  const std::unique_ptr<Slot[]> slots_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceRegistry>> DeviceRegistry::Create(
+    const Config& config, BackendFactory factory, int num_devices) {
+  if (num_devices < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceRegistry: num_devices ", num_devices, " is negative"));
+  }
+  if (factory == nullptr) {
+    // What can be checked without a device call fails here, at creation,
+    // rather than on every Get.
+    if (absl::Status s = runtime::CheckBackendChoice(config); !s.ok()) return s;
+    if (config.backend == BackendKind::kSim) {
+      if (absl::Status s = runtime::CheckOnSimulatedDevice(config); !s.ok())
+        return s;
+    }
+  }
+  if (num_devices == 0) {
+    absl::StatusOr<int> count = DeviceCount(config);
+    if (!count.ok()) return count.status();
+    num_devices = *count;
+  }
+  if (factory == nullptr) {
+    factory = [config](int ordinal) { return CreateBackend(config, ordinal); };
+  }
+  return std::unique_ptr<DeviceRegistry>(
+      new DeviceRegistryImpl(config, std::move(factory), num_devices));
+}
+
+}  // namespace gpualloc
