@@ -1,5 +1,5 @@
 // tests/config_test.cc: the configuration string, the environment and the
-// defaults (SPEC section 5): every variable and alias, precedence, strictness
+// defaults: every variable and alias, precedence, strictness
 // and the messages errors carry.
 #include "gpualloc/config.h"
 
