@@ -11,7 +11,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
+#include "core/alignment.h"
 #include "core/bfc.h"
+#include "core/format_bytes.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"

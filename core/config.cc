@@ -1,5 +1,5 @@
 // core/config.cc: the configuration string, the environment and the defaults
-// (SPEC section 5), resolved into allocator Options.
+// resolved into allocator Options.
 //
 // Parsing choices (the tests in tests/config_test.cc pin each one):
 //  - Every value is trimmed of surrounding ASCII whitespace. A value that is
@@ -35,8 +35,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -44,760 +42,300 @@
 #include <numeric>
 #include <optional>
 #include <string>
-#include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/config_parse.h"
 #include "core/status_macros.h"
-#include "gpualloc/arch.h"
 
 namespace gpualloc {
 namespace {
 
-// Names the place a value came from in error messages: `name="value"place:
-// why`, e.g. `GPUALLOC_MEM_FRACTION="1.5": not in (0, 1]` or
-// `config string mem_fraction="1.5" (entry 2, column 9): not in (0, 1]`.
-struct Where {
-  std::string name;
-  std::string place;  // empty, or " (entry 2, column 9)"
+using config_internal::Bad;
+using config_internal::Quoted;
+using config_internal::Where;
+
+// ------------------------------------------------------------ value types
+
+// How one kind of value is read from text, checked when a program gives it
+// directly, and written back.
+template <typename T>
+struct ValueType {
+  absl::StatusOr<T> (*parse)(absl::string_view value, const Where& where);
+  // An alias's spelling where it differs (XLA_PYTHON_CLIENT_ALLOCATOR); null
+  // when it does not.
+  absl::StatusOr<T> (*parse_alias)(absl::string_view value, const Where& where);
+  // Checks a programmatic value as strictly as a parsed one and brings it to
+  // its canonical spelling; null when every value of T is valid.
+  absl::Status (*check)(T& value, const Where& where);
+  // The value in configuration-string form (sizes in bytes, so that
+  // "key=value" reads back as the same setting).
+  std::string (*print)(const T& value);
 };
 
-// `text` escaped (control characters and quotes as C escapes) and quoted for
-// a message. Long text is cut, as trace errors cut long lines, so one bad
-// value cannot flood a terminal: the first kMaxEcho bytes, "...", and the
-// whole length.
-constexpr std::size_t kMaxEcho = 80;
-std::string Quoted(absl::string_view text) {
-  if (text.size() <= kMaxEcho)
-    return absl::StrCat("\"", absl::CEscape(text), "\"");
-  return absl::StrCat("\"", absl::CEscape(text.substr(0, kMaxEcho)), "...\" (",
-                      text.size(), " bytes)");
+// One of a fixed list of keywords (config_parse.h's tables).
+template <const auto& kNames>
+constexpr auto Keyword() {
+  using T =
+      typename std::remove_cvref_t<decltype(kNames)>::value_type::second_type;
+  return ValueType<T>{
+      [](absl::string_view value, const Where& where) {
+        return config_internal::ParseKeyword(value, where, kNames);
+      },
+      nullptr,
+      [](T& value, const Where& where) {
+        return config_internal::CheckKeyword(value, where, kNames);
+      },
+      [](const T& value) {
+        return config_internal::KeywordName(value, kNames);
+      }};
+}
+template <const auto& kNames>
+inline constexpr auto kKeyword = Keyword<kNames>();
+
+// The allocator's keywords, with JAX's own under its alias.
+constexpr ValueType<AllocatorMode> AllocatorValues() {
+  ValueType<AllocatorMode> values = Keyword<config_internal::kModes>();
+  values.parse_alias = Keyword<config_internal::kXlaModes>().parse;
+  return values;
+}
+constexpr ValueType<AllocatorMode> kAllocator = AllocatorValues();
+
+constexpr ValueType<bool> kBool = {
+    config_internal::ParseBool, nullptr, nullptr,
+    [](const bool& b) -> std::string { return b ? "true" : "false"; }};
+
+constexpr ValueType<double> kFraction = {
+    config_internal::ParseFraction, nullptr,
+    [](double& f, const Where& where) {
+      return config_internal::CheckFraction(
+          f, config_internal::FormatFraction(f), where);
+    },
+    [](const double& f) { return config_internal::FormatFraction(f); }};
+
+std::string SizeOr(std::uint64_t bytes, absl::string_view zero) {
+  return bytes == 0 ? std::string(zero) : absl::StrCat(bytes);
 }
 
-absl::Status Bad(const Where& where, absl::string_view value,
-                 absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(where.name, "=", Quoted(value), where.place, ": ", why));
+absl::Status CheckPositive(std::uint64_t& bytes, const Where& where) {
+  return config_internal::CheckPositiveSize(bytes, absl::StrCat(bytes), where);
 }
 
-// ---------------------------------------------------------------- scalars
+// A size of more than 0 bytes; 0 in Options means unset.
+constexpr ValueType<std::uint64_t> kPositiveSize = {
+    config_internal::ParsePositiveSize, nullptr, CheckPositive,
+    [](const std::uint64_t& bytes) { return SizeOr(bytes, "unset"); }};
 
-// A plain decimal number split into its digit strings; both may be empty but
-// not together.
-struct Decimal {
-  absl::string_view integer;
-  absl::string_view fraction;
-};
-
-std::optional<Decimal> SplitDecimal(absl::string_view text) {
-  const std::size_t dot = text.find('.');
-  Decimal d;
-  d.integer = text.substr(0, dot);
-  d.fraction = dot == absl::string_view::npos ? absl::string_view()
-                                              : text.substr(dot + 1);
-  if (d.integer.empty() && d.fraction.empty()) return std::nullopt;
-  for (absl::string_view part : {d.integer, d.fraction}) {
-    for (char c : part) {
-      if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) {
-        return std::nullopt;
-      }
-    }
-  }
-  return d;
+absl::Status CheckGranularity(std::uint64_t& bytes, const Where& where) {
+  GPUALLOC_RETURN_IF_ERROR(CheckPositive(bytes, where));
+  return config_internal::CheckGranularity(bytes, absl::StrCat(bytes), where);
 }
 
-absl::StatusOr<bool> ParseBool(absl::string_view value, const Where& where) {
-  if (absl::EqualsIgnoreCase(value, "true") || value == "1") return true;
-  if (absl::EqualsIgnoreCase(value, "false") || value == "0") return false;
-  return Bad(where, value, "not a boolean (true, false, 1 or 0)");
-}
+// Region sizes; 0 in Options means the profile's.
+constexpr ValueType<std::uint64_t> kGranularity = {
+    [](absl::string_view value,
+       const Where& where) -> absl::StatusOr<std::uint64_t> {
+      GPUALLOC_ASSIGN_OR_RETURN(
+          std::uint64_t bytes,
+          config_internal::ParsePositiveSize(value, where));
+      GPUALLOC_RETURN_IF_ERROR(
+          config_internal::CheckGranularity(bytes, value, where));
+      return bytes;
+    },
+    nullptr, CheckGranularity,
+    [](const std::uint64_t& bytes) { return SizeOr(bytes, "profile"); }};
 
-absl::Status CheckFraction(double f, absl::string_view value,
-                           const Where& where) {
-  // !(f > 0) also catches NaN from programmatic options.
-  if (!std::isfinite(f) || !(f > 0) || f > 1) {
-    return Bad(where, value, "not in (0, 1]");
-  }
-  return absl::OkStatus();
-}
+// The chunk rounding; 0 in Options means the profile's.
+constexpr ValueType<std::uint64_t> kMinBlock = {
+    config_internal::ParseMinBlock, nullptr,
+    [](std::uint64_t& bytes, const Where& where) {
+      return config_internal::CheckMinBlock(bytes, absl::StrCat(bytes), where);
+    },
+    [](const std::uint64_t& bytes) { return SizeOr(bytes, "profile"); }};
 
-absl::StatusOr<double> ParseFraction(absl::string_view value,
-                                     const Where& where) {
-  if (!SplitDecimal(value).has_value()) {
-    return Bad(where, value,
-               "not a decimal number in (0, 1] (e.g. 0.75 or .9)");
-  }
-  double f = 0;
-  const auto [end, ec] =
-      std::from_chars(value.data(), value.data() + value.size(), f);
-  if (ec != std::errc() || end != value.data() + value.size()) {
-    return Bad(where, value, "not a decimal number in (0, 1]");
-  }
-  GPUALLOC_RETURN_IF_ERROR(CheckFraction(f, value, where));
-  return f;
-}
+// Any size, 0 included: 0 is a real setting (split_bound: always split).
+constexpr ValueType<std::uint64_t> kSize = {
+    config_internal::ParseSizeAt, nullptr, nullptr,
+    [](const std::uint64_t& bytes) { return absl::StrCat(bytes); }};
 
-struct Unit {
-  absl::string_view name;
-  std::uint64_t bytes;
-};
-constexpr std::uint64_t kK = 1000;
-constexpr std::uint64_t kKi = 1024;
-constexpr std::array<Unit, 9> kUnits = {{
-    {"B", 1},
-    {"KB", kK},
-    {"MB", kK* kK},
-    {"GB", kK* kK* kK},
-    {"TB", kK* kK* kK* kK},
-    {"KiB", kKi},
-    {"MiB", kKi* kKi},
-    {"GiB", kKi* kKi* kKi},
-    {"TiB", kKi* kKi* kKi* kKi},
-}};
+std::string PrintText(const std::string& text) { return text; }
 
-std::string UnitList() {
-  std::vector<absl::string_view> names;
-  for (const Unit& u : kUnits) names.push_back(u.name);
-  return absl::StrJoin(names, ", ");
-}
+constexpr ValueType<std::string> kArch = {
+    config_internal::ParseArch, nullptr,
+    [](std::string& arch, const Where& where) -> absl::Status {
+      GPUALLOC_ASSIGN_OR_RETURN(arch, config_internal::ParseArch(arch, where));
+      return absl::OkStatus();
+    },
+    PrintText};
 
-std::optional<std::uint64_t> Pow10(std::size_t digits) {
-  std::uint64_t p = 1;
-  for (std::size_t i = 0; i < digits; ++i) {
-    if (p > std::numeric_limits<std::uint64_t>::max() / 10) return std::nullopt;
-    p *= 10;
-  }
-  return p;
-}
-
-std::optional<std::uint64_t> ParseDigits(absl::string_view digits) {
-  std::uint64_t v = 0;
-  for (char c : digits) {
-    const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
-    if (v > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
-      return std::nullopt;
-    }
-    v = v * 10 + d;
-  }
-  return v;
-}
-
-std::optional<std::uint64_t> Multiply(std::uint64_t a, std::uint64_t b) {
-  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) {
-    return std::nullopt;
-  }
-  return a * b;
-}
-
-absl::StatusOr<std::uint64_t> ParseSizeAt(absl::string_view text,
-                                          const Where& where) {
-  // The number runs up to the first character that is neither a digit nor a
-  // '.'; the unit follows, optionally after spaces.
-  std::size_t n = 0;
-  while (n < text.size() &&
-         (absl::ascii_isdigit(static_cast<unsigned char>(text[n])) ||
-          text[n] == '.')) {
-    ++n;
-  }
-  const absl::string_view number = text.substr(0, n);
-  const absl::string_view unit_text =
-      absl::StripLeadingAsciiWhitespace(text.substr(n));
-  const std::optional<Decimal> decimal = SplitDecimal(number);
-  if (!decimal.has_value()) {
-    return Bad(where, text,
-               absl::StrCat("not a size (a number of bytes, optionally with "
-                            "a unit: ",
-                            UnitList(), ")"));
-  }
-  std::uint64_t unit = 1;
-  if (!unit_text.empty()) {
-    bool found = false;
-    for (const Unit& u : kUnits) {
-      if (absl::EqualsIgnoreCase(unit_text, u.name)) {
-        unit = u.bytes;
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      return Bad(where, text,
-                 absl::StrCat("unknown unit ", Quoted(unit_text),
-                              "; valid units: ", UnitList()));
-    }
-  }
-  const auto overflow = [&] {
-    return Bad(where, text, "does not fit in 64 bits of bytes");
-  };
-  const std::optional<std::uint64_t> integer = ParseDigits(decimal->integer);
-  if (!integer.has_value()) return overflow();
-  const std::optional<std::uint64_t> whole = Multiply(*integer, unit);
-  if (!whole.has_value()) return overflow();
-
-  // The fraction, exactly: frac / 10^k * unit bytes. Trailing zeros add
-  // nothing; with g = gcd(unit, 10^k) the result is whole exactly when
-  // 10^k / g divides frac (unit / g and 10^k / g share no factor).
-  absl::string_view fraction = decimal->fraction;
-  while (!fraction.empty() && fraction.back() == '0') {
-    fraction.remove_suffix(1);
-  }
-  std::uint64_t part = 0;
-  if (!fraction.empty()) {
-    const std::optional<std::uint64_t> frac = ParseDigits(fraction);
-    const std::optional<std::uint64_t> scale = Pow10(fraction.size());
-    if (!frac.has_value() || !scale.has_value()) {
-      return Bad(where, text, "too many digits after the decimal point");
-    }
-    const std::uint64_t g = std::gcd(unit, *scale);
-    if (*frac % (*scale / g) != 0) {
-      return Bad(where, text, "not a whole number of bytes");
-    }
-    const std::optional<std::uint64_t> p =
-        Multiply(*frac / (*scale / g), unit / g);
-    if (!p.has_value()) return overflow();
-    part = *p;
-  }
-  if (*whole > std::numeric_limits<std::uint64_t>::max() - part) {
-    return overflow();
-  }
-  return *whole + part;
-}
-
-absl::Status CheckPositiveSize(std::uint64_t bytes, absl::string_view value,
-                               const Where& where) {
-  if (bytes == 0) {
-    return Bad(where, value, "must be more than 0 bytes (unset it instead)");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::uint64_t> ParsePositiveSize(absl::string_view value,
-                                                const Where& where) {
-  GPUALLOC_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeAt(value, where));
-  GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(bytes, value, where));
-  return bytes;
-}
-
-// The allocator would reject the same value at creation, but only here can
-// the message name the variable or key that carried it.
-absl::Status CheckMinBlock(std::uint64_t bytes, absl::string_view value,
-                           const Where& where) {
-  if (bytes < 16 || (bytes & (bytes - 1)) != 0) {
-    return Bad(where, value, "not a power of two of at least 16 bytes");
-  }
-  return absl::OkStatus();
-}
-
-// Region sizes are whole minimum blocks, and every minimum block is a power
-// of two of at least 16 bytes: a granularity that is not a multiple of 16
-// could never work, whatever the device.
-absl::Status CheckGranularity(std::uint64_t bytes, absl::string_view value,
-                              const Where& where) {
-  if (bytes % 16 != 0) {
-    return Bad(where, value,
-               "not a multiple of 16 bytes (region sizes are whole minimum "
-               "blocks, and min_block is a power of two of at least 16)");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::uint64_t> ParseMinBlock(absl::string_view value,
-                                            const Where& where) {
-  GPUALLOC_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeAt(value, where));
-  GPUALLOC_RETURN_IF_ERROR(CheckMinBlock(bytes, value, where));
-  return bytes;
-}
-
-// A keyword from a fixed list; the error lists the list.
-template <typename T, std::size_t N>
-absl::StatusOr<T> ParseKeyword(
-    absl::string_view value, const Where& where,
-    const std::array<std::pair<absl::string_view, T>, N>& names) {
-  for (const auto& [name, v] : names) {
-    if (absl::EqualsIgnoreCase(value, name)) return v;
-  }
-  std::vector<absl::string_view> valid;
-  for (const auto& entry : names) valid.push_back(entry.first);
-  return Bad(where, value,
-             absl::StrCat("not one of ", absl::StrJoin(valid, ", ")));
-}
-
-constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 3> kModes = {
-    {{"bfc", AllocatorMode::kBfc},
-     {"platform", AllocatorMode::kPlatform},
-     {"async", AllocatorMode::kAsync}}};
-// JAX's XLA_PYTHON_CLIENT_ALLOCATOR values.
-constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 4> kXlaModes =
-    {{{"default", AllocatorMode::kBfc},
-      {"bfc", AllocatorMode::kBfc},
-      {"platform", AllocatorMode::kPlatform},
-      {"cuda_async", AllocatorMode::kAsync}}};
-constexpr std::array<std::pair<absl::string_view, BackendKind>, 4> kBackends = {
-    {{"auto", BackendKind::kAuto},
-     {"sim", BackendKind::kSim},
-     {"cuda", BackendKind::kCuda},
-     {"hip", BackendKind::kHip}}};
-constexpr std::array<std::pair<absl::string_view, Tristate>, 5> kTristates = {
-    {{"true", Tristate::kOn},
-     {"false", Tristate::kOff},
-     {"auto", Tristate::kAuto},
-     {"1", Tristate::kOn},
-     {"0", Tristate::kOff}}};
-constexpr std::array<std::pair<absl::string_view, CrossStreamReuse>, 2>
-    kCrossStream = {{{"when_complete", CrossStreamReuse::kWhenComplete},
-                     {"stream_wait", CrossStreamReuse::kStreamWait}}};
-constexpr std::array<std::pair<absl::string_view, GrowthPolicy>, 2> kGrowth = {
-    {{"exact", GrowthPolicy::kExact}, {"doubling", GrowthPolicy::kDoubling}}};
-constexpr std::array<std::pair<absl::string_view, MemoryKind>, 2> kMemoryKinds =
-    {{{"coarse", MemoryKind::kCoarse}, {"fine", MemoryKind::kFine}}};
-
-template <typename T, std::size_t N>
-std::string KeywordName(
-    T v, const std::array<std::pair<absl::string_view, T>, N>& names) {
-  for (const auto& [name, value] : names) {
-    if (value == v) return std::string(name);
-  }
-  return "invalid";
-}
-
-// `v` is one of the enumerators (programmatic options can hold anything).
-template <typename T, std::size_t N>
-absl::Status CheckKeyword(
-    T v, const Where& where,
-    const std::array<std::pair<absl::string_view, T>, N>& names) {
-  for (const auto& entry : names) {
-    if (entry.second == v) return absl::OkStatus();
-  }
-  return Bad(where, absl::StrCat(static_cast<int>(v)),
-             "not a valid enumerator");
-}
-
-// "auto" or a profile name, in the profile's own spelling.
-absl::StatusOr<std::string> ParseArch(absl::string_view value,
-                                      const Where& where) {
-  if (absl::EqualsIgnoreCase(value, "auto")) return std::string("auto");
-  absl::StatusOr<const ArchProfile*> found = FindArchProfile(value);
-  if (found.ok()) return std::string((*found)->name);
-  std::vector<absl::string_view> names = {"auto"};
-  for (const ArchProfile& p : AllArchProfiles()) names.push_back(p.name);
-  return Bad(where, value,
-             absl::StrCat("unknown architecture profile; valid names: ",
-                          absl::StrJoin(names, ", ")));
-}
-
-absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&) {
-  return std::string(value);
-}
-
-std::string FormatFraction(double f) {
-  // The shortest text that reads back as the same double: 0.75, not
-  // 0.75000000000000000.
-  std::array<char, 64> buf;
-  const auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), f);
-  if (ec != std::errc()) return absl::StrCat(f);
-  return std::string(buf.data(), end);
-}
+constexpr ValueType<std::string> kText = {config_internal::ParseName, nullptr,
+                                          nullptr, PrintText};
 
 // ------------------------------------------------------------------ keys
 
-enum class Key {
-  kAllocator,
-  kPreallocate,
-  kMemFraction,
-  kMemLimit,
-  kExpandable,
-  kArch,
-  kGc,
-  kBackend,
-  kDeviceMemory,
-  kCrossStream,
-  kGrowth,
-  kGranularity,
-  kMinBlock,
-  kSplitBound,
-  kName,
-  kMemoryKind,
-};
-
-struct KeyInfo {
-  Key key;
+// One configuration key: its names, and what it does with a ConfigOverrides
+// field and the Config value it decides.
+struct KeyDescriptor {
   absl::string_view name;                    // configuration-string key
   absl::string_view variable;                // GPUALLOC_*
   std::array<absl::string_view, 2> aliases;  // empty when fewer
   absl::string_view values;                  // for --help (ConfigKeys)
+  // Parses `value` into the key's field of `out`; `alias` selects the
+  // alias's spelling where it differs.
+  absl::Status (*parse)(absl::string_view value, const Where& where, bool alias,
+                        ConfigOverrides& out);
+  // Checks the field of a programmatic ConfigOverrides (when set).
+  absl::Status (*check)(ConfigOverrides& o, const Where& where);
+  bool (*is_set)(const ConfigOverrides& o);
+  void (*copy)(const ConfigOverrides& from, ConfigOverrides& to);
+  // Sets the Config value from the field, when set.
+  void (*apply)(const ConfigOverrides& from, Config& to);
+  // The effective value in `c`, in configuration-string form.
+  std::string (*print)(const Config& c);
 };
 
-// The table of config.h, in its order (Config::settings follows it).
-constexpr std::array<KeyInfo, 16> kKeys = {{
-    {Key::kAllocator,
-     "allocator",
-     "GPUALLOC_ALLOCATOR",
-     {"XLA_PYTHON_CLIENT_ALLOCATOR", ""},
-     "bfc|platform|async"},
-    {Key::kPreallocate,
-     "preallocate",
-     "GPUALLOC_PREALLOCATE",
-     {"XLA_PYTHON_CLIENT_PREALLOCATE", ""},
-     "true|false"},
-    {Key::kMemFraction,
-     "mem_fraction",
-     "GPUALLOC_MEM_FRACTION",
-     {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"},
-     "(0, 1] of total memory"},
-    {Key::kMemLimit,
-     "mem_limit",
-     "GPUALLOC_MEM_LIMIT",
-     {"", ""},
-     "a size: 40GiB, 512MB"},
-    {Key::kExpandable,
-     "expandable",
-     "GPUALLOC_EXPANDABLE",
-     {"", ""},
-     "true|false|auto"},
-    {Key::kArch, "arch", "GPUALLOC_ARCH", {"", ""}, "auto or a profile"},
-    {Key::kGc,
-     "gc",
-     "GPUALLOC_GC",
-     {"TF_ENABLE_GPU_GARBAGE_COLLECTION", ""},
-     "true|false"},
-    {Key::kBackend,
-     "backend",
-     "GPUALLOC_BACKEND",
-     {"", ""},
-     "auto|sim|cuda|hip"},
-    {Key::kDeviceMemory,
-     "device_memory",
-     "GPUALLOC_DEVICE_MEMORY",
-     {"", ""},
-     "sim only: a size"},
-    {Key::kCrossStream,
-     "cross_stream",
-     "GPUALLOC_CROSS_STREAM",
-     {"", ""},
-     "when_complete|stream_wait"},
-    {Key::kGrowth, "growth", "GPUALLOC_GROWTH", {"", ""}, "exact|doubling"},
-    {Key::kGranularity,
-     "granularity",
-     "GPUALLOC_GRANULARITY",
-     {"", ""},
-     "a size: region sizes"},
-    {Key::kMinBlock,
-     "min_block",
-     "GPUALLOC_MIN_BLOCK",
-     {"", ""},
-     "power of two >= 16 B"},
-    {Key::kSplitBound,
-     "split_bound",
-     "GPUALLOC_SPLIT_BOUND",
-     {"", ""},
-     "a size, 0 allowed"},
-    {Key::kName, "name", "GPUALLOC_NAME", {"", ""}, "a label"},
-    {Key::kMemoryKind,
-     "memory_kind",
-     "GPUALLOC_MEMORY_KIND",
-     {"", ""},
-     "coarse|fine (hip)"},
-}};
+// object.*kMember, or object.*kMember.*kRest... (a member of Options inside
+// Config).
+template <auto kMember, auto... kRest>
+constexpr auto& Member(auto& object) {
+  if constexpr (sizeof...(kRest) == 0) {
+    return object.*kMember;
+  } else {
+    return Member<kRest...>(object.*kMember);
+  }
+}
+
+// A key whose ConfigOverrides field is kField, read as kValues, deciding the
+// Config value at the member path kTarget.
+template <auto kField, const auto& kValues, auto... kTarget>
+constexpr KeyDescriptor Describe(absl::string_view name,
+                                 absl::string_view variable,
+                                 std::array<absl::string_view, 2> aliases,
+                                 absl::string_view values) {
+  return KeyDescriptor{
+      name,
+      variable,
+      aliases,
+      values,
+      [](absl::string_view value, const Where& where, bool alias,
+         ConfigOverrides& out) -> absl::Status {
+        const auto parse = alias && kValues.parse_alias != nullptr
+                               ? kValues.parse_alias
+                               : kValues.parse;
+        GPUALLOC_ASSIGN_OR_RETURN(out.*kField, parse(value, where));
+        return absl::OkStatus();
+      },
+      [](ConfigOverrides& o, const Where& where) {
+        if (kValues.check == nullptr || !(o.*kField).has_value()) {
+          return absl::OkStatus();
+        }
+        return kValues.check(*(o.*kField), where);
+      },
+      [](const ConfigOverrides& o) { return (o.*kField).has_value(); },
+      [](const ConfigOverrides& from, ConfigOverrides& to) {
+        to.*kField = from.*kField;
+      },
+      [](const ConfigOverrides& from, Config& to) {
+        if ((from.*kField).has_value())
+          Member<kTarget...>(to) = *(from.*kField);
+      },
+      [](const Config& c) { return kValues.print(Member<kTarget...>(c)); }};
+}
+
+using O = ConfigOverrides;
+
+// The table of config.h, in its order (Config::settings follows it). A new
+// key is one line here and its ConfigOverrides field.
+constexpr std::array kKeys = {
+    Describe<&O::mode, kAllocator, &Config::options, &Options::mode>(
+        "allocator", "GPUALLOC_ALLOCATOR", {"XLA_PYTHON_CLIENT_ALLOCATOR"},
+        "bfc|platform|async"),
+    Describe<&O::preallocate, kBool, &Config::options, &Options::preallocate>(
+        "preallocate", "GPUALLOC_PREALLOCATE",
+        {"XLA_PYTHON_CLIENT_PREALLOCATE"}, "true|false"),
+    Describe<&O::memory_fraction, kFraction, &Config::options,
+             &Options::memory_fraction>(
+        "mem_fraction", "GPUALLOC_MEM_FRACTION",
+        {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"},
+        "(0, 1] of total memory"),
+    Describe<&O::memory_limit, kPositiveSize, &Config::options,
+             &Options::memory_limit>("mem_limit", "GPUALLOC_MEM_LIMIT", {},
+                                     "a size: 40GiB, 512MB"),
+    Describe<&O::expandable, kKeyword<config_internal::kTristates>,
+             &Config::options, &Options::expandable>(
+        "expandable", "GPUALLOC_EXPANDABLE", {}, "true|false|auto"),
+    Describe<&O::arch, kArch, &Config::options, &Options::arch>(
+        "arch", "GPUALLOC_ARCH", {}, "auto or a profile"),
+    Describe<&O::garbage_collection, kBool, &Config::options,
+             &Options::garbage_collection>("gc", "GPUALLOC_GC",
+                                           {"TF_ENABLE_GPU_GARBAGE_COLLECTION"},
+                                           "true|false"),
+    Describe<&O::backend, kKeyword<config_internal::kBackends>,
+             &Config::backend>("backend", "GPUALLOC_BACKEND", {},
+                               "auto|sim|cuda|hip"),
+    Describe<&O::device_memory, kPositiveSize, &Config::device_memory>(
+        "device_memory", "GPUALLOC_DEVICE_MEMORY", {}, "sim only: a size"),
+    Describe<&O::cross_stream_reuse, kKeyword<config_internal::kCrossStream>,
+             &Config::options, &Options::cross_stream_reuse>(
+        "cross_stream", "GPUALLOC_CROSS_STREAM", {},
+        "when_complete|stream_wait"),
+    Describe<&O::growth_policy, kKeyword<config_internal::kGrowth>,
+             &Config::options, &Options::growth_policy>(
+        "growth", "GPUALLOC_GROWTH", {}, "exact|doubling"),
+    Describe<&O::growth_granularity, kGranularity, &Config::options,
+             &Options::growth_granularity>(
+        "granularity", "GPUALLOC_GRANULARITY", {}, "a size: region sizes"),
+    Describe<&O::min_block_size, kMinBlock, &Config::options,
+             &Options::min_block_size>("min_block", "GPUALLOC_MIN_BLOCK", {},
+                                       "power of two >= 16 B"),
+    Describe<&O::max_internal_fragmentation, kSize, &Config::options,
+             &Options::max_internal_fragmentation>(
+        "split_bound", "GPUALLOC_SPLIT_BOUND", {}, "a size, 0 allowed"),
+    Describe<&O::name, kText, &Config::options, &Options::name>(
+        "name", "GPUALLOC_NAME", {}, "a label"),
+    Describe<&O::memory_kind, kKeyword<config_internal::kMemoryKinds>,
+             &Config::memory_kind>("memory_kind", "GPUALLOC_MEMORY_KIND", {},
+                                   "coarse|fine (hip)"),
+};
+
+// The index of the key `name` in kKeys; kKeys.size() when there is none.
+constexpr std::size_t KeyIndex(absl::string_view name) {
+  for (std::size_t i = 0; i < kKeys.size(); ++i) {
+    if (kKeys[i].name == name) return i;
+  }
+  return kKeys.size();
+}
+// The keys ResolveConfig treats together.
+constexpr std::size_t kFractionKey = KeyIndex("mem_fraction");
+constexpr std::size_t kLimitKey = KeyIndex("mem_limit");
+constexpr std::size_t kGranularityKey = KeyIndex("granularity");
+constexpr std::size_t kMinBlockKey = KeyIndex("min_block");
+static_assert(kFractionKey < kKeys.size() && kLimitKey < kKeys.size() &&
+              kGranularityKey < kKeys.size() && kMinBlockKey < kKeys.size());
 
 std::string KeyList() {
   std::vector<absl::string_view> names;
-  for (const KeyInfo& k : kKeys) names.push_back(k.name);
+  for (const KeyDescriptor& k : kKeys) names.push_back(k.name);
   return absl::StrJoin(names, ", ");
-}
-
-// Parses `value` for `key` into the matching field of `out`. `alias` selects
-// the alias's spelling where it differs (XLA_PYTHON_CLIENT_ALLOCATOR).
-absl::Status ParseInto(Key key, absl::string_view value, const Where& where,
-                       bool alias, ConfigOverrides& out) {
-  switch (key) {
-    case Key::kAllocator: {
-      absl::StatusOr<AllocatorMode> mode =
-          alias ? ParseKeyword(value, where, kXlaModes)
-                : ParseKeyword(value, where, kModes);
-      GPUALLOC_RETURN_IF_ERROR(mode.status());
-      out.mode = *mode;
-      return absl::OkStatus();
-    }
-    case Key::kPreallocate: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.preallocate, ParseBool(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kMemFraction: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.memory_fraction,
-                                ParseFraction(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kMemLimit: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.memory_limit,
-                                ParsePositiveSize(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kExpandable: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.expandable,
-                                ParseKeyword(value, where, kTristates));
-      return absl::OkStatus();
-    }
-    case Key::kArch: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.arch, ParseArch(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kGc: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.garbage_collection,
-                                ParseBool(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kBackend: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.backend,
-                                ParseKeyword(value, where, kBackends));
-      return absl::OkStatus();
-    }
-    case Key::kDeviceMemory: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.device_memory,
-                                ParsePositiveSize(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kCrossStream: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.cross_stream_reuse,
-                                ParseKeyword(value, where, kCrossStream));
-      return absl::OkStatus();
-    }
-    case Key::kGrowth: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.growth_policy,
-                                ParseKeyword(value, where, kGrowth));
-      return absl::OkStatus();
-    }
-    case Key::kGranularity: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.growth_granularity,
-                                ParsePositiveSize(value, where));
-      return CheckGranularity(*out.growth_granularity, value, where);
-    }
-    case Key::kMinBlock: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.min_block_size,
-                                ParseMinBlock(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kSplitBound: {
-      // 0 is a real setting here (always split), not "unset".
-      GPUALLOC_ASSIGN_OR_RETURN(out.max_internal_fragmentation,
-                                ParseSizeAt(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kName: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.name, ParseName(value, where));
-      return absl::OkStatus();
-    }
-    case Key::kMemoryKind: {
-      GPUALLOC_ASSIGN_OR_RETURN(out.memory_kind,
-                                ParseKeyword(value, where, kMemoryKinds));
-      return absl::OkStatus();
-    }
-  }
-  return absl::InternalError("unhandled configuration key");
 }
 
 // Checks a programmatic option (ConfigOverrides) as strictly as a parsed one
 // and brings names to their canonical spelling.
 absl::Status CheckOverrides(ConfigOverrides& o) {
-  const auto where = [](absl::string_view key) {
-    return Where{absl::StrCat("option ", key), ""};
-  };
-  if (o.mode.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(CheckKeyword(*o.mode, where("allocator"), kModes));
-  }
-  if (o.memory_fraction.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(CheckFraction(*o.memory_fraction,
-                                           FormatFraction(*o.memory_fraction),
-                                           where("mem_fraction")));
-  }
-  if (o.memory_limit.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(
-        *o.memory_limit, absl::StrCat(*o.memory_limit), where("mem_limit")));
-  }
-  if (o.expandable.has_value()) {
+  for (const KeyDescriptor& k : kKeys) {
     GPUALLOC_RETURN_IF_ERROR(
-        CheckKeyword(*o.expandable, where("expandable"), kTristates));
-  }
-  if (o.arch.has_value()) {
-    GPUALLOC_ASSIGN_OR_RETURN(o.arch, ParseArch(*o.arch, where("arch")));
-  }
-  if (o.backend.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(
-        CheckKeyword(*o.backend, where("backend"), kBackends));
-  }
-  if (o.device_memory.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(*o.device_memory,
-                                               absl::StrCat(*o.device_memory),
-                                               where("device_memory")));
-  }
-  if (o.cross_stream_reuse.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(CheckKeyword(*o.cross_stream_reuse,
-                                          where("cross_stream"), kCrossStream));
-  }
-  if (o.growth_policy.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(
-        CheckKeyword(*o.growth_policy, where("growth"), kGrowth));
-  }
-  if (o.growth_granularity.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(
-        *o.growth_granularity, absl::StrCat(*o.growth_granularity),
-        where("granularity")));
-    GPUALLOC_RETURN_IF_ERROR(CheckGranularity(
-        *o.growth_granularity, absl::StrCat(*o.growth_granularity),
-        where("granularity")));
-  }
-  if (o.min_block_size.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(CheckMinBlock(*o.min_block_size,
-                                           absl::StrCat(*o.min_block_size),
-                                           where("min_block")));
-  }
-  if (o.memory_kind.has_value()) {
-    GPUALLOC_RETURN_IF_ERROR(
-        CheckKeyword(*o.memory_kind, where("memory_kind"), kMemoryKinds));
+        k.check(o, Where{absl::StrCat("option ", k.name), ""}));
   }
   return absl::OkStatus();
-}
-
-// Whether `key`'s field of `o` is set.
-bool IsSet(Key key, const ConfigOverrides& o) {
-  switch (key) {
-    case Key::kAllocator:
-      return o.mode.has_value();
-    case Key::kPreallocate:
-      return o.preallocate.has_value();
-    case Key::kMemFraction:
-      return o.memory_fraction.has_value();
-    case Key::kMemLimit:
-      return o.memory_limit.has_value();
-    case Key::kExpandable:
-      return o.expandable.has_value();
-    case Key::kArch:
-      return o.arch.has_value();
-    case Key::kGc:
-      return o.garbage_collection.has_value();
-    case Key::kBackend:
-      return o.backend.has_value();
-    case Key::kDeviceMemory:
-      return o.device_memory.has_value();
-    case Key::kCrossStream:
-      return o.cross_stream_reuse.has_value();
-    case Key::kGrowth:
-      return o.growth_policy.has_value();
-    case Key::kGranularity:
-      return o.growth_granularity.has_value();
-    case Key::kMinBlock:
-      return o.min_block_size.has_value();
-    case Key::kSplitBound:
-      return o.max_internal_fragmentation.has_value();
-    case Key::kName:
-      return o.name.has_value();
-    case Key::kMemoryKind:
-      return o.memory_kind.has_value();
-  }
-  return false;
-}
-
-// Copies `key`'s field from `from` to `to`.
-void CopyField(Key key, const ConfigOverrides& from, ConfigOverrides& to) {
-  switch (key) {
-    case Key::kAllocator:
-      to.mode = from.mode;
-      return;
-    case Key::kPreallocate:
-      to.preallocate = from.preallocate;
-      return;
-    case Key::kMemFraction:
-      to.memory_fraction = from.memory_fraction;
-      return;
-    case Key::kMemLimit:
-      to.memory_limit = from.memory_limit;
-      return;
-    case Key::kExpandable:
-      to.expandable = from.expandable;
-      return;
-    case Key::kArch:
-      to.arch = from.arch;
-      return;
-    case Key::kGc:
-      to.garbage_collection = from.garbage_collection;
-      return;
-    case Key::kBackend:
-      to.backend = from.backend;
-      return;
-    case Key::kDeviceMemory:
-      to.device_memory = from.device_memory;
-      return;
-    case Key::kCrossStream:
-      to.cross_stream_reuse = from.cross_stream_reuse;
-      return;
-    case Key::kGrowth:
-      to.growth_policy = from.growth_policy;
-      return;
-    case Key::kGranularity:
-      to.growth_granularity = from.growth_granularity;
-      return;
-    case Key::kMinBlock:
-      to.min_block_size = from.min_block_size;
-      return;
-    case Key::kSplitBound:
-      to.max_internal_fragmentation = from.max_internal_fragmentation;
-      return;
-    case Key::kName:
-      to.name = from.name;
-      return;
-    case Key::kMemoryKind:
-      to.memory_kind = from.memory_kind;
-      return;
-  }
-}
-
-// The effective value of `key` in `c`, in configuration-string form (sizes in
-// bytes, so that "key=value" reads back as the same setting).
-std::string ValueText(Key key, const Config& c) {
-  const Options& o = c.options;
-  switch (key) {
-    case Key::kAllocator:
-      return KeywordName(o.mode, kModes);
-    case Key::kPreallocate:
-      return o.preallocate ? "true" : "false";
-    case Key::kMemFraction:
-      return FormatFraction(o.memory_fraction);
-    case Key::kMemLimit:
-      return o.memory_limit == 0 ? "unset" : absl::StrCat(o.memory_limit);
-    case Key::kExpandable:
-      return KeywordName(o.expandable, kTristates);
-    case Key::kArch:
-      return o.arch;
-    case Key::kGc:
-      return o.garbage_collection ? "true" : "false";
-    case Key::kBackend:
-      return std::string(BackendKindName(c.backend));
-    case Key::kDeviceMemory:
-      return c.device_memory == 0 ? "unset" : absl::StrCat(c.device_memory);
-    case Key::kCrossStream:
-      return KeywordName(o.cross_stream_reuse, kCrossStream);
-    case Key::kGrowth:
-      return KeywordName(o.growth_policy, kGrowth);
-    case Key::kGranularity:
-      return o.growth_granularity == 0 ? "profile"
-                                       : absl::StrCat(o.growth_granularity);
-    case Key::kMinBlock:
-      return o.min_block_size == 0 ? "profile" : absl::StrCat(o.min_block_size);
-    case Key::kSplitBound:
-      return absl::StrCat(o.max_internal_fragmentation);
-    case Key::kName:
-      return o.name;
-    case Key::kMemoryKind:
-      return std::string(MemoryKindName(c.memory_kind));
-  }
-  return "";
 }
 
 // The two environments config.h offers, as named types, so that
@@ -880,7 +418,7 @@ absl::Status CheckUnknownVariables(const EnvLookup& env) {
                  kNotSettings.end();
     absl::string_view closest;
     std::size_t best = std::numeric_limits<std::size_t>::max();
-    for (const KeyInfo& k : kKeys) {
+    for (const KeyDescriptor& k : kKeys) {
       if (k.variable == name) known = true;
       const std::size_t d = Distance(name, k.variable);
       if (d < best) {
@@ -902,7 +440,8 @@ absl::Status CheckUnknownVariables(const EnvLookup& env) {
 }
 
 // Reads and parses one variable into `out`; returns whether it was set.
-absl::StatusOr<bool> ReadVariable(const EnvLookup& env, Key key,
+absl::StatusOr<bool> ReadVariable(const EnvLookup& env,
+                                  const KeyDescriptor& key,
                                   absl::string_view variable, bool alias,
                                   ConfigOverrides& out) {
   const std::optional<std::string> raw = env(variable);
@@ -912,7 +451,7 @@ absl::StatusOr<bool> ReadVariable(const EnvLookup& env, Key key,
   if (value.empty()) {
     return Bad(where, *raw, "set but empty; unset it to take the default");
   }
-  GPUALLOC_RETURN_IF_ERROR(ParseInto(key, value, where, alias, out));
+  GPUALLOC_RETURN_IF_ERROR(key.parse(value, where, alias, out));
   return true;
 }
 
@@ -964,8 +503,12 @@ EnvLookup MapEnvironment(std::map<std::string, std::string> variables) {
 
 std::vector<ConfigKeyInfo> ConfigKeys() {
   std::vector<ConfigKeyInfo> keys;
-  for (const KeyInfo& k : kKeys) {
-    keys.push_back(ConfigKeyInfo{k.name, k.variable, k.values});
+  for (const KeyDescriptor& k : kKeys) {
+    ConfigKeyInfo info{k.name, k.variable, k.values, {}};
+    for (absl::string_view alias : k.aliases) {
+      if (!alias.empty()) info.aliases.push_back(alias);
+    }
+    keys.push_back(std::move(info));
   }
   return keys;
 }
@@ -1012,7 +555,7 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
     const absl::string_view value =
         absl::StripAsciiWhitespace(item.substr(eq + 1));
     if (key.empty()) return error("empty key before '='");
-    const KeyInfo* info = nullptr;
+    const KeyDescriptor* info = nullptr;
     std::size_t index = 0;
     for (std::size_t i = 0; i < kKeys.size(); ++i) {
       if (kKeys[i].name == key) {
@@ -1034,8 +577,7 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
     if (value.empty()) {
       return Bad(where, value, "empty value");
     }
-    GPUALLOC_RETURN_IF_ERROR(
-        ParseInto(info->key, value, where, /*alias=*/false, out));
+    GPUALLOC_RETURN_IF_ERROR(info->parse(value, where, /*alias=*/false, out));
     if (end == text.size()) break;
     start = end + 1;
   }
@@ -1052,7 +594,7 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
   // both are set there is no telling which one the user meant, even when they
   // agree today.
   {
-    const KeyInfo& k = kKeys[static_cast<std::size_t>(Key::kMemFraction)];
+    const KeyDescriptor& k = kKeys[kFractionKey];
     const std::optional<std::string> a = env(k.aliases[0]);
     const std::optional<std::string> b = env(k.aliases[1]);
     if (a.has_value() && b.has_value()) {
@@ -1067,15 +609,13 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
   ConfigOverrides aliases;    // JAX/XLA/TF values
   std::array<std::string, kKeys.size()> alias_used;
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
-    const KeyInfo& k = kKeys[i];
+    const KeyDescriptor& k = kKeys[i];
     GPUALLOC_RETURN_IF_ERROR(
-        ReadVariable(env, k.key, k.variable, /*alias=*/false, variables)
-            .status());
+        ReadVariable(env, k, k.variable, /*alias=*/false, variables).status());
     for (absl::string_view alias : k.aliases) {
       if (alias.empty()) continue;
       GPUALLOC_ASSIGN_OR_RETURN(
-          const bool set,
-          ReadVariable(env, k.key, alias, /*alias=*/true, aliases));
+          const bool set, ReadVariable(env, k, alias, /*alias=*/true, aliases));
       if (set) alias_used[i] = std::string(alias);
     }
   }
@@ -1085,17 +625,17 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
   std::array<ValueOrigin, kKeys.size()> origin = {};
   std::array<std::string, kKeys.size()> source;
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
-    const KeyInfo& k = kKeys[i];
-    if (IsSet(k.key, options)) {
-      CopyField(k.key, options, merged);
+    const KeyDescriptor& k = kKeys[i];
+    if (k.is_set(options)) {
+      k.copy(options, merged);
       origin[i] = ValueOrigin::kOption;
       source[i] = "option";
-    } else if (IsSet(k.key, variables)) {
-      CopyField(k.key, variables, merged);
+    } else if (k.is_set(variables)) {
+      k.copy(variables, merged);
       origin[i] = ValueOrigin::kVariable;
       source[i] = std::string(k.variable);
-    } else if (IsSet(k.key, aliases)) {
-      CopyField(k.key, aliases, merged);
+    } else if (k.is_set(aliases)) {
+      k.copy(aliases, merged);
       origin[i] = ValueOrigin::kAlias;
       source[i] = alias_used[i];
     } else {
@@ -1120,8 +660,8 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
     return 0;
   };
   {
-    const std::size_t f = static_cast<std::size_t>(Key::kMemFraction);
-    const std::size_t l = static_cast<std::size_t>(Key::kMemLimit);
+    const std::size_t f = kFractionKey;
+    const std::size_t l = kLimitKey;
     if (merged.memory_limit.has_value() && rank(origin[f]) > rank(origin[l])) {
       merged.memory_limit.reset();
       source[l] = absl::StrCat(source[l], " (overridden by mem_fraction from ",
@@ -1133,8 +673,8 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
   // that disagree could never allocate, on any device.
   if (merged.growth_granularity && merged.min_block_size &&
       *merged.growth_granularity % *merged.min_block_size != 0) {
-    const std::size_t g = static_cast<std::size_t>(Key::kGranularity);
-    const std::size_t b = static_cast<std::size_t>(Key::kMinBlock);
+    const std::size_t g = kGranularityKey;
+    const std::size_t b = kMinBlockKey;
     return absl::InvalidArgumentError(absl::StrCat(
         "granularity=", *merged.growth_granularity, " (", source[g],
         ") is not a multiple of min_block=", *merged.min_block_size, " (",
@@ -1142,32 +682,11 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
   }
 
   Config config;
-  Options& o = config.options;
-  if (merged.mode) o.mode = *merged.mode;
-  if (merged.preallocate) o.preallocate = *merged.preallocate;
-  if (merged.memory_fraction) o.memory_fraction = *merged.memory_fraction;
-  if (merged.memory_limit) o.memory_limit = *merged.memory_limit;
-  if (merged.expandable) o.expandable = *merged.expandable;
-  if (merged.arch) o.arch = *merged.arch;
-  if (merged.garbage_collection)
-    o.garbage_collection = *merged.garbage_collection;
-  if (merged.cross_stream_reuse)
-    o.cross_stream_reuse = *merged.cross_stream_reuse;
-  if (merged.growth_policy) o.growth_policy = *merged.growth_policy;
-  if (merged.growth_granularity)
-    o.growth_granularity = *merged.growth_granularity;
-  if (merged.min_block_size) o.min_block_size = *merged.min_block_size;
-  if (merged.max_internal_fragmentation)
-    o.max_internal_fragmentation = *merged.max_internal_fragmentation;
-  if (merged.name) o.name = *merged.name;
-  if (merged.backend) config.backend = *merged.backend;
-  if (merged.device_memory) config.device_memory = *merged.device_memory;
-  if (merged.memory_kind) config.memory_kind = *merged.memory_kind;
-
+  for (const KeyDescriptor& k : kKeys) k.apply(merged, config);
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
     config.settings.push_back(ConfigSetting{std::string(kKeys[i].name),
-                                            ValueText(kKeys[i].key, config),
-                                            origin[i], source[i]});
+                                            kKeys[i].print(config), origin[i],
+                                            source[i]});
   }
   return config;
 }

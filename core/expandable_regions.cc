@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_format.h"
 #include "core/expandable.h"
+#include "core/growth.h"
 #include "core/region_source.h"
+#include "core/size_class.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {
@@ -36,13 +38,13 @@ class ExpandableRegions final : public RegionSource {
     if (!streams.empty()) (void)c_.stream_order.WaitForAll(streams);
   }
 
-  // The whole limit at once, in at most 64 handles of nearly equal size
-  // (Trim can give back each whole handle later).
+  // The whole limit at once, in at most kMaxHandles handles of nearly equal
+  // size (Trim can give back each whole handle later).
   absl::Status Preallocate() override {
     GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
     const std::uint64_t unit = space_.unit();
     const std::uint64_t units = c_.resolved.limit / unit;  // the limit is whole
-    const std::uint64_t handles = std::min<std::uint64_t>(64, units);
+    const std::uint64_t handles = std::min(kMaxHandles, units);
     // `longer` handles of q + 1 units, then the rest of q units.
     const std::uint64_t q = units / handles, longer = units % handles;
     DeviceAddress at = space_.base();
@@ -57,7 +59,9 @@ class ExpandableRegions final : public RegionSource {
   bool GrowsAfterPreallocation() const override { return true; }
 
   // Maps the least that makes room for `needed` bytes (PlanGrowth): at the
-  // end of what is mapped, or in a hole left by an earlier trim.
+  // end of what is mapped, or in a hole left by an earlier trim. With
+  // growth_policy kDoubling, at least as much as is mapped already where the
+  // hole and the limit have room (GrowDoubling).
   absl::Status Grow(std::uint64_t needed, Stream stream) override {
     GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
     std::vector<Extent> extents;
@@ -99,6 +103,9 @@ class ExpandableRegions final : public RegionSource {
         reserved + step <= c_.resolved.limit / 2) {
       bytes = step;
     }
+    if (c_.resolved.options.growth_policy == GrowthPolicy::kDoubling) {
+      return GrowDoubling(*plan, bytes, reserved);
+    }
     // One physical handle of the whole growth: one create, map and
     // set-access whatever its size (measured on the bundled traces against
     // one handle per 2 MiB granule: 5 to 16 times fewer device calls, and
@@ -137,6 +144,41 @@ class ExpandableRegions final : public RegionSource {
   std::uint64_t backend_frees() const override { return space_.unmaps(); }
 
  private:
+  // Preallocation, and a doubling growth, map in at most this many handles.
+  static constexpr std::uint64_t kMaxHandles = 64;
+
+  // TensorFlow's doubling growth (growth_policy kDoubling) on one range: the
+  // mapped total doubles, each growth mapping at least as much as is mapped
+  // already. The sizes are GrowthCandidates' with the mapped bytes as the
+  // next region size, within the limit and the room the plan's hole has
+  // after it; largest first, each backing off by half when the device
+  // refuses, down to `bytes` (what exact growth maps, as one handle). A
+  // larger growth is mapped in at most kMaxHandles handles of equal size, so
+  // that Trim and garbage collection can give back parts of it, and is cut
+  // to a whole number of them.
+  absl::Status GrowDoubling(const GrowthPlan& plan, std::uint64_t bytes,
+                            std::uint64_t reserved) {
+    const std::uint64_t unit = space_.unit();
+    GrowthRequest request;
+    request.needed = bytes;
+    request.reserved = reserved;
+    request.limit =
+        std::min(c_.resolved.limit, reserved + plan.bytes + plan.room_after);
+    request.granularity = unit;
+    request.policy = GrowthPolicy::kDoubling;
+    request.next_region_size = reserved;
+    for (const std::uint64_t size : GrowthCandidates(request)) {
+      if (size <= bytes) break;
+      const std::uint64_t handle =
+          RoundUpToMultiple((size + kMaxHandles - 1) / kMaxHandles, unit);
+      const std::uint64_t mapped = RoundDownToMultiple(size, handle);
+      if (mapped <= bytes) continue;
+      const absl::Status status = MapRegion(plan.address, mapped, handle);
+      if (status.ok() || !absl::IsResourceExhausted(status)) return status;
+    }
+    return MapRegion(plan.address, bytes, bytes);
+  }
+
   // Growth maps at least this many units (6 MiB with 2 MiB units) while
   // reserved memory is below half the limit. Measured on the four bundled
   // real traces (growth, simulated H100), as backend calls and modeled

@@ -2,25 +2,14 @@
 #include "core/live_allocations.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "core/size_class.h"
+#include "core/format_bytes.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {
-
-std::string FormatBytes(std::uint64_t b) {
-  constexpr double kGiB = 1024.0 * 1024 * 1024;
-  if (b >= (std::uint64_t{1} << 30))
-    return absl::StrFormat("%.2f GiB", b / kGiB);
-  if (b >= (std::uint64_t{1} << 20))
-    return absl::StrFormat("%.2f MiB", b / (1024.0 * 1024));
-  if (b >= 1024) return absl::StrFormat("%.2f KiB", b / 1024.0);
-  return absl::StrFormat("%d B", b);
-}
 
 void ReportLiveAtDestruction(absl::string_view mode, const DeviceInfo& device,
                              std::uint64_t count, std::uint64_t bytes) {
@@ -44,96 +33,6 @@ Stats StatsFromCounters(const LiveCounters& k, std::uint64_t limit) {
   s.bytes_requested = k.bytes_requested;
   s.peak_bytes_requested = k.peak_bytes_requested;
   return s;
-}
-
-absl::Status CheckAlignment(std::size_t bytes, std::size_t alignment,
-                            std::uint64_t max_alignment) {
-  if (alignment != 0 && !std::has_single_bit(alignment)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "Allocate(%d bytes): alignment %d is not a power of two", bytes,
-        alignment));
-  }
-  if (alignment > max_alignment) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("Allocate(%d bytes): alignment %d exceeds the "
-                        "largest supported alignment %d (one growth granule)",
-                        bytes, alignment, max_alignment));
-  }
-  return absl::OkStatus();
-}
-
-BlockPlan PlanBlock(absl::string_view mode, std::size_t bytes,
-                    std::size_t alignment, std::uint64_t min_block_size,
-                    std::uint64_t limit, const DeviceInfo& device,
-                    bool whole_units) {
-  BlockPlan plan;
-  plan.facts = OutOfMemoryFacts{mode, bytes, bytes, bytes, limit};
-  plan.align = std::max<std::uint64_t>(alignment, min_block_size);
-  plan.unit = std::max<std::uint64_t>(device.allocation_alignment, 1);
-  // Sizes beyond the limit are rejected before any arithmetic can overflow.
-  if (bytes > limit) return plan;
-  plan.facts.size = RoundUp(bytes == 0 ? 1 : bytes, min_block_size);
-  // A block at a multiple of `unit` reaches the next multiple of `align`
-  // within align - unit bytes.
-  const std::uint64_t slack =
-      plan.align > plan.unit ? plan.align - plan.unit : 0;
-  plan.facts.device = plan.facts.size + slack;
-  if (whole_units) plan.facts.device = RoundUp(plan.facts.device, plan.unit);
-  return plan;
-}
-
-absl::StatusOr<DeviceAddress> HandOutAddress(const DeviceInfo& device,
-                                             absl::string_view call,
-                                             DeviceAddress base,
-                                             const BlockPlan& plan) {
-  const std::uint64_t assumed = std::min(plan.align, plan.unit);
-  if (base == 0 || base % assumed != 0) {
-    return absl::InternalError(absl::StrFormat(
-        "backend %s %s returned %#x for %d bytes, not aligned to %d (its "
-        "allocation alignment %d, the requested alignment %d)",
-        device.backend, call, base, plan.facts.device, assumed, plan.unit,
-        plan.align));
-  }
-  return RoundUp(base, plan.align);
-}
-
-namespace {
-
-std::string Request(const OutOfMemoryFacts& f) {
-  std::string s = absl::StrFormat("Allocate(%d bytes", f.bytes);
-  if (f.size != f.bytes) absl::StrAppendFormat(&s, ", rounded to %d", f.size);
-  if (f.device != f.size) {
-    absl::StrAppendFormat(&s, ", %d with the device's alignment", f.device);
-  }
-  return s + ")";
-}
-
-std::string Where(const DeviceInfo& device, const Options& options,
-                  absl::string_view mode) {
-  return absl::StrFormat("%s (%s%s allocator)", device.name,
-                         options.name.empty() ? "" : options.name + ", ", mode);
-}
-
-}  // namespace
-
-absl::Status OutOfMemoryError(const DeviceInfo& device, const Options& options,
-                              const OutOfMemoryFacts& facts,
-                              absl::string_view why, absl::string_view hint) {
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "out of memory: %s on %s: %s. limit %d (%s), in use %d, reserved %d. "
-      "Hint: %s",
-      Request(facts), Where(device, options, facts.mode), why, facts.limit,
-      FormatBytes(facts.limit), facts.in_use, facts.reserved, hint));
-}
-
-absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
-                           const OutOfMemoryFacts& facts) {
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "out of memory: %s can never succeed: it exceeds the allocator's limit "
-      "of %d bytes (%s) on %s. Hint: raise memory_fraction (now %g) or set "
-      "memory_limit.",
-      Request(facts), facts.limit, FormatBytes(facts.limit),
-      Where(device, options, facts.mode), options.memory_fraction));
 }
 
 LiveAllocations::LiveAllocations(std::uint64_t min_block_size,

@@ -36,70 +36,12 @@
 
 namespace gpualloc::core {
 
-// "1.50 MiB": sizes in messages.
-std::string FormatBytes(std::uint64_t bytes);
-
 // An allocator destroyed while `count` allocations of `bytes` (as requested)
 // are live says so, in one line on stderr: their memory goes back to the
 // device with the allocator, and any later use of those pointers is the
 // caller's bug. Nothing when count is 0.
 void ReportLiveAtDestruction(absl::string_view mode, const DeviceInfo& device,
                              std::uint64_t count, std::uint64_t bytes);
-
-// InvalidArgument when `alignment` is not 0 or a power of two up to
-// `max_alignment`; the same messages as the BFC allocator.
-absl::Status CheckAlignment(std::size_t bytes, std::size_t alignment,
-                            std::uint64_t max_alignment);
-
-// What an out-of-memory report of the platform and async modes states.
-struct OutOfMemoryFacts {
-  absl::string_view mode;    // "platform", "async"
-  std::uint64_t bytes = 0;   // as asked
-  std::uint64_t size = 0;    // rounded to the minimum block size
-  std::uint64_t device = 0;  // asked of the device (with alignment padding)
-  std::uint64_t limit = 0;
-  std::uint64_t in_use = 0;
-  std::uint64_t reserved = 0;
-};
-// The device's share of one Allocate: what an out-of-memory report states
-// (the sizes), the alignment handed out and the device's own alignment.
-struct BlockPlan {
-  OutOfMemoryFacts facts;   // mode, bytes, size, device (asked) and limit
-  std::uint64_t align = 0;  // handed-out alignment, >= the minimum block
-  std::uint64_t unit = 0;   // the device's allocation alignment, >= 1
-};
-
-// Plans Allocate(bytes, alignment) of a mode that asks the device for each
-// block. The size is the request rounded to the minimum block (a 0-byte
-// request gets one, so its pointer is unique). When `align` is stricter than
-// the device's `unit`, the block is padded by align - unit so that an aligned
-// address fits; `whole_units` rounds the device size up to units too (plain
-// allocations, which the device accounts in units; a pool rounds its own).
-// A request above the limit is left unrounded (no overflow): the caller
-// rejects every plan whose facts.device exceeds the limit.
-// REQUIRES: CheckAlignment(bytes, alignment, ...) passed.
-BlockPlan PlanBlock(absl::string_view mode, std::size_t bytes,
-                    std::size_t alignment, std::uint64_t min_block_size,
-                    std::uint64_t limit, const DeviceInfo& device,
-                    bool whole_units);
-
-// The pointer to hand out for the block `call` returned at `base` under
-// `plan`: base rounded up to plan.align. Internal, naming the backend, when
-// base is 0 or not on the alignment the padding assumed; the caller then
-// returns the block.
-absl::StatusOr<DeviceAddress> HandOutAddress(const DeviceInfo& device,
-                                             absl::string_view call,
-                                             DeviceAddress base,
-                                             const BlockPlan& plan);
-
-// ResourceExhausted: "out of memory: Allocate(...) on DEVICE (NAME, MODE
-// allocator): WHY. limit, in use, reserved. Hint: HINT".
-absl::Status OutOfMemoryError(const DeviceInfo& device, const Options& options,
-                              const OutOfMemoryFacts& facts,
-                              absl::string_view why, absl::string_view hint);
-// ResourceExhausted for a request larger than the limit itself.
-absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
-                           const OutOfMemoryFacts& facts);
 
 struct LiveAllocation {
   DeviceAddress base = 0;       // what the device returned; freeing frees this

@@ -24,9 +24,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
+#include "core/alignment.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
+#include "core/oom_message.h"
+#include "core/plan_block.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
 

@@ -3,16 +3,23 @@
 // and alias, precedence, strictness and the messages errors carry.
 #include "gpualloc/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -884,6 +891,71 @@ TEST(ConfigTest, MemoryKind) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->memory_kind, MemoryKind::kFine);
   EXPECT_EQ(SettingOf(*v, "memory_kind").origin, ValueOrigin::kOption);
+}
+
+// README.md's configuration table, one row per key: `| key | variable |
+// values | default | alias |`, each cell as written.
+std::map<std::string, std::vector<std::string>> ReadmeConfigRows() {
+  std::ifstream in(GPUALLOC_README_PATH);
+  EXPECT_TRUE(in.good()) << "cannot read " << GPUALLOC_README_PATH;
+  std::map<std::string, std::vector<std::string>> rows;
+  std::string line;
+  bool in_section = false;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "## ")) in_section = line == "## Configuration";
+    // The table runs from its header to the first line that is no row.
+    if (!absl::StartsWith(line, "|")) in_table = false;
+    if (in_section && line == "| key | variable | values | default | alias |") {
+      in_table = true;
+    }
+    if (!in_table || !absl::StartsWith(line, "| `")) continue;
+    std::vector<std::string> cells = absl::StrSplit(line, '|');
+    // "| a | b |" splits into "", " a ", " b ", "".
+    if (cells.size() < 3) continue;
+    cells.erase(cells.begin());
+    cells.pop_back();
+    for (std::string& cell : cells) {
+      cell = std::string(absl::StripAsciiWhitespace(cell));
+    }
+    absl::string_view key = cells[0];
+    if (!absl::ConsumePrefix(&key, "`") || !absl::ConsumeSuffix(&key, "`")) {
+      ADD_FAILURE() << "README configuration row without a `key`: " << line;
+      continue;
+    }
+    cells[0] = std::string(key);
+    EXPECT_EQ(cells.size(), 5u) << line;
+    EXPECT_TRUE(rows.emplace(cells[0], cells).second)
+        << "README lists " << cells[0] << " twice";
+  }
+  return rows;
+}
+
+TEST(ConfigTest, ReadmeTableMatchesTheKeys) {
+  const auto rows = ReadmeConfigRows();
+  ASSERT_FALSE(rows.empty()) << "no configuration table in README.md";
+  std::vector<std::string> keys;
+  for (const ConfigKeyInfo& k : ConfigKeys()) {
+    const std::string key(k.key);
+    keys.push_back(key);
+    auto it = rows.find(key);
+    if (it == rows.end()) {
+      ADD_FAILURE() << "README.md's configuration table has no row for " << key;
+      continue;
+    }
+    const std::vector<std::string>& cells = it->second;
+    ASSERT_EQ(cells.size(), 5u) << key;
+    EXPECT_EQ(cells[1], absl::StrCat("`", k.variable, "`"))
+        << "README.md's variable of " << key;
+    for (absl::string_view alias : k.aliases) {
+      EXPECT_THAT(cells[4], HasSubstr(absl::StrCat("`", alias, "`")))
+          << "README.md's aliases of " << key;
+    }
+  }
+  for (const auto& [key, cells] : rows) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end())
+        << "README.md lists " << key << ", which is no configuration key";
+  }
 }
 
 }  // namespace

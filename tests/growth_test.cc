@@ -1,9 +1,13 @@
-// tests/growth_test.cc: region sizes to ask for when growing.
+// tests/growth_test.cc: region sizes to ask for when growing, and the growth
+// policy with expandable regions.
 #include "core/growth.h"
 
+#include <cstdint>
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -62,6 +66,61 @@ TEST(GrowthTest, NextRegionSizeDoubles) {
   EXPECT_EQ(NextRegionSize(2 * kMiB, 2 * kMiB), 4 * kMiB);
   EXPECT_EQ(NextRegionSize(2 * kMiB, 64 * kMiB), 64 * kMiB);
   EXPECT_EQ(NextRegionSize(UINT64_MAX / 2 + 1, 0), UINT64_MAX);
+}
+
+Options ExpandableOptions(GrowthPolicy policy) {
+  Options o;
+  o.preallocate = false;
+  o.memory_limit = 1024 * kMiB;
+  o.expandable = Tristate::kOn;
+  o.growth_policy = policy;
+  return o;
+}
+
+// The reserved sizes an allocator with expandable regions goes through while
+// 24 blocks of 2 MiB are allocated one by one (on a simulated H100, 2 MiB
+// granules).
+std::vector<std::uint64_t> ExpandableGrowth(GrowthPolicy policy) {
+  auto a = testing::MakeAllocator(ExpandableOptions(policy),
+                                  testing::MakeSim(8 * 1024 * kMiB));
+  std::vector<std::uint64_t> reserved;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 24; ++i) {
+    auto p = a->Allocate(2 * kMiB);
+    EXPECT_TRUE(p.ok()) << i << ": " << p.status();
+    if (p.ok()) blocks.push_back(*p);
+    const std::uint64_t now = a->GetStats().bytes_reserved;
+    if (reserved.empty() || reserved.back() != now) reserved.push_back(now);
+  }
+  EXPECT_TRUE(a->Validate().ok());
+  for (void* p : blocks) EXPECT_TRUE(a->Deallocate(p).ok());
+  return reserved;
+}
+
+TEST(GrowthTest, ExpandableRegionsHonourThePolicy) {
+  // Exact: the least that fits, at least three granules at a time.
+  EXPECT_THAT(ExpandableGrowth(GrowthPolicy::kExact),
+              ElementsAre(6 * kMiB, 12 * kMiB, 18 * kMiB, 24 * kMiB, 30 * kMiB,
+                          36 * kMiB, 42 * kMiB, 48 * kMiB));
+  // Doubling: each growth maps at least as much as is mapped already.
+  EXPECT_THAT(ExpandableGrowth(GrowthPolicy::kDoubling),
+              ElementsAre(6 * kMiB, 12 * kMiB, 24 * kMiB, 48 * kMiB));
+}
+
+TEST(GrowthTest, ExpandableDoublingBacksOffWhenTheDeviceRefuses) {
+  auto sim = testing::MakeSim(8 * 1024 * kMiB);
+  auto a =
+      testing::MakeAllocator(ExpandableOptions(GrowthPolicy::kDoubling), sim);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(*a->Allocate(2 * kMiB));
+  ASSERT_EQ(a->GetStats().bytes_reserved, 12 * kMiB);
+  // The doubling growth's first handle fails: the exact growth is mapped.
+  sim->FailNthCall(SimOp::kCreatePhysical, 1);
+  blocks.push_back(*a->Allocate(2 * kMiB));
+  EXPECT_EQ(sim->failed_calls(SimOp::kCreatePhysical), 1u);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 18 * kMiB);
+  EXPECT_TRUE(a->Validate().ok());
+  for (void* p : blocks) EXPECT_TRUE(a->Deallocate(p).ok());
 }
 
 }  // namespace

@@ -243,9 +243,14 @@ TEST(RegistryTest, FactoryPerOrdinal) {
 }
 
 TEST(RegistryTest, ConcurrentGetCreatesOneAllocator) {
+  constexpr int kThreads = 8;
   std::atomic<int> calls{0};
   std::atomic<int> in_flight{0};
   std::atomic<int> max_in_flight{0};
+  // Threads about to call Get. The factory waits until every thread has
+  // arrived, so that all of them call Get while the first creation is still
+  // in flight, whatever the scheduling.
+  std::atomic<int> arrived{0};
   auto registry = DeviceRegistry::Create(
       Resolve("backend=sim"),
       [&](int ordinal) -> absl::StatusOr<std::shared_ptr<Backend>> {
@@ -254,8 +259,7 @@ TEST(RegistryTest, ConcurrentGetCreatesOneAllocator) {
         int seen = max_in_flight.load();
         while (now > seen && !max_in_flight.compare_exchange_weak(seen, now)) {
         }
-        // Widen the window in which other threads arrive.
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        while (arrived.load() < kThreads) std::this_thread::yield();
         in_flight.fetch_sub(1);
         SimOptions o;
         o.ordinal = ordinal;
@@ -263,13 +267,13 @@ TEST(RegistryTest, ConcurrentGetCreatesOneAllocator) {
       },
       1);
   ASSERT_TRUE(registry.ok()) << registry.status();
-  constexpr int kThreads = 8;
   std::vector<Allocator*> got(kThreads, nullptr);
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       while (!go.load()) std::this_thread::yield();
+      arrived.fetch_add(1);
       auto a = (*registry)->Get(0);
       if (a.ok()) got[t] = *a;
     });

@@ -1,4 +1,4 @@
-// gpualloc/config.h: configuration the way runtimes pass it (SPEC section 5).
+// gpualloc/config.h: configuration the way runtimes pass it.
 //
 // Three sources, in order of precedence:
 //   1. options given by the program: a ConfigOverrides whose fields are set,
@@ -165,12 +165,14 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
 absl::StatusOr<Config> ResolveConfig(absl::string_view config_string,
                                      const EnvLookup& env);
 
-// One configuration key, for help texts: the key, its GPUALLOC_* variable
-// and a short description of its values.
+// One configuration key, for help texts: the key, its GPUALLOC_* variable,
+// a short description of its values and its aliases.
 struct ConfigKeyInfo {
   absl::string_view key;       // "mem_fraction"
   absl::string_view variable;  // "GPUALLOC_MEM_FRACTION"
   absl::string_view values;    // "(0, 1] of total memory"
+  // The JAX/XLA/TF variables that stand for it, if any.
+  std::vector<absl::string_view> aliases;
 };
 // Every key, in the order of the table above (and of Config::settings).
 std::vector<ConfigKeyInfo> ConfigKeys();

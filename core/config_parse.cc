@@ -1,0 +1,306 @@
+// core/config_parse.cc: the scalar parsers of core/config_parse.h.
+#include "core/config_parse.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "core/status_macros.h"
+#include "gpualloc/arch.h"
+
+namespace gpualloc {
+namespace config_internal {
+
+// Control characters and quotes as C escapes. Long text is cut, as trace
+// errors cut long lines, so that one bad value cannot flood a terminal: the
+// first kMaxEcho bytes, "...", and the whole length.
+constexpr std::size_t kMaxEcho = 80;
+std::string Quoted(absl::string_view text) {
+  if (text.size() <= kMaxEcho)
+    return absl::StrCat("\"", absl::CEscape(text), "\"");
+  return absl::StrCat("\"", absl::CEscape(text.substr(0, kMaxEcho)), "...\" (",
+                      text.size(), " bytes)");
+}
+
+absl::Status Bad(const Where& where, absl::string_view value,
+                 absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(where.name, "=", Quoted(value), where.place, ": ", why));
+}
+
+namespace {
+
+// A plain decimal number split into its digit strings; both may be empty but
+// not together.
+struct Decimal {
+  absl::string_view integer;
+  absl::string_view fraction;
+};
+
+std::optional<Decimal> SplitDecimal(absl::string_view text) {
+  const std::size_t dot = text.find('.');
+  Decimal d;
+  d.integer = text.substr(0, dot);
+  d.fraction = dot == absl::string_view::npos ? absl::string_view()
+                                              : text.substr(dot + 1);
+  if (d.integer.empty() && d.fraction.empty()) return std::nullopt;
+  for (absl::string_view part : {d.integer, d.fraction}) {
+    for (char c : part) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) {
+        return std::nullopt;
+      }
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ParseBool(absl::string_view value, const Where& where) {
+  if (absl::EqualsIgnoreCase(value, "true") || value == "1") return true;
+  if (absl::EqualsIgnoreCase(value, "false") || value == "0") return false;
+  return Bad(where, value, "not a boolean (true, false, 1 or 0)");
+}
+
+absl::Status CheckFraction(double f, absl::string_view value,
+                           const Where& where) {
+  // !(f > 0) also catches NaN from programmatic options.
+  if (!std::isfinite(f) || !(f > 0) || f > 1) {
+    return Bad(where, value, "not in (0, 1]");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ParseFraction(absl::string_view value,
+                                     const Where& where) {
+  if (!SplitDecimal(value).has_value()) {
+    return Bad(where, value,
+               "not a decimal number in (0, 1] (e.g. 0.75 or .9)");
+  }
+  double f = 0;
+  const auto [end, ec] =
+      std::from_chars(value.data(), value.data() + value.size(), f);
+  if (ec != std::errc() || end != value.data() + value.size()) {
+    return Bad(where, value, "not a decimal number in (0, 1]");
+  }
+  GPUALLOC_RETURN_IF_ERROR(CheckFraction(f, value, where));
+  return f;
+}
+
+namespace {
+
+struct Unit {
+  absl::string_view name;
+  std::uint64_t bytes;
+};
+constexpr std::uint64_t kK = 1000;
+constexpr std::uint64_t kKi = 1024;
+constexpr std::array<Unit, 9> kUnits = {{
+    {"B", 1},
+    {"KB", kK},
+    {"MB", kK* kK},
+    {"GB", kK* kK* kK},
+    {"TB", kK* kK* kK* kK},
+    {"KiB", kKi},
+    {"MiB", kKi* kKi},
+    {"GiB", kKi* kKi* kKi},
+    {"TiB", kKi* kKi* kKi* kKi},
+}};
+
+std::string UnitList() {
+  std::vector<absl::string_view> names;
+  for (const Unit& u : kUnits) names.push_back(u.name);
+  return absl::StrJoin(names, ", ");
+}
+
+std::optional<std::uint64_t> Pow10(std::size_t digits) {
+  std::uint64_t p = 1;
+  for (std::size_t i = 0; i < digits; ++i) {
+    if (p > std::numeric_limits<std::uint64_t>::max() / 10) return std::nullopt;
+    p *= 10;
+  }
+  return p;
+}
+
+std::optional<std::uint64_t> ParseDigits(absl::string_view digits) {
+  std::uint64_t v = 0;
+  for (char c : digits) {
+    const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
+    if (v > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
+      return std::nullopt;
+    }
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+std::optional<std::uint64_t> Multiply(std::uint64_t a, std::uint64_t b) {
+  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) {
+    return std::nullopt;
+  }
+  return a * b;
+}
+
+}  // namespace
+
+absl::StatusOr<std::uint64_t> ParseSizeAt(absl::string_view text,
+                                          const Where& where) {
+  // The number runs up to the first character that is neither a digit nor a
+  // '.'; the unit follows, optionally after spaces.
+  std::size_t n = 0;
+  while (n < text.size() &&
+         (absl::ascii_isdigit(static_cast<unsigned char>(text[n])) ||
+          text[n] == '.')) {
+    ++n;
+  }
+  const absl::string_view number = text.substr(0, n);
+  const absl::string_view unit_text =
+      absl::StripLeadingAsciiWhitespace(text.substr(n));
+  const std::optional<Decimal> decimal = SplitDecimal(number);
+  if (!decimal.has_value()) {
+    return Bad(where, text,
+               absl::StrCat("not a size (a number of bytes, optionally with "
+                            "a unit: ",
+                            UnitList(), ")"));
+  }
+  std::uint64_t unit = 1;
+  if (!unit_text.empty()) {
+    bool found = false;
+    for (const Unit& u : kUnits) {
+      if (absl::EqualsIgnoreCase(unit_text, u.name)) {
+        unit = u.bytes;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      return Bad(where, text,
+                 absl::StrCat("unknown unit ", Quoted(unit_text),
+                              "; valid units: ", UnitList()));
+    }
+  }
+  const auto overflow = [&] {
+    return Bad(where, text, "does not fit in 64 bits of bytes");
+  };
+  const std::optional<std::uint64_t> integer = ParseDigits(decimal->integer);
+  if (!integer.has_value()) return overflow();
+  const std::optional<std::uint64_t> whole = Multiply(*integer, unit);
+  if (!whole.has_value()) return overflow();
+
+  // The fraction, exactly: frac / 10^k * unit bytes. Trailing zeros add
+  // nothing; with g = gcd(unit, 10^k) the result is whole exactly when
+  // 10^k / g divides frac (unit / g and 10^k / g share no factor).
+  absl::string_view fraction = decimal->fraction;
+  while (!fraction.empty() && fraction.back() == '0') {
+    fraction.remove_suffix(1);
+  }
+  std::uint64_t part = 0;
+  if (!fraction.empty()) {
+    const std::optional<std::uint64_t> frac = ParseDigits(fraction);
+    const std::optional<std::uint64_t> scale = Pow10(fraction.size());
+    if (!frac.has_value() || !scale.has_value()) {
+      return Bad(where, text, "too many digits after the decimal point");
+    }
+    const std::uint64_t g = std::gcd(unit, *scale);
+    if (*frac % (*scale / g) != 0) {
+      return Bad(where, text, "not a whole number of bytes");
+    }
+    const std::optional<std::uint64_t> p =
+        Multiply(*frac / (*scale / g), unit / g);
+    if (!p.has_value()) return overflow();
+    part = *p;
+  }
+  if (*whole > std::numeric_limits<std::uint64_t>::max() - part) {
+    return overflow();
+  }
+  return *whole + part;
+}
+
+absl::Status CheckPositiveSize(std::uint64_t bytes, absl::string_view value,
+                               const Where& where) {
+  if (bytes == 0) {
+    return Bad(where, value, "must be more than 0 bytes (unset it instead)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::uint64_t> ParsePositiveSize(absl::string_view value,
+                                                const Where& where) {
+  GPUALLOC_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeAt(value, where));
+  GPUALLOC_RETURN_IF_ERROR(CheckPositiveSize(bytes, value, where));
+  return bytes;
+}
+
+// The allocator would reject the same value at creation, but only here can
+// the message name the variable or key that carried it.
+absl::Status CheckMinBlock(std::uint64_t bytes, absl::string_view value,
+                           const Where& where) {
+  if (bytes < 16 || (bytes & (bytes - 1)) != 0) {
+    return Bad(where, value, "not a power of two of at least 16 bytes");
+  }
+  return absl::OkStatus();
+}
+
+// Region sizes are whole minimum blocks, and every minimum block is a power
+// of two of at least 16 bytes: a granularity that is not a multiple of 16
+// could never work, whatever the device.
+absl::Status CheckGranularity(std::uint64_t bytes, absl::string_view value,
+                              const Where& where) {
+  if (bytes % 16 != 0) {
+    return Bad(where, value,
+               "not a multiple of 16 bytes (region sizes are whole minimum "
+               "blocks, and min_block is a power of two of at least 16)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::uint64_t> ParseMinBlock(absl::string_view value,
+                                            const Where& where) {
+  GPUALLOC_ASSIGN_OR_RETURN(std::uint64_t bytes, ParseSizeAt(value, where));
+  GPUALLOC_RETURN_IF_ERROR(CheckMinBlock(bytes, value, where));
+  return bytes;
+}
+
+// "auto" or a profile name, in the profile's own spelling.
+absl::StatusOr<std::string> ParseArch(absl::string_view value,
+                                      const Where& where) {
+  if (absl::EqualsIgnoreCase(value, "auto")) return std::string("auto");
+  absl::StatusOr<const ArchProfile*> found = FindArchProfile(value);
+  if (found.ok()) return std::string((*found)->name);
+  std::vector<absl::string_view> names = {"auto"};
+  for (const ArchProfile& p : AllArchProfiles()) names.push_back(p.name);
+  return Bad(where, value,
+             absl::StrCat("unknown architecture profile; valid names: ",
+                          absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&) {
+  return std::string(value);
+}
+
+std::string FormatFraction(double f) {
+  // The shortest text that reads back as the same double: 0.75, not
+  // 0.75000000000000000.
+  std::array<char, 64> buf;
+  const auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), f);
+  if (ec != std::errc()) return absl::StrCat(f);
+  return std::string(buf.data(), end);
+}
+
+}  // namespace config_internal
+}  // namespace gpualloc

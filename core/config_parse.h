@@ -1,0 +1,136 @@
+// core/config_parse.h: the scalar parsers behind the configuration keys
+// (core/config.cc): booleans, fractions, sizes, keywords, architecture names,
+// and the error messages that name where a bad value came from.
+#ifndef GPUALLOC_CORE_CONFIG_PARSE_H_
+#define GPUALLOC_CORE_CONFIG_PARSE_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/config.h"
+
+namespace gpualloc {
+namespace config_internal {
+
+// Names the place a value came from in error messages: `name="value"place:
+// why`, e.g. `GPUALLOC_MEM_FRACTION="1.5": not in (0, 1]` or
+// `config string mem_fraction="1.5" (entry 2, column 9): not in (0, 1]`.
+struct Where {
+  std::string name;
+  std::string place;  // empty, or " (entry 2, column 9)"
+};
+
+// `text` escaped (control characters and quotes as C escapes) and quoted for
+// a message; long text is cut.
+std::string Quoted(absl::string_view text);
+
+// InvalidArgument `name="value"place: why`.
+absl::Status Bad(const Where& where, absl::string_view value,
+                 absl::string_view why);
+
+absl::StatusOr<bool> ParseBool(absl::string_view value, const Where& where);
+absl::Status CheckFraction(double f, absl::string_view value,
+                           const Where& where);
+absl::StatusOr<double> ParseFraction(absl::string_view value,
+                                     const Where& where);
+// The shortest text that reads back as the same double.
+std::string FormatFraction(double f);
+
+// A size with an optional unit, after trimming (ParseSize's core).
+absl::StatusOr<std::uint64_t> ParseSizeAt(absl::string_view text,
+                                          const Where& where);
+absl::Status CheckPositiveSize(std::uint64_t bytes, absl::string_view value,
+                               const Where& where);
+absl::StatusOr<std::uint64_t> ParsePositiveSize(absl::string_view value,
+                                                const Where& where);
+absl::Status CheckMinBlock(std::uint64_t bytes, absl::string_view value,
+                           const Where& where);
+absl::Status CheckGranularity(std::uint64_t bytes, absl::string_view value,
+                              const Where& where);
+absl::StatusOr<std::uint64_t> ParseMinBlock(absl::string_view value,
+                                            const Where& where);
+// "auto" or a profile name, in the profile's own spelling.
+absl::StatusOr<std::string> ParseArch(absl::string_view value,
+                                      const Where& where);
+absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&);
+
+// A keyword from a fixed list; the error lists the list.
+template <typename T, std::size_t N>
+absl::StatusOr<T> ParseKeyword(
+    absl::string_view value, const Where& where,
+    const std::array<std::pair<absl::string_view, T>, N>& names) {
+  for (const auto& [name, v] : names) {
+    if (absl::EqualsIgnoreCase(value, name)) return v;
+  }
+  std::vector<absl::string_view> valid;
+  for (const auto& entry : names) valid.push_back(entry.first);
+  return Bad(where, value,
+             absl::StrCat("not one of ", absl::StrJoin(valid, ", ")));
+}
+
+inline constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 3>
+    kModes = {{{"bfc", AllocatorMode::kBfc},
+               {"platform", AllocatorMode::kPlatform},
+               {"async", AllocatorMode::kAsync}}};
+// JAX's XLA_PYTHON_CLIENT_ALLOCATOR values.
+inline constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 4>
+    kXlaModes = {{{"default", AllocatorMode::kBfc},
+                  {"bfc", AllocatorMode::kBfc},
+                  {"platform", AllocatorMode::kPlatform},
+                  {"cuda_async", AllocatorMode::kAsync}}};
+inline constexpr std::array<std::pair<absl::string_view, BackendKind>, 4>
+    kBackends = {{{"auto", BackendKind::kAuto},
+                  {"sim", BackendKind::kSim},
+                  {"cuda", BackendKind::kCuda},
+                  {"hip", BackendKind::kHip}}};
+inline constexpr std::array<std::pair<absl::string_view, Tristate>, 5>
+    kTristates = {{{"true", Tristate::kOn},
+                   {"false", Tristate::kOff},
+                   {"auto", Tristate::kAuto},
+                   {"1", Tristate::kOn},
+                   {"0", Tristate::kOff}}};
+inline constexpr std::array<std::pair<absl::string_view, CrossStreamReuse>, 2>
+    kCrossStream = {{{"when_complete", CrossStreamReuse::kWhenComplete},
+                     {"stream_wait", CrossStreamReuse::kStreamWait}}};
+inline constexpr std::array<std::pair<absl::string_view, GrowthPolicy>, 2>
+    kGrowth = {{{"exact", GrowthPolicy::kExact},
+                {"doubling", GrowthPolicy::kDoubling}}};
+inline constexpr std::array<std::pair<absl::string_view, MemoryKind>, 2>
+    kMemoryKinds = {
+        {{"coarse", MemoryKind::kCoarse}, {"fine", MemoryKind::kFine}}};
+
+template <typename T, std::size_t N>
+std::string KeywordName(
+    T v, const std::array<std::pair<absl::string_view, T>, N>& names) {
+  for (const auto& [name, value] : names) {
+    if (value == v) return std::string(name);
+  }
+  return "invalid";
+}
+
+// `v` is one of the enumerators (programmatic options can hold anything).
+template <typename T, std::size_t N>
+absl::Status CheckKeyword(
+    T v, const Where& where,
+    const std::array<std::pair<absl::string_view, T>, N>& names) {
+  for (const auto& entry : names) {
+    if (entry.second == v) return absl::OkStatus();
+  }
+  return Bad(where, absl::StrCat(static_cast<int>(v)),
+             "not a valid enumerator");
+}
+
+}  // namespace config_internal
+}  // namespace gpualloc
+
+#endif  // GPUALLOC_CORE_CONFIG_PARSE_H_
