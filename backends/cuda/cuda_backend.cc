@@ -49,6 +49,16 @@ EventHandle FromCuEvent(CUevent event) {
   return static_cast<EventHandle>(reinterpret_cast<std::uintptr_t>(event));
 }
 
+// cuEventCreate of an event without timing (the context current).
+absl::StatusOr<EventHandle> NewEvent(const CudaDriverApi& api) {
+  CUevent event = nullptr;
+  const CUresult r = api.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    return CudaError(api, "cuEventCreate(CU_EVENT_DISABLE_TIMING)", r);
+  }
+  return FromCuEvent(event);
+}
+
 }  // namespace
 
 namespace internal {
@@ -261,16 +271,6 @@ class CudaBackend::Impl {
     return internal::TooBig(call, bytes, info_.total_bytes);
   }
 
-  absl::StatusOr<std::uint64_t> FreeBytes() {
-    return InContext<absl::StatusOr<std::uint64_t>>(
-        [&]() -> absl::StatusOr<std::uint64_t> {
-          std::size_t free = 0, total = 0;
-          const CUresult r = api_->cuMemGetInfo(&free, &total);
-          if (r != CUDA_SUCCESS) return CudaError(*api_, "cuMemGetInfo", r);
-          return free;
-        });
-  }
-
   absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) {
     if (bytes == 0) return absl::InvalidArgumentError("Allocate(0 bytes)");
     if (bytes > info_.total_bytes) return TooBig("Allocate", bytes);
@@ -316,19 +316,13 @@ class CudaBackend::Impl {
   }
 
   absl::StatusOr<EventHandle> CreateEvent() {
-    return InContext<absl::StatusOr<EventHandle>>(
-        [&]() -> absl::StatusOr<EventHandle> {
-          CUevent event = nullptr;
-          const CUresult r =
-              api_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
-          if (r != CUDA_SUCCESS) {
-            return CudaError(*api_, "cuEventCreate(CU_EVENT_DISABLE_TIMING)",
-                             r);
-          }
-          absl::MutexLock lock(&mu_);
-          events_.insert(FromCuEvent(event));
-          return FromCuEvent(event);
-        });
+    absl::StatusOr<EventHandle> event =
+        InContext<absl::StatusOr<EventHandle>>([&] { return NewEvent(*api_); });
+    if (event.ok()) {
+      absl::MutexLock lock(&mu_);
+      events_.insert(*event);
+    }
+    return event;
   }
 
   absl::Status DestroyEvent(EventHandle event) {
@@ -575,7 +569,14 @@ const ProfileChoice& CudaBackend::profile_choice() const {
 const CudaDriverApi& CudaBackend::api() const { return impl_->api(); }
 
 absl::StatusOr<std::uint64_t> CudaBackend::FreeBytes() {
-  return impl_->FreeBytes();
+  const CudaDriverApi& api = impl_->api();
+  return impl_->InContext<absl::StatusOr<std::uint64_t>>(
+      [&]() -> absl::StatusOr<std::uint64_t> {
+        std::size_t free = 0, total = 0;
+        const CUresult r = api.cuMemGetInfo(&free, &total);
+        if (r != CUDA_SUCCESS) return CudaError(api, "cuMemGetInfo", r);
+        return free;
+      });
 }
 absl::StatusOr<DeviceAddress> CudaBackend::Allocate(std::uint64_t bytes) {
   return impl_->Allocate(bytes);

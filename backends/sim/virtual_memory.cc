@@ -229,7 +229,6 @@ absl::Status VirtualMemory::Map(DeviceAddress address, std::uint64_t bytes,
       !s.ok()) {
     return s;
   }
-  const DeviceAddress end = address + bytes;
   auto physical = physicals_.find(handle);
   if (physical == physicals_.end()) {
     return Invalid(call,
@@ -252,6 +251,7 @@ absl::Status VirtualMemory::Map(DeviceAddress address, std::uint64_t bytes,
     return Invalid(call,
                    absl::StrFormat("%#x is not inside a reservation", address));
   }
+  const DeviceAddress end = address + bytes;
   const DeviceAddress reservation_end =
       reservation->first + reservation->second.size;
   if (end > reservation_end) {
