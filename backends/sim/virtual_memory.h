@@ -4,12 +4,14 @@
 // always a whole handle, so a handle counts its mappings and a released one
 // lives (and counts against the capacity) until the last goes. Accessible
 // memory is a set of disjoint, merged ranges, so "is all of [a, b)
-// accessible" is one lookup. Every rule is checked before any system call,
-// and system calls come before any bookkeeping changes, so a failed call
-// changes nothing. Fake reservations come down from the top of the ordinal's
-// window (Placement); host-backed ones are real: PROT_NONE anonymous
-// reservations, memfd handles mapped MAP_SHARED | MAP_FIXED over them,
-// mprotect for access.
+// accessible" is one lookup. The size, address and alignment rules are the
+// ones every backend checks (backends/common/vmm_ledger.h, VmmRules); the
+// rest, with the simulator's own wording, are here. Every rule is checked
+// before any system call, and system calls come before any bookkeeping
+// changes, so a failed call changes nothing. Fake reservations come down from
+// the top of the ordinal's window (Placement); host-backed ones are real:
+// PROT_NONE anonymous reservations, memfd handles mapped MAP_SHARED | MAP_FIXED
+// over them, mprotect for access.
 //
 // Not thread-safe: the backend holds its lock around every use.
 #ifndef GPUALLOC_BACKENDS_SIM_VIRTUAL_MEMORY_H_
