@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "backends/common/vmm_ledger.h"
 #include "backends/cuda/cuda_driver.h"
-#include "backends/cuda/vmm_ledger.h"
 #include "gmock/gmock.h"
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
@@ -28,6 +28,7 @@
 namespace gpualloc::cuda {
 namespace {
 
+using common::VmmLedger;
 using ::testing::AllOf;
 using testing::FakeCudaDriver;
 using testing::FakeCudaOptions;

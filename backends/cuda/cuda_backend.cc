@@ -18,39 +18,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "backends/cuda/vmm_ledger.h"
+#include "backends/common/tracked.h"
+#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_vmm.h"
 
 namespace gpualloc::cuda {
 namespace {
 
-// Profiles chosen by the device's name: the marketing name NVIDIA's driver
-// reports ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200")
-// contains the product as a word (the Grace Hopper "NVIDIA GH200 480GB" does
-// not name the H200).
-struct NamedProfile {
-  absl::string_view token;    // searched in the device name, case-insensitive
-  absl::string_view profile;  // ArchProfile::name
-};
-constexpr NamedProfile kNamedProfiles[] = {
-    {"H200", "h200"},
-    {"H100", "h100"},
-    {"A100", "a100"},
-};
-
-// `word` in `text` with no letter or digit on either side ("GH200" does not
-// name the H200; "A100-SXM4-80GB" names the A100).
-bool ContainsWord(absl::string_view text, absl::string_view word) {
-  for (std::size_t at = text.find(word); at != absl::string_view::npos;
-       at = text.find(word, at + 1)) {
-    const std::size_t end = at + word.size();
-    const bool starts = at == 0 || !absl::ascii_isalnum(text[at - 1]);
-    const bool ends = end == text.size() || !absl::ascii_isalnum(text[end]);
-    if (starts && ends) return true;
-  }
-  return false;
-}
-
-std::string Hex(std::uint64_t value) { return absl::StrFormat("%#x", value); }
+using internal::Hex;
+using internal::PinnedOn;
+using internal::ScopedContext;
 
 CUstream ToCuStream(Stream stream) {
   return reinterpret_cast<CUstream>(stream.handle);
@@ -60,106 +37,65 @@ CUevent ToCuEvent(EventHandle event) {
   return reinterpret_cast<CUevent>(static_cast<std::uintptr_t>(event));
 }
 
+// InvalidArgument for giving back what the backend did not hand out.
+absl::Status NotHandedOut(absl::string_view call, DeviceAddress address,
+                          absl::string_view handed_out_by) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(call, "(", Hex(address), "): not an address ", handed_out_by,
+                   " returned and has not freed"));
+}
+
 EventHandle FromCuEvent(CUevent event) {
   return static_cast<EventHandle>(reinterpret_cast<std::uintptr_t>(event));
 }
 
-CUmemAllocationProp PinnedOn(CUdevice device) {
-  CUmemAllocationProp prop = {};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  return prop;
+// cuEventCreate of an event without timing (the context current).
+absl::StatusOr<EventHandle> NewEvent(const CudaDriverApi& api) {
+  CUevent event = nullptr;
+  const CUresult r = api.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    return CudaError(api, "cuEventCreate(CU_EVENT_DISABLE_TIMING)", r);
+  }
+  return FromCuEvent(event);
 }
-
-// Makes `context` current on the calling thread for one backend call and puts
-// the thread's previous context back when it goes out of scope, so that a
-// thread working on another device (or with no context) is left as it was.
-// When the context is current already, nothing is set or restored.
-class ScopedContext {
- public:
-  ScopedContext(const CudaDriverApi& api, CUcontext context, int ordinal)
-      : api_(api) {
-    CUresult r = api.cuCtxGetCurrent(&previous_);
-    if (r != CUDA_SUCCESS) {
-      status_ = CudaError(api, "cuCtxGetCurrent", r);
-      return;
-    }
-    if (previous_ == context) return;
-    r = api.cuCtxSetCurrent(context);
-    if (r != CUDA_SUCCESS) {
-      status_ =
-          CudaError(api,
-                    absl::StrCat("cuCtxSetCurrent(primary context of device ",
-                                 ordinal, ")"),
-                    r);
-      return;
-    }
-    restore_ = true;
-  }
-  ~ScopedContext() {
-    // Nothing to report to: the call's own result stands.
-    if (restore_) (void)api_.cuCtxSetCurrent(previous_);
-  }
-  ScopedContext(const ScopedContext&) = delete;
-  ScopedContext& operator=(const ScopedContext&) = delete;
-
-  // OK when the context is current.
-  const absl::Status& status() const { return status_; }
-
- private:
-  const CudaDriverApi& api_;
-  CUcontext previous_ = nullptr;
-  bool restore_ = false;
-  absl::Status status_;
-};
 
 }  // namespace
 
-std::string ArchIdFor(int major, int minor) {
-  return absl::StrCat("sm_", major, minor);
+namespace internal {
+
+ScopedContext::ScopedContext(const CudaDriverApi& api, CUcontext context,
+                             int ordinal)
+    : ScopedCurrent(
+          context,
+          [&api](CUcontext* current) {
+            return CudaError(api, "cuCtxGetCurrent",
+                             api.cuCtxGetCurrent(current));
+          },
+          [&api, ordinal](CUcontext wanted) {
+            return CudaError(
+                api,
+                absl::StrCat("cuCtxSetCurrent(primary context of device ",
+                             ordinal, ")"),
+                api.cuCtxSetCurrent(wanted));
+          }) {}
+
+absl::Status Explain(const CudaDriverApi& api, absl::Status status) {
+  if (!absl::IsResourceExhausted(status)) return status;
+  std::size_t free = 0, total = 0;
+  if (api.cuMemGetInfo(&free, &total) != CUDA_SUCCESS) return status;
+  return absl::ResourceExhaustedError(
+      absl::StrCat(status.message(), "; the device has ", free, " of ", total,
+                   " bytes free"));
 }
 
-ProfileChoice ChooseNvidiaProfile(absl::string_view device_name, int major,
-                                  int minor, std::uint64_t total_bytes) {
-  const std::string arch_id = ArchIdFor(major, minor);
-  const std::string upper = absl::AsciiStrToUpper(device_name);
-  std::string name_note;
-  for (const NamedProfile& named : kNamedProfiles) {
-    if (!ContainsWord(upper, named.token)) continue;
-    absl::StatusOr<const ArchProfile*> p = FindArchProfile(named.profile);
-    if (!p.ok()) break;
-    const bool arch_agrees =
-        std::find((*p)->arch_ids.begin(), (*p)->arch_ids.end(), arch_id) !=
-        (*p)->arch_ids.end();
-    if (arch_agrees) {
-      return {*p,
-              absl::StrCat("the device name \"", device_name, "\" names the ",
-                           named.token, " (", arch_id, ")")};
-    }
-    name_note = absl::StrCat("the device name \"", device_name, "\" names the ",
-                             named.token, " but its compute capability ", major,
-                             ".", minor, " is not that profile's; ");
-    break;
-  }
-  absl::StatusOr<const ArchProfile*> by_arch =
-      FindArchProfile(Vendor::kNvidia, arch_id, total_bytes);
-  if (!by_arch.ok()) {  // the table always has generic-nvidia
-    return {nullptr, std::string(by_arch.status().message())};
-  }
-  const ArchProfile* p = *by_arch;
-  if (name_note.empty()) {
-    name_note = absl::StrCat("no profile names \"", device_name, "\"; ");
-  }
-  if (p->arch_ids.empty()) {
-    return {p, absl::StrCat(name_note, "no profile lists ", arch_id,
-                            " (compute capability ", major, ".", minor,
-                            "): the generic NVIDIA profile")};
-  }
-  return {p, absl::StrCat(name_note, "chosen by architecture ", arch_id,
-                          " and the closest memory size (", total_bytes >> 20,
-                          " MiB)")};
+absl::Status TooBig(absl::string_view call, std::uint64_t bytes,
+                    std::uint64_t total_bytes) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      call, "(", bytes, " bytes): more than the device's total memory (",
+      total_bytes, " bytes)"));
 }
+
+}  // namespace internal
 
 class CudaBackend::Impl {
  public:
@@ -186,17 +122,7 @@ class CudaBackend::Impl {
     for (const auto& [address, bytes] : live_) {
       api_->cuMemFree(static_cast<CUdeviceptr>(address));
     }
-    if (ledger_ != nullptr) {
-      for (const VmmLedger::Mapping& m : ledger_->mappings()) {
-        api_->cuMemUnmap(static_cast<CUdeviceptr>(m.address), m.bytes);
-      }
-      for (PhysicalHandle h : ledger_->handles()) {
-        api_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(h));
-      }
-      for (const VmmLedger::Reservation& r : ledger_->reservations()) {
-        api_->cuMemAddressFree(static_cast<CUdeviceptr>(r.address), r.bytes);
-      }
-    }
+    if (vmm_ != nullptr) vmm_->ReturnEverything();
     for (EventHandle e : events_) api_->cuEventDestroy(ToCuEvent(e));
     if (pool_ != nullptr) {
       // Blocks still out are freed on the default stream; cuMemPoolDestroy
@@ -268,58 +194,61 @@ class CudaBackend::Impl {
       return CudaError(api, "cuDevicePrimaryCtxRetain", r);
     }
     context_ = context;
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-
-    info_.backend = "cuda";
-    info_.vendor = Vendor::kNvidia;
-    info_.name = name;
-    info_.arch_id = ArchIdFor(major, minor);
-    info_.ordinal = ordinal_;
-    info_.total_bytes = total;
-    info_.min_granularity = profile.min_granularity;
-    info_.recommended_granularity = profile.recommended_granularity;
-    info_.allocation_alignment = profile.allocation_alignment;
-    info_.page_sizes = profile.page_sizes;
-    info_.driver_version = CudaVersionString(api.driver_version);
-    info_.capabilities.streams = true;
-    info_.capabilities.host_accessible = false;
-    info_.capabilities.stream_ordered_pools = api.has_pools() && pools != 0;
-    info_.capabilities.virtual_memory = api.has_virtual_memory() && vmm != 0;
-    if (info_.capabilities.virtual_memory) {
-      const CUmemAllocationProp prop = PinnedOn(device_);
-      std::size_t minimum = 0, recommended = 0;
-      r = api.cuMemGetAllocationGranularity(&minimum, &prop,
-                                            CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-      if (r == CUDA_SUCCESS) {
-        r = api.cuMemGetAllocationGranularity(
-            &recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+    return InContext<absl::Status>([&]() -> absl::Status {
+      info_.backend = "cuda";
+      info_.vendor = Vendor::kNvidia;
+      info_.name = name;
+      info_.arch_id = ArchIdFor(major, minor);
+      info_.ordinal = ordinal_;
+      info_.total_bytes = total;
+      info_.min_granularity = profile.min_granularity;
+      info_.recommended_granularity = profile.recommended_granularity;
+      info_.allocation_alignment = profile.allocation_alignment;
+      info_.page_sizes = profile.page_sizes;
+      info_.driver_version = CudaVersionString(api.driver_version);
+      info_.capabilities.streams = true;
+      info_.capabilities.host_accessible = false;
+      info_.capabilities.stream_ordered_pools = api.has_pools() && pools != 0;
+      info_.capabilities.virtual_memory = api.has_virtual_memory() && vmm != 0;
+      if (info_.capabilities.virtual_memory) {
+        const CUmemAllocationProp prop = PinnedOn(device_);
+        std::size_t minimum = 0, recommended = 0;
+        r = api.cuMemGetAllocationGranularity(&minimum, &prop,
+                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (r == CUDA_SUCCESS) {
+          r = api.cuMemGetAllocationGranularity(
+              &recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+        }
+        if (r != CUDA_SUCCESS) {
+          return CudaError(api, "cuMemGetAllocationGranularity", r);
+        }
+        const auto power_of_two = [](std::size_t x) {
+          return x != 0 && (x & (x - 1)) == 0;
+        };
+        if (!power_of_two(minimum) || !power_of_two(recommended) ||
+            recommended % minimum != 0) {
+          return absl::InternalError(absl::StrCat(
+              "cuMemGetAllocationGranularity reported minimum ", minimum,
+              " and recommended ", recommended,
+              " bytes: not powers of two with the minimum dividing the "
+              "recommended"));
+        }
+        info_.min_granularity = minimum;
+        info_.recommended_granularity = recommended;
       }
-      if (r != CUDA_SUCCESS) {
-        return CudaError(api, "cuMemGetAllocationGranularity", r);
-      }
-      const auto power_of_two = [](std::size_t x) {
-        return x != 0 && (x & (x - 1)) == 0;
-      };
-      if (!power_of_two(minimum) || !power_of_two(recommended) ||
-          recommended % minimum != 0) {
-        return absl::InternalError(absl::StrCat(
-            "cuMemGetAllocationGranularity reported minimum ", minimum,
-            " and recommended ", recommended,
-            " bytes: not powers of two with the minimum dividing the "
-            "recommended"));
-      }
-      info_.min_granularity = minimum;
-      info_.recommended_granularity = recommended;
-    }
-    absl::MutexLock lock(&mu_);
-    ledger_ = std::make_unique<VmmLedger>(info_.min_granularity);
-    return absl::OkStatus();
+      absl::MutexLock lock(&mu_);
+      vmm_ =
+          std::make_unique<CudaVmm>(api_, device_, context_, ordinal_,
+                                    info_.total_bytes, info_.min_granularity);
+      return absl::OkStatus();
+    });
   }
 
   const DeviceInfo& info() const { return info_; }
   const ProfileChoice& choice() const { return choice_; }
   const CudaDriverApi& api() const { return *api_; }
+  // Set once by Init, before the backend is handed out.
+  CudaVmm& vmm() ABSL_NO_THREAD_SAFETY_ANALYSIS { return *vmm_; }
 
   // The primary context, current on the calling thread until the returned
   // guard goes out of scope (check its status()).
@@ -327,172 +256,132 @@ class CudaBackend::Impl {
     return ScopedContext(*api_, context_, ordinal_);
   }
 
-  // Adds what the device has free to an out-of-memory status.
+  // The per-call wrapper: runs `body` with the primary context current, or
+  // answers why it could not be made current.
+  template <typename T, typename Body>
+  T InContext(Body&& body) const {
+    return internal::InContext<T>(*api_, context_, ordinal_,
+                                  std::forward<Body>(body));
+  }
+
   absl::Status Explain(absl::Status status) const {
-    if (!absl::IsResourceExhausted(status)) return status;
-    std::size_t free = 0, total = 0;
-    if (api_->cuMemGetInfo(&free, &total) != CUDA_SUCCESS) return status;
-    return absl::ResourceExhaustedError(
-        absl::StrCat(status.message(), "; the device has ", free, " of ", total,
-                     " bytes free"));
+    return internal::Explain(*api_, std::move(status));
   }
-
   absl::Status TooBig(absl::string_view call, std::uint64_t bytes) const {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        call, "(", bytes, " bytes): more than the device's total memory (",
-        info_.total_bytes, " bytes)"));
-  }
-
-  absl::StatusOr<std::uint64_t> FreeBytes() {
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    std::size_t free = 0, total = 0;
-    const CUresult r = api_->cuMemGetInfo(&free, &total);
-    if (r != CUDA_SUCCESS) return CudaError(*api_, "cuMemGetInfo", r);
-    return free;
+    return internal::TooBig(call, bytes, info_.total_bytes);
   }
 
   absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) {
     if (bytes == 0) return absl::InvalidArgumentError("Allocate(0 bytes)");
     if (bytes > info_.total_bytes) return TooBig("Allocate", bytes);
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    CUdeviceptr ptr = 0;
-    const CUresult r = api_->cuMemAlloc(&ptr, bytes);
-    if (r != CUDA_SUCCESS) {
-      return Explain(
-          CudaError(*api_, absl::StrCat("cuMemAlloc(", bytes, " bytes)"), r));
-    }
-    absl::MutexLock lock(&mu_);
-    live_[ptr] = bytes;
-    return static_cast<DeviceAddress>(ptr);
+    return InContext<absl::StatusOr<DeviceAddress>>(
+        [&]() -> absl::StatusOr<DeviceAddress> {
+          CUdeviceptr ptr = 0;
+          const CUresult r = api_->cuMemAlloc(&ptr, bytes);
+          if (r != CUDA_SUCCESS) {
+            return Explain(CudaError(
+                *api_, absl::StrCat("cuMemAlloc(", bytes, " bytes)"), r));
+          }
+          absl::MutexLock lock(&mu_);
+          live_[ptr] = bytes;
+          return static_cast<DeviceAddress>(ptr);
+        });
   }
 
   absl::Status Free(DeviceAddress address) {
-    std::uint64_t bytes = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = live_.find(address);
-      if (it == live_.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Free(", Hex(address),
-                         "): not an address Allocate returned and has not "
-                         "freed"));
-      }
-      bytes = it->second;
-      live_.erase(it);
-    }
-    absl::Status status;
-    {
-      const ScopedContext current = MakeCurrent();
-      status = current.status();
-      if (status.ok()) {
-        status = CudaError(*api_, absl::StrCat("cuMemFree(", Hex(address), ")"),
-                           api_->cuMemFree(static_cast<CUdeviceptr>(address)));
-      }
-    }
-    if (!status.ok()) {
-      absl::MutexLock lock(&mu_);
-      live_[address] = bytes;
-    }
-    return status;
+    return common::ReleaseTracked<absl::MutexLock>(
+        &mu_, &live_, address,
+        [&] { return NotHandedOut("Free", address, "Allocate"); },
+        [&](const auto&) {
+          return InContext<absl::Status>([&] {
+            return CudaError(
+                *api_, absl::StrCat("cuMemFree(", Hex(address), ")"),
+                api_->cuMemFree(static_cast<CUdeviceptr>(address)));
+          });
+        });
   }
 
   // --- Events ---------------------------------------------------------------
+  static absl::Status UnknownEvent(absl::string_view call, EventHandle event) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        call, "(event ", Hex(event),
+        "): not an event CreateEvent returned and DestroyEvent has not "
+        "destroyed"));
+  }
+
   absl::Status CheckEvent(absl::string_view call, EventHandle event) {
     absl::MutexLock lock(&mu_);
-    if (!events_.contains(event)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          call, "(event ", Hex(event),
-          "): not an event CreateEvent returned and DestroyEvent has not "
-          "destroyed"));
-    }
+    if (!events_.contains(event)) return UnknownEvent(call, event);
     return absl::OkStatus();
   }
 
   absl::StatusOr<EventHandle> CreateEvent() {
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    CUevent event = nullptr;
-    const CUresult r = api_->cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
-    if (r != CUDA_SUCCESS) {
-      return CudaError(*api_, "cuEventCreate(CU_EVENT_DISABLE_TIMING)", r);
+    absl::StatusOr<EventHandle> event =
+        InContext<absl::StatusOr<EventHandle>>([&] { return NewEvent(*api_); });
+    if (event.ok()) {
+      absl::MutexLock lock(&mu_);
+      events_.insert(*event);
     }
-    absl::MutexLock lock(&mu_);
-    events_.insert(FromCuEvent(event));
-    return FromCuEvent(event);
+    return event;
   }
 
   absl::Status DestroyEvent(EventHandle event) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (events_.erase(event) == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "DestroyEvent(event ", Hex(event),
-            "): not an event CreateEvent returned and DestroyEvent has not "
-            "destroyed"));
-      }
-    }
-    absl::Status status;
-    {
-      const ScopedContext current = MakeCurrent();
-      status = current.status();
-      if (status.ok()) {
-        status =
-            CudaError(*api_, absl::StrCat("cuEventDestroy(", Hex(event), ")"),
-                      api_->cuEventDestroy(ToCuEvent(event)));
-      }
-    }
-    if (!status.ok()) {
-      // Still the backend's: a retry (or the destructor) destroys it.
-      absl::MutexLock lock(&mu_);
-      events_.insert(event);
-    }
-    return status;
+    return common::ReleaseTracked<absl::MutexLock>(
+        &mu_, &events_, event,
+        [&] { return UnknownEvent("DestroyEvent", event); },
+        [&](const auto&) {
+          return InContext<absl::Status>([&] {
+            return CudaError(*api_,
+                             absl::StrCat("cuEventDestroy(", Hex(event), ")"),
+                             api_->cuEventDestroy(ToCuEvent(event)));
+          });
+        });
   }
 
   absl::Status RecordEvent(EventHandle event, Stream stream) {
     if (absl::Status s = CheckEvent("RecordEvent", event); !s.ok()) return s;
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    return CudaError(*api_,
-                     absl::StrCat("cuEventRecord(", Hex(event), ", stream ",
-                                  Hex(stream.handle), ")"),
-                     api_->cuEventRecord(ToCuEvent(event), ToCuStream(stream)));
+    return InContext<absl::Status>([&]() -> absl::Status {
+      return CudaError(
+          *api_,
+          absl::StrCat("cuEventRecord(", Hex(event), ", stream ",
+                       Hex(stream.handle), ")"),
+          api_->cuEventRecord(ToCuEvent(event), ToCuStream(stream)));
+    });
   }
 
   absl::StatusOr<bool> QueryEvent(EventHandle event) {
     if (absl::Status s = CheckEvent("QueryEvent", event); !s.ok()) return s;
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    const CUresult r = api_->cuEventQuery(ToCuEvent(event));
-    if (r == CUDA_SUCCESS) return true;
-    if (r == CUDA_ERROR_NOT_READY) return false;
-    return CudaError(*api_, absl::StrCat("cuEventQuery(", Hex(event), ")"), r);
+    return InContext<absl::StatusOr<bool>>([&]() -> absl::StatusOr<bool> {
+      const CUresult r = api_->cuEventQuery(ToCuEvent(event));
+      if (r == CUDA_SUCCESS) return true;
+      if (r == CUDA_ERROR_NOT_READY) return false;
+      return CudaError(*api_, absl::StrCat("cuEventQuery(", Hex(event), ")"),
+                       r);
+    });
   }
 
   absl::Status StreamWaitEvent(Stream stream, EventHandle event) {
     if (absl::Status s = CheckEvent("StreamWaitEvent", event); !s.ok()) {
       return s;
     }
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    return CudaError(
-        *api_,
-        absl::StrCat("cuStreamWaitEvent(stream ", Hex(stream.handle), ", ",
-                     Hex(event), ")"),
-        api_->cuStreamWaitEvent(ToCuStream(stream), ToCuEvent(event), 0));
+    return InContext<absl::Status>([&]() -> absl::Status {
+      return CudaError(
+          *api_,
+          absl::StrCat("cuStreamWaitEvent(stream ", Hex(stream.handle), ", ",
+                       Hex(event), ")"),
+          api_->cuStreamWaitEvent(ToCuStream(stream), ToCuEvent(event), 0));
+    });
   }
 
   absl::Status SynchronizeEvent(EventHandle event) {
     if (absl::Status s = CheckEvent("SynchronizeEvent", event); !s.ok()) {
       return s;
     }
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    return CudaError(*api_,
-                     absl::StrCat("cuEventSynchronize(", Hex(event), ")"),
-                     api_->cuEventSynchronize(ToCuEvent(event)));
+    return InContext<absl::Status>([&]() -> absl::Status {
+      return CudaError(*api_,
+                       absl::StrCat("cuEventSynchronize(", Hex(event), ")"),
+                       api_->cuEventSynchronize(ToCuEvent(event)));
+    });
   }
 
   // --- The stream-ordered pool
@@ -500,18 +389,19 @@ class CudaBackend::Impl {
   absl::StatusOr<CUmemoryPool> Pool() {
     absl::MutexLock lock(&mu_);
     if (pool_ != nullptr) return pool_;
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    CUmemPoolProps props = {};
-    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    props.location.id = device_;
-    CUmemoryPool pool = nullptr;
-    const CUresult r = api_->cuMemPoolCreate(&pool, &props);
-    if (r != CUDA_SUCCESS) return CudaError(*api_, "cuMemPoolCreate", r);
-    pool_ = pool;
-    return pool_;
+    return InContext<absl::StatusOr<CUmemoryPool>>(
+        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<CUmemoryPool> {
+          CUmemPoolProps props = {};
+          props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+          props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+          props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+          props.location.id = device_;
+          CUmemoryPool pool = nullptr;
+          const CUresult r = api_->cuMemPoolCreate(&pool, &props);
+          if (r != CUDA_SUCCESS) return CudaError(*api_, "cuMemPoolCreate", r);
+          pool_ = pool;
+          return pool_;
+        });
   }
 
   absl::Status ConfigurePool(const PoolOptions& options) {
@@ -559,60 +449,48 @@ class CudaBackend::Impl {
     if (bytes > info_.total_bytes) return TooBig("PoolAllocate", bytes);
     absl::StatusOr<CUmemoryPool> pool = Pool();
     if (!pool.ok()) return pool.status();
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    CUdeviceptr ptr = 0;
-    const CUresult r =
-        api_->cuMemAllocFromPoolAsync(&ptr, bytes, *pool, ToCuStream(stream));
-    if (r != CUDA_SUCCESS) {
-      return Explain(
-          CudaError(*api_,
-                    absl::StrCat("cuMemAllocFromPoolAsync(", bytes,
-                                 " bytes, stream ", Hex(stream.handle), ")"),
-                    r));
-    }
-    absl::MutexLock lock(&mu_);
-    pool_live_.insert(ptr);
-    return static_cast<DeviceAddress>(ptr);
+    return InContext<absl::StatusOr<DeviceAddress>>(
+        [&]() -> absl::StatusOr<DeviceAddress> {
+          CUdeviceptr ptr = 0;
+          const CUresult r = api_->cuMemAllocFromPoolAsync(&ptr, bytes, *pool,
+                                                           ToCuStream(stream));
+          if (r != CUDA_SUCCESS) {
+            return Explain(CudaError(
+                *api_,
+                absl::StrCat("cuMemAllocFromPoolAsync(", bytes,
+                             " bytes, stream ", Hex(stream.handle), ")"),
+                r));
+          }
+          absl::MutexLock lock(&mu_);
+          pool_live_.insert(ptr);
+          return static_cast<DeviceAddress>(ptr);
+        });
   }
 
   absl::Status PoolFree(DeviceAddress address, Stream stream) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (pool_live_.erase(address) == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "PoolFree(", Hex(address),
-            "): not an address PoolAllocate returned and has not freed"));
-      }
-    }
-    absl::Status status;
-    {
-      const ScopedContext current = MakeCurrent();
-      status = current.status();
-      if (status.ok()) {
-        status =
-            CudaError(*api_,
-                      absl::StrCat("cuMemFreeAsync(", Hex(address), ", stream ",
-                                   Hex(stream.handle), ")"),
-                      api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address),
-                                           ToCuStream(stream)));
-      }
-    }
-    if (!status.ok()) {
-      absl::MutexLock lock(&mu_);
-      pool_live_.insert(address);
-    }
-    return status;
+    return common::ReleaseTracked<absl::MutexLock>(
+        &mu_, &pool_live_, address,
+        [&] { return NotHandedOut("PoolFree", address, "PoolAllocate"); },
+        [&](const auto&) {
+          return InContext<absl::Status>([&] {
+            return CudaError(
+                *api_,
+                absl::StrCat("cuMemFreeAsync(", Hex(address), ", stream ",
+                             Hex(stream.handle), ")"),
+                api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address),
+                                     ToCuStream(stream)));
+          });
+        });
   }
 
   absl::Status PoolTrim(std::uint64_t keep_bytes) {
     absl::StatusOr<CUmemoryPool> pool = Pool();
     if (!pool.ok()) return pool.status();
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    return CudaError(*api_,
-                     absl::StrCat("cuMemPoolTrimTo(", keep_bytes, " bytes)"),
-                     api_->cuMemPoolTrimTo(*pool, keep_bytes));
+    return InContext<absl::Status>([&]() -> absl::Status {
+      return CudaError(*api_,
+                       absl::StrCat("cuMemPoolTrimTo(", keep_bytes, " bytes)"),
+                       api_->cuMemPoolTrimTo(*pool, keep_bytes));
+    });
   }
 
   absl::StatusOr<PoolUsage> GetPoolUsage() {
@@ -644,143 +522,6 @@ class CudaBackend::Impl {
     return usage;
   }
 
-  // --- Virtual memory
-  // ---------------------------------------------------------
-  absl::StatusOr<DeviceAddress> ReserveAddress(std::uint64_t bytes,
-                                               std::uint64_t alignment) {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::uint64_t> align =
-        ledger_->CheckReserve(bytes, alignment);
-    if (!align.ok()) return align.status();
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    CUdeviceptr ptr = 0;
-    const CUresult r = api_->cuMemAddressReserve(&ptr, bytes, *align, 0, 0);
-    if (r != CUDA_SUCCESS) {
-      return CudaError(*api_,
-                       absl::StrCat("cuMemAddressReserve(", bytes,
-                                    " bytes, alignment ", *align, ")"),
-                       r);
-    }
-    ledger_->AddReservation(ptr, bytes);
-    return static_cast<DeviceAddress>(ptr);
-  }
-
-  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = ledger_->CheckFreeAddress(address, bytes); !s.ok()) {
-      return s;
-    }
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    const CUresult r =
-        api_->cuMemAddressFree(static_cast<CUdeviceptr>(address), bytes);
-    if (r != CUDA_SUCCESS) {
-      return CudaError(*api_,
-                       absl::StrCat("cuMemAddressFree(", Hex(address), ", ",
-                                    bytes, " bytes)"),
-                       r);
-    }
-    ledger_->RemoveReservation(address);
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = ledger_->CheckCreate(bytes); !s.ok()) return s;
-    if (bytes > info_.total_bytes) return TooBig("CreatePhysical", bytes);
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    const CUmemAllocationProp prop = PinnedOn(device_);
-    CUmemGenericAllocationHandle handle = 0;
-    const CUresult r = api_->cuMemCreate(&handle, bytes, &prop, 0);
-    if (r != CUDA_SUCCESS) {
-      return Explain(
-          CudaError(*api_, absl::StrCat("cuMemCreate(", bytes, " bytes)"), r));
-    }
-    ledger_->AddHandle(handle, bytes);
-    return static_cast<PhysicalHandle>(handle);
-  }
-
-  absl::Status ReleasePhysical(PhysicalHandle handle) {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = ledger_->CheckRelease(handle); !s.ok()) return s;
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    const CUresult r =
-        api_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle));
-    if (r != CUDA_SUCCESS) {
-      return CudaError(*api_, absl::StrCat("cuMemRelease(", Hex(handle), ")"),
-                       r);
-    }
-    ledger_->RemoveHandle(handle);
-    return absl::OkStatus();
-  }
-
-  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
-                   PhysicalHandle handle) {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = ledger_->CheckMap(address, bytes, handle); !s.ok()) {
-      return s;
-    }
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    const CUresult r =
-        api_->cuMemMap(static_cast<CUdeviceptr>(address), bytes, 0,
-                       static_cast<CUmemGenericAllocationHandle>(handle), 0);
-    if (r != CUDA_SUCCESS) {
-      return Explain(
-          CudaError(*api_,
-                    absl::StrCat("cuMemMap(", Hex(address), ", ", bytes,
-                                 " bytes, handle ", Hex(handle), ")"),
-                    r));
-    }
-    ledger_->AddMapping(address, bytes, handle);
-    return absl::OkStatus();
-  }
-
-  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::vector<VmmLedger::Mapping>> mappings =
-        ledger_->CheckUnmap(address, bytes);
-    if (!mappings.ok()) return mappings.status();
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    // One call per mapping, as cuMemUnmap's contract is stated per mapping.
-    // A failure leaves the mappings before it unmapped (and recorded so).
-    for (const VmmLedger::Mapping& m : *mappings) {
-      const CUresult r =
-          api_->cuMemUnmap(static_cast<CUdeviceptr>(m.address), m.bytes);
-      if (r != CUDA_SUCCESS) {
-        return CudaError(*api_,
-                         absl::StrCat("cuMemUnmap(", Hex(m.address), ", ",
-                                      m.bytes, " bytes)"),
-                         r);
-      }
-      ledger_->RemoveMapping(m.address);
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = ledger_->CheckSetAccess(address, bytes); !s.ok()) {
-      return s;
-    }
-    const ScopedContext current = MakeCurrent();
-    if (!current.status().ok()) return current.status();
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    const CUresult r = api_->cuMemSetAccess(static_cast<CUdeviceptr>(address),
-                                            bytes, &access, 1);
-    return CudaError(*api_,
-                     absl::StrCat("cuMemSetAccess(", Hex(address), ", ", bytes,
-                                  " bytes, read-write)"),
-                     r);
-  }
-
  private:
   const std::shared_ptr<const CudaDriverApi> api_;
   const int ordinal_;
@@ -795,7 +536,8 @@ class CudaBackend::Impl {
   absl::flat_hash_set<EventHandle> events_ ABSL_GUARDED_BY(mu_);
   CUmemoryPool pool_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_set<DeviceAddress> pool_live_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<VmmLedger> ledger_ ABSL_GUARDED_BY(mu_);
+  // Virtual memory, once the granularity is known (Init).
+  std::unique_ptr<CudaVmm> vmm_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::shared_ptr<CudaBackend>> CudaBackend::Create(
@@ -827,7 +569,14 @@ const ProfileChoice& CudaBackend::profile_choice() const {
 const CudaDriverApi& CudaBackend::api() const { return impl_->api(); }
 
 absl::StatusOr<std::uint64_t> CudaBackend::FreeBytes() {
-  return impl_->FreeBytes();
+  const CudaDriverApi& api = impl_->api();
+  return impl_->InContext<absl::StatusOr<std::uint64_t>>(
+      [&]() -> absl::StatusOr<std::uint64_t> {
+        std::size_t free = 0, total = 0;
+        const CUresult r = api.cuMemGetInfo(&free, &total);
+        if (r != CUDA_SUCCESS) return CudaError(api, "cuMemGetInfo", r);
+        return free;
+      });
 }
 absl::StatusOr<DeviceAddress> CudaBackend::Allocate(std::uint64_t bytes) {
   return impl_->Allocate(bytes);
@@ -856,83 +605,70 @@ absl::Status CudaBackend::SynchronizeEvent(EventHandle event) {
 }
 
 absl::Status CudaBackend::ConfigurePool(const PoolOptions& options) {
-  if (!info().capabilities.stream_ordered_pools) {
+  if (!info().capabilities.stream_ordered_pools)
     return Backend::ConfigurePool(options);
-  }
   return impl_->ConfigurePool(options);
 }
 absl::StatusOr<DeviceAddress> CudaBackend::PoolAllocate(std::uint64_t bytes,
                                                         Stream stream) {
-  if (!info().capabilities.stream_ordered_pools) {
+  if (!info().capabilities.stream_ordered_pools)
     return Backend::PoolAllocate(bytes, stream);
-  }
   return impl_->PoolAllocate(bytes, stream);
 }
 absl::Status CudaBackend::PoolFree(DeviceAddress address, Stream stream) {
-  if (!info().capabilities.stream_ordered_pools) {
+  if (!info().capabilities.stream_ordered_pools)
     return Backend::PoolFree(address, stream);
-  }
   return impl_->PoolFree(address, stream);
 }
 absl::Status CudaBackend::PoolTrim(std::uint64_t keep_bytes) {
-  if (!info().capabilities.stream_ordered_pools) {
+  if (!info().capabilities.stream_ordered_pools)
     return Backend::PoolTrim(keep_bytes);
-  }
   return impl_->PoolTrim(keep_bytes);
 }
 absl::StatusOr<PoolUsage> CudaBackend::GetPoolUsage() {
-  if (!info().capabilities.stream_ordered_pools) {
-    return Backend::GetPoolUsage();
-  }
+  if (!info().capabilities.stream_ordered_pools) return Backend::GetPoolUsage();
   return impl_->GetPoolUsage();
 }
 
 absl::StatusOr<DeviceAddress> CudaBackend::ReserveAddress(
     std::uint64_t bytes, std::uint64_t alignment) {
-  if (!info().capabilities.virtual_memory) {
+  if (!info().capabilities.virtual_memory)
     return Backend::ReserveAddress(bytes, alignment);
-  }
-  return impl_->ReserveAddress(bytes, alignment);
+  return impl_->vmm().ReserveAddress(bytes, alignment);
 }
 absl::Status CudaBackend::FreeAddress(DeviceAddress address,
                                       std::uint64_t bytes) {
-  if (!info().capabilities.virtual_memory) {
+  if (!info().capabilities.virtual_memory)
     return Backend::FreeAddress(address, bytes);
-  }
-  return impl_->FreeAddress(address, bytes);
+  return impl_->vmm().FreeAddress(address, bytes);
 }
 absl::StatusOr<PhysicalHandle> CudaBackend::CreatePhysical(
     std::uint64_t bytes) {
-  if (!info().capabilities.virtual_memory) {
+  if (!info().capabilities.virtual_memory)
     return Backend::CreatePhysical(bytes);
-  }
-  return impl_->CreatePhysical(bytes);
+  return impl_->vmm().CreatePhysical(bytes);
 }
 absl::Status CudaBackend::ReleasePhysical(PhysicalHandle handle) {
-  if (!info().capabilities.virtual_memory) {
+  if (!info().capabilities.virtual_memory)
     return Backend::ReleasePhysical(handle);
-  }
-  return impl_->ReleasePhysical(handle);
+  return impl_->vmm().ReleasePhysical(handle);
 }
 absl::Status CudaBackend::Map(DeviceAddress address, std::uint64_t bytes,
                               PhysicalHandle handle) {
-  if (!info().capabilities.virtual_memory) {
+  if (!info().capabilities.virtual_memory)
     return Backend::Map(address, bytes, handle);
-  }
-  return impl_->Map(address, bytes, handle);
+  return impl_->vmm().Map(address, bytes, handle);
 }
 absl::Status CudaBackend::Unmap(DeviceAddress address, std::uint64_t bytes) {
-  if (!info().capabilities.virtual_memory) {
+  if (!info().capabilities.virtual_memory)
     return Backend::Unmap(address, bytes);
-  }
-  return impl_->Unmap(address, bytes);
+  return impl_->vmm().Unmap(address, bytes);
 }
 absl::Status CudaBackend::SetAccess(DeviceAddress address,
                                     std::uint64_t bytes) {
-  if (!info().capabilities.virtual_memory) {
+  if (!info().capabilities.virtual_memory)
     return Backend::SetAccess(address, bytes);
-  }
-  return impl_->SetAccess(address, bytes);
+  return impl_->vmm().SetAccess(address, bytes);
 }
 
 }  // namespace gpualloc::cuda

@@ -17,6 +17,10 @@
 // a stale handle is undefined behaviour. Driver errors become a status naming
 // the call, the error and its code (CudaError).
 //
+// The pool is created on first use with CUDA's defaults (release threshold 0,
+// every reuse rule on); ConfigurePool sets the release threshold and the
+// three reuse attributes. Unmap makes one cuMemUnmap per mapping in the range.
+//
 // Thread safety: all methods are thread-safe. Host waits (SynchronizeEvent)
 // and stream calls run without the backend's lock.
 #ifndef GPUALLOC_BACKENDS_CUDA_CUDA_BACKEND_H_
@@ -29,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "backends/common/backend_calls.h"
 #include "backends/cuda/cuda_driver.h"
 #include "gpualloc/arch.h"
 #include "gpualloc/backend.h"
@@ -62,37 +67,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   const DeviceInfo& info() const override;
-  absl::StatusOr<std::uint64_t> FreeBytes() override;
-  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
-  absl::Status Free(DeviceAddress address) override;
-
-  absl::StatusOr<EventHandle> CreateEvent() override;
-  absl::Status DestroyEvent(EventHandle event) override;
-  absl::Status RecordEvent(EventHandle event, Stream stream) override;
-  absl::StatusOr<bool> QueryEvent(EventHandle event) override;
-  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override;
-  absl::Status SynchronizeEvent(EventHandle event) override;
-
-  // The pool is created on first use with CUDA's defaults (release threshold
-  // 0, every reuse rule on); ConfigurePool sets the release threshold and the
-  // three reuse attributes.
-  absl::Status ConfigurePool(const PoolOptions& options) override;
-  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
-                                             Stream stream) override;
-  absl::Status PoolFree(DeviceAddress address, Stream stream) override;
-  absl::Status PoolTrim(std::uint64_t keep_bytes) override;
-  absl::StatusOr<PoolUsage> GetPoolUsage() override;
-
-  absl::StatusOr<DeviceAddress> ReserveAddress(
-      std::uint64_t bytes, std::uint64_t alignment) override;
-  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) override;
-  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) override;
-  absl::Status ReleasePhysical(PhysicalHandle handle) override;
-  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
-                   PhysicalHandle handle) override;
-  // One cuMemUnmap per mapping in the range.
-  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
-  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+  // Backend's calls (gpualloc/backend.h).
+  GPUALLOC_BACKEND_CALLS_OVERRIDE
 
   // The profile this device matches and why (gpualloc-info shows it).
   const ProfileChoice& profile_choice() const;

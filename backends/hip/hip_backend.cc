@@ -27,12 +27,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "backends/hip/hip_internal.h"
 #include "core/lock.h"
 #include "core/status_macros.h"
 #include "gpualloc/arch.h"
 
 namespace gpualloc::hip {
 namespace {
+
+using internal::Hex;
+using internal::ToAddress;
+using internal::ToEvent;
+using internal::ToHandle;
+using internal::ToPointer;
+using internal::ToStream;
 
 constexpr std::uint64_t kKiB = std::uint64_t{1} << 10;
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
@@ -46,25 +54,6 @@ constexpr int kVirtualMemoryWorksFrom = 60100000;
 std::uint64_t RoundUp(std::uint64_t x, std::uint64_t multiple) {
   return (x + multiple - 1) / multiple * multiple;
 }
-
-void* ToPointer(DeviceAddress address) {
-  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
-}
-DeviceAddress ToAddress(const void* pointer) {
-  return static_cast<DeviceAddress>(reinterpret_cast<std::uintptr_t>(pointer));
-}
-hipStream_t ToStream(Stream stream) {
-  return reinterpret_cast<hipStream_t>(stream.handle);
-}
-hipEvent_t ToEvent(EventHandle event) {
-  return reinterpret_cast<hipEvent_t>(static_cast<std::uintptr_t>(event));
-}
-hipMemGenericAllocationHandle_t ToHandle(PhysicalHandle handle) {
-  return reinterpret_cast<hipMemGenericAllocationHandle_t>(
-      static_cast<std::uintptr_t>(handle));
-}
-
-std::string Hex(std::uint64_t x) { return absl::StrFormat("%#x", x); }
 
 absl::string_view ProcessorName(absl::string_view gcn_arch_name) {
   return gcn_arch_name.substr(0, gcn_arch_name.find(':'));
@@ -95,48 +84,22 @@ absl::Status HipErrorStatus(const HipApi& api, hipError_t error,
   }
 }
 
-namespace {
-
-// Makes `device` current on the calling thread for one backend call and puts
-// the thread's previous device back when it goes out of scope: a thread
-// working on device 0 that makes gpualloc act on device 1 is still on device 0
-// afterwards (its next launches and null-stream calls go where it meant).
-// When the device is current already, nothing is set or restored.
-class ScopedDevice {
- public:
-  ScopedDevice(const HipApi& api, int device) : api_(api) {
-    hipError_t e = api.GetDevice(&previous_);
-    if (e != hipSuccess) {
-      status_ = HipErrorStatus(api, e, "hipGetDevice");
-      return;
-    }
-    if (previous_ == device) return;
-    e = api.SetDevice(device);
-    if (e != hipSuccess) {
-      status_ =
-          HipErrorStatus(api, e, absl::StrCat("hipSetDevice(", device, ")"));
-      return;
-    }
-    restore_ = true;
-  }
-  ~ScopedDevice() {
-    // Nothing to report to: the call's own result stands.
-    if (restore_) (void)api_.SetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
-  // OK when the device is current.
-  const absl::Status& status() const { return status_; }
-
- private:
-  const HipApi& api_;
-  int previous_ = 0;
-  bool restore_ = false;
-  absl::Status status_;
-};
-
-}  // namespace
+internal::ScopedDevice::ScopedDevice(const HipApi& api, int device)
+    : ScopedCurrent(
+          device,
+          [&api](int* current) {
+            const hipError_t e = api.GetDevice(current);
+            return e == hipSuccess ? absl::OkStatus()
+                                   : HipErrorStatus(api, e, "hipGetDevice");
+          },
+          [&api](int wanted) {
+            const hipError_t e = api.SetDevice(wanted);
+            return e == hipSuccess
+                       ? absl::OkStatus()
+                       : HipErrorStatus(
+                             api, e,
+                             absl::StrCat("hipSetDevice(", wanted, ")"));
+          }) {}
 
 const ArchProfile& ChooseAmdProfile(absl::string_view gcn_arch_name,
                                     std::uint64_t total_bytes,
@@ -183,82 +146,6 @@ absl::StatusOr<int> HipDeviceCountWith(const HipApi& api) {
   return count;
 }
 
-// ------------------------------------------------------------ bookkeeping
-
-class HipBackend::State {
- public:
-  struct PlainBlock {
-    void* original;  // what the runtime returned; hipFree takes this
-    std::uint64_t bytes;
-  };
-  struct Physical {
-    std::uint64_t bytes;
-  };
-  struct Mapping {
-    std::uint64_t bytes;
-    PhysicalHandle handle;
-  };
-
-  core::Lock mu;
-  absl::flat_hash_map<DeviceAddress, PlainBlock> plain ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<EventHandle> events ABSL_GUARDED_BY(mu);
-  hipMemPool_t pool ABSL_GUARDED_BY(mu) = nullptr;
-  absl::flat_hash_map<DeviceAddress, std::uint64_t> pool_blocks
-      ABSL_GUARDED_BY(mu);
-  std::map<DeviceAddress, std::uint64_t> reservations ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<PhysicalHandle, Physical> handles ABSL_GUARDED_BY(mu);
-  std::map<DeviceAddress, Mapping> mappings ABSL_GUARDED_BY(mu);
-
-  // The reservation holding all of [address, address + bytes), or end().
-  std::map<DeviceAddress, std::uint64_t>::const_iterator FindReservation(
-      DeviceAddress address, std::uint64_t bytes) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto it = reservations.upper_bound(address);
-    if (it == reservations.begin()) return reservations.end();
-    --it;
-    if (address - it->first > it->second ||
-        bytes > it->second - (address - it->first)) {
-      return reservations.end();
-    }
-    return it;
-  }
-
-  // Whether any mapping overlaps [address, address + bytes).
-  bool AnyMappingIn(DeviceAddress address, std::uint64_t bytes) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto it = mappings.lower_bound(address);
-    if (it != mappings.end() && it->first < address + bytes) return true;
-    if (it == mappings.begin()) return false;
-    --it;
-    return it->first + it->second.bytes > address;
-  }
-
-  // The mappings tiling [address, address + bytes) exactly, in order; empty
-  // when the range starts or ends inside a mapping or has a hole.
-  std::vector<std::map<DeviceAddress, Mapping>::const_iterator> Tiling(
-      DeviceAddress address, std::uint64_t bytes, bool whole) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    std::vector<std::map<DeviceAddress, Mapping>::const_iterator> out;
-    auto it = mappings.upper_bound(address);
-    if (it == mappings.begin()) return {};
-    --it;
-    if (whole && it->first != address) return {};
-    DeviceAddress at = address;
-    const DeviceAddress end = address + bytes;
-    while (at < end) {
-      if (it == mappings.end() || it->first > at ||
-          it->first + it->second.bytes <= at) {
-        return {};
-      }
-      out.push_back(it);
-      at = it->first + it->second.bytes;
-      ++it;
-    }
-    if (whole && at != end) return {};
-    return out;
-  }
-};
-
 // ----------------------------------------------------------------- creation
 
 HipBackend::HipBackend(std::shared_ptr<const HipApi> api,
@@ -271,7 +158,7 @@ HipBackend::HipBackend(std::shared_ptr<const HipApi> api,
 HipBackend::~HipBackend() {
   // What the owner left behind goes back to the device; errors have nowhere
   // to go here.
-  const ScopedDevice device(*api_, ordinal_);
+  const internal::ScopedDevice device(*api_, ordinal_);
   if (!device.status().ok()) return;
   core::LockGuard guard(&state_->mu);
   for (const auto& [address, block] : state_->plain) {
@@ -280,14 +167,17 @@ HipBackend::~HipBackend() {
   for (EventHandle event : state_->events) {
     (void)api_->EventDestroy(ToEvent(event));
   }
-  for (const auto& [address, mapping] : state_->mappings) {
-    (void)api_->MemUnmap(ToPointer(address), mapping.bytes);
-  }
-  for (const auto& [handle, physical] : state_->handles) {
-    (void)api_->MemRelease(ToHandle(handle));
-  }
-  for (const auto& [address, bytes] : state_->reservations) {
-    (void)api_->MemAddressFree(ToPointer(address), bytes);
+  if (state_->vmm != nullptr) {
+    for (const common::VmmLedger::Mapping& m : state_->vmm->mappings()) {
+      (void)api_->MemUnmap(ToPointer(m.address), m.bytes);
+    }
+    for (PhysicalHandle handle : state_->vmm->handles()) {
+      (void)api_->MemRelease(ToHandle(handle));
+    }
+    for (const common::VmmLedger::Reservation& r :
+         state_->vmm->reservations()) {
+      (void)api_->MemAddressFree(ToPointer(r.address), r.bytes);
+    }
   }
   if (state_->pool != nullptr) {
     for (const auto& [address, bytes] : state_->pool_blocks) {
@@ -321,7 +211,7 @@ absl::Status HipBackend::Probe() {
   }
   // The device is current for the probe (the reservation below is made on
   // it); the caller's device is back when Probe returns.
-  const ScopedDevice device(api, ordinal_);
+  const internal::ScopedDevice device(api, ordinal_);
   if (!device.status().ok()) return device.status();
   int driver = 0;
   hipError_t e = api.RuntimeGetVersion(&runtime_version_);
@@ -493,19 +383,41 @@ absl::Status HipBackend::Probe() {
       }
     }
   }
+  // The virtual-memory books and rules, at the granularity just decided.
+  core::LockGuard guard(&state_->mu);
+  state_->vmm = std::make_unique<common::VmmLedger>(info_.min_granularity);
   return absl::OkStatus();
 }
+
+namespace {
+
+// InvalidArgument for giving back what the backend did not hand out.
+absl::Status NotHandedOut(absl::string_view op, DeviceAddress address,
+                          absl::string_view handed_out_by) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("HIP ", op, "(", Hex(address), "): not an address ",
+                   handed_out_by, ", or freed already"));
+}
+
+absl::Status UnknownEvent(EventHandle event, absl::string_view op) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "HIP ", op, "(", Hex(event),
+      "): not an event CreateEvent returned, or destroyed already"));
+}
+
+}  // namespace
 
 // ------------------------------------------------------------ plain memory
 
 absl::StatusOr<std::uint64_t> HipBackend::FreeBytes() {
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  size_t free = 0;
-  size_t total = 0;
-  const hipError_t e = api_->MemGetInfo(&free, &total);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemGetInfo");
-  return std::min<std::uint64_t>(free, info_.total_bytes);
+  return OnDevice<absl::StatusOr<std::uint64_t>>(
+      [&]() -> absl::StatusOr<std::uint64_t> {
+        size_t free = 0;
+        size_t total = 0;
+        const hipError_t e = api_->MemGetInfo(&free, &total);
+        if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemGetInfo");
+        return std::min<std::uint64_t>(free, info_.total_bytes);
+      });
 }
 
 absl::StatusOr<DeviceAddress> HipBackend::Allocate(std::uint64_t bytes) {
@@ -518,8 +430,12 @@ absl::StatusOr<DeviceAddress> HipBackend::Allocate(std::uint64_t bytes) {
         absl::StrCat("HIP Allocate(", bytes, "): more than device ", ordinal_,
                      "'s ", info_.total_bytes, " bytes"));
   }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
+  return OnDevice<absl::StatusOr<DeviceAddress>>(
+      [&] { return AllocateOnDevice(bytes); });
+}
+
+absl::StatusOr<DeviceAddress> HipBackend::AllocateOnDevice(
+    std::uint64_t bytes) {
   hipError_t e = hipSuccess;
   const bool fine = memory_kind_ == MemoryKind::kFine;
   const auto raw = [&](std::uint64_t size, void** out) {
@@ -576,143 +492,106 @@ absl::StatusOr<DeviceAddress> HipBackend::Allocate(std::uint64_t bytes) {
 }
 
 absl::Status HipBackend::Free(DeviceAddress address) {
-  State::PlainBlock block{};
-  {
-    core::LockGuard guard(&state_->mu);
-    auto it = state_->plain.find(address);
-    if (it == state_->plain.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("HIP Free(", Hex(address), "): not an address Allocate ",
-                       "returned on device ", ordinal_, ", or freed already"));
-    }
-    block = it->second;
-    state_->plain.erase(it);
-  }
-  absl::Status status;
-  {
-    const ScopedDevice device(*api_, ordinal_);
-    status = device.status();
-    if (status.ok()) {
-      const hipError_t e = api_->Free(block.original);
-      if (e != hipSuccess) {
-        status = HipErrorStatus(*api_, e,
+  return common::ReleaseTracked<core::LockGuard>(
+      &state_->mu, &state_->plain, address,
+      [&] {
+        return NotHandedOut(
+            "Free", address,
+            absl::StrCat("Allocate returned on device ", ordinal_));
+      },
+      [&](const auto& node) {
+        return OnDevice<absl::Status>([&] {
+          const hipError_t e = api_->Free(node.mapped().original);
+          if (e == hipSuccess) return absl::OkStatus();
+          return HipErrorStatus(*api_, e,
                                 absl::StrCat("hipFree(", Hex(address), ")"));
-      }
-    }
-  }
-  if (!status.ok()) {
-    // Still the caller's: a retry (or the destructor) frees it.
-    core::LockGuard guard(&state_->mu);
-    state_->plain.emplace(address, block);
-  }
-  return status;
+        });
+      });
 }
 
 // ------------------------------------------------------------------ events
 
 absl::StatusOr<EventHandle> HipBackend::CreateEvent() {
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  hipError_t e = hipSuccess;
-  hipEvent_t event = nullptr;
-  e = api_->EventCreateWithFlags(&event, hipEventDisableTiming);
-  if (e != hipSuccess) {
-    return HipErrorStatus(*api_, e,
-                          "hipEventCreateWithFlags(hipEventDisableTiming)");
-  }
-  if (event == nullptr) {
-    return absl::InternalError(
-        "hipEventCreateWithFlags returned success with a null event");
-  }
-  const EventHandle handle = ToAddress(event);
-  core::LockGuard guard(&state_->mu);
-  state_->events.insert(handle);
-  return handle;
+  return OnDevice<absl::StatusOr<EventHandle>>(
+      [&]() -> absl::StatusOr<EventHandle> {
+        hipEvent_t event = nullptr;
+        const hipError_t e =
+            api_->EventCreateWithFlags(&event, hipEventDisableTiming);
+        if (e != hipSuccess) {
+          return HipErrorStatus(
+              *api_, e, "hipEventCreateWithFlags(hipEventDisableTiming)");
+        }
+        if (event == nullptr) {
+          return absl::InternalError(
+              "hipEventCreateWithFlags returned success with a null event");
+        }
+        const EventHandle handle = ToAddress(event);
+        core::LockGuard guard(&state_->mu);
+        state_->events.insert(handle);
+        return handle;
+      });
 }
 
-#define GPUALLOC_HIP_CHECK_EVENT(event, op)                        \
-  do {                                                             \
-    core::LockGuard guard(&state_->mu);                            \
-    if (!state_->events.contains(event)) {                         \
-      return absl::InvalidArgumentError(                           \
-          absl::StrCat("HIP ", op, "(", Hex(event),                \
-                       "): not an event CreateEvent returned, or " \
-                       "destroyed already"));                      \
-    }                                                              \
-  } while (0)
+absl::Status HipBackend::CheckEvent(EventHandle event,
+                                    absl::string_view op) const {
+  core::LockGuard guard(&state_->mu);
+  if (state_->events.contains(event)) return absl::OkStatus();
+  return UnknownEvent(event, op);
+}
 
 absl::Status HipBackend::DestroyEvent(EventHandle event) {
-  {
-    core::LockGuard guard(&state_->mu);
-    if (state_->events.erase(event) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "HIP DestroyEvent(", Hex(event),
-          "): not an event CreateEvent returned, or destroyed already"));
-    }
-  }
-  absl::Status status;
-  {
-    const ScopedDevice device(*api_, ordinal_);
-    status = device.status();
-    if (status.ok()) {
-      const hipError_t e = api_->EventDestroy(ToEvent(event));
-      if (e != hipSuccess) {
-        status = HipErrorStatus(
-            *api_, e, absl::StrCat("hipEventDestroy(", Hex(event), ")"));
-      }
-    }
-  }
-  if (!status.ok()) {
-    // Still the backend's: a retry (or the destructor) destroys it.
-    core::LockGuard guard(&state_->mu);
-    state_->events.insert(event);
-  }
-  return status;
+  return common::ReleaseTracked<core::LockGuard>(
+      &state_->mu, &state_->events, event,
+      [&] { return UnknownEvent(event, "DestroyEvent"); },
+      [&](const auto&) {
+        return OnDevice<absl::Status>([&] {
+          const hipError_t e = api_->EventDestroy(ToEvent(event));
+          if (e == hipSuccess) return absl::OkStatus();
+          return HipErrorStatus(
+              *api_, e, absl::StrCat("hipEventDestroy(", Hex(event), ")"));
+        });
+      });
 }
 
 absl::Status HipBackend::RecordEvent(EventHandle event, Stream stream) {
-  GPUALLOC_HIP_CHECK_EVENT(event, "RecordEvent");
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  const hipError_t e = api_->EventRecord(ToEvent(event), ToStream(stream));
-  if (e != hipSuccess) {
+  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "RecordEvent"));
+  return OnDevice<absl::Status>([&] {
+    const hipError_t e = api_->EventRecord(ToEvent(event), ToStream(stream));
+    if (e == hipSuccess) return absl::OkStatus();
     return HipErrorStatus(*api_, e,
                           absl::StrCat("hipEventRecord(", Hex(event),
                                        ", stream ", Hex(stream.handle), ")"));
-  }
-  return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<bool> HipBackend::QueryEvent(EventHandle event) {
-  GPUALLOC_HIP_CHECK_EVENT(event, "QueryEvent");
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  const hipError_t e = api_->EventQuery(ToEvent(event));
-  if (e == hipSuccess) return true;
-  if (e == hipErrorNotReady) return false;
-  return HipErrorStatus(*api_, e, "hipEventQuery");
+  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "QueryEvent"));
+  return OnDevice<absl::StatusOr<bool>>([&]() -> absl::StatusOr<bool> {
+    const hipError_t e = api_->EventQuery(ToEvent(event));
+    if (e == hipSuccess) return true;
+    if (e == hipErrorNotReady) return false;
+    return HipErrorStatus(*api_, e, "hipEventQuery");
+  });
 }
 
 absl::Status HipBackend::StreamWaitEvent(Stream stream, EventHandle event) {
-  GPUALLOC_HIP_CHECK_EVENT(event, "StreamWaitEvent");
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  const hipError_t e =
-      api_->StreamWaitEvent(ToStream(stream), ToEvent(event), 0);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipStreamWaitEvent");
-  return absl::OkStatus();
+  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "StreamWaitEvent"));
+  return OnDevice<absl::Status>([&] {
+    const hipError_t e =
+        api_->StreamWaitEvent(ToStream(stream), ToEvent(event), 0);
+    if (e == hipSuccess) return absl::OkStatus();
+    return HipErrorStatus(*api_, e, "hipStreamWaitEvent");
+  });
 }
 
 absl::Status HipBackend::SynchronizeEvent(EventHandle event) {
-  GPUALLOC_HIP_CHECK_EVENT(event, "SynchronizeEvent");
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  const hipError_t e = api_->EventSynchronize(ToEvent(event));
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipEventSynchronize");
-  return absl::OkStatus();
+  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "SynchronizeEvent"));
+  return OnDevice<absl::Status>([&] {
+    const hipError_t e = api_->EventSynchronize(ToEvent(event));
+    if (e == hipSuccess) return absl::OkStatus();
+    return HipErrorStatus(*api_, e, "hipEventSynchronize");
+  });
 }
-
-#undef GPUALLOC_HIP_CHECK_EVENT
 
 // ------------------------------------------------------------------- pools
 
@@ -720,9 +599,11 @@ absl::Status HipBackend::ConfigurePool(const PoolOptions& options) {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("ConfigurePool", "stream_ordered_pools");
   }
+  return OnDevice<absl::Status>([&] { return ConfigurePoolOnDevice(options); });
+}
+
+absl::Status HipBackend::ConfigurePoolOnDevice(const PoolOptions& options) {
   core::LockGuard guard(&state_->mu);
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
   hipError_t e = hipSuccess;
   if (state_->pool == nullptr) {
     // Our own pool, so that its attributes and trimming do not touch the
@@ -784,11 +665,15 @@ absl::StatusOr<DeviceAddress> HipBackend::PoolAllocate(std::uint64_t bytes,
         absl::StrCat("HIP PoolAllocate(", bytes, "): more than device ",
                      ordinal_, "'s ", info_.total_bytes, " bytes"));
   }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  hipError_t e = hipSuccess;
+  return OnDevice<absl::StatusOr<DeviceAddress>>(
+      [&] { return PoolAllocateOnDevice(bytes, pool, stream); });
+}
+
+absl::StatusOr<DeviceAddress> HipBackend::PoolAllocateOnDevice(
+    std::uint64_t bytes, hipMemPool_t pool, Stream stream) {
   void* pointer = nullptr;
-  e = api_->MallocFromPoolAsync(&pointer, bytes, pool, ToStream(stream));
+  const hipError_t e =
+      api_->MallocFromPoolAsync(&pointer, bytes, pool, ToStream(stream));
   if (e != hipSuccess) {
     absl::Status s = HipErrorStatus(
         *api_, e, absl::StrCat("hipMallocFromPoolAsync(", bytes, ")"));
@@ -816,61 +701,47 @@ absl::Status HipBackend::PoolFree(DeviceAddress address, Stream stream) {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("PoolFree", "stream_ordered_pools");
   }
-  std::uint64_t bytes = 0;
-  {
-    core::LockGuard guard(&state_->mu);
-    auto it = state_->pool_blocks.find(address);
-    if (it == state_->pool_blocks.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "HIP PoolFree(", Hex(address),
-          "): not an address PoolAllocate returned, or freed already"));
-    }
-    bytes = it->second;
-    state_->pool_blocks.erase(it);
-  }
-  absl::Status status;
-  {
-    // A null stream is the current device's: this device's.
-    const ScopedDevice device(*api_, ordinal_);
-    status = device.status();
-    if (status.ok()) {
-      const hipError_t e =
-          api_->FreeAsync(ToPointer(address), ToStream(stream));
-      if (e != hipSuccess) {
-        status =
-            HipErrorStatus(*api_, e,
-                           absl::StrCat("hipFreeAsync(", Hex(address),
-                                        ", stream ", Hex(stream.handle), ")"));
-      }
-    }
-  }
-  if (!status.ok()) {
-    // Still the caller's: a retry (or the destructor) frees it.
-    core::LockGuard guard(&state_->mu);
-    state_->pool_blocks.emplace(address, bytes);
-  }
-  return status;
+  return common::ReleaseTracked<core::LockGuard>(
+      &state_->mu, &state_->pool_blocks, address,
+      [&] {
+        return NotHandedOut("PoolFree", address, "PoolAllocate returned");
+      },
+      [&](const auto&) {
+        // A null stream is the current device's: this device's.
+        return OnDevice<absl::Status>([&] {
+          const hipError_t e =
+              api_->FreeAsync(ToPointer(address), ToStream(stream));
+          if (e == hipSuccess) return absl::OkStatus();
+          return HipErrorStatus(
+              *api_, e,
+              absl::StrCat("hipFreeAsync(", Hex(address), ", stream ",
+                           Hex(stream.handle), ")"));
+        });
+      });
 }
 
 absl::Status HipBackend::PoolTrim(std::uint64_t keep_bytes) {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("PoolTrim", "stream_ordered_pools");
   }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  core::LockGuard guard(&state_->mu);
-  if (state_->pool == nullptr) return absl::OkStatus();  // nothing held
-  const hipError_t e = api_->MemPoolTrimTo(state_->pool, keep_bytes);
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemPoolTrimTo");
-  return absl::OkStatus();
+  return OnDevice<absl::Status>([&] {
+    core::LockGuard guard(&state_->mu);
+    if (state_->pool == nullptr) return absl::OkStatus();  // nothing held
+    const hipError_t e = api_->MemPoolTrimTo(state_->pool, keep_bytes);
+    if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemPoolTrimTo");
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<PoolUsage> HipBackend::GetPoolUsage() {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("GetPoolUsage", "stream_ordered_pools");
   }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
+  return OnDevice<absl::StatusOr<PoolUsage>>(
+      [&] { return PoolUsageOnDevice(); });
+}
+
+absl::StatusOr<PoolUsage> HipBackend::PoolUsageOnDevice() {
   core::LockGuard guard(&state_->mu);
   PoolUsage usage;
   if (state_->pool == nullptr) return usage;
@@ -892,244 +763,6 @@ absl::StatusOr<PoolUsage> HipBackend::GetPoolUsage() {
     *out = value;
   }
   return usage;
-}
-
-// ---------------------------------------------------------- virtual memory
-
-namespace {
-
-absl::Status RuleBroken(absl::string_view op, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("HIP ", op, ": ", why));
-}
-
-}  // namespace
-
-absl::StatusOr<DeviceAddress> HipBackend::ReserveAddress(
-    std::uint64_t bytes, std::uint64_t alignment) {
-  if (!info_.capabilities.virtual_memory) {
-    return NotSupported("ReserveAddress", "virtual_memory");
-  }
-  const std::uint64_t g = info_.min_granularity;
-  const std::string op =
-      absl::StrCat("ReserveAddress(", bytes, ", ", alignment, ")");
-  if (bytes == 0 || bytes % g != 0) {
-    return RuleBroken(op, absl::StrCat("the size must be a positive multiple "
-                                       "of the granularity ",
-                                       g));
-  }
-  if (alignment != 0 &&
-      (alignment % g != 0 || !std::has_single_bit(alignment))) {
-    return RuleBroken(op, absl::StrCat("the alignment must be 0 or a power-of-"
-                                       "two multiple of the granularity ",
-                                       g));
-  }
-  core::LockGuard guard(&state_->mu);
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  hipError_t e = hipSuccess;
-  void* pointer = nullptr;
-  e = api_->MemAddressReserve(&pointer, bytes, alignment, nullptr, 0);
-  const std::string call =
-      absl::StrCat("hipMemAddressReserve(", bytes, ", ", alignment, ")");
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, call);
-  if (pointer == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(call, " returned success with a null address"));
-  }
-  state_->reservations.emplace(ToAddress(pointer), bytes);
-  return ToAddress(pointer);
-}
-
-absl::Status HipBackend::FreeAddress(DeviceAddress address,
-                                     std::uint64_t bytes) {
-  if (!info_.capabilities.virtual_memory) {
-    return NotSupported("FreeAddress", "virtual_memory");
-  }
-  const std::string op =
-      absl::StrCat("FreeAddress(", Hex(address), ", ", bytes, ")");
-  core::LockGuard guard(&state_->mu);
-  auto it = state_->reservations.find(address);
-  if (it == state_->reservations.end() || it->second != bytes) {
-    return RuleBroken(op, "not a whole reservation ReserveAddress returned");
-  }
-  if (state_->AnyMappingIn(address, bytes)) {
-    return RuleBroken(op, "memory is still mapped in the range; Unmap first");
-  }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  const hipError_t e = api_->MemAddressFree(ToPointer(address), bytes);
-  if (e != hipSuccess) {
-    return HipErrorStatus(
-        *api_, e,
-        absl::StrCat("hipMemAddressFree(", Hex(address), ", ", bytes, ")"));
-  }
-  state_->reservations.erase(it);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<PhysicalHandle> HipBackend::CreatePhysical(std::uint64_t bytes) {
-  if (!info_.capabilities.virtual_memory) {
-    return NotSupported("CreatePhysical", "virtual_memory");
-  }
-  const std::uint64_t g = info_.min_granularity;
-  const std::string op = absl::StrCat("CreatePhysical(", bytes, ")");
-  if (bytes == 0 || bytes % g != 0) {
-    return RuleBroken(op, absl::StrCat("the size must be a positive multiple "
-                                       "of the granularity ",
-                                       g));
-  }
-  if (bytes > info_.total_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("HIP ", op, ": more than device ", ordinal_, "'s ",
-                     info_.total_bytes, " bytes"));
-  }
-  core::LockGuard guard(&state_->mu);
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  hipError_t e = hipSuccess;
-  const HipAllocationProp prop(ordinal_, runtime_version_);
-  hipMemGenericAllocationHandle_t handle = nullptr;
-  e = api_->MemCreate(&handle, bytes, prop.pointer(), 0);
-  if (e != hipSuccess) {
-    return HipErrorStatus(*api_, e, absl::StrCat("hipMemCreate(", bytes, ")"));
-  }
-  if (handle == nullptr) {
-    return absl::InternalError(
-        absl::StrCat("hipMemCreate(", bytes, ") returned a null handle"));
-  }
-  const PhysicalHandle h = ToAddress(handle);
-  state_->handles.emplace(h, State::Physical{bytes});
-  return h;
-}
-
-absl::Status HipBackend::ReleasePhysical(PhysicalHandle handle) {
-  if (!info_.capabilities.virtual_memory) {
-    return NotSupported("ReleasePhysical", "virtual_memory");
-  }
-  core::LockGuard guard(&state_->mu);
-  auto it = state_->handles.find(handle);
-  if (it == state_->handles.end()) {
-    return RuleBroken(absl::StrCat("ReleasePhysical(", Hex(handle), ")"),
-                      "not a handle CreatePhysical returned, or released "
-                      "already");
-  }
-  // As in CUDA, memory still mapped stays until its last mapping goes.
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  const hipError_t e = api_->MemRelease(ToHandle(handle));
-  if (e != hipSuccess) return HipErrorStatus(*api_, e, "hipMemRelease");
-  state_->handles.erase(it);
-  return absl::OkStatus();
-}
-
-absl::Status HipBackend::Map(DeviceAddress address, std::uint64_t bytes,
-                             PhysicalHandle handle) {
-  if (!info_.capabilities.virtual_memory) {
-    return NotSupported("Map", "virtual_memory");
-  }
-  const std::uint64_t g = info_.min_granularity;
-  const std::string op =
-      absl::StrCat("Map(", Hex(address), ", ", bytes, ", ", Hex(handle), ")");
-  if (address % g != 0 || bytes == 0 || bytes % g != 0) {
-    return RuleBroken(op, absl::StrCat("the address and size must be "
-                                       "multiples of the granularity ",
-                                       g));
-  }
-  core::LockGuard guard(&state_->mu);
-  auto h = state_->handles.find(handle);
-  if (h == state_->handles.end()) {
-    return RuleBroken(op, "not a live handle CreatePhysical returned");
-  }
-  if (h->second.bytes != bytes) {
-    return RuleBroken(op,
-                      absl::StrCat("a mapping covers all of its handle (",
-                                   h->second.bytes, " bytes) from offset 0"));
-  }
-  if (state_->FindReservation(address, bytes) == state_->reservations.end()) {
-    return RuleBroken(op, "the range is not inside one reservation");
-  }
-  if (state_->AnyMappingIn(address, bytes)) {
-    return RuleBroken(op, "part of the range is mapped already");
-  }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  hipError_t e = hipSuccess;
-  e = api_->MemMap(ToPointer(address), bytes, 0, ToHandle(handle), 0);
-  if (e != hipSuccess) {
-    return HipErrorStatus(*api_, e,
-                          absl::StrCat("hipMemMap(", Hex(address), ", ", bytes,
-                                       ", 0, ", Hex(handle), ")"));
-  }
-  state_->mappings.emplace(address, State::Mapping{bytes, handle});
-  return absl::OkStatus();
-}
-
-absl::Status HipBackend::Unmap(DeviceAddress address, std::uint64_t bytes) {
-  if (!info_.capabilities.virtual_memory) {
-    return NotSupported("Unmap", "virtual_memory");
-  }
-  const std::string op = absl::StrCat("Unmap(", Hex(address), ", ", bytes, ")");
-  core::LockGuard guard(&state_->mu);
-  if (bytes == 0) return RuleBroken(op, "empty range");
-  const auto tiles = state_->Tiling(address, bytes, /*whole=*/true);
-  if (tiles.empty()) {
-    return RuleBroken(op,
-                      "the range must name whole mappings exactly, with "
-                      "nothing unmapped in it");
-  }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  // One call per mapping: what every ROCm release accepts.
-  for (const auto& tile : tiles) {
-    const hipError_t e =
-        api_->MemUnmap(ToPointer(tile->first), tile->second.bytes);
-    if (e != hipSuccess) {
-      return HipErrorStatus(*api_, e,
-                            absl::StrCat("hipMemUnmap(", Hex(tile->first), ", ",
-                                         tile->second.bytes, ")"));
-    }
-    state_->mappings.erase(tile);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status HipBackend::SetAccess(DeviceAddress address, std::uint64_t bytes) {
-  if (!info_.capabilities.virtual_memory) {
-    return NotSupported("SetAccess", "virtual_memory");
-  }
-  const std::uint64_t g = info_.min_granularity;
-  const std::string op =
-      absl::StrCat("SetAccess(", Hex(address), ", ", bytes, ")");
-  if (address % g != 0 || bytes == 0 || bytes % g != 0) {
-    return RuleBroken(op, absl::StrCat("the address and size must be "
-                                       "multiples of the granularity ",
-                                       g));
-  }
-  core::LockGuard guard(&state_->mu);
-  const auto tiles = state_->Tiling(address, bytes, /*whole=*/false);
-  if (tiles.empty()) {
-    return RuleBroken(op, "every byte of the range must be mapped");
-  }
-  const ScopedDevice device(*api_, ordinal_);
-  if (!device.status().ok()) return device.status();
-  hipMemAccessDesc access{};
-  access.location.type = hipMemLocationTypeDevice;
-  access.location.id = ordinal_;
-  access.flags = hipMemAccessFlagsProtReadWrite;
-  // Per mapping, clipped to the range.
-  const DeviceAddress end = address + bytes;
-  for (const auto& tile : tiles) {
-    const DeviceAddress from = std::max(address, tile->first);
-    const DeviceAddress to = std::min(end, tile->first + tile->second.bytes);
-    const hipError_t e =
-        api_->MemSetAccess(ToPointer(from), to - from, &access, 1);
-    if (e != hipSuccess) {
-      return HipErrorStatus(
-          *api_, e,
-          absl::StrCat("hipMemSetAccess(", Hex(from), ", ", to - from, ")"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace gpualloc::hip

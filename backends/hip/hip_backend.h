@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "backends/common/backend_calls.h"
 #include "backends/hip/hip_api.h"
 #include "gpualloc/arch.h"
 #include "gpualloc/backend.h"
@@ -83,33 +84,8 @@ class HipBackend final : public Backend {
   HipBackend& operator=(const HipBackend&) = delete;
 
   const DeviceInfo& info() const override { return info_; }
-  absl::StatusOr<std::uint64_t> FreeBytes() override;
-  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
-  absl::Status Free(DeviceAddress address) override;
-
-  absl::StatusOr<EventHandle> CreateEvent() override;
-  absl::Status DestroyEvent(EventHandle event) override;
-  absl::Status RecordEvent(EventHandle event, Stream stream) override;
-  absl::StatusOr<bool> QueryEvent(EventHandle event) override;
-  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override;
-  absl::Status SynchronizeEvent(EventHandle event) override;
-
-  absl::Status ConfigurePool(const PoolOptions& options) override;
-  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
-                                             Stream stream) override;
-  absl::Status PoolFree(DeviceAddress address, Stream stream) override;
-  absl::Status PoolTrim(std::uint64_t keep_bytes) override;
-  absl::StatusOr<PoolUsage> GetPoolUsage() override;
-
-  absl::StatusOr<DeviceAddress> ReserveAddress(
-      std::uint64_t bytes, std::uint64_t alignment) override;
-  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) override;
-  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) override;
-  absl::Status ReleasePhysical(PhysicalHandle handle) override;
-  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
-                   PhysicalHandle handle) override;
-  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
-  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+  // Backend's calls (gpualloc/backend.h).
+  GPUALLOC_BACKEND_CALLS_OVERRIDE
 
   // The profile the device's numbers came from.
   const ArchProfile& profile() const { return *profile_; }
@@ -123,10 +99,25 @@ class HipBackend final : public Backend {
   std::uint64_t fragment_bytes() const { return fragment_; }
 
  private:
-  class State;  // bookkeeping behind one lock (hip_backend.cc)
+  class State;  // bookkeeping behind one lock (hip_internal.h)
 
   HipBackend(std::shared_ptr<const HipApi> api, const HipBackendOptions& o);
   absl::Status Probe();
+
+  // The per-call wrapper: runs `body` with this backend's device current on
+  // the calling thread (the thread's own device back afterwards), or answers
+  // why the device could not be made current (hip_internal.h).
+  template <typename T, typename Body>
+  T OnDevice(Body&& body) const;
+  // InvalidArgument unless `event` is one CreateEvent returned.
+  absl::Status CheckEvent(EventHandle event, absl::string_view op) const;
+  // The parts of calls that run with the device current.
+  absl::StatusOr<DeviceAddress> AllocateOnDevice(std::uint64_t bytes);
+  absl::Status ConfigurePoolOnDevice(const PoolOptions& options);
+  absl::StatusOr<DeviceAddress> PoolAllocateOnDevice(std::uint64_t bytes,
+                                                     hipMemPool_t pool,
+                                                     Stream stream);
+  absl::StatusOr<PoolUsage> PoolUsageOnDevice();
 
   const std::shared_ptr<const HipApi> api_;
   const int ordinal_;

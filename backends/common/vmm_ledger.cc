@@ -1,6 +1,7 @@
-// backends/cuda/vmm_ledger.cc: the virtual-memory rule checks.
-#include "backends/cuda/vmm_ledger.h"
+// backends/common/vmm_ledger.cc: the virtual-memory rule checks.
+#include "backends/common/vmm_ledger.h"
 
+#include <bit>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -9,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace gpualloc::cuda {
+namespace gpualloc::common {
 namespace {
 
 std::string Call(absl::string_view name, DeviceAddress address,
@@ -21,32 +22,50 @@ absl::Status Broken(absl::string_view call, absl::string_view rule) {
   return absl::InvalidArgumentError(absl::StrCat(call, ": ", rule));
 }
 
+// The granularity is the device's minimum: the simulator's messages have
+// always named it so.
+std::string NotMultiple(absl::string_view what, std::uint64_t granularity) {
+  return absl::StrFormat(
+      "%s is not a multiple of the granularity (%d bytes, the minimum "
+      "granularity)",
+      what, granularity);
+}
+
 }  // namespace
 
-absl::Status VmmLedger::CheckSize(absl::string_view call,
-                                  std::uint64_t bytes) const {
+absl::Status VmmRules::CheckSize(absl::string_view call,
+                                 std::uint64_t bytes) const {
   if (bytes == 0) return Broken(call, "the size is 0");
   if (bytes % granularity_ != 0) {
-    return Broken(call, absl::StrFormat("the size is not a multiple of the "
-                                        "granularity (%d bytes)",
-                                        granularity_));
+    return Broken(call, NotMultiple("the size", granularity_));
   }
   return absl::OkStatus();
 }
 
-absl::Status VmmLedger::CheckRange(absl::string_view call,
-                                   DeviceAddress address,
-                                   std::uint64_t bytes) const {
+absl::Status VmmRules::CheckRange(absl::string_view call, DeviceAddress address,
+                                  std::uint64_t bytes) const {
   if (absl::Status s = CheckSize(call, bytes); !s.ok()) return s;
   if (address % granularity_ != 0) {
-    return Broken(call, absl::StrFormat("the address is not a multiple of the "
-                                        "granularity (%d bytes)",
-                                        granularity_));
+    return Broken(call, NotMultiple("the address", granularity_));
   }
   if (address > std::numeric_limits<std::uint64_t>::max() - bytes) {
     return Broken(call, "the range wraps around the address space");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::uint64_t> VmmRules::CheckReserve(
+    absl::string_view call, std::uint64_t bytes,
+    std::uint64_t alignment) const {
+  if (absl::Status s = CheckSize(call, bytes); !s.ok()) return s;
+  if (alignment == 0) return granularity_;
+  if (!std::has_single_bit(alignment)) {
+    return Broken(call, "the alignment is not a power of two");
+  }
+  if (alignment % granularity_ != 0) {
+    return Broken(call, NotMultiple("the alignment", granularity_));
+  }
+  return alignment;
 }
 
 const VmmLedger::Reservation* VmmLedger::Holder(DeviceAddress address,
@@ -79,19 +98,10 @@ bool VmmLedger::FullyMapped(DeviceAddress address, std::uint64_t bytes) const {
 
 absl::StatusOr<std::uint64_t> VmmLedger::CheckReserve(
     std::uint64_t bytes, std::uint64_t alignment) const {
-  const std::string call = absl::StrFormat(
-      "ReserveAddress(%d bytes, alignment %d)", bytes, alignment);
-  if (absl::Status s = CheckSize(call, bytes); !s.ok()) return s;
-  if (alignment == 0) return granularity_;
-  if ((alignment & (alignment - 1)) != 0) {
-    return Broken(call, "the alignment is not a power of two");
-  }
-  if (alignment % granularity_ != 0) {
-    return Broken(call, absl::StrFormat("the alignment is not a multiple of "
-                                        "the granularity (%d bytes)",
-                                        granularity_));
-  }
-  return alignment;
+  return rules_.CheckReserve(
+      absl::StrFormat("ReserveAddress(%d bytes, alignment %d)", bytes,
+                      alignment),
+      bytes, alignment);
 }
 
 void VmmLedger::AddReservation(DeviceAddress address, std::uint64_t bytes) {
@@ -121,7 +131,8 @@ void VmmLedger::RemoveReservation(DeviceAddress address) {
 }
 
 absl::Status VmmLedger::CheckCreate(std::uint64_t bytes) const {
-  return CheckSize(absl::StrFormat("CreatePhysical(%d bytes)", bytes), bytes);
+  return rules_.CheckSize(absl::StrFormat("CreatePhysical(%d bytes)", bytes),
+                          bytes);
 }
 
 void VmmLedger::AddHandle(PhysicalHandle handle, std::uint64_t bytes) {
@@ -142,7 +153,9 @@ absl::Status VmmLedger::CheckMap(DeviceAddress address, std::uint64_t bytes,
                                  PhysicalHandle handle) const {
   const std::string call =
       absl::StrFormat("Map(%#x, %d bytes, handle %#x)", address, bytes, handle);
-  if (absl::Status s = CheckRange(call, address, bytes); !s.ok()) return s;
+  if (absl::Status s = rules_.CheckRange(call, address, bytes); !s.ok()) {
+    return s;
+  }
   auto h = handles_.find(handle);
   if (h == handles_.end()) {
     return Broken(call, "not a live handle CreatePhysical returned");
@@ -177,7 +190,9 @@ void VmmLedger::AddMapping(DeviceAddress address, std::uint64_t bytes,
 absl::StatusOr<std::vector<VmmLedger::Mapping>> VmmLedger::CheckUnmap(
     DeviceAddress address, std::uint64_t bytes) const {
   const std::string call = Call("Unmap", address, bytes);
-  if (absl::Status s = CheckRange(call, address, bytes); !s.ok()) return s;
+  if (absl::Status s = rules_.CheckRange(call, address, bytes); !s.ok()) {
+    return s;
+  }
   const DeviceAddress end = address + bytes;
   auto it = mappings_.find(address);
   if (it == mappings_.end()) {
@@ -213,11 +228,27 @@ void VmmLedger::RemoveMapping(DeviceAddress address) {
 absl::Status VmmLedger::CheckSetAccess(DeviceAddress address,
                                        std::uint64_t bytes) const {
   const std::string call = Call("SetAccess", address, bytes);
-  if (absl::Status s = CheckRange(call, address, bytes); !s.ok()) return s;
+  if (absl::Status s = rules_.CheckRange(call, address, bytes); !s.ok()) {
+    return s;
+  }
   if (!FullyMapped(address, bytes)) {
     return Broken(call, "part of the range is not mapped");
   }
   return absl::OkStatus();
+}
+
+std::vector<VmmLedger::Mapping> VmmLedger::MappingsIn(
+    DeviceAddress address, std::uint64_t bytes) const {
+  std::vector<Mapping> out;
+  auto it = mappings_.upper_bound(address);
+  if (it != mappings_.begin()) {
+    auto before = std::prev(it);
+    if (before->second.address + before->second.bytes > address) it = before;
+  }
+  for (; it != mappings_.end() && it->first < address + bytes; ++it) {
+    out.push_back(it->second);
+  }
+  return out;
 }
 
 std::vector<VmmLedger::Mapping> VmmLedger::mappings() const {
@@ -238,4 +269,4 @@ std::vector<VmmLedger::Reservation> VmmLedger::reservations() const {
   return out;
 }
 
-}  // namespace gpualloc::cuda
+}  // namespace gpualloc::common

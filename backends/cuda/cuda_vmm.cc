@@ -1,0 +1,184 @@
+// backends/cuda/cuda_vmm.cc: the CUDA backend's virtual memory.
+#include "backends/cuda/cuda_vmm.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cuda_internal.h"
+
+namespace gpualloc::cuda {
+
+using common::VmmLedger;
+using internal::Explain;
+using internal::Hex;
+using internal::PinnedOn;
+using internal::TooBig;
+
+template <typename T, typename Body>
+T CudaVmm::InContext(Body&& body) const {
+  return internal::InContext<T>(*api_, context_, ordinal_,
+                                std::forward<Body>(body));
+}
+
+void CudaVmm::ReturnEverything() {
+  absl::MutexLock lock(&mu_);
+  for (const VmmLedger::Mapping& m : ledger_.mappings()) {
+    api_->cuMemUnmap(static_cast<CUdeviceptr>(m.address), m.bytes);
+  }
+  for (PhysicalHandle h : ledger_.handles()) {
+    api_->cuMemRelease(static_cast<CUmemGenericAllocationHandle>(h));
+  }
+  for (const VmmLedger::Reservation& r : ledger_.reservations()) {
+    api_->cuMemAddressFree(static_cast<CUdeviceptr>(r.address), r.bytes);
+  }
+}
+
+absl::StatusOr<DeviceAddress> CudaVmm::ReserveAddress(std::uint64_t bytes,
+                                                      std::uint64_t alignment) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::uint64_t> align = ledger_.CheckReserve(bytes, alignment);
+  if (!align.ok()) return align.status();
+  return InContext<absl::StatusOr<DeviceAddress>>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<DeviceAddress> {
+        CUdeviceptr ptr = 0;
+        const CUresult r = api_->cuMemAddressReserve(&ptr, bytes, *align, 0, 0);
+        if (r != CUDA_SUCCESS) {
+          return CudaError(*api_,
+                           absl::StrCat("cuMemAddressReserve(", bytes,
+                                        " bytes, alignment ", *align, ")"),
+                           r);
+        }
+        ledger_.AddReservation(ptr, bytes);
+        return static_cast<DeviceAddress>(ptr);
+      });
+}
+
+absl::Status CudaVmm::FreeAddress(DeviceAddress address, std::uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ledger_.CheckFreeAddress(address, bytes); !s.ok()) {
+    return s;
+  }
+  return InContext<absl::Status>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        const CUresult r =
+            api_->cuMemAddressFree(static_cast<CUdeviceptr>(address), bytes);
+        if (r != CUDA_SUCCESS) {
+          return CudaError(*api_,
+                           absl::StrCat("cuMemAddressFree(", Hex(address), ", ",
+                                        bytes, " bytes)"),
+                           r);
+        }
+        ledger_.RemoveReservation(address);
+        return absl::OkStatus();
+      });
+}
+
+absl::StatusOr<PhysicalHandle> CudaVmm::CreatePhysical(std::uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ledger_.CheckCreate(bytes); !s.ok()) return s;
+  if (bytes > total_bytes_)
+    return TooBig("CreatePhysical", bytes, total_bytes_);
+  return InContext<absl::StatusOr<PhysicalHandle>>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<PhysicalHandle> {
+        const CUmemAllocationProp prop = PinnedOn(device_);
+        CUmemGenericAllocationHandle handle = 0;
+        const CUresult r = api_->cuMemCreate(&handle, bytes, &prop, 0);
+        if (r != CUDA_SUCCESS) {
+          return Explain(
+              *api_,
+              CudaError(*api_, absl::StrCat("cuMemCreate(", bytes, " bytes)"),
+                        r));
+        }
+        ledger_.AddHandle(handle, bytes);
+        return static_cast<PhysicalHandle>(handle);
+      });
+}
+
+absl::Status CudaVmm::ReleasePhysical(PhysicalHandle handle) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ledger_.CheckRelease(handle); !s.ok()) return s;
+  return InContext<absl::Status>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        const CUresult r = api_->cuMemRelease(
+            static_cast<CUmemGenericAllocationHandle>(handle));
+        if (r != CUDA_SUCCESS) {
+          return CudaError(*api_,
+                           absl::StrCat("cuMemRelease(", Hex(handle), ")"), r);
+        }
+        ledger_.RemoveHandle(handle);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status CudaVmm::Map(DeviceAddress address, std::uint64_t bytes,
+                          PhysicalHandle handle) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ledger_.CheckMap(address, bytes, handle); !s.ok()) {
+    return s;
+  }
+  return InContext<absl::Status>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        const CUresult r = api_->cuMemMap(
+            static_cast<CUdeviceptr>(address), bytes, 0,
+            static_cast<CUmemGenericAllocationHandle>(handle), 0);
+        if (r != CUDA_SUCCESS) {
+          return Explain(
+              *api_,
+              CudaError(*api_,
+                        absl::StrCat("cuMemMap(", Hex(address), ", ", bytes,
+                                     " bytes, handle ", Hex(handle), ")"),
+                        r));
+        }
+        ledger_.AddMapping(address, bytes, handle);
+        return absl::OkStatus();
+      });
+}
+
+absl::Status CudaVmm::Unmap(DeviceAddress address, std::uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::vector<VmmLedger::Mapping>> mappings =
+      ledger_.CheckUnmap(address, bytes);
+  if (!mappings.ok()) return mappings.status();
+  return InContext<absl::Status>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        // One call per mapping, as cuMemUnmap's contract is stated per
+        // mapping. A failure leaves the mappings before it unmapped (and
+        // recorded so).
+        for (const VmmLedger::Mapping& m : *mappings) {
+          const CUresult r =
+              api_->cuMemUnmap(static_cast<CUdeviceptr>(m.address), m.bytes);
+          if (r != CUDA_SUCCESS) {
+            return CudaError(*api_,
+                             absl::StrCat("cuMemUnmap(", Hex(m.address), ", ",
+                                          m.bytes, " bytes)"),
+                             r);
+          }
+          ledger_.RemoveMapping(m.address);
+        }
+        return absl::OkStatus();
+      });
+}
+
+absl::Status CudaVmm::SetAccess(DeviceAddress address, std::uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ledger_.CheckSetAccess(address, bytes); !s.ok()) {
+    return s;
+  }
+  return InContext<absl::Status>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        CUmemAccessDesc access = {};
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = device_;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        const CUresult r = api_->cuMemSetAccess(
+            static_cast<CUdeviceptr>(address), bytes, &access, 1);
+        return CudaError(*api_,
+                         absl::StrCat("cuMemSetAccess(", Hex(address), ", ",
+                                      bytes, " bytes, read-write)"),
+                         r);
+      });
+}
+
+}  // namespace gpualloc::cuda

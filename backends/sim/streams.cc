@@ -1,0 +1,323 @@
+// backends/sim/streams.cc: streams, events, the clocks and completion.
+#include "backends/sim/streams.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_format.h"
+#include "backends/sim/sim_util.h"
+
+namespace gpualloc::sim {
+namespace {
+
+VectorClock::const_iterator ClockFind(const VectorClock& clock,
+                                      std::uintptr_t stream) {
+  return std::lower_bound(
+      clock.begin(), clock.end(), stream,
+      [](const auto& entry, std::uintptr_t s) { return entry.first < s; });
+}
+
+}  // namespace
+
+std::uint64_t ClockAt(const VectorClock& clock, std::uintptr_t stream) {
+  const auto it = ClockFind(clock, stream);
+  return it != clock.end() && it->first == stream ? it->second : 0;
+}
+
+void ClockRaise(VectorClock* clock, std::uintptr_t stream,
+                std::uint64_t position) {
+  if (position == 0) return;
+  const auto found = ClockFind(*clock, stream);
+  const auto it = clock->begin() + (found - clock->cbegin());
+  if (it != clock->end() && it->first == stream) {
+    it->second = std::max(it->second, position);
+  } else {
+    clock->insert(it, {stream, position});
+  }
+}
+
+// --- Events ------------------------------------------------------------------
+
+absl::Status Streams::UnknownEvent(absl::string_view operation,
+                                   EventHandle event) const {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s of event %d on %s: no such event (never created, or destroyed)",
+      operation, event, info_.name));
+}
+
+EventHandle Streams::CreateEvent() {
+  const EventHandle handle = next_event_++;
+  events_.emplace(handle, Event{});
+  return handle;
+}
+
+absl::Status Streams::DestroyEvent(EventHandle event) {
+  auto it = events_.find(event);
+  if (it == events_.end()) return UnknownEvent("DestroyEvent", event);
+  // Like cuEventDestroy, destroying an event whose work is pending is fine:
+  // the work goes on, only the handle goes away.
+  events_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status Streams::RecordEvent(EventHandle event, Stream stream) {
+  auto it = events_.find(event);
+  if (it == events_.end()) return UnknownEvent("RecordEvent", event);
+  if (absl::Status s = CheckNotDestroyed(stream, "RecordEvent"); !s.ok()) {
+    return s;
+  }
+  it->second = Capture(stream.handle);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Streams::QueryEvent(EventHandle event) {
+  auto it = events_.find(event);
+  if (it == events_.end()) return UnknownEvent("QueryEvent", event);
+  return Completed(it->second.clock);
+}
+
+absl::Status Streams::StreamWaitEvent(Stream stream, EventHandle event) {
+  auto it = events_.find(event);
+  if (it == events_.end()) return UnknownEvent("StreamWaitEvent", event);
+  if (absl::Status s = CheckNotDestroyed(stream, "StreamWaitEvent"); !s.ok()) {
+    return s;
+  }
+  Wait(stream.handle, it->second.clock, it->second.done_ns);
+  return absl::OkStatus();
+}
+
+absl::Status Streams::SynchronizeEvent(EventHandle event,
+                                       const CallLedger& ledger,
+                                       std::uint64_t* wait_ns) {
+  auto it = events_.find(event);
+  if (it == events_.end()) return UnknownEvent("SynchronizeEvent", event);
+  const Event& e = it->second;
+  // The host waits for the captured work: that is the call's cost too.
+  if (modeled_clock_) {
+    *wait_ns = e.done_ns > now_ns_ ? e.done_ns - now_ns_ : 0;
+    now_ns_ = std::max(now_ns_, e.done_ns);
+  } else {
+    std::uint64_t most = 0;
+    for (const auto& [handle, position] : e.clock) {
+      most = std::max(most, PendingUpTo(GetStream(handle), position));
+    }
+    *wait_ns = ledger.WaitCostNs(most);
+    CompleteClock(e.clock);
+  }
+  Observe(e.clock);
+  return absl::OkStatus();
+}
+
+// --- Device work -------------------------------------------------------------
+
+void Streams::Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
+                  std::uint64_t duration_ns, bool usable) {
+  if (duration_ns == 0) duration_ns = work_ns_;
+  destroyed_.erase(stream.handle);  // a new stream with the handle
+  const DeviceAddress end = SaturatingEnd(address, bytes);
+  StreamState& s = GetStream(stream.handle);
+  if (end > address && !usable) {
+    detector_.FlagInaccessible(stream, address, end);
+  }
+  if (end > address) {
+    PruneEnded();
+    for (const std::uintptr_t handle : detector_.StreamsNear(address, end)) {
+      if (handle == stream.handle) continue;
+      StreamState& other = GetStream(handle);
+      Prune(other);
+      const std::optional<Overlap> overlap = HazardDetector::FindUnordered(
+          other.pieces, address, end, ClockAt(s.clock, handle));
+      if (!overlap.has_value()) continue;
+      detector_.Flag(SimHazardKind::kStreamOrder, stream, Stream(handle),
+                     *overlap);
+    }
+  }
+  const std::uint64_t position = ++s.next_position;
+  if (modeled_clock_) {
+    const std::uint64_t start = std::max(now_ns_, s.ready_ns);
+    s.ready_ns = SaturatingAdd(start, duration_ns);
+    s.ends.push_back(s.ready_ns);
+    if (s.ends.size() == 1) first_ends_.emplace(s.ends.front(), s.handle);
+  }
+  if (end > address) {
+    detector_.Index(s.handle, s.pieces, address, end, position);
+  }
+}
+
+void Streams::CompleteStream(Stream stream) {
+  auto it = streams_.find(stream.handle);
+  if (it == streams_.end()) return;
+  StreamState& s = it->second;
+  if (modeled_clock_) {
+    now_ns_ = std::max(now_ns_, s.ready_ns);
+    return;
+  }
+  CompleteClock(s.clock);
+  CompleteUpTo(s, s.next_position);
+}
+
+void Streams::CompleteAll() {
+  for (auto& [handle, s] : streams_) {
+    if (modeled_clock_) {
+      now_ns_ = std::max(now_ns_, s.ready_ns);
+    } else {
+      CompleteUpTo(s, s.next_position);
+    }
+  }
+}
+
+void Streams::OrderStreams(Stream waiter, Stream other) {
+  destroyed_.erase(waiter.handle);  // a new stream with the handle
+  if (waiter.handle == other.handle) return;
+  const Event done = Capture(other.handle);
+  Wait(waiter.handle, done.clock, done.done_ns);
+}
+
+absl::Status Streams::CheckNotDestroyed(Stream stream, absl::string_view call) {
+  if (!destroyed_.contains(stream.handle)) return absl::OkStatus();
+  ++calls_on_destroyed_;
+  return absl::FailedPreconditionError(
+      absl::StrFormat("sim: %s on stream %#x, which the program destroyed",
+                      call, stream.handle));
+}
+
+void Streams::AdvanceClock(std::uint64_t ns) {
+  now_ns_ = SaturatingAdd(now_ns_, ns);
+}
+
+std::uint64_t Streams::pending_work() {
+  std::uint64_t pending = 0;
+  for (auto& [handle, s] : streams_) {
+    Prune(s);
+    pending += s.next_position - s.completed_position;
+  }
+  return pending;
+}
+
+std::uint64_t Streams::SynchronizeDevice(const CallLedger& ledger) {
+  std::uint64_t wait_ns = 0;
+  if (modeled_clock_) {
+    for (const auto& [handle, s] : streams_) {
+      if (s.ready_ns > now_ns_) {
+        wait_ns = std::max(wait_ns, s.ready_ns - now_ns_);
+      }
+    }
+  } else {
+    std::uint64_t most = 0;
+    for (auto& [handle, s] : streams_) {
+      most = std::max(most, PendingUpTo(s, s.next_position));
+    }
+    wait_ns = ledger.WaitCostNs(most);
+  }
+  CompleteAll();
+  for (auto& [handle, s] : streams_) {
+    Prune(s);
+    s.observed_position = s.completed_position;
+  }
+  return wait_ns;
+}
+
+void Streams::FlagUnmapInUse(DeviceAddress start, DeviceAddress end) {
+  PruneEnded();
+  for (const std::uintptr_t handle : detector_.StreamsNear(start, end)) {
+    StreamState& s = GetStream(handle);
+    Prune(s);
+    const std::optional<Overlap> overlap =
+        HazardDetector::FindUnordered(s.pieces, start, end, 0);
+    if (!overlap.has_value()) continue;
+    detector_.Flag(SimHazardKind::kUnmapInUse, Stream(handle), Stream(handle),
+                   *overlap);
+  }
+}
+
+// --- Completion
+// ----------------------------------------------------------------
+
+StreamState& Streams::GetStream(std::uintptr_t handle) {
+  auto [it, inserted] = streams_.try_emplace(handle);
+  if (inserted) it->second.handle = handle;
+  return it->second;
+}
+
+Event Streams::Capture(std::uintptr_t handle) {
+  const StreamState& s = GetStream(handle);
+  Event captured;
+  captured.clock = s.clock;
+  ClockRaise(&captured.clock, handle, s.next_position);
+  captured.done_ns = s.ready_ns;
+  return captured;
+}
+
+void Streams::Prune(StreamState& s) {
+  if (modeled_clock_ && !s.ends.empty() && s.ends.front() <= now_ns_) {
+    first_ends_.erase({s.ends.front(), s.handle});
+    while (!s.ends.empty() && s.ends.front() <= now_ns_) {
+      s.ends.pop_front();
+      ++s.completed_position;
+    }
+    if (!s.ends.empty()) first_ends_.emplace(s.ends.front(), s.handle);
+  }
+  detector_.DropCompleted(s.handle, s.pieces, s.completed_position);
+}
+
+void Streams::PruneEnded() {
+  while (!first_ends_.empty() && first_ends_.begin()->first <= now_ns_) {
+    Prune(GetStream(first_ends_.begin()->second));
+  }
+}
+
+std::uint64_t Streams::PendingUpTo(const StreamState& s,
+                                   std::uint64_t position) {
+  position = std::min(position, s.next_position);
+  return position > s.completed_position ? position - s.completed_position : 0;
+}
+
+void Streams::CompleteUpTo(StreamState& s, std::uint64_t position) {
+  position = std::min(position, s.next_position);
+  if (position <= s.completed_position) return;
+  s.completed_position = position;
+  Prune(s);
+}
+
+void Streams::CompleteClock(const VectorClock& clock) {
+  for (const auto& [handle, position] : clock) {
+    CompleteUpTo(GetStream(handle), position);
+  }
+}
+
+bool Streams::Completed(const VectorClock& clock) {
+  for (const auto& [handle, position] : clock) {
+    StreamState& s = GetStream(handle);
+    Prune(s);
+    if (s.completed_position < position) return false;
+  }
+  return true;
+}
+
+bool Streams::Observed(const VectorClock& clock) {
+  for (const auto& [handle, position] : clock) {
+    if (GetStream(handle).observed_position < position) return false;
+  }
+  return true;
+}
+
+void Streams::Observe(const VectorClock& clock) {
+  for (const auto& [handle, position] : clock) {
+    StreamState& s = GetStream(handle);
+    Prune(s);
+    s.observed_position =
+        std::max(s.observed_position, std::min(position, s.completed_position));
+  }
+}
+
+void Streams::Wait(std::uintptr_t stream, const VectorClock& clock,
+                   std::uint64_t done_ns) {
+  StreamState& s = GetStream(stream);
+  for (const auto& [handle, position] : clock) {
+    // A stream is always ordered after its own earlier work.
+    if (handle != stream) ClockRaise(&s.clock, handle, position);
+  }
+  s.ready_ns = std::max(s.ready_ns, done_ns);
+}
+
+}  // namespace gpualloc::sim
