@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 #include "gpualloc/config.h"
 

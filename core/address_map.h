@@ -15,6 +15,7 @@
 
 #include "absl/base/attributes.h"
 #include "core/chunk_table.h"
+#include "core/layer.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/layer.h"
 
 namespace gpualloc::core {
 

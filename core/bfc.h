@@ -81,6 +81,7 @@
 #include "core/chunk_table.h"
 #include "core/fences.h"
 #include "core/free_bins.h"
+#include "core/layer.h"
 #include "gpualloc/allocator.h"
 
 namespace gpualloc::core {

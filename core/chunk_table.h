@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/layer.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/layer.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/config.h"
 

@@ -33,6 +33,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
+#include "core/layer.h"
 #include "gpualloc/backend.h"
 
 namespace gpualloc::core {

@@ -30,6 +30,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "core/chunk_table.h"
+#include "core/layer.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {

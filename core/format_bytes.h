@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/layer.h"
+
 namespace gpualloc::core {
 
 // "1.50 MiB": sizes in messages.

@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "core/chunk_table.h"
+#include "core/layer.h"
 #include "core/size_class.h"
 
 namespace gpualloc::core {

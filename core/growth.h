@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/layer.h"
 #include "gpualloc/allocator.h"
 
 namespace gpualloc::core {

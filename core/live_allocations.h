@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/layer.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/backend.h"
 

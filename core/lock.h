@@ -20,6 +20,7 @@
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "core/layer.h"
 
 namespace gpualloc::core {
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "core/layer.h"
 #include "core/options.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/backend.h"

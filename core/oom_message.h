@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/layer.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/backend.h"
 

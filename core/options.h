@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/layer.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/arch.h"
 

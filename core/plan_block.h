@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/layer.h"
 #include "core/oom_message.h"
 #include "gpualloc/backend.h"
 

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "core/bfc.h"
+#include "core/layer.h"
 #include "core/options.h"
 #include "core/stream_order.h"
 #include "gpualloc/backend.h"

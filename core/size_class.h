@@ -12,6 +12,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/layer.h"
+
 namespace gpualloc::core {
 
 inline constexpr int kSubBinsLog2 = 3;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/layer.h"
 
 #define GPUALLOC_CONCAT_INNER_(a, b) a##b
 #define GPUALLOC_CONCAT_(a, b) GPUALLOC_CONCAT_INNER_(a, b)

@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "core/fences.h"
+#include "core/layer.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/backend.h"
 

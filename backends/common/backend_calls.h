@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 
 // clang-format off

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "backends/layer.h"
 
 namespace gpualloc::common {
 

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 
 namespace gpualloc::common {

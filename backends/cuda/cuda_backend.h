@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "backends/common/backend_calls.h"
 #include "backends/cuda/cuda_driver.h"
+#include "backends/layer.h"
 #include "gpualloc/arch.h"
 #include "gpualloc/backend.h"
 

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "backends/common/scoped_current.h"
 #include "backends/cuda/cuda_driver.h"
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 
 namespace gpualloc::cuda::internal {

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "backends/common/vmm_ledger.h"
 #include "backends/cuda/cuda_driver.h"
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 
 namespace gpualloc::cuda {

@@ -15,6 +15,8 @@
 #ifndef GPUALLOC_BACKENDS_HIP_HIP_API_H_
 #define GPUALLOC_BACKENDS_HIP_HIP_API_H_
 
+#include "backends/layer.h"
+
 #ifndef __HIP_PLATFORM_AMD__
 #error "backends/hip is compiled with -D__HIP_PLATFORM_AMD__ (meson does this)"
 #endif

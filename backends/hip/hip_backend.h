@@ -39,6 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "backends/common/backend_calls.h"
 #include "backends/hip/hip_api.h"
+#include "backends/layer.h"
 #include "gpualloc/arch.h"
 #include "gpualloc/backend.h"
 #include "gpualloc/config.h"

@@ -18,6 +18,7 @@
 #include "backends/common/tracked.h"
 #include "backends/common/vmm_ledger.h"
 #include "backends/hip/hip_backend.h"
+#include "backends/layer.h"
 #include "core/lock.h"
 
 namespace gpualloc::hip::internal {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "backends/layer.h"
 #include "backends/sim/sim_util.h"
 #include "gpualloc/arch.h"
 #include "gpualloc/sim_backend.h"

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 #include "gpualloc/sim_backend.h"
 

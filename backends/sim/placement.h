@@ -23,6 +23,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 #include "gpualloc/sim_backend.h"
 

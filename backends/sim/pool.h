@@ -19,6 +19,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "backends/layer.h"
 #include "backends/sim/call_ledger.h"
 #include "backends/sim/placement.h"
 #include "backends/sim/streams.h"

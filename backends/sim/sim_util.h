@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "backends/layer.h"
 #include "gpualloc/backend.h"
 #include "gpualloc/sim_backend.h"
 

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "backends/layer.h"
 #include "backends/sim/call_ledger.h"
 #include "backends/sim/hazards.h"
 #include "gpualloc/backend.h"

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "backends/common/vmm_ledger.h"
+#include "backends/layer.h"
 #include "backends/sim/placement.h"
 #include "gpualloc/backend.h"
 #include "gpualloc/sim_backend.h"
