@@ -77,7 +77,7 @@ bool LargeRequestAfterFragmentation(Options o) {
 
 TEST(AllocatorExpandableTest, TensorFlowVirtualMemoryCaseWithGrowth) {
   Options o = Expandable(512 * kMiB);
-  o.growth_policy = GrowthPolicy::kDoubling;  // TF's growth: ignored by VMM
+  o.growth_policy = GrowthPolicy::kDoubling;  // TF's growth
   EXPECT_TRUE(LargeRequestAfterFragmentation(o));
   o.expandable = Tristate::kOff;  // regions of 4, 8, ..., 256 MiB
   EXPECT_FALSE(LargeRequestAfterFragmentation(o));

@@ -893,17 +893,18 @@ TEST(ConfigTest, MemoryKind) {
   EXPECT_EQ(SettingOf(*v, "memory_kind").origin, ValueOrigin::kOption);
 }
 
-// README.md's configuration table, one row per key: `| key | variable |
-// values | default | alias |`, each cell as written.
-std::map<std::string, std::vector<std::string>> ReadmeConfigRows() {
-  std::ifstream in(GPUALLOC_README_PATH);
-  EXPECT_TRUE(in.good()) << "cannot read " << GPUALLOC_README_PATH;
+// A document's configuration table under `heading`, one row per key: `| key
+// | variable | values | default | alias |`, each cell as written.
+std::map<std::string, std::vector<std::string>> ConfigRows(
+    const std::string& path, absl::string_view heading) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
   std::map<std::string, std::vector<std::string>> rows;
   std::string line;
   bool in_section = false;
   bool in_table = false;
   while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "## ")) in_section = line == "## Configuration";
+    if (absl::StartsWith(line, "#")) in_section = line == heading;
     // The table runs from its header to the first line that is no row.
     if (!absl::StartsWith(line, "|")) in_table = false;
     if (in_section && line == "| key | variable | values | default | alias |") {
@@ -920,42 +921,56 @@ std::map<std::string, std::vector<std::string>> ReadmeConfigRows() {
     }
     absl::string_view key = cells[0];
     if (!absl::ConsumePrefix(&key, "`") || !absl::ConsumeSuffix(&key, "`")) {
-      ADD_FAILURE() << "README configuration row without a `key`: " << line;
+      ADD_FAILURE() << path << ": configuration row without a `key`: " << line;
       continue;
     }
     cells[0] = std::string(key);
     EXPECT_EQ(cells.size(), 5u) << line;
     EXPECT_TRUE(rows.emplace(cells[0], cells).second)
-        << "README lists " << cells[0] << " twice";
+        << path << " lists " << cells[0] << " twice";
   }
   return rows;
 }
 
-TEST(ConfigTest, ReadmeTableMatchesTheKeys) {
-  const auto rows = ReadmeConfigRows();
-  ASSERT_FALSE(rows.empty()) << "no configuration table in README.md";
+// The user's table (README.md) and the reference's (docs/ARCHITECTURE.md)
+// list every key with its variable and aliases, and nothing else.
+void ExpectTableMatchesTheKeys(const std::string& path,
+                               absl::string_view heading) {
+  SCOPED_TRACE(path);
+  const auto rows = ConfigRows(path, heading);
+  ASSERT_FALSE(rows.empty()) << "no configuration table under " << heading;
   std::vector<std::string> keys;
   for (const ConfigKeyInfo& k : ConfigKeys()) {
     const std::string key(k.key);
     keys.push_back(key);
     auto it = rows.find(key);
     if (it == rows.end()) {
-      ADD_FAILURE() << "README.md's configuration table has no row for " << key;
+      ADD_FAILURE() << "the configuration table has no row for " << key;
       continue;
     }
     const std::vector<std::string>& cells = it->second;
     ASSERT_EQ(cells.size(), 5u) << key;
     EXPECT_EQ(cells[1], absl::StrCat("`", k.variable, "`"))
-        << "README.md's variable of " << key;
+        << "the variable of " << key;
     for (absl::string_view alias : k.aliases) {
       EXPECT_THAT(cells[4], HasSubstr(absl::StrCat("`", alias, "`")))
-          << "README.md's aliases of " << key;
+          << "the aliases of " << key;
     }
   }
   for (const auto& [key, cells] : rows) {
     EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end())
-        << "README.md lists " << key << ", which is no configuration key";
+        << "the table lists " << key << ", which is no configuration key";
   }
+}
+
+TEST(ConfigTest, ReadmeTableMatchesTheKeys) {
+  ExpectTableMatchesTheKeys(std::string(GPUALLOC_SOURCE_DIR) + "/README.md",
+                            "## Configuration");
+}
+
+TEST(ConfigTest, ArchitectureTableMatchesTheKeys) {
+  ExpectTableMatchesTheKeys(
+      std::string(GPUALLOC_SOURCE_DIR) + "/docs/ARCHITECTURE.md", "### Keys");
 }
 
 }  // namespace

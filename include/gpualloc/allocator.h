@@ -37,7 +37,8 @@ enum class GrowthPolicy {
   // Each new region is the request rounded up to the growth granularity:
   // smallest footprint, more regions.
   kExact,
-  // Region sizes double from one granule (TensorFlow's BFC): fewer backend
+  // Region sizes double from one granule (TensorFlow's BFC); with expandable
+  // regions, each growth maps at least what is mapped already. Fewer backend
   // calls, more reserved memory.
   kDoubling,
 };
