@@ -159,11 +159,16 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
     GPUALLOC_ASSERT_OK(shadow.CheckStats(s));
     ASSERT_LE(async ? s.bytes_in_use : s.bytes_reserved, s.bytes_limit);
     ASSERT_EQ(s.num_ooms, static_cast<std::uint64_t>(ooms));
-    // Platform: each live block is one device allocation, nothing cached.
+    // Platform and async: each live block is one device (or pool)
+    // allocation; nothing free is cached.
+    if (o.mode != AllocatorMode::kBfc) {
+      ASSERT_EQ(s.backend_allocs - s.backend_frees, shadow.blocks().size());
+      ASSERT_EQ(s.largest_free_block_bytes, 0u);
+      ASSERT_EQ(s.fragmentation, 0.0);
+    }
     if (o.mode == AllocatorMode::kPlatform) {
       ASSERT_EQ(sim->live_allocations(), shadow.blocks().size());
       ASSERT_EQ(s.bytes_reserved, sim->bytes_allocated());
-      ASSERT_EQ(s.largest_free_block_bytes, 0u);
     }
   }
   std::cout << "  " << allocs << " allocations, " << frees << " frees, "
