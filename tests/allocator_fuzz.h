@@ -1,11 +1,18 @@
 // tests/allocator_fuzz.h: a stateful fuzz target for the allocator.
 //
-// The input is a program: each 4-byte instruction allocates, frees, trims or
-// injects a device fault, with sizes and choices taken from its bytes. After
-// every instruction the invariant validator runs and the live blocks' fill
-// patterns (host-backed memory) are checked. Any broken invariant aborts, so a
-// fuzzer (tests/allocator_fuzzer.cc, clang -fsanitize=fuzzer) finds it, and the
-// corpus in tests/fuzz_corpus/ replays as an ordinary test
+// The input is a program. Its first byte chooses the configuration: bit 0
+// the profile (h100, mi300x), bit 1 growing on demand instead of
+// preallocating (BFC), bit 2 the doubling growth policy, bit 3 a 4 KiB split
+// bound, and bits 4-5 the mode: 0 BFC with the default regions (expandable,
+// as the simulator has virtual memory; every input written before the mode
+// bits ran so), 1 BFC over separate regions, 2 platform, 3 async. Then each
+// 4-byte instruction allocates, frees, trims or makes the device refuse one
+// of the next requests, with sizes and choices taken from its bytes. After
+// every instruction the invariant validator runs, the statistics are checked
+// against the shadow model (tests/shadow_model.h), and the live blocks' fill
+// patterns (host-backed memory) are checked when freed. Any broken invariant
+// aborts, so a fuzzer (tests/allocator_fuzzer.cc, clang -fsanitize=fuzzer)
+// finds it, and the corpus in tests/fuzz_corpus/ replays as an ordinary test
 // (tests/allocator_fuzz_test.cc).
 #ifndef GPUALLOC_TESTS_ALLOCATOR_FUZZ_H_
 #define GPUALLOC_TESTS_ALLOCATOR_FUZZ_H_
@@ -14,11 +21,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <vector>
+#include <iterator>
+#include <string>
 
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
+#include "tests/allocator_modes.h"
+#include "tests/shadow_model.h"
 
 namespace gpualloc::fuzz {
 
@@ -26,6 +35,36 @@ namespace gpualloc::fuzz {
   std::fprintf(stderr, "allocator fuzz: %s: %s\n", what,
                std::string(status.message()).c_str());
   std::abort();
+}
+
+inline void Check(const char* what, const absl::Status& status) {
+  if (!status.ok()) Fail(what, status);
+}
+
+// The options the first byte of a program chooses.
+inline Options ProgramOptions(std::uint8_t config) {
+  Options o;
+  switch ((config >> 4) % 4) {
+    case 0:
+      break;  // expandable = kAuto
+    case 1:
+      o.expandable = Tristate::kOff;
+      break;
+    case 2:
+      o.mode = AllocatorMode::kPlatform;
+      o.expandable = Tristate::kOff;
+      break;
+    case 3:
+      o.mode = AllocatorMode::kAsync;
+      o.expandable = Tristate::kOff;
+      break;
+  }
+  o.preallocate = (config >> 1) % 2 == 0;
+  o.memory_limit = 32u << 20;
+  o.growth_policy =
+      (config >> 2) % 2 == 0 ? GrowthPolicy::kExact : GrowthPolicy::kDoubling;
+  o.max_internal_fragmentation = (config >> 3) % 2 == 0 ? 0 : 4096;
+  return o;
 }
 
 // Runs one input. Returns normally unless a check fails (then it aborts).
@@ -37,22 +76,13 @@ inline void RunProgram(const std::uint8_t* data, std::size_t size) {
   so.memory = SimMemory::kHostBacked;
   auto sim = SimBackend::Create(so);
   if (!sim.ok()) Fail("sim", sim.status());
-  Options o;
-  o.preallocate = (data[0] >> 1) % 2 == 0;
-  o.memory_limit = 32u << 20;
-  o.growth_policy =
-      (data[0] >> 2) % 2 == 0 ? GrowthPolicy::kExact : GrowthPolicy::kDoubling;
-  o.max_internal_fragmentation = (data[0] >> 3) % 2 == 0 ? 0 : 4096;
+  const Options o = ProgramOptions(data[0]);
   auto created = CreateAllocator(o, *sim);
   if (!created.ok()) Fail("create", created.status());
   Allocator& a = **created;
+  const SimOp growth = testing::GrowthOp(a.options());
 
-  struct Live {
-    unsigned char* p;
-    std::size_t size;
-    unsigned char tag;
-  };
-  std::vector<Live> live;
+  testing::ShadowModel shadow(256, o.max_internal_fragmentation == 0);
   for (std::size_t i = 1; i + 4 <= size; i += 4) {
     const std::uint8_t op = data[i] % 8;
     const std::uint32_t arg =
@@ -62,40 +92,35 @@ inline void RunProgram(const std::uint8_t* data, std::size_t size) {
       const std::size_t alignment = op == 3 ? std::size_t{256} << (arg % 8) : 0;
       auto p = a.Allocate(bytes, Stream(), alignment);
       if (p.ok()) {
-        auto* bytes_ptr = static_cast<unsigned char*>(*p);
-        const unsigned char tag = static_cast<unsigned char>(arg);
-        const std::size_t touched = bytes < 64 ? bytes : 64;
-        std::memset(bytes_ptr, tag, touched);
-        live.push_back({bytes_ptr, bytes, tag});
+        const auto address = reinterpret_cast<std::uintptr_t>(*p);
+        Check("allocate", shadow.Add(address, bytes, alignment, 0,
+                                     static_cast<unsigned char>(arg)));
+        shadow.Fill(address);
       } else if (p.status().code() != absl::StatusCode::kResourceExhausted) {
         Fail("allocate", p.status());
       }
-    } else if (op <= 5 && !live.empty()) {  // free
-      const std::size_t k = arg % live.size();
-      const Live block = live[k];
-      for (std::size_t j = 0; j < block.size && j < 64; ++j) {
-        if (block.p[j] != block.tag)
-          Fail("fill pattern", absl::DataLossError("overwritten"));
-      }
-      absl::Status s = a.Deallocate(block.p);
-      if (!s.ok()) Fail("deallocate", s);
-      live[k] = live.back();
-      live.pop_back();
+    } else if (op <= 5 && !shadow.blocks().empty()) {  // free
+      auto it = shadow.blocks().begin();
+      std::advance(it, arg % shadow.blocks().size());
+      const std::uint64_t address = it->first;
+      Check("fill pattern", shadow.CheckFill(address));
+      Check("deallocate", a.Deallocate(reinterpret_cast<void*>(address)));
+      Check("shadow", shadow.Remove(address));
     } else if (op == 6) {
-      absl::Status s = a.Trim();
-      if (!s.ok()) Fail("trim", s);
-    } else {
-      (*sim)->FailNthCall(SimOp::kAllocate, 1 + arg % 3);
+      Check("trim", a.Trim());
+    } else {  // also a free with nothing live, as it always was
+      (*sim)->FailNthCall(growth, 1 + arg % 3);
     }
-    absl::Status valid = a.Validate();
-    if (!valid.ok()) Fail("validate", valid);
+    Check("validate", a.Validate());
+    Check("statistics", shadow.CheckStats(a.GetStats()));
   }
-  for (const Live& block : live) {
-    absl::Status s = a.Deallocate(block.p);
-    if (!s.ok()) Fail("final deallocate", s);
+  while (!shadow.blocks().empty()) {
+    const std::uint64_t address = shadow.blocks().begin()->first;
+    Check("final fill pattern", shadow.CheckFill(address));
+    Check("final deallocate", a.Deallocate(reinterpret_cast<void*>(address)));
+    Check("shadow", shadow.Remove(address));
   }
-  absl::Status s = a.Trim();
-  if (!s.ok()) Fail("final trim", s);
+  Check("final trim", a.Trim());
   if (a.GetStats().bytes_reserved != 0)
     Fail("leak", absl::InternalError("memory left reserved"));
 }

@@ -33,7 +33,7 @@ TEST(AllocatorFuzzTest, RandomPrograms) {
   const std::uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
   std::mt19937_64 rng(seed);
-  for (int program = 0; program < 200; ++program) {
+  for (int program = 0; program < 150; ++program) {
     std::vector<std::uint8_t> bytes(1 + 4 * (rng() % 400));
     for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
     fuzz::RunProgram(bytes.data(), bytes.size());

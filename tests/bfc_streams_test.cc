@@ -1,7 +1,8 @@
 // tests/bfc_streams_test.cc: the BFC core across streams, with a scripted
 // ReuseOracle: same-stream reuse at once, other streams only as the oracle
 // allows, RecordStream, merges that keep the strictest condition, the
-// candidate walk, and invariant I9 after every operation.
+// candidate walk, and invariant I9 after every operation; random sequences
+// against the shared shadow model (tests/shadow_model.h).
 #include <map>
 #include <random>
 #include <set>
@@ -10,6 +11,7 @@
 
 #include "core/bfc.h"
 #include "gtest/gtest.h"
+#include "tests/shadow_model.h"
 #include "tests/test_util.h"
 
 namespace gpualloc::core {
@@ -447,14 +449,9 @@ TEST_F(BfcStreamsTest, RandomMultiStreamSequencesKeepInvariantsAndOrder) {
     std::set<std::uintptr_t> users;
   };
   std::vector<Live> live;
-  // Shadow: freed byte ranges with (stream, stamp) conditions.
-  struct Freed {
-    DeviceAddress address;
-    std::uint64_t size;
-    std::uintptr_t stream;
-    std::uint64_t stamp;
-  };
-  std::vector<Freed> freed;
+  // The shadow model: live chunks, and freed byte ranges with the (stream,
+  // stamp) conditions of their frees.
+  testing::ShadowModel shadow;
   std::uint64_t stamp = 0;
   for (int op = 0; op < 4000; ++op) {
     const int what = static_cast<int>(rng() % 10);
@@ -476,9 +473,9 @@ TEST_F(BfcStreamsTest, RandomMultiStreamSequencesKeepInvariantsAndOrder) {
       }
       if (!a.has_value()) continue;
       // Every freed range it overlaps on another stream was complete, or the
-      // oracle was asked about that stream (and said ready or waited).
-      for (const Freed& f : freed) {
-        if (f.address >= *a + size || *a >= f.address + f.size) continue;
+      // oracle was asked about that stream (and said ready or waited). The
+      // hand-out's bytes are no longer freed.
+      for (const testing::ShadowFree& f : shadow.TakeFreed(*a, size)) {
         if (f.stream == s || oracle_.KnownComplete(f.stream, f.stamp)) {
           continue;
         }
@@ -491,21 +488,7 @@ TEST_F(BfcStreamsTest, RandomMultiStreamSequencesKeepInvariantsAndOrder) {
             << " while stream " << f.stream << "'s work (stamp " << f.stamp
             << ") may use it";
       }
-      // The hand-out's bytes are no longer "freed".
-      std::vector<Freed> rest;
-      for (const Freed& f : freed) {
-        if (f.address >= *a + size || *a >= f.address + f.size) {
-          rest.push_back(f);
-          continue;
-        }
-        if (f.address < *a)
-          rest.push_back({f.address, *a - f.address, f.stream, f.stamp});
-        if (f.address + f.size > *a + size) {
-          rest.push_back(
-              {*a + size, f.address + f.size - (*a + size), f.stream, f.stamp});
-        }
-      }
-      freed = std::move(rest);
+      GPUALLOC_ASSERT_OK(shadow.Add(*a, size, 256, s));
       live.push_back({*a, size, {}});
     } else if (what < 5) {
       Live& l = live[rng() % live.size()];
@@ -528,9 +511,10 @@ TEST_F(BfcStreamsTest, RandomMultiStreamSequencesKeepInvariantsAndOrder) {
       const std::uintptr_t s = streams[rng() % 3];
       ASSERT_TRUE(core_.Deallocate(l.address, s, stamp, &oracle_).ok());
       ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-      freed.push_back({l.address, l.size, s, stamp});
+      GPUALLOC_ASSERT_OK(shadow.Remove(l.address));
+      shadow.RecordFree({l.address, l.size, s, stamp});
       for (std::uintptr_t u : l.users) {
-        freed.push_back({l.address, l.size, u, stamp});
+        shadow.RecordFree({l.address, l.size, u, stamp});
       }
       if (rng() % 4 == 0) ++stamp;
     }

@@ -1,4 +1,6 @@
-// tests/modes_test.cc: the platform and async allocator modes.
+// tests/modes_test.cc: what the platform and async allocator modes do beyond
+// the contract every mode keeps (tests/allocator_conformance.h), and their
+// randomized runs are random_ops_test's.
 //
 // Platform runs on the simulator. Async runs on FakePoolBackend below (a small
 // stream-ordered pool whose frees become reusable on other streams only once
@@ -8,13 +10,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <iostream>
 #include <map>
-#include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -242,151 +240,6 @@ class FakePoolBackend final : public Backend {
 };
 
 // ---------------------------------------------------------------------------
-// Shared checks: a shadow model of the live allocations and random sequences.
-
-struct ShadowBlock {
-  std::uint64_t size = 0;  // rounded
-  std::uint64_t requested = 0;
-};
-
-class Shadow {
- public:
-  void Add(void* p, std::uint64_t size, std::uint64_t requested) {
-    ASSERT_TRUE(blocks_.emplace(Addr(p), ShadowBlock{size, requested}).second)
-        << "pointer handed out twice: " << p;
-    in_use_ += size;
-    requested_ += requested;
-    peak_in_use_ = std::max(peak_in_use_, in_use_);
-    largest_ = std::max(largest_, size);
-    ++allocs_;
-  }
-  void Remove(void* p) {
-    auto it = blocks_.find(Addr(p));
-    ASSERT_NE(it, blocks_.end());
-    in_use_ -= it->second.size;
-    requested_ -= it->second.requested;
-    freed_.push_back(p);
-    blocks_.erase(it);
-  }
-  void Check(const Stats& s) const {
-    EXPECT_EQ(s.bytes_in_use, in_use_);
-    EXPECT_EQ(s.bytes_requested, requested_);
-    EXPECT_EQ(s.peak_bytes_in_use, peak_in_use_);
-    EXPECT_EQ(s.largest_alloc_size, largest_);
-    EXPECT_EQ(s.num_allocs, allocs_);
-    EXPECT_EQ(s.largest_free_block_bytes, 0u);
-    EXPECT_EQ(s.fragmentation, 0.0);
-  }
-  // Live blocks must not overlap.
-  void CheckDisjoint() const {
-    std::uint64_t end = 0;
-    for (const auto& [address, b] : blocks_) {
-      EXPECT_GE(address, end) << "overlapping allocations at " << Hex(address);
-      end = address + b.size;
-    }
-  }
-  const std::map<std::uint64_t, ShadowBlock>& blocks() const { return blocks_; }
-  const std::vector<void*>& freed() const { return freed_; }
-
- private:
-  std::map<std::uint64_t, ShadowBlock> blocks_;
-  std::vector<void*> freed_;
-  std::uint64_t in_use_ = 0, requested_ = 0, peak_in_use_ = 0, largest_ = 0,
-                allocs_ = 0;
-};
-
-std::uint64_t Rounded(std::uint64_t bytes) {
-  return (std::max<std::uint64_t>(bytes, 1) + 255) / 256 * 256;
-}
-
-// Random allocations, frees (on random streams), RecordStreams and bad frees,
-// with Validate and the shadow model checked after every operation. The limit
-// is small enough that some requests fail; those must change nothing.
-void RunRandomOps(Allocator* a, std::uint64_t seed, int ops,
-                  const std::function<void(const Shadow&)>& extra_check) {
-  std::mt19937_64 rng(seed);
-  Shadow shadow;
-  std::vector<void*> live;
-  const std::uint64_t limit = a->GetStats().bytes_limit;
-  int bad_frees = 0;
-  for (int i = 0; i < ops; ++i) {
-    SCOPED_TRACE(::testing::Message() << "op " << i);
-    const int what = static_cast<int>(rng() % 100);
-    const Stream stream(rng() % 3);
-    if (what < 55 || live.empty()) {
-      // Mostly small, sometimes large, sometimes 0 or strictly aligned.
-      std::uint64_t bytes = rng() % 4 == 0 ? rng() % (limit / 3) : rng() % 5000;
-      if (rng() % 20 == 0) bytes = 0;
-      const std::size_t alignment =
-          rng() % 8 == 0 ? std::size_t{1} << (8 + rng() % 14) : 0;
-      const Stats before = a->GetStats();
-      absl::StatusOr<void*> p = a->Allocate(bytes, stream, alignment);
-      if (p.ok()) {
-        ASSERT_NE(*p, nullptr);
-        if (alignment != 0) {
-          EXPECT_EQ(Addr(*p) % alignment, 0u);
-        }
-        EXPECT_EQ(Addr(*p) % 256, 0u);
-        shadow.Add(*p, Rounded(bytes), bytes);
-        live.push_back(*p);
-      } else {
-        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
-            << p.status();
-        EXPECT_TRUE(Mentions(p.status(), "out of memory")) << p.status();
-        const Stats after = a->GetStats();
-        EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
-        EXPECT_EQ(after.num_allocs, before.num_allocs);
-        EXPECT_EQ(after.num_ooms, before.num_ooms + 1);
-      }
-    } else if (what < 90) {
-      const std::size_t k = rng() % live.size();
-      ASSERT_TRUE(a->Deallocate(live[k], stream).ok());
-      shadow.Remove(live[k]);
-      live[k] = live.back();
-      live.pop_back();
-    } else if (what < 95) {
-      const std::size_t k = rng() % live.size();
-      ASSERT_TRUE(a->RecordStream(live[k], Stream(rng() % 3)).ok());
-    } else {
-      // A bad free: interior or double. Nothing may change.
-      ++bad_frees;
-      const Stats before = a->GetStats();
-      absl::Status s;
-      std::string address;
-      if (rng() % 2 == 0 || shadow.freed().empty()) {
-        void* interior = static_cast<char*>(live[rng() % live.size()]) + 128;
-        address = Hex(Addr(interior));
-        s = a->Deallocate(interior, stream);
-        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-      } else {
-        void* freed = shadow.freed()[rng() % shadow.freed().size()];
-        address = Hex(Addr(freed));
-        s = a->Deallocate(freed, stream);
-        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-      }
-      EXPECT_TRUE(Mentions(s, address)) << s;
-      EXPECT_EQ(a->GetStats().bytes_in_use, before.bytes_in_use);
-      EXPECT_EQ(a->GetStats().backend_frees, before.backend_frees);
-    }
-    const absl::Status valid = a->Validate();
-    ASSERT_TRUE(valid.ok()) << valid;
-    const Stats s = a->GetStats();
-    shadow.Check(s);
-    EXPECT_LE(s.bytes_reserved, s.bytes_limit);
-    EXPECT_EQ(s.backend_allocs - s.backend_frees, live.size());
-    shadow.CheckDisjoint();
-    extra_check(shadow);
-    if (::testing::Test::HasFailure()) return;
-  }
-  // The sequence reached the limit and tried each kind of bad free.
-  EXPECT_GT(a->GetStats().num_ooms, 0u);
-  EXPECT_GT(bad_frees, 0);
-  for (void* p : live) GPUALLOC_ASSERT_OK(a->Deallocate(p));
-  GPUALLOC_EXPECT_OK(a->Validate());
-  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
-}
-
-// ---------------------------------------------------------------------------
 // Platform mode on the simulator.
 
 TEST(PlatformTest, OneBackendCallPerAllocateAndDeallocate) {
@@ -478,23 +331,6 @@ TEST(PlatformTest, LimitIsEnforcedAndAFailedRequestChangesNothing) {
   GPUALLOC_EXPECT_OK(a->Allocate(kMiB));
 }
 
-TEST(PlatformTest, ZeroBytesGetUniqueNonNullBlocks) {
-  auto sim = MakeSim(80 * kGiB);
-  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
-  ASSERT_NE(a, nullptr);
-  std::set<void*> seen;
-  for (int i = 0; i < 5; ++i) {
-    auto p = a->Allocate(0);
-    GPUALLOC_ASSERT_OK(p);
-    EXPECT_NE(*p, nullptr);
-    EXPECT_TRUE(seen.insert(*p).second);
-  }
-  const Stats s = a->GetStats();
-  EXPECT_EQ(s.bytes_in_use, 5 * 256u);
-  EXPECT_EQ(s.bytes_requested, 0u);
-  for (void* p : seen) GPUALLOC_EXPECT_OK(a->Deallocate(p));
-}
-
 TEST(PlatformTest, AlignmentStricterThanTheDevicePadsInsideTheBlock) {
   // Host-backed: the whole aligned block must be writable.
   auto sim = MakeSim(4 * kGiB, /*host_backed=*/true);
@@ -540,57 +376,6 @@ TEST(PlatformTest, AlignmentStricterThanTheDevicePadsInsideTheBlock) {
   EXPECT_TRUE(Mentions(too_big, "largest supported alignment")) << too_big;
 }
 
-TEST(PlatformTest, BadFreesNameTheAddressAndChangeNothing) {
-  auto sim = MakeSim(80 * kGiB);
-  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
-  ASSERT_NE(a, nullptr);
-  auto keep = a->Allocate(4096);
-  auto freed = a->Allocate(1000);
-  GPUALLOC_ASSERT_OK(keep);
-  GPUALLOC_ASSERT_OK(freed);
-  GPUALLOC_ASSERT_OK(a->Deallocate(*freed));
-  const Stats before = a->GetStats();
-  const std::uint64_t frees = sim->calls(SimOp::kFree);
-
-  int stack_object = 0;
-  void* interior = static_cast<char*>(*keep) + 256;
-  struct Case {
-    std::string name;
-    absl::Status status;
-    absl::StatusCode code;
-    std::string must_mention;
-    std::uint64_t address;
-  };
-  const std::vector<Case> cases = {
-      {"foreign", a->Deallocate(&stack_object),
-       absl::StatusCode::kInvalidArgument, "not allocated by this allocator",
-       Addr(&stack_object)},
-      {"interior", a->Deallocate(interior), absl::StatusCode::kInvalidArgument,
-       "interior pointer", Addr(interior)},
-      {"double free", a->Deallocate(*freed),
-       absl::StatusCode::kFailedPrecondition, "double free", Addr(*freed)},
-      {"record stream on freed", a->RecordStream(*freed, Stream(1)),
-       absl::StatusCode::kFailedPrecondition, "RecordStream", Addr(*freed)},
-      {"record stream on foreign", a->RecordStream(&stack_object, Stream(1)),
-       absl::StatusCode::kInvalidArgument, "RecordStream", Addr(&stack_object)},
-  };
-  for (const Case& c : cases) {
-    EXPECT_EQ(c.status.code(), c.code) << c.name << ": " << c.status;
-    EXPECT_TRUE(Mentions(c.status, c.must_mention))
-        << c.name << ": " << c.status;
-    EXPECT_TRUE(Mentions(c.status, Hex(c.address)))
-        << c.name << ": " << c.status;
-  }
-  GPUALLOC_EXPECT_OK(a->Deallocate(nullptr));
-  GPUALLOC_EXPECT_OK(a->RecordStream(*keep, Stream(7)));
-  const Stats after = a->GetStats();
-  EXPECT_EQ(sim->calls(SimOp::kFree), frees);
-  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
-  EXPECT_EQ(after.backend_frees, before.backend_frees);
-  GPUALLOC_EXPECT_OK(a->Validate());
-  GPUALLOC_EXPECT_OK(a->Deallocate(*keep));
-}
-
 TEST(PlatformTest, BackendErrorsPassThroughWithContext) {
   auto sim = MakeSim(80 * kGiB);
   auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
@@ -622,7 +407,8 @@ TEST(PlatformTest, BackendErrorsPassThroughWithContext) {
   EXPECT_EQ(a->GetStats().backend_frees, 1u);
 }
 
-TEST(PlatformTest, StatsSnapshotAndPeaks) {
+// One region per live block, exactly its device allocation; nothing cached.
+TEST(PlatformTest, SnapshotIsOneRegionPerBlock) {
   auto sim = MakeSim(80 * kGiB);
   auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 2 * kGiB), sim);
   ASSERT_NE(a, nullptr);
@@ -631,18 +417,7 @@ TEST(PlatformTest, StatsSnapshotAndPeaks) {
   GPUALLOC_ASSERT_OK(p);
   GPUALLOC_ASSERT_OK(q);
   GPUALLOC_ASSERT_OK(a->Deallocate(*p));
-  Stats s = a->GetStats();
-  EXPECT_EQ(s.bytes_limit, 2 * kGiB);
-  EXPECT_EQ(s.bytes_in_use, 256u);
-  EXPECT_EQ(s.peak_bytes_in_use, kMiB + 256);
-  EXPECT_EQ(s.peak_bytes_reserved, kMiB + 256);
-  EXPECT_EQ(s.peak_bytes_requested, kMiB + 100);
-  EXPECT_EQ(s.largest_alloc_size, kMiB);
-  a->ResetPeakStats();
-  s = a->GetStats();
-  EXPECT_EQ(s.peak_bytes_in_use, 256u);
-  EXPECT_EQ(s.peak_bytes_reserved, 256u);
-  EXPECT_EQ(s.peak_bytes_requested, 100u);
+  EXPECT_EQ(a->GetStats().peak_bytes_reserved, kMiB + 256);
 
   const Snapshot snap = a->GetSnapshot();
   ASSERT_EQ(snap.regions.size(), 1u);
@@ -659,62 +434,6 @@ TEST(PlatformTest, StatsSnapshotAndPeaks) {
 
   GPUALLOC_EXPECT_OK(a->Trim());  // nothing cached
   EXPECT_EQ(sim->calls(SimOp::kFree), 1u);
-  EXPECT_EQ(a->options().mode, AllocatorMode::kPlatform);
-  EXPECT_EQ(a->device().backend, "sim");
-}
-
-TEST(PlatformTest, DestructorReturnsLiveAllocations) {
-  auto sim = MakeSim(80 * kGiB);
-  {
-    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
-    ASSERT_NE(a, nullptr);
-    for (int i = 0; i < 3; ++i) GPUALLOC_ASSERT_OK(a->Allocate(1000));
-  }
-  EXPECT_EQ(sim->live_allocations(), 0u);
-}
-
-TEST(PlatformTest, RandomSequencesAgreeWithAShadowModel) {
-  for (const std::string profile : {"h100", "mi300x"}) {
-    const std::uint64_t seed = testing::TestSeed();
-    std::cout << "GPUALLOC_TEST_SEED=" << seed << " (" << profile << ")\n";
-    SCOPED_TRACE(::testing::Message()
-                 << "GPUALLOC_TEST_SEED=" << seed << " " << profile);
-    auto sim = MakeSim(64 * kGiB, false, profile);
-    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform, 64 * kMiB), sim);
-    ASSERT_NE(a, nullptr);
-    RunRandomOps(a.get(), seed, 3000, [&](const Shadow& shadow) {
-      EXPECT_EQ(sim->live_allocations(), shadow.blocks().size());
-      EXPECT_EQ(a->GetStats().bytes_reserved, sim->bytes_allocated());
-      EXPECT_EQ(a->GetSnapshot().regions.size(), shadow.blocks().size());
-    });
-    EXPECT_EQ(sim->live_allocations(), 0u);
-  }
-}
-
-TEST(PlatformTest, ThreadsShareOneAllocator) {
-  auto sim = MakeSim(80 * kGiB);
-  auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
-  ASSERT_NE(a, nullptr);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&a, t] {
-      std::vector<void*> mine;
-      for (int i = 0; i < 500; ++i) {
-        auto p = a->Allocate(100 + i, Stream(t));
-        if (p.ok()) mine.push_back(*p);
-        if (i % 3 == 0 && !mine.empty()) {
-          (void)a->Deallocate(mine.back(), Stream(t));
-          mine.pop_back();
-        }
-      }
-      for (void* p : mine) (void)a->Deallocate(p, Stream(t));
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  GPUALLOC_EXPECT_OK(a->Validate());
-  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
-  EXPECT_EQ(a->GetStats().num_allocs, 2000u);
-  EXPECT_EQ(sim->live_allocations(), 0u);
 }
 
 // ---------------------------------------------------------------------------
@@ -978,7 +697,8 @@ TEST(AsyncTest, LimitIsEnforcedOnBytesInUse) {
   GPUALLOC_EXPECT_OK(a->Validate());
 }
 
-TEST(AsyncTest, BadFreesAndBackendErrors) {
+// A stricter alignment pads the pool request; the block inside is aligned.
+TEST(AsyncTest, AlignmentPadsThePoolRequest) {
   auto fake = std::make_shared<FakePoolBackend>(kGiB);
   auto a = MakeAsync(fake);
   ASSERT_NE(a, nullptr);
@@ -986,26 +706,8 @@ TEST(AsyncTest, BadFreesAndBackendErrors) {
   GPUALLOC_ASSERT_OK(p);
   EXPECT_EQ(Addr(*p) % (64 * kKiB), 0u);
   EXPECT_EQ(fake->last_allocate_bytes, 8192 + 64 * kKiB - 256);
-  auto freed = a->Allocate(100);
-  GPUALLOC_ASSERT_OK(freed);
-  GPUALLOC_ASSERT_OK(a->Deallocate(*freed));
-  int stack_object = 0;
-  const absl::Status foreign = a->Deallocate(&stack_object);
-  EXPECT_EQ(foreign.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Mentions(foreign, Hex(Addr(&stack_object)))) << foreign;
-  const absl::Status twice = a->Deallocate(*freed);
-  EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Mentions(twice, "double free")) << twice;
-  const absl::Status interior = a->Deallocate(static_cast<char*>(*p) + 512);
-  EXPECT_EQ(interior.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Mentions(interior, "interior")) << interior;
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
   EXPECT_EQ(fake->pool_free_calls, 1);
-
-  fake->FailNextPoolAllocate();
-  const absl::Status broken = a->Allocate(100).status();
-  EXPECT_EQ(broken.code(), absl::StatusCode::kInternal);
-  EXPECT_TRUE(Mentions(broken, "injected allocate")) << broken;
-  EXPECT_EQ(a->GetStats().num_ooms, 0u);
   GPUALLOC_EXPECT_OK(a->Validate());
 }
 
@@ -1064,24 +766,6 @@ TEST(AsyncTest, PeakReservedFollowsThePoolAndResets) {
   EXPECT_EQ(s.peak_bytes_reserved, 3 * kMiB);  // seen before the trim
 }
 
-TEST(AsyncTest, RandomSequencesAgreeWithAShadowModel) {
-  const std::uint64_t seed = testing::TestSeed();
-  std::cout << "GPUALLOC_TEST_SEED=" << seed << "\n";
-  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
-  auto fake = std::make_shared<FakePoolBackend>(48 * kMiB);
-  auto a = MakeAsync(fake, 64 * kMiB);
-  ASSERT_NE(a, nullptr);
-  RunRandomOps(a.get(), seed, 3000, [&](const Shadow& shadow) {
-    EXPECT_EQ(fake->live_allocations(), shadow.blocks().size());
-    EXPECT_EQ(a->GetSnapshot().regions.size(), shadow.blocks().size());
-  });
-  EXPECT_EQ(fake->live_allocations(), 0u);
-  // The pool ran out below the limit and the allocator waited and retried;
-  // RecordStream made frees wait.
-  EXPECT_GT(a->GetStats().host_waits, 0u);
-  EXPECT_GT(a->GetStats().stream_waits, 0u);
-}
-
 // ---------------------------------------------------------------------------
 // Async mode on the simulator's pool.
 
@@ -1135,26 +819,6 @@ TEST(AsyncSimTest, OnePoolCallPerAllocateAndDeallocate) {
   EXPECT_EQ(s.events_recorded + s.stream_waits + s.host_waits, 0u);
   GPUALLOC_ASSERT_OK(a->Trim());
   EXPECT_EQ(sim->calls(SimOp::kPoolTrim), 1u);
-  GPUALLOC_EXPECT_OK(a->Validate());
-}
-
-// Memory freed on one stream and reused on another: the pool's reuse rules
-// order the streams, so the hazard detector sees no overlap.
-TEST(AsyncSimTest, ReuseAcrossStreamsIsOrdered) {
-  auto sim = MakePoolSim(kGiB);
-  auto a = MakeAsync(sim);
-  ASSERT_NE(a, nullptr);
-  std::set<void*> addresses;
-  for (int i = 0; i < 50; ++i) {
-    const Stream s(i % 4);
-    auto p = a->Allocate(64 * kKiB, s);
-    GPUALLOC_ASSERT_OK(p);
-    addresses.insert(*p);
-    sim->Use(s, Addr(*p), 64 * kKiB);
-    GPUALLOC_ASSERT_OK(a->Deallocate(*p, s));
-  }
-  EXPECT_LT(addresses.size(), 50u);  // memory did move between streams
-  ExpectNoHazards(*sim);
   GPUALLOC_EXPECT_OK(a->Validate());
 }
 
@@ -1225,106 +889,6 @@ TEST(AsyncSimTest, OutOfMemoryWaitsForPendingFreesAndRetries) {
   EXPECT_EQ(s.num_ooms, 1u);
   EXPECT_EQ(s.host_waits, 1u);
   GPUALLOC_EXPECT_OK(a->Validate());
-}
-
-TEST(AsyncSimTest, DestructorReturnsEverythingToThePool) {
-  auto sim = MakePoolSim(kGiB);
-  {
-    auto a = MakeAsync(sim);
-    ASSERT_NE(a, nullptr);
-    auto p = a->Allocate(kMiB, Stream(1));
-    GPUALLOC_ASSERT_OK(p);
-    GPUALLOC_ASSERT_OK(a->RecordStream(*p, Stream(2)));
-    GPUALLOC_ASSERT_OK(a->Allocate(kMiB, Stream(3)));
-    EXPECT_EQ(sim->GetPoolUsage()->used, 2 * kMiB);
-  }
-  EXPECT_EQ(sim->GetPoolUsage()->used, 0u);
-  EXPECT_EQ(sim->live_events(), 0u);
-  EXPECT_EQ(sim->calls(SimOp::kPoolFree), 2u);
-}
-
-// Random work on four streams: every stream that touches a block is declared
-// (allocation stream, RecordStream, or the freeing stream), so the detector
-// must never fire; Validate and the call counts are checked after every step.
-TEST(AsyncSimTest, RandomMultiStreamWorkHasNoHazards) {
-  const std::uint64_t seed = testing::TestSeed();
-  std::cout << "GPUALLOC_TEST_SEED=" << seed << "\n";
-  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
-  std::mt19937_64 rng(seed);
-  auto sim = MakePoolSim(256 * kMiB);
-  auto a = MakeAsync(sim, 256 * kMiB);
-  ASSERT_NE(a, nullptr);
-  struct Block {
-    void* p;
-    std::uint64_t bytes;
-    std::uintptr_t stream;  // allocated on
-    std::set<std::uintptr_t> users;
-  };
-  std::vector<Block> live;
-  for (int i = 0; i < 3000; ++i) {
-    SCOPED_TRACE(::testing::Message() << "op " << i);
-    const Stream s(rng() % 4);
-    const int what = static_cast<int>(rng() % 100);
-    if (what < 45 || live.empty()) {
-      const std::uint64_t bytes =
-          rng() % 8 == 0 ? rng() % (48 * kMiB) : 1 + rng() % (256 * kKiB);
-      auto p = a->Allocate(bytes, s);
-      if (!p.ok()) {
-        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
-            << p.status();
-        continue;
-      }
-      sim->Use(s, Addr(*p), bytes);
-      live.push_back(Block{*p, bytes, s.handle, {s.handle}});
-    } else if (what < 65) {
-      // Another stream uses a live block: declared first, and after the
-      // program's own hand-over (here: the earlier users finished).
-      Block& b = live[rng() % live.size()];
-      GPUALLOC_ASSERT_OK(a->RecordStream(b.p, s));
-      for (std::uintptr_t u : b.users) {
-        if (u != s.handle) sim->CompleteStream(Stream(u));
-      }
-      sim->Use(s, Addr(b.p), b.bytes);
-      b.users.insert(s.handle);
-    } else if (what < 95) {
-      // Freed on one of its users' streams; the allocation stream, when
-      // it is another, is declared like the rest (Deallocate's contract).
-      const std::size_t k = rng() % live.size();
-      auto it = live[k].users.begin();
-      std::advance(it, rng() % live[k].users.size());
-      if (*it != live[k].stream) {
-        GPUALLOC_ASSERT_OK(a->RecordStream(live[k].p, Stream(live[k].stream)));
-      }
-      GPUALLOC_ASSERT_OK(a->Deallocate(live[k].p, Stream(*it)));
-      live[k] = std::move(live.back());
-      live.pop_back();
-    } else {
-      sim->CompleteStream(s);
-    }
-    ASSERT_EQ(sim->hazards(), 0u) << sim->hazard_log().front().ToString();
-    const absl::Status valid = a->Validate();
-    ASSERT_TRUE(valid.ok()) << valid;
-    const Stats st = a->GetStats();
-    ASSERT_EQ(st.events_recorded, sim->calls(SimOp::kRecordEvent));
-    ASSERT_EQ(st.stream_waits, sim->calls(SimOp::kStreamWaitEvent));
-    ASSERT_EQ(st.host_waits, sim->calls(SimOp::kSynchronizeEvent));
-    ASSERT_EQ(st.backend_frees, sim->calls(SimOp::kPoolFree));
-    ASSERT_EQ(st.backend_allocs, sim->calls(SimOp::kPoolAllocate) -
-                                     sim->failed_calls(SimOp::kPoolAllocate));
-    ASSERT_LE(st.bytes_in_use, st.bytes_limit);
-  }
-  // Blocks changed streams, and the pool ran out and was waited for.
-  EXPECT_GT(a->GetStats().stream_waits, 0u);
-  EXPECT_GT(a->GetStats().host_waits, 0u);
-  for (const Block& b : live) {
-    for (std::uintptr_t u : b.users) {
-      GPUALLOC_ASSERT_OK(a->RecordStream(b.p, Stream(u)));
-    }
-    GPUALLOC_ASSERT_OK(a->Deallocate(b.p, Stream(b.stream)));
-  }
-  ExpectNoHazards(*sim);
-  GPUALLOC_EXPECT_OK(a->Validate());
-  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
 }
 
 }  // namespace
