@@ -105,6 +105,7 @@ void LiveAllocations::ResetPeaks() {
   counters_.peak_bytes_in_use = counters_.bytes_in_use;
   counters_.peak_bytes_requested = counters_.bytes_requested;
   counters_.peak_bytes_held = counters_.bytes_held;
+  counters_.largest_alloc_size = 0;
 }
 
 void LiveAllocations::AppendSnapshot(

@@ -159,13 +159,12 @@ class ShadowModel {
     }
     return absl::OkStatus();
   }
-  // After Allocator::ResetPeakStats. The modes disagree on whether
-  // largest_alloc_size is a peak (BFC restarts it from 0, platform and async
-  // keep the largest ever): the caller passes the allocator's value.
-  void ResetPeaks(std::uint64_t largest_alloc_size) {
+  // After Allocator::ResetPeakStats: the peaks restart from the current
+  // values and largest_alloc_size from 0, in every mode.
+  void ResetPeaks() {
     peak_in_use_ = in_use_;
     peak_requested_ = requested_;
-    largest_ = largest_alloc_size;
+    largest_ = 0;
   }
 
   // Stream-ordered frees.

@@ -122,7 +122,8 @@ struct Stats {
   std::uint64_t num_allocs = 0;    // successful Allocate calls, ever
   std::uint64_t bytes_in_use = 0;  // sum of the sizes of in-use chunks
   std::uint64_t peak_bytes_in_use = 0;
-  std::uint64_t largest_alloc_size = 0;  // largest chunk ever handed out
+  // Largest chunk handed out since creation or the last ResetPeakStats.
+  std::uint64_t largest_alloc_size = 0;
   std::uint64_t bytes_limit = 0;
   std::uint64_t bytes_reserved = 0;  // sum of region sizes
   std::uint64_t peak_bytes_reserved = 0;
@@ -200,7 +201,8 @@ class Allocator {
   virtual absl::Status ReleaseStream(Stream stream) = 0;
 
   virtual Stats GetStats() const = 0;
-  // Resets the peak statistics to the current values.
+  // Resets the peak statistics to the current values, and largest_alloc_size
+  // to 0 (TensorFlow's ClearStats), in every mode.
   virtual void ResetPeakStats() = 0;
   virtual Snapshot GetSnapshot() const = 0;
 

@@ -93,7 +93,7 @@ typedef struct gpualloc_stats {
   uint64_t num_allocs;   /* successful allocations, ever */
   uint64_t bytes_in_use; /* sum of the sizes of in-use chunks */
   uint64_t peak_bytes_in_use;
-  uint64_t largest_alloc_size; /* largest chunk ever handed out */
+  uint64_t largest_alloc_size; /* largest chunk since the last peak reset */
   uint64_t bytes_limit;
   uint64_t bytes_reserved; /* sum of region sizes */
   uint64_t peak_bytes_reserved;
