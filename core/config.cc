@@ -1,7 +1,7 @@
 // core/config.cc: the configuration string, the environment and the defaults
 // resolved into allocator Options.
 //
-// Parsing choices (the tests in tests/config_test.cc pin each one):
+// Parsing choices (the tests in tests/core/config_test.cc pin each one):
 //  - Every value is trimmed of surrounding ASCII whitespace. A value that is
 //    then empty is an error naming the variable or key: `VAR=` in a shell
 //    script is far more often a variable that expanded to nothing than a wish

@@ -5,7 +5,7 @@
 // runtime (libamdhip64.so.7, .6, .5: the known majors, newest first) and looks
 // up every entry point by name, so a gpualloc binary starts on machines without
 // ROCm and reports Unavailable with the reason. Tests fill the table with a
-// fake runtime instead (tests/hip_fake_runtime.h).
+// fake runtime instead (tests/backends/hip_fake_runtime.h).
 //
 // Only backends/hip and its tests include this header: it pulls in the HIP
 // headers (hip/hip_runtime_api.h with __HIP_PLATFORM_AMD__). The types are the

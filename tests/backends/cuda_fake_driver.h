@@ -1,0 +1,122 @@
+// tests/backends/cuda_fake_driver.h: a fake CUDA driver for the CUDA backend's
+// tests on machines without a GPU.
+//
+// It serves every entry point the backend resolves, through a
+// cuGetProcAddress-like resolver (so tests go through ResolveEntryPoints as
+// the real loader does), records every call, keeps a small model of device
+// memory (plain allocations, reservations, physical handles, mappings and
+// access, one pool, events) and returns the CUresult a real driver would for
+// misuse, or one a test chose (FailNext). Fake addresses are numbers only.
+//
+// The entry points are plain functions, so one fake at a time is "installed"
+// (the newest one alive). Thread-safe.
+#ifndef GPUALLOC_TESTS_CUDA_FAKE_DRIVER_H_
+#define GPUALLOC_TESTS_CUDA_FAKE_DRIVER_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/cuda/cuda_driver.h"
+
+namespace gpualloc::cuda::testing {
+
+struct FakeCudaOptions {
+  std::string name = "NVIDIA H200";
+  int major = 9;
+  int minor = 0;
+  std::uint64_t total_bytes = std::uint64_t{143771} << 20;
+  int device_count = 1;
+  int driver_version = 12040;
+  bool vmm_supported = true;    // the device attribute
+  bool pools_supported = true;  // the device attribute
+  std::uint64_t min_granularity = std::uint64_t{2} << 20;
+  std::uint64_t recommended_granularity = std::uint64_t{2} << 20;
+  CUresult init_result = CUDA_SUCCESS;
+  // Entry points the resolver says the driver does not have.
+  std::set<std::string> missing_symbols;
+  // Whether the resolver knows cuGetErrorName's names.
+  bool error_names = true;
+};
+
+class FakeCudaDriver {
+ public:
+  // One resolver request: the base name, version and flags asked for.
+  struct Request {
+    std::string symbol;
+    int version = 0;
+    cuuint64_t flags = 0;
+  };
+
+  // Creates and installs the fake; the newest fake alive serves the calls.
+  static std::shared_ptr<FakeCudaDriver> Create(FakeCudaOptions options = {});
+  ~FakeCudaDriver();
+
+  // The resolver over the fake's entry points (records each request).
+  ProcAddressResolver Resolver();
+  // ResolveEntryPoints(Resolver()) into a table that keeps the fake alive.
+  absl::StatusOr<std::shared_ptr<const CudaDriverApi>> Api();
+
+  // The k-th call of `function` (base name, e.g. "cuMemMap") from now on
+  // returns `result` without doing anything.
+  void FailNext(const std::string& function, CUresult result, int k = 1);
+  // Every call of `function` returns `result` until StopFailing(function).
+  void FailAlways(const std::string& function, CUresult result);
+  void StopFailing(const std::string& function);
+  // While true, recorded events stay not ready until synchronized.
+  void SetWorkPending(bool pending);
+
+  std::vector<Request> requests() const;
+  std::vector<std::string> calls() const;
+  int count(const std::string& function) const;
+  // Calls whose name starts with `prefix` ("cuMem").
+  int count_prefix(const std::string& prefix) const;
+  std::uint64_t used_bytes() const;
+  int primary_context_refs() const;
+  int live_events() const;
+  std::size_t live_mappings() const;
+  std::size_t live_reservations() const;
+  // The last value set for a pool attribute (0 when never set).
+  std::uint64_t pool_attribute(CUmemPool_attribute attribute) const;
+
+  const FakeCudaOptions& options() const { return options_; }
+
+  // The current context is per thread, as in the driver. Besides the primary
+  // context the fake knows one other: ForeignContext() stands for whatever
+  // the calling code had current (another device's context, a framework's
+  // own). cuCtxSetCurrent accepts it; calls that need a context refuse it, so
+  // a backend call made with it current fails. ThreadContext() and
+  // SetThreadContext() read and set the calling thread's current context
+  // without going through (or being recorded as) a driver call.
+  static CUcontext PrimaryContext();
+  static CUcontext ForeignContext();
+  static CUcontext ThreadContext();
+  static void SetThreadContext(CUcontext context);
+
+  // The entry points' bodies (public for the trampolines in the .cc).
+  CUresult Enter(const char* function);
+  struct State;
+  State& state() { return *state_; }
+  absl::Mutex& mu() const { return mu_; }
+
+ private:
+  explicit FakeCudaDriver(FakeCudaOptions options);
+
+  const FakeCudaOptions options_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<State> state_;
+  std::weak_ptr<FakeCudaDriver> self_;
+  CudaDriverApi api_;
+};
+
+}  // namespace gpualloc::cuda::testing
+
+#endif  // GPUALLOC_TESTS_CUDA_FAKE_DRIVER_H_

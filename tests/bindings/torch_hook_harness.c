@@ -1,0 +1,278 @@
+/* tests/bindings/torch_hook_harness.c: drives libgpualloc_torch.so the way
+ * PyTorch's CUDAPluggableAllocator does, without PyTorch or a GPU: dlopen by
+ * path, dlsym of the entry points, then a bundled trace replayed through
+ * malloc/free (with record_stream and empty_cache mixed in) on the simulated
+ * backend (GPUALLOC_BACKEND=sim). Checks the statistics through
+ * gpualloc_torch_get_stats, the error paths, and that the library exports
+ * nothing but its entry points. Fails loudly at the first problem.
+ *
+ *   torch_hook_harness LIBRARY TRACE.csv */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpualloc/gpualloc.h" /* gpualloc_stats_t only */
+
+typedef void* (*malloc_fn)(size_t, int, void*);
+typedef void (*free_fn)(void*, size_t, int, void*);
+typedef void (*empty_cache_fn)(void);
+typedef void (*record_stream_fn)(void*, void*);
+typedef const char* (*last_error_fn)(void);
+typedef int (*get_stats_fn)(int, gpualloc_stats_t*);
+typedef char* (*snapshot_fn)(int);
+typedef void (*string_free_fn)(char*);
+
+static malloc_fn torch_malloc;
+static free_fn torch_free;
+static empty_cache_fn torch_empty_cache;
+static record_stream_fn torch_record_stream;
+typedef void (*release_stream_fn)(void*);
+static release_stream_fn torch_release_stream;
+static last_error_fn torch_last_error;
+static get_stats_fn torch_get_stats;
+static snapshot_fn torch_snapshot_json;
+static string_free_fn torch_string_free;
+
+static void Die(const char* what, long line) {
+  fprintf(stderr,
+          "torch_hook_harness: FAILED: %s (line %ld)\n  last error: %s\n", what,
+          line, torch_last_error != NULL ? torch_last_error() : "-");
+  exit(1);
+}
+#define CHECK(cond)                    \
+  do {                                 \
+    if (!(cond)) Die(#cond, __LINE__); \
+  } while (0)
+
+static void* Symbol(void* lib, const char* name) {
+  void* f = dlsym(lib, name);
+  if (f == NULL) {
+    fprintf(stderr, "torch_hook_harness: %s not exported: %s\n", name,
+            dlerror());
+    exit(1);
+  }
+  return f;
+}
+
+static gpualloc_stats_t Stats(void) {
+  gpualloc_stats_t s;
+  memset(&s, 0, sizeof(s));
+  s.struct_size = sizeof(s);
+  CHECK(torch_get_stats(0, &s) == 0);
+  return s;
+}
+
+/* One parsed trace line: "seq,action,addr_or_id,size,stream". */
+typedef struct {
+  int is_alloc;
+  uint64_t id;
+  uint64_t size;
+  uint64_t stream;
+} Op;
+
+static Op* LoadTrace(const char* path, size_t* count, uint64_t* max_id) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) {
+    perror(path);
+    exit(1);
+  }
+  size_t capacity = 1024;
+  Op* ops = malloc(capacity * sizeof(Op));
+  CHECK(ops != NULL);
+  char line[512];
+  CHECK(fgets(line, sizeof(line), f) != NULL);
+  CHECK(strncmp(line, "seq,action,addr_or_id,size,stream", 33) == 0);
+  *count = 0;
+  *max_id = 0;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    unsigned long long seq, id, size, stream;
+    char action[16];
+    if (sscanf(line, "%llu,%15[a-z],%llu,%llu,%llu", &seq, action, &id, &size,
+               &stream) != 5) {
+      fprintf(stderr, "torch_hook_harness: %s: bad line: %s", path, line);
+      exit(1);
+    }
+    CHECK(strcmp(action, "alloc") == 0 || strcmp(action, "free") == 0);
+    if (*count == capacity) {
+      capacity *= 2;
+      ops = realloc(ops, capacity * sizeof(Op));
+      CHECK(ops != NULL);
+    }
+    ops[*count].is_alloc = strcmp(action, "alloc") == 0;
+    ops[*count].id = id;
+    ops[*count].size = size;
+    ops[*count].stream = stream;
+    if (id > *max_id) *max_id = id;
+    ++*count;
+  }
+  fclose(f);
+  return ops;
+}
+
+static void* StreamOf(uint64_t stream) { return (void*)(uintptr_t)stream; }
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: torch_hook_harness LIBRARY TRACE.csv\n");
+    return 2;
+  }
+  /* Before the first call: the hook reads the environment then. */
+  setenv("GPUALLOC_BACKEND", "sim", 1);
+  setenv("GPUALLOC_PREALLOCATE", "false", 1);
+
+  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    fprintf(stderr, "torch_hook_harness: dlopen: %s\n", dlerror());
+    return 1;
+  }
+  torch_malloc = (malloc_fn)Symbol(lib, "gpualloc_torch_malloc");
+  torch_free = (free_fn)Symbol(lib, "gpualloc_torch_free");
+  torch_empty_cache = (empty_cache_fn)Symbol(lib, "gpualloc_torch_empty_cache");
+  torch_record_stream =
+      (record_stream_fn)Symbol(lib, "gpualloc_torch_record_stream");
+  torch_release_stream =
+      (release_stream_fn)Symbol(lib, "gpualloc_torch_release_stream");
+  torch_last_error = (last_error_fn)Symbol(lib, "gpualloc_torch_last_error");
+  torch_get_stats = (get_stats_fn)Symbol(lib, "gpualloc_torch_get_stats");
+  torch_snapshot_json =
+      (snapshot_fn)Symbol(lib, "gpualloc_torch_snapshot_json");
+  torch_string_free = (string_free_fn)Symbol(lib, "gpualloc_torch_string_free");
+
+  /* The gpualloc library inside stays private: neither its C API nor its
+   * C++ symbols are visible. */
+  CHECK(dlsym(lib, "gpualloc_create") == NULL);
+  CHECK(dlsym(lib, "gpualloc_malloc") == NULL);
+  CHECK(dlsym(lib,
+              "_ZN8gpualloc15CreateAllocatorERKNS_7OptionsESt10shared_"
+              "ptrINS_7BackendEE") == NULL);
+  CHECK(torch_last_error()[0] == '\0');
+
+  size_t count = 0;
+  uint64_t max_id = 0;
+  Op* ops = LoadTrace(argv[2], &count, &max_id);
+  void** live = calloc(max_id + 1, sizeof(void*));
+  uint64_t* live_stream = calloc(max_id + 1, sizeof(uint64_t));
+  size_t* live_size = calloc(max_id + 1, sizeof(size_t));
+  CHECK(live != NULL && live_stream != NULL && live_size != NULL);
+
+  uint64_t allocs = 0, frees = 0, recorded = 0, empties = 0;
+  uint64_t requested_now = 0, peak_requested = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Op* op = &ops[i];
+    if (op->is_alloc) {
+      CHECK(live[op->id] == NULL);
+      void* p = torch_malloc(op->size, 0, StreamOf(op->stream));
+      if (p == NULL) Die("gpualloc_torch_malloc returned NULL", (long)i);
+      live[op->id] = p;
+      live_stream[op->id] = op->stream;
+      live_size[op->id] = op->size;
+      requested_now += op->size;
+      if (requested_now > peak_requested) peak_requested = requested_now;
+      ++allocs;
+      /* Every 16th block is also used on a side stream. */
+      if (allocs % 16 == 0) {
+        torch_record_stream(p, StreamOf(0x5100));
+        ++recorded;
+      }
+    } else {
+      void* p = live[op->id];
+      CHECK(p != NULL);
+      torch_free(p, op->size, 0, StreamOf(live_stream[op->id]));
+      live[op->id] = NULL;
+      requested_now -= op->size;
+      ++frees;
+    }
+    /* The side stream is destroyed and made again now and then. */
+    if (i % 1000 == 499) {
+      torch_release_stream(StreamOf(0x5100));
+      CHECK(torch_last_error()[0] == '\0');
+    }
+    if (i % 1000 == 999) {
+      torch_empty_cache();
+      ++empties;
+    }
+  }
+  CHECK(torch_last_error()[0] == '\0');
+
+  gpualloc_stats_t s = Stats();
+  CHECK(s.num_allocs == allocs);
+  CHECK(s.peak_bytes_requested == peak_requested);
+  CHECK(s.peak_bytes_reserved >= s.peak_bytes_in_use);
+  CHECK(s.num_ooms == 0);
+  CHECK(recorded > 0);
+
+  char* json = torch_snapshot_json(0);
+  CHECK(json != NULL && json[0] == '{');
+  torch_string_free(json);
+
+  /* What the trace left live is freed now: nothing may leak. */
+  uint64_t left = 0;
+  for (uint64_t id = 0; id <= max_id; ++id) {
+    if (live[id] != NULL) {
+      torch_free(live[id], live_size[id], 0, StreamOf(live_stream[id]));
+      ++left;
+    }
+  }
+  s = Stats();
+  CHECK(s.bytes_in_use == 0);
+  CHECK(s.bytes_requested == 0);
+  torch_empty_cache();
+  s = Stats();
+  CHECK(s.bytes_reserved == 0);
+  CHECK(torch_last_error()[0] == '\0');
+
+  /* Error paths: NULL from malloc with the reason kept; a bad free and an
+   * unknown record_stream pointer are reported, and change nothing. */
+  CHECK(torch_malloc((size_t)1 << 50, 0, NULL) == NULL);
+  CHECK(strstr(torch_last_error(), "gpualloc_malloc") != NULL);
+  CHECK(torch_malloc(16, 42, NULL) == NULL);
+  CHECK(strstr(torch_last_error(), "ordinal 42") != NULL);
+  torch_free((void*)0x7000, 16, 0, NULL);
+  CHECK(strstr(torch_last_error(), "0x7000") != NULL);
+  void* p = torch_malloc(1000, 0, NULL);
+  CHECK(p != NULL);
+  torch_free(p, 1000, 0, NULL);
+  torch_record_stream(p, StreamOf(0x5100)); /* no longer live */
+  CHECK(strstr(torch_last_error(), "gpualloc_torch_record_stream") != NULL);
+  s = Stats();
+  CHECK(s.bytes_in_use == 0);
+  CHECK(s.num_ooms == 1);
+
+  /* A free with another size than the block was allocated with is reported
+   * and frees nothing; an interior pointer keeps the allocator's reason. */
+  p = torch_malloc(1000, 0, NULL);
+  CHECK(p != NULL);
+  const uint64_t in_use = Stats().bytes_in_use;
+  torch_free(p, 999, 0, NULL);
+  CHECK(strstr(torch_last_error(), "999 bytes") != NULL);
+  CHECK(strstr(torch_last_error(), "allocated with 1000 bytes; not freed") !=
+        NULL);
+  CHECK(Stats().bytes_in_use == in_use);
+  torch_free((char*)p + 256, 1000, 0, NULL);
+  CHECK(strstr(torch_last_error(), "interior pointer, 256 bytes into") != NULL);
+  CHECK(Stats().bytes_in_use == in_use);
+  torch_free(p, 1000, 0, NULL);
+  s = Stats();
+  CHECK(s.bytes_in_use == 0);
+  gpualloc_stats_t bad;
+  memset(&bad, 0, sizeof(bad));
+  CHECK(torch_get_stats(0, &bad) == GPUALLOC_INVALID_ARGUMENT);
+
+  printf("torch_hook_harness: %s: %" PRIu64 " allocs, %" PRIu64
+         " frees (+%" PRIu64 " left live by the trace), %" PRIu64
+         " record_stream, %" PRIu64 " empty_cache; peak requested %" PRIu64
+         ", peak reserved %" PRIu64 ", backend allocs/frees %" PRIu64
+         "/%" PRIu64 "\n",
+         argv[2], allocs, frees, left, recorded, empties, peak_requested,
+         s.peak_bytes_reserved, s.backend_allocs, s.backend_frees);
+  free(ops);
+  free(live);
+  free(live_stream);
+  free(live_size);
+  /* The library is not closed: like PyTorch, the process keeps it. */
+  return 0;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# libgpualloc_torch.so exports its gpualloc_torch_* entry points and nothing
+# else (bindings/torch/gpualloc_torch.map).
+#   tests/bindings/torch_hook_symbols.sh LIBRARY
+set -euo pipefail
+lib="$1"
+nm_tool="${NM:-nm}"
+command -v "$nm_tool" >/dev/null || { echo "SKIP: no $nm_tool"; exit 77; }
+# Defined dynamic symbols; the version-script node (type A) is not code.
+symbols="$("$nm_tool" -D --defined-only "$lib" | awk '$2 != "A" {print $3}')"
+exported="$(grep -c '^gpualloc_torch_' <<<"$symbols" || true)"
+leaked="$(grep -v '^gpualloc_torch_' <<<"$symbols" || true)"
+if [[ -n "$leaked" ]]; then
+  echo "$lib exports symbols besides gpualloc_torch_*:" >&2
+  echo "$leaked" | head -n 20 >&2
+  exit 1
+fi
+for want in malloc free empty_cache record_stream last_error get_stats; do
+  grep -qx "gpualloc_torch_$want" <<<"$symbols" ||
+    { echo "$lib: gpualloc_torch_$want is not exported" >&2; exit 1; }
+done
+echo "$lib: $exported symbols exported, all gpualloc_torch_*"

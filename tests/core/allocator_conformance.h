@@ -1,0 +1,565 @@
+// tests/core/allocator_conformance.h: the contract every Allocator mode keeps.
+//
+// Written once, like tests/backends/backend_conformance.h for Backend, and run
+// over every mode on the simulator (tests/core/allocator_modes.h): a test
+// program includes this header and instantiates the suite, e.g.
+//
+//   INSTANTIATE_TEST_SUITE_P(Sim, AllocatorConformanceTest,
+//       ::testing::ValuesIn(kAllModes), AllocatorModeName);
+//
+// The tests state only what gpualloc/allocator.h promises of every mode:
+// blocks of at least the size asked, aligned, disjoint and writable; 0 bytes
+// a unique block; bad input a clear Status that changes nothing; out of
+// memory a report with the numbers; statistics that add up, peaks that
+// reset; frees ordered after the work of every stream that used the block;
+// ReleaseStream failing without change; Trim returning what is free and
+// keeping what is live; a refusing device reported, not hidden; the
+// destructor returning everything; threads sharing one allocator. What one
+// mode does beyond that stays in its own tests. The TEST_P definitions live
+// in this header: include it in exactly one test program.
+#ifndef GPUALLOC_TESTS_ALLOCATOR_CONFORMANCE_H_
+#define GPUALLOC_TESTS_ALLOCATOR_CONFORMANCE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+#include "gtest/gtest.h"
+#include "tests/core/allocator_modes.h"
+#include "tests/core/shadow_model.h"
+#include "tests/test_util.h"
+
+namespace gpualloc::testing {
+
+// For INSTANTIATE_TEST_SUITE_P: names each instance after its mode.
+inline std::string AllocatorModeName(
+    const ::testing::TestParamInfo<AllocatorModeSpec>& info) {
+  return info.param.name;
+}
+
+class AllocatorConformanceTest
+    : public ::testing::TestWithParam<AllocatorModeSpec> {
+ protected:
+  static constexpr std::uint64_t kLimit = 64 * kMiB;
+
+  // A simulated H100 of 256 MiB (host-backed when the test writes to its
+  // blocks) and an allocator in the mode with `limit` bytes.
+  void Make(bool host_backed = false, std::uint64_t limit = kLimit) {
+    sim_ = MakeSim(256 * kMiB, host_backed);
+    ASSERT_NE(sim_, nullptr);
+    a_ = MakeAllocator(ModeOptions(GetParam(), limit), sim_);
+    ASSERT_NE(a_, nullptr);
+  }
+
+  // Frees what a test left live: every test ends with nothing in use.
+  void TearDown() override {
+    if (a_ == nullptr) return;
+    while (!shadow_.blocks().empty()) {
+      const std::uint64_t address = shadow_.blocks().begin()->first;
+      Give(reinterpret_cast<void*>(address));
+    }
+    EXPECT_EQ(a_->GetStats().bytes_in_use, 0u);
+    GPUALLOC_EXPECT_OK(a_->Validate());
+  }
+
+  // Allocates, checks the block against the model and records it (with its
+  // fill pattern on host-backed memory); nullptr on failure (reported).
+  void* Take(std::uint64_t bytes, Stream stream = Stream(),
+             std::size_t alignment = 0, bool fill = false) {
+    absl::StatusOr<void*> p = a_->Allocate(bytes, stream, alignment);
+    EXPECT_TRUE(p.ok()) << "Allocate(" << bytes << "): " << p.status();
+    if (!p.ok()) return nullptr;
+    const absl::Status added =
+        shadow_.Add(Addr(*p), bytes, alignment, stream.handle,
+                    static_cast<unsigned char>(bytes * 7 + 1));
+    EXPECT_TRUE(added.ok()) << added;
+    if (fill && added.ok()) shadow_.Fill(Addr(*p));
+    return *p;
+  }
+  void Give(void* p, Stream stream = Stream()) {
+    GPUALLOC_EXPECT_OK(a_->Deallocate(p, stream));
+    GPUALLOC_EXPECT_OK(shadow_.Remove(Addr(p)));
+  }
+  void ExpectAgreement() {
+    GPUALLOC_EXPECT_OK(a_->Validate());
+    const Stats s = a_->GetStats();
+    GPUALLOC_EXPECT_OK(shadow_.CheckStats(s));
+    EXPECT_LE(s.bytes_in_use, s.bytes_limit);
+    EXPECT_LE(s.bytes_reserved, s.peak_bytes_reserved);
+  }
+
+  // The statistics a rejected request leaves as they were.
+  static auto Unchanging(const Stats& s) {
+    return std::make_tuple(s.num_allocs, s.bytes_in_use, s.bytes_requested,
+                           s.bytes_reserved, s.peak_bytes_in_use,
+                           s.largest_alloc_size, s.backend_allocs,
+                           s.backend_frees);
+  }
+
+  // Every simulator call so far that changes something (reading the pool's
+  // usage for statistics and reports aside): a rejected request makes none.
+  std::uint64_t AllCalls() const {
+    std::uint64_t calls = 0;
+    for (int op = 0; op < kNumSimOps; ++op) {
+      if (SimOp(op) != SimOp::kGetPoolUsage) calls += sim_->calls(SimOp(op));
+    }
+    return calls;
+  }
+  void ExpectNoHazards() const {
+    EXPECT_EQ(sim_->hazards(), 0u);
+    for (const SimHazard& h : sim_->hazard_log()) ADD_FAILURE() << h.ToString();
+  }
+  bool IsAsync() const { return GetParam().mode == AllocatorMode::kAsync; }
+
+  static std::string Hex(std::uint64_t address) {
+    return absl::StrFormat("%#x", address);
+  }
+  static bool Mentions(const absl::Status& status, const std::string& text) {
+    return status.message().find(text) != std::string::npos;
+  }
+
+  std::shared_ptr<SimBackend> sim_;
+  std::unique_ptr<Allocator> a_;
+  ShadowModel shadow_;
+};
+
+// TensorFlow's BFC sums (bfc_allocator_test.cc): 1023 allocations of 1..1023
+// bytes take 654336 bytes in 256-byte blocks; freeing them gives all back.
+TEST_P(AllocatorConformanceTest, AllocateAndFreeAddUpInEveryStatistic) {
+  Make();
+  EXPECT_EQ(a_->options().mode, GetParam().mode);
+  EXPECT_EQ(a_->device().backend, "sim");
+  std::vector<void*> ptrs;
+  for (int i = 1; i < 1024; ++i) ptrs.push_back(Take(i, Stream(i % 3)));
+  Stats s = a_->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 654336u);
+  EXPECT_EQ(s.largest_alloc_size, 1024u);
+  EXPECT_EQ(s.num_allocs, 1023u);
+  EXPECT_GE(s.bytes_reserved, s.bytes_in_use);
+  ExpectAgreement();
+  for (std::size_t i = 0; i < ptrs.size(); ++i) Give(ptrs[i], Stream(i % 3));
+  s = a_->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.bytes_requested, 0u);
+  EXPECT_EQ(s.peak_bytes_in_use, 654336u);
+  ExpectAgreement();
+}
+
+TEST_P(AllocatorConformanceTest, ZeroBytesGiveUniqueNonNullBlocks) {
+  Make();
+  std::set<void*> seen;
+  for (int i = 0; i < 10; ++i) {
+    void* p = Take(0);
+    ASSERT_NE(p, nullptr);
+    EXPECT_TRUE(seen.insert(p).second) << p;
+  }
+  EXPECT_EQ(a_->GetStats().bytes_in_use, 10 * 256u);
+  EXPECT_EQ(a_->GetStats().bytes_requested, 0u);
+  ExpectAgreement();
+  for (void* p : seen) Give(p);
+  ExpectAgreement();
+}
+
+// Host-backed: every aligned block is writable to its last byte, and the
+// blocks around it keep their contents.
+TEST_P(AllocatorConformanceTest, AlignmentIsHonouredAndBlocksAreWritable) {
+  Make(/*host_backed=*/true);
+  // Leaves the next free address off any large boundary.
+  void* first = Take(256, Stream(), 0, /*fill=*/true);
+  std::vector<void*> aligned;
+  for (std::size_t alignment :
+       {256ul, 512ul, 4 * kKiB, 64 * kKiB, 1 * kMiB, 2 * kMiB}) {
+    SCOPED_TRACE(alignment);
+    void* p = Take(1000, Stream(), alignment, /*fill=*/true);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0x5a, 1000);
+    shadow_.Fill(Addr(p));
+    aligned.push_back(p);
+  }
+  GPUALLOC_EXPECT_OK(shadow_.CheckAllFills());
+  ExpectAgreement();
+  for (void* p : aligned) Give(p);
+  GPUALLOC_EXPECT_OK(shadow_.CheckFill(Addr(first)));
+  Give(first);
+  ExpectAgreement();
+}
+
+// Each bad call gets a clear Status naming the problem (and the address),
+// and changes nothing: no device call, the same statistics bar the count of
+// out-of-memory answers, every live block's contents intact.
+TEST_P(AllocatorConformanceTest, BadInputIsAClearStatusAndChangesNothing) {
+  Make(/*host_backed=*/true);
+  std::vector<void*> live;
+  for (std::size_t size : {100u, 5000u, 300000u}) {
+    live.push_back(Take(size, Stream(), 0, /*fill=*/true));
+    ASSERT_NE(live.back(), nullptr);
+  }
+  void* freed = Take(4096);
+  ASSERT_NE(freed, nullptr);
+  Give(freed);
+  const Stats before = a_->GetStats();
+  const std::uint64_t calls = AllCalls();
+
+  struct Case {
+    const char* name;
+    absl::Status status;
+    absl::StatusCode code;
+    std::string must_mention;
+    std::string address;  // named in the message when not empty
+  };
+  int stack_object = 0;
+  void* interior = static_cast<char*>(live[1]) + 256;
+  const Case cases[] = {
+      {"SIZE_MAX", a_->Allocate(SIZE_MAX).status(),
+       absl::StatusCode::kResourceExhausted, "can never succeed", ""},
+      {"limit + 1", a_->Allocate(before.bytes_limit + 1).status(),
+       absl::StatusCode::kResourceExhausted, "out of memory", ""},
+      {"alignment 3", a_->Allocate(64, Stream(), 3).status(),
+       absl::StatusCode::kInvalidArgument, "not a power of two", ""},
+      {"alignment 48", a_->Allocate(64, Stream(), 48).status(),
+       absl::StatusCode::kInvalidArgument, "alignment 48", ""},
+      {"alignment 1 TiB",
+       a_->Allocate(64, Stream(), std::size_t{1} << 40).status(),
+       absl::StatusCode::kInvalidArgument,
+       "exceeds the largest supported alignment", ""},
+      {"foreign pointer", a_->Deallocate(&stack_object),
+       absl::StatusCode::kInvalidArgument, "not allocated by this allocator",
+       Hex(Addr(&stack_object))},
+      {"interior pointer", a_->Deallocate(interior),
+       absl::StatusCode::kInvalidArgument, "interior pointer",
+       Hex(Addr(interior))},
+      {"double free", a_->Deallocate(freed, Stream(1)),
+       absl::StatusCode::kFailedPrecondition, "double free", Hex(Addr(freed))},
+      {"RecordStream on a freed block", a_->RecordStream(freed, Stream(1)),
+       absl::StatusCode::kFailedPrecondition, "RecordStream", Hex(Addr(freed))},
+      {"RecordStream on a foreign pointer",
+       a_->RecordStream(&stack_object, Stream(1)),
+       absl::StatusCode::kInvalidArgument, "RecordStream",
+       Hex(Addr(&stack_object))},
+      {"RecordStream on an interior pointer",
+       a_->RecordStream(interior, Stream(1)),
+       absl::StatusCode::kInvalidArgument, "RecordStream", Hex(Addr(interior))},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.code(), c.code) << c.name << ": " << c.status;
+    EXPECT_TRUE(Mentions(c.status, c.must_mention))
+        << c.name << ": " << c.status;
+    EXPECT_TRUE(Mentions(c.status, c.address)) << c.name << ": " << c.status;
+  }
+  GPUALLOC_EXPECT_OK(a_->Deallocate(nullptr));  // like free(NULL)
+
+  const Stats after = a_->GetStats();
+  EXPECT_EQ(AllCalls(), calls);
+  EXPECT_EQ(Unchanging(after), Unchanging(before));
+  EXPECT_EQ(after.num_ooms, before.num_ooms + 2);
+  GPUALLOC_EXPECT_OK(shadow_.CheckAllFills());
+  ExpectAgreement();
+  for (void* p : live) Give(p);
+  ExpectAgreement();
+}
+
+// Out of memory is ResourceExhausted with the request, the limit, what is in
+// use and reserved, and a hint; it changes nothing, and once memory is freed
+// the same request succeeds.
+TEST_P(AllocatorConformanceTest,
+       OutOfMemoryReportsTheNumbersAndChangesNothing) {
+  Make(/*host_backed=*/false, /*limit=*/16 * kMiB);
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 4; ++i) ptrs.push_back(Take(4 * kMiB));
+  const Stats before = a_->GetStats();
+  ASSERT_EQ(before.bytes_in_use, 16 * kMiB);
+
+  const absl::Status oom = a_->Allocate(kMiB, Stream(1)).status();
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted) << oom;
+  for (const std::string& part :
+       {std::string("out of memory"), std::string("Allocate(1048576 bytes"),
+        absl::StrFormat("limit %d", 16 * kMiB),
+        absl::StrFormat("in use %d", 16 * kMiB),
+        absl::StrFormat("reserved %d", before.bytes_reserved),
+        std::string("Hint")}) {
+    EXPECT_TRUE(Mentions(oom, part)) << part << " in: " << oom;
+  }
+  const Stats after = a_->GetStats();
+  EXPECT_EQ(after.num_ooms, 1u);
+  EXPECT_EQ(Unchanging(after), Unchanging(before));
+  ExpectAgreement();
+
+  Give(ptrs[1]);
+  Give(ptrs[2]);
+  void* again = Take(8 * kMiB);
+  ASSERT_NE(again, nullptr);
+  ExpectAgreement();
+}
+
+// Peaks follow the high-water marks and ResetPeakStats brings them down to
+// the current values; the snapshot lists every live block with its request
+// and stream, and adds up to the statistics.
+TEST_P(AllocatorConformanceTest, PeaksResetAndTheSnapshotAddsUp) {
+  Make();
+  void* p = Take(kMiB, Stream(5));
+  void* q = Take(100, Stream(6));
+  Give(p, Stream(5));
+  Stats s = a_->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_in_use, kMiB + 256);
+  EXPECT_EQ(s.peak_bytes_requested, kMiB + 100);
+  EXPECT_EQ(s.largest_alloc_size, kMiB);
+  EXPECT_GE(s.peak_bytes_reserved, kMiB + 256);
+  ExpectAgreement();
+  a_->ResetPeakStats();
+  shadow_.ResetPeaks();
+  s = a_->GetStats();
+  EXPECT_EQ(s.largest_alloc_size, 0u);
+  EXPECT_EQ(s.peak_bytes_in_use, 256u);
+  EXPECT_EQ(s.peak_bytes_requested, 100u);
+  EXPECT_EQ(s.peak_bytes_reserved, s.bytes_reserved);
+  ExpectAgreement();
+
+  const Snapshot snap = a_->GetSnapshot();
+  std::uint64_t in_use = 0, regions = 0;
+  int found = 0;
+  for (const RegionSnapshot& r : snap.regions) {
+    regions += r.size;
+    for (const ChunkSnapshot& c : r.chunks) {
+      EXPECT_GE(c.address, r.base);
+      EXPECT_LE(c.address + c.size, r.base + r.size);
+      if (!c.in_use) continue;
+      in_use += c.size;
+      if (c.address == Addr(q)) {
+        ++found;
+        EXPECT_EQ(c.size, 256u);
+        EXPECT_EQ(c.requested, 100u);
+        EXPECT_EQ(c.stream, 6u);
+      }
+    }
+  }
+  EXPECT_EQ(found, 1);
+  EXPECT_EQ(in_use, snap.stats.bytes_in_use);
+  EXPECT_EQ(snap.stats.bytes_in_use, 256u);
+  // The async mode's reserve is the pool's, which rounds up to segments.
+  if (IsAsync()) {
+    EXPECT_LE(regions, snap.stats.bytes_reserved);
+  } else {
+    EXPECT_EQ(regions, snap.stats.bytes_reserved);
+  }
+  Give(q, Stream(6));
+}
+
+// Memory moving between streams is ordered after the work that used it: on
+// the allocation stream, on the freeing stream and on every stream
+// RecordStream named. The simulator's hazard detector sees every overlap.
+TEST_P(AllocatorConformanceTest, FreedMemoryIsReusedOnlyAfterItsStreamsWork) {
+  Make(/*host_backed=*/false, /*limit=*/8 * kMiB);
+  std::set<void*> addresses;
+  for (int i = 0; i < 40; ++i) {
+    const Stream s(1 + i % 4);
+    void* p = Take(2 * kMiB, s);
+    ASSERT_NE(p, nullptr);
+    addresses.insert(p);
+    sim_->Use(s, Addr(p), 2 * kMiB);
+    if (i % 3 == 0) {
+      // Another stream uses it too, declared, after the program's own
+      // hand-over; freed on a third.
+      const Stream other(1 + (i + 1) % 4);
+      GPUALLOC_ASSERT_OK(a_->RecordStream(p, other));
+      sim_->OrderStreams(other, s);
+      sim_->Use(other, Addr(p), 2 * kMiB);
+      Give(p, Stream(1 + (i + 2) % 4));
+    } else {
+      Give(p, s);
+    }
+  }
+  ExpectNoHazards();
+  ExpectAgreement();
+}
+
+// ReleaseStream: when the last event on the stream cannot be recorded the
+// call fails and nothing changes; retried, it succeeds, and the allocator
+// never names the stream again while its work still counts.
+TEST_P(AllocatorConformanceTest, ReleaseStreamFailsWithoutChangeThenHolds) {
+  Make(/*host_backed=*/false, /*limit=*/8 * kMiB);
+  const Stream s1(1), s2(2);
+  void* p = Take(4 * kMiB, s1);
+  void* live = Take(2 * kMiB, s1);
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(live, nullptr);
+  sim_->Use(s1, Addr(p), 4 * kMiB);
+  sim_->Use(s1, Addr(live), 2 * kMiB);
+  Give(p, s1);
+
+  const Stats before = a_->GetStats();
+  sim_->FailNthCall(SimOp::kRecordEvent, 1,
+                    absl::InternalError("simulated record failure"));
+  const absl::Status failed = a_->ReleaseStream(s1);
+  sim_->ClearFaults();
+  // The caching modes record the stream's last event; the platform mode,
+  // whose frees synchronize the device, has nothing to record.
+  const bool recorded = sim_->failed_calls(SimOp::kRecordEvent) > 0;
+  EXPECT_EQ(recorded, GetParam().mode != AllocatorMode::kPlatform);
+  EXPECT_EQ(failed.ok(), !recorded) << failed;
+  if (!failed.ok()) {
+    EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
+    EXPECT_TRUE(Mentions(failed, "ReleaseStream")) << failed;
+    EXPECT_TRUE(Mentions(failed, "simulated record failure")) << failed;
+    const Stats after = a_->GetStats();
+    EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+    EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
+    EXPECT_EQ(after.events_recorded, before.events_recorded);
+  }
+  ExpectAgreement();
+  GPUALLOC_ASSERT_OK(a_->ReleaseStream(s1));
+  sim_->DestroyStream(s1);
+  GPUALLOC_ASSERT_OK(a_->ReleaseStream(s1));  // twice: nothing names it
+
+  // s2 takes all the memory there is, twice, the live block freed between.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<void*> taken;
+    for (int i = 0; i < 4; ++i) {
+      absl::StatusOr<void*> q = a_->Allocate(2 * kMiB, s2);
+      if (!q.ok()) continue;
+      GPUALLOC_ASSERT_OK(shadow_.Add(Addr(*q), 2 * kMiB, 0, s2.handle));
+      sim_->Use(s2, Addr(*q), 2 * kMiB);
+      taken.push_back(*q);
+    }
+    EXPECT_FALSE(taken.empty());
+    if (round == 0) Give(live, s2);
+    for (void* q : taken) Give(q, s2);
+    ExpectAgreement();
+  }
+  EXPECT_EQ(sim_->calls_on_destroyed_streams(), 0u);
+  ExpectNoHazards();
+}
+
+// Trim returns what is free (all of it once nothing is live) and keeps every
+// live block where it is, contents intact; the allocator serves on after.
+TEST_P(AllocatorConformanceTest, TrimReturnsWhatIsFreeAndKeepsWhatIsLive) {
+  Make(/*host_backed=*/true);
+  void* keep = Take(kMiB, Stream(), 0, /*fill=*/true);
+  void* drop = Take(10 * kMiB, Stream(), 0, /*fill=*/true);
+  ASSERT_NE(keep, nullptr);
+  ASSERT_NE(drop, nullptr);
+  Give(drop);
+  const std::uint64_t reserved = a_->GetStats().bytes_reserved;
+  GPUALLOC_ASSERT_OK(a_->Trim());
+  EXPECT_LE(a_->GetStats().bytes_reserved, reserved);
+  EXPECT_GE(a_->GetStats().bytes_reserved, kMiB);
+  GPUALLOC_EXPECT_OK(shadow_.CheckAllFills());
+  ExpectAgreement();
+
+  Give(keep);
+  GPUALLOC_ASSERT_OK(a_->Trim());
+  EXPECT_EQ(a_->GetStats().bytes_reserved, 0u);
+  EXPECT_EQ(sim_->bytes_allocated(), 0u);
+  EXPECT_EQ(sim_->physical_bytes(), 0u);
+  ExpectAgreement();
+
+  void* again = Take(3 * kMiB, Stream(), 0, /*fill=*/true);
+  ASSERT_NE(again, nullptr);
+  GPUALLOC_EXPECT_OK(shadow_.CheckFill(Addr(again)));
+  Give(again);
+  ExpectAgreement();
+}
+
+// A device that refuses memory is out of memory (with the device's words),
+// a device error passes through with its code and is not counted as out of
+// memory; neither changes anything, and the next request succeeds.
+TEST_P(AllocatorConformanceTest, DeviceRefusalsAndErrorsAreReportedNotHidden) {
+  Make();
+  const Stats before = a_->GetStats();
+  const SimOp growth = GrowthOp(a_->options());
+  sim_->FailNthCall(growth, 1);
+  const absl::Status refused = a_->Allocate(kMiB).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_TRUE(Mentions(refused, "out of memory")) << refused;
+  EXPECT_TRUE(Mentions(refused, "simulated fault")) << refused;
+  EXPECT_EQ(a_->GetStats().num_ooms, 1u);
+  ExpectAgreement();
+
+  sim_->FailNthCall(growth, 1, absl::InternalError("driver broke"));
+  const absl::Status broken = a_->Allocate(kMiB).status();
+  EXPECT_EQ(broken.code(), absl::StatusCode::kInternal) << broken;
+  EXPECT_TRUE(Mentions(broken, "driver broke")) << broken;
+  EXPECT_EQ(a_->GetStats().num_ooms, 1u);
+  EXPECT_EQ(Unchanging(a_->GetStats()), Unchanging(before));
+  ExpectAgreement();
+
+  sim_->ClearFaults();
+  void* p = Take(kMiB);
+  ASSERT_NE(p, nullptr);
+  Give(p);
+  ExpectAgreement();
+}
+
+// Destroying the allocator returns every block, region, mapping and event to
+// the device, live allocations included.
+TEST_P(AllocatorConformanceTest, DestructorReturnsEverythingToTheDevice) {
+  Make();
+  void* p = Take(kMiB, Stream(1));
+  ASSERT_NE(p, nullptr);
+  GPUALLOC_ASSERT_OK(a_->RecordStream(p, Stream(2)));
+  Take(3 * kMiB, Stream(3));
+  void* freed = Take(kMiB, Stream(1));
+  sim_->Use(Stream(1), Addr(freed), kMiB);
+  Give(freed, Stream(2));
+  ::testing::internal::CaptureStderr();  // the live-allocations line
+  a_.reset();
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(sim_->live_allocations(), 0u);
+  EXPECT_EQ(sim_->bytes_allocated(), 0u);
+  EXPECT_EQ(sim_->physical_bytes(), 0u);
+  EXPECT_EQ(sim_->mapped_bytes(), 0u);
+  EXPECT_EQ(sim_->reserved_address_bytes(), 0u);
+  EXPECT_EQ(sim_->GetPoolUsage()->used, 0u);
+  EXPECT_EQ(sim_->live_events(), 0u);
+}
+
+// Threads allocate on their own streams and free each other's blocks.
+TEST_P(AllocatorConformanceTest, ThreadsShareOneAllocator) {
+  Make(/*host_backed=*/false, /*limit=*/0);
+  constexpr int kThreads = 4;
+  constexpr int kOps = 300;
+  std::vector<std::vector<void*>> handoff(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<void*> mine;
+      for (int i = 0; i < kOps; ++i) {
+        auto p = a_->Allocate(256 * (1 + (i * 7919 + t) % 4096), Stream(t + 1));
+        ASSERT_TRUE(p.ok()) << p.status();
+        mine.push_back(*p);
+        if (mine.size() > 16) {
+          ASSERT_TRUE(a_->Deallocate(mine.front(), Stream(t + 1)).ok());
+          mine.erase(mine.begin());
+        }
+      }
+      handoff[(t + 1) % kThreads] = std::move(mine);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  threads.clear();
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (void* p : handoff[t]) {
+        ASSERT_TRUE(a_->Deallocate(p, Stream(t + 1)).ok());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  const Stats s = a_->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.num_allocs, std::uint64_t{kThreads} * kOps);
+  GPUALLOC_EXPECT_OK(a_->Validate());
+}
+
+}  // namespace gpualloc::testing
+
+#endif  // GPUALLOC_TESTS_ALLOCATOR_CONFORMANCE_H_

@@ -1,0 +1,431 @@
+// tests/core/allocator_expandable_test.cc: the BFC allocator with expandable
+// regions on the simulated device's virtual memory: TensorFlow's
+// virtual-memory case, granule accounting (mapped bytes = reserved bytes,
+// nothing mapped twice, nothing unmapped while in use or while work on it is
+// pending), faults, defaults, and no out-of-memory on the bundled traces when
+// the device holds their peak with 2% to spare.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace gpualloc {
+namespace {
+
+using testing::kGiB;
+using testing::kMiB;
+using testing::MakeAllocator;
+using testing::MakeSim;
+
+Options Expandable(std::uint64_t limit, bool preallocate = false) {
+  Options o;
+  o.preallocate = preallocate;
+  o.memory_limit = limit;
+  o.expandable = Tristate::kOn;
+  return o;
+}
+
+// Mapped bytes equal reserved bytes, physical memory is exactly what is
+// mapped (handles are released once mapped), and the core is valid.
+void ExpectAccounting(const Allocator& a, const SimBackend& sim) {
+  const Stats s = a.GetStats();
+  EXPECT_EQ(sim.mapped_bytes(), s.bytes_reserved);
+  EXPECT_EQ(sim.physical_bytes(), s.bytes_reserved);
+  EXPECT_EQ(sim.bytes_allocated(), 0u);  // no plain allocation at all
+  GPUALLOC_EXPECT_OK(a.Validate());
+}
+
+// TensorFlow's virtual-memory case: 128 blocks of 4 MiB under a 512 MiB
+// limit, 127 freed, then 508 MiB. The block kept sits in the middle of the
+// largest region, so separate regions cannot make room; expandable regions
+// unmap the free granules and map 508 MiB next to the kept block.
+bool LargeRequestAfterFragmentation(Options o) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(o, sim);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 128; ++i) {
+    auto p = a->Allocate(4 * kMiB);
+    EXPECT_TRUE(p.ok()) << i << ": " << p.status();
+    if (!p.ok()) return false;
+    blocks.push_back(*p);
+  }
+  for (int i = 0; i < 128; ++i) {
+    if (i != 100) GPUALLOC_EXPECT_OK(a->Deallocate(blocks[i]));
+  }
+  auto big = a->Allocate(508 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  if (!big.ok()) {
+    EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+    return false;
+  }
+  if (o.expandable == Tristate::kOn) ExpectAccounting(*a, *sim);
+  EXPECT_LE(a->GetStats().bytes_reserved, 512 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*big));
+  GPUALLOC_EXPECT_OK(a->Deallocate(blocks[100]));
+  return true;
+}
+
+TEST(AllocatorExpandableTest, TensorFlowVirtualMemoryCaseWithGrowth) {
+  Options o = Expandable(512 * kMiB);
+  o.growth_policy = GrowthPolicy::kDoubling;  // TF's growth
+  EXPECT_TRUE(LargeRequestAfterFragmentation(o));
+  o.expandable = Tristate::kOff;  // regions of 4, 8, ..., 256 MiB
+  EXPECT_FALSE(LargeRequestAfterFragmentation(o));
+}
+
+TEST(AllocatorExpandableTest, TensorFlowVirtualMemoryCasePreallocated) {
+  Options o = Expandable(512 * kMiB, /*preallocate=*/true);
+  EXPECT_TRUE(LargeRequestAfterFragmentation(o));
+  o.expandable = Tristate::kOff;  // one 512 MiB region
+  EXPECT_FALSE(LargeRequestAfterFragmentation(o));
+}
+
+TEST(AllocatorExpandableTest, GrowthJoinsTheFreeTail) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+  // A small growth maps three 2 MiB granules at once (one handle).
+  void* x = *a->Allocate(kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 6 * kMiB);
+  // 3 MiB more fits the free 5 MiB tail: no growth.
+  void* y = *a->Allocate(3 * kMiB);
+  EXPECT_EQ(testing::Addr(y), testing::Addr(x) + kMiB);
+  EXPECT_EQ(a->GetStats().backend_allocs, 1u);
+  // 20 MiB more: the free 2 MiB tail plus 18 MiB mapped right after it.
+  void* z = *a->Allocate(20 * kMiB);
+  EXPECT_EQ(testing::Addr(z), testing::Addr(x) + 4 * kMiB);
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 24 * kMiB);
+  EXPECT_EQ(s.backend_allocs, 2u);
+  EXPECT_EQ(a->GetSnapshot().regions.size(), 1u);
+  ExpectAccounting(*a, *sim);
+  for (void* p : {x, y, z}) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  EXPECT_EQ(a->GetStats().largest_free_block_bytes, 24 * kMiB);
+}
+
+TEST(AllocatorExpandableTest, TrimUnmapsFreeGranulesAndGrowthRefillsTheHole) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+  // Each growth maps exactly what it needs (6 MiB and more is no small
+  // growth).
+  void* x = *a->Allocate(6 * kMiB);
+  void* y = *a->Allocate(12 * kMiB);
+  void* z = *a->Allocate(6 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(y));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 12 * kMiB);
+  EXPECT_EQ(a->GetSnapshot().regions.size(), 2u);  // the hole splits it
+  ExpectAccounting(*a, *sim);
+  // 10 MiB fits the 12 MiB hole (mapping 10 MiB) better than the end.
+  void* w = *a->Allocate(10 * kMiB);
+  EXPECT_EQ(testing::Addr(w), testing::Addr(x) + 6 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 22 * kMiB);
+  ExpectAccounting(*a, *sim);
+  for (void* p : {x, z, w}) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 0u);
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  ExpectAccounting(*a, *sim);
+}
+
+TEST(AllocatorExpandableTest, NothingIsUnmappedWhileWorkOnItIsPending) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+  const Stream s1(1), s2(2);
+  void* x = *a->Allocate(8 * kMiB, s1);
+  void* y = *a->Allocate(2 * kMiB, s2);
+  sim->Use(s1, testing::Addr(x), 8 * kMiB);
+  sim->Use(s2, testing::Addr(y), 2 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(x, s1));  // s1's work still runs
+  GPUALLOC_ASSERT_OK(a->Deallocate(y, s2));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  // The host waited for both streams before unmapping their memory.
+  EXPECT_EQ(sim->hazards(), 0u);
+  EXPECT_GE(a->GetStats().host_waits, 2u);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 0u);
+  EXPECT_EQ(sim->access_violations(), 0u);
+  ExpectAccounting(*a, *sim);
+}
+
+// Growth unmaps free granules the request cannot use (they would only
+// inflate what is reserved), but never waits on the host for that: memory
+// whose work is still pending stays mapped, and a later growth, once an event
+// query says the work completed, unmaps it.
+TEST(AllocatorExpandableTest, GrowthUnmapsOnlyWhatNoPendingWorkUses) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+  const Stream s(1);
+  void* x = *a->Allocate(8 * kMiB, s);
+  void* guard = *a->Allocate(2 * kMiB, s);
+  sim->Use(s, testing::Addr(x), 8 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(x, s));  // s's work on x still runs
+  // 16 MiB does not fit the free 8 MiB: growth at the end. x's granules are
+  // not unmapped (the work is pending), and nobody waited.
+  void* y = *a->Allocate(16 * kMiB, s);
+  Stats st = a->GetStats();
+  EXPECT_EQ(st.host_waits, 0u);
+  EXPECT_EQ(st.bytes_reserved, 26 * kMiB);
+  EXPECT_EQ(st.backend_frees, 0u);
+  // The work completes; the next growth finds out by a query and unmaps.
+  sim->CompleteAll();
+  void* z = *a->Allocate(32 * kMiB, s);
+  st = a->GetStats();
+  EXPECT_EQ(st.host_waits, 0u);
+  EXPECT_EQ(st.bytes_reserved, 50 * kMiB);
+  EXPECT_EQ(sim->calls(SimOp::kSynchronizeEvent), 0u);
+  EXPECT_EQ(sim->hazards(), 0u);
+  EXPECT_EQ(sim->access_violations(), 0u);
+  ExpectAccounting(*a, *sim);
+  for (void* p : {guard, y, z}) GPUALLOC_EXPECT_OK(a->Deallocate(p, s));
+}
+
+TEST(AllocatorExpandableTest, RandomOperationsKeepTheGranulesAccounted) {
+  SimOptions so;
+  so.profile = "h100";
+  so.total_bytes = 256 * kMiB;
+  so.memory = SimMemory::kHostBacked;
+  auto sim = testing::MakeSim(so);
+  Options o = Expandable(128 * kMiB);
+  auto a = MakeAllocator(o, sim);
+  std::mt19937_64 rng(7);
+  struct Live {
+    void* p;
+    std::uint64_t size;
+    std::uint8_t fill;
+  };
+  std::vector<Live> live;
+  for (int op = 0; op < 3000; ++op) {
+    const int what = static_cast<int>(rng() % 10);
+    if (what < 5 || live.empty()) {
+      // Mostly small, sometimes a few granules.
+      const std::uint64_t size =
+          rng() % 4 == 0 ? 1 + rng() % (12 * kMiB) : 1 + rng() % (64 * 1024);
+      auto p = a->Allocate(size);
+      if (!p.ok()) {
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        continue;
+      }
+      const std::uint8_t fill = static_cast<std::uint8_t>(rng());
+      std::memset(*p, fill, size);
+      live.push_back(Live{*p, size, fill});
+    } else if (what < 9) {
+      const std::size_t i = rng() % live.size();
+      const Live l = live[i];
+      const auto* bytes = static_cast<const std::uint8_t*>(l.p);
+      for (std::uint64_t k = 0; k < l.size; k += 4093) {
+        ASSERT_EQ(bytes[k], l.fill) << "block corrupted at op " << op;
+      }
+      ASSERT_EQ(bytes[l.size - 1], l.fill);
+      GPUALLOC_ASSERT_OK(a->Deallocate(l.p));
+      live[i] = live.back();
+      live.pop_back();
+    } else {
+      GPUALLOC_ASSERT_OK(a->Trim());
+    }
+    ExpectAccounting(*a, *sim);
+    if (::testing::Test::HasFailure()) return;
+  }
+  for (const Live& l : live) GPUALLOC_EXPECT_OK(a->Deallocate(l.p));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  EXPECT_GT(sim->calls(SimOp::kUnmap), 0u);
+}
+
+TEST(AllocatorExpandableTest, FailedMappingLeavesNothingBehind) {
+  auto sim = MakeSim(kGiB);
+  // Preallocating 8 MiB maps four 2 MiB handles; the third cannot be mapped.
+  auto a = MakeAllocator(Expandable(8 * kMiB, /*preallocate=*/true), sim);
+  sim->FailNthCall(SimOp::kMap, 3, absl::InternalError("injected map fault"));
+  auto p = a->Allocate(2 * kMiB);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInternal) << p.status();
+  EXPECT_NE(p.status().message().find("injected map fault"), std::string::npos)
+      << p.status();
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  ExpectAccounting(*a, *sim);
+  // Out of physical memory is out of memory, with the device's reason.
+  sim->FailNthCall(SimOp::kCreatePhysical, 1);
+  auto q = a->Allocate(2 * kMiB);
+  EXPECT_EQ(q.status().code(), absl::StatusCode::kResourceExhausted)
+      << q.status();
+  ExpectAccounting(*a, *sim);
+  // The next attempt works.
+  auto r = a->Allocate(8 * kMiB);
+  GPUALLOC_ASSERT_OK(r.status());
+  ExpectAccounting(*a, *sim);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*r));
+}
+
+TEST(AllocatorExpandableTest, DestructionUnmapsAndFreesTheRange) {
+  auto sim = MakeSim(kGiB);
+  {
+    auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+    GPUALLOC_ASSERT_OK(a->Allocate(10 * kMiB).status());
+    EXPECT_GT(sim->reserved_address_bytes(), 0u);
+  }
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  EXPECT_EQ(sim->reserved_address_bytes(), 0u);
+}
+
+TEST(AllocatorExpandableTest, DestructionWaitsForPendingWorkBeforeUnmapping) {
+  auto sim = MakeSim(kGiB);
+  const Stream s1(1), s2(2);
+  {
+    auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+    void* freed = *a->Allocate(4 * kMiB, s1);
+    void* live = *a->Allocate(4 * kMiB, s2);
+    sim->Use(s1, testing::Addr(freed), 4 * kMiB);
+    sim->Use(s2, testing::Addr(live), 4 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(freed, s1));
+    // `live` dies with the allocator, its kernel still running.
+  }
+  EXPECT_EQ(sim->hazards(), 0u);  // no unmap under pending work
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
+TEST(AllocatorExpandableTest, HandlesAreReleasedOnlyAfterTheirUnmap) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+  // Growth maps one handle of its whole size: one create, one map.
+  void* p = *a->Allocate(6 * kMiB);
+  EXPECT_EQ(sim->calls(SimOp::kCreatePhysical), 1u);
+  EXPECT_EQ(sim->calls(SimOp::kMap), 1u);
+  EXPECT_EQ(sim->calls(SimOp::kReleasePhysical), 0u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->calls(SimOp::kUnmap), 1u);
+  EXPECT_EQ(sim->calls(SimOp::kReleasePhysical), 1u);
+  ExpectAccounting(*a, *sim);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
+TEST(AllocatorExpandableTest, AGranuleThatIsNoPowerOfTwoWorks) {
+  auto sim = MakeSim(kGiB);
+  Options o = Expandable(240 * kMiB);
+  o.growth_granularity = 6 * kMiB;
+  auto a = MakeAllocator(o, sim);
+  void* p = *a->Allocate(kMiB);  // a small growth: three 6 MiB units
+  void* q = *a->Allocate(7 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 18 * kMiB);
+  // 10 MiB free at the end: 12 MiB more would do, a small growth again.
+  void* r = *a->Allocate(20 * kMiB);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 36 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Deallocate(r));
+  EXPECT_EQ(testing::Addr(p) % (2 * kMiB), 0u);
+  ExpectAccounting(*a, *sim);
+  GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  GPUALLOC_EXPECT_OK(a->Deallocate(q));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+}
+
+TEST(AllocatorExpandableTest, TheDefaultFollowsTheBackend) {
+  Options o;
+  o.preallocate = false;
+  auto with_vmm = MakeSim(kGiB);
+  auto a = MakeAllocator(o, with_vmm);
+  GPUALLOC_ASSERT_OK(a->Allocate(kMiB).status());
+  EXPECT_EQ(with_vmm->calls(SimOp::kAllocate), 0u);
+  EXPECT_EQ(with_vmm->calls(SimOp::kMap), 1u);
+
+  SimOptions so;
+  so.profile = "h100";
+  so.total_bytes = kGiB;
+  so.virtual_memory = false;
+  auto without = testing::MakeSim(so);
+  auto b = MakeAllocator(o, without);
+  GPUALLOC_ASSERT_OK(b->Allocate(kMiB).status());
+  EXPECT_EQ(without->calls(SimOp::kAllocate), 1u);
+
+  o.expandable = Tristate::kOn;
+  auto refused = CreateAllocator(o, without);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  o.mode = AllocatorMode::kPlatform;
+  auto platform = CreateAllocator(o, with_vmm);
+  EXPECT_EQ(platform.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(platform.status().message().find("expandable"), std::string::npos);
+}
+
+// The goal: no out-of-memory on a trace whose peak live bytes are at
+// most 98% of the device.
+TEST(AllocatorExpandableTest, BundledTracesFitADeviceWith2PercentToSpare) {
+#if GPUALLOC_DEBUG_CHECKS >= 2
+  // 52k operations with the whole validator after each: minutes under the
+  // sanitizers' build; the main test run replays them.
+  GTEST_SKIP() << "debug_checks=2 build: covered by the main test run";
+#endif
+  const std::string dir = GPUALLOC_TRACE_DIR;
+  int replayed = 0;
+  for (const char* name : {"torch-cs336-medium_1024_inference.csv",
+                           "torch-cs336-medium_1024_training.csv",
+                           "torch-cs336-medium_128_training.csv",
+                           "torch-opt125m-zo-finetune.csv"}) {
+    std::ifstream in(dir + "/" + name);
+    if (!in) continue;
+    struct Op {
+      bool alloc;
+      std::uint64_t id, size;
+    };
+    std::vector<Op> ops;
+    std::string line;
+    std::getline(in, line);  // header
+    std::uint64_t live = 0, peak = 0;
+    std::map<std::uint64_t, std::uint64_t> sizes;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ',');
+      ASSERT_EQ(f.size(), 5u) << line;
+      Op op{f[1] == "alloc", std::stoull(f[2]), std::stoull(f[3])};
+      if (op.alloc) {
+        live += op.size;
+        sizes[op.id] = op.size;
+        peak = std::max(peak, live);
+      } else {
+        live -= sizes[op.id];
+      }
+      ops.push_back(op);
+    }
+    SimOptions so;
+    so.profile = "h100";
+    // Peak / 0.98, in whole 256-byte blocks (the device's alignment).
+    so.total_bytes =
+        (static_cast<std::uint64_t>(static_cast<double>(peak) / 0.98) / 256 +
+         1) *
+        256;
+    auto sim = testing::MakeSim(so);
+    Options o;
+    o.preallocate = false;
+    o.memory_fraction = 1.0;
+    o.expandable = Tristate::kOn;
+    auto a = MakeAllocator(o, sim);
+    std::map<std::uint64_t, void*> ptrs;
+    for (const Op& op : ops) {
+      if (op.alloc) {
+        auto p = a->Allocate(op.size);
+        ASSERT_TRUE(p.ok()) << name << ": peak live " << peak << " bytes on a "
+                            << so.total_bytes << "-byte device: " << p.status();
+        ptrs[op.id] = *p;
+      } else {
+        GPUALLOC_ASSERT_OK(a->Deallocate(ptrs.at(op.id)));
+        ptrs.erase(op.id);
+      }
+    }
+    ExpectAccounting(*a, *sim);
+    ++replayed;
+  }
+  EXPECT_EQ(replayed, 4) << "traces missing from " << dir;
+}
+
+}  // namespace
+}  // namespace gpualloc

@@ -1,0 +1,69 @@
+// tests/core/allocator_modes.h: the five ways an Allocator serves memory, as
+// the conformance suite (tests/core/allocator_conformance.h), the
+// random-operation test and the fuzz target run them on the simulator.
+//
+// The simulator has virtual memory on by default, so Options' expandable=kAuto
+// would silently pick expandable regions: every mode here names it.
+#ifndef GPUALLOC_TESTS_ALLOCATOR_MODES_H_
+#define GPUALLOC_TESTS_ALLOCATOR_MODES_H_
+
+#include <cstdint>
+#include <ostream>
+
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+
+namespace gpualloc::testing {
+
+struct AllocatorModeSpec {
+  const char* name;  // test-name suffix
+  AllocatorMode mode;
+  bool preallocate;
+  bool expandable;
+};
+
+inline constexpr AllocatorModeSpec kBfcSeparate{
+    "BfcSeparate", AllocatorMode::kBfc, false, false};
+inline constexpr AllocatorModeSpec kBfcExpandable{
+    "BfcExpandable", AllocatorMode::kBfc, false, true};
+inline constexpr AllocatorModeSpec kBfcPreallocated{
+    "BfcPreallocated", AllocatorMode::kBfc, true, false};
+inline constexpr AllocatorModeSpec kPlatform{
+    "Platform", AllocatorMode::kPlatform, false, false};
+inline constexpr AllocatorModeSpec kAsync{"Async", AllocatorMode::kAsync, false,
+                                          false};
+inline constexpr AllocatorModeSpec kAllModes[] = {
+    kBfcSeparate, kBfcExpandable, kBfcPreallocated, kPlatform, kAsync};
+
+inline void PrintTo(const AllocatorModeSpec& spec, std::ostream* os) {
+  *os << spec.name;
+}
+
+// Options for `spec` with `limit` bytes (0: the default fraction).
+inline Options ModeOptions(const AllocatorModeSpec& spec, std::uint64_t limit) {
+  Options o;
+  o.mode = spec.mode;
+  o.preallocate = spec.preallocate;
+  o.expandable = spec.expandable ? Tristate::kOn : Tristate::kOff;
+  o.memory_limit = limit;
+  return o;
+}
+
+// The simulator call that takes memory from the device in this mode: the
+// one to make fail to see the mode cope with a refusal.
+inline SimOp GrowthOp(const Options& o) {
+  switch (o.mode) {
+    case AllocatorMode::kPlatform:
+      return SimOp::kAllocate;
+    case AllocatorMode::kAsync:
+      return SimOp::kPoolAllocate;
+    case AllocatorMode::kBfc:
+      break;
+  }
+  return o.expandable == Tristate::kOff ? SimOp::kAllocate
+                                        : SimOp::kCreatePhysical;
+}
+
+}  // namespace gpualloc::testing
+
+#endif  // GPUALLOC_TESTS_ALLOCATOR_MODES_H_

@@ -1,0 +1,296 @@
+// tests/core/allocator_test.cc: the BFC allocator over separate regions on the
+// simulated backend: growth, preallocation, TensorFlow's BFC behaviour, fault
+// injection, garbage collection and Trim. What every mode promises (bad
+// input, out-of-memory reports, statistics, threads...) is the conformance
+// suite's (tests/core/allocator_conformance.h).
+#include "gpualloc/allocator.h"
+
+#include <malloc.h>
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace gpualloc {
+namespace {
+
+using testing::kGiB;
+using testing::kKiB;
+using testing::kMiB;
+using testing::MakeAllocator;
+using testing::MakeSim;
+
+// These tests are about separate regions (one backend allocation each);
+// expandable regions have their own tests (allocator_expandable_test.cc).
+Options Regions() {
+  Options o;
+  o.expandable = Tristate::kOff;
+  return o;
+}
+
+Options Growth(std::uint64_t limit = 0) {
+  Options o = Regions();
+  o.preallocate = false;
+  o.memory_limit = limit;
+  return o;
+}
+
+TEST(AllocatorTest, PreallocatesTheFractionOnFirstUse) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Regions(), sim);
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), 0u);  // nothing before first use
+  auto p = a->Allocate(1000);
+  GPUALLOC_ASSERT_OK(p);
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 60 * kGiB);
+  EXPECT_EQ(s.bytes_limit, 60 * kGiB);
+  EXPECT_EQ(s.bytes_in_use, 1024u);
+  EXPECT_EQ(s.bytes_requested, 1000u);
+  EXPECT_EQ(s.backend_allocs, 1u);
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), 1u);
+  for (int i = 0; i < 100; ++i) GPUALLOC_ASSERT_OK(a->Allocate(1 << 20));
+  EXPECT_EQ(sim->calls(SimOp::kAllocate), 1u);  // never again
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AllocatorTest, GrowsOnDemandInGranules) {
+  auto sim = MakeSim(80 * kGiB);
+  auto a = MakeAllocator(Growth(), sim);
+  auto p = a->Allocate(1);
+  GPUALLOC_ASSERT_OK(p);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 2 * kMiB);
+  auto q = a->Allocate(5 * kMiB);
+  GPUALLOC_ASSERT_OK(q);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 2 * kMiB + 6 * kMiB);
+  EXPECT_EQ(a->GetStats().backend_allocs, 2u);
+  // Small requests pack into the first region.
+  for (int i = 0; i < 100; ++i) GPUALLOC_ASSERT_OK(a->Allocate(1000));
+  EXPECT_EQ(a->GetStats().backend_allocs, 2u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AllocatorTest, DoublingPolicyGrowsGeometrically) {
+  auto sim = MakeSim(80 * kGiB);
+  Options o = Growth();
+  o.growth_policy = GrowthPolicy::kDoubling;
+  auto a = MakeAllocator(o, sim);
+  GPUALLOC_ASSERT_OK(a->Allocate(2 * kMiB));  // 2 MiB region
+  GPUALLOC_ASSERT_OK(a->Allocate(2 * kMiB));  // 4 MiB region
+  GPUALLOC_ASSERT_OK(a->Allocate(2 * kMiB));  // fits in the 4 MiB region
+  GPUALLOC_ASSERT_OK(a->Allocate(2 * kMiB));  // 8 MiB region
+  EXPECT_EQ(a->GetStats().bytes_reserved, 14 * kMiB);
+  EXPECT_EQ(a->GetStats().backend_allocs, 3u);
+}
+
+// TensorFlow's BFC test: 1024 rounds of {4 KiB, 8 MiB, 16 KiB, 40 MiB}
+// allocated then freed; then a 4 KiB request gets the very first pointer back.
+TEST(AllocatorTest, TensorFlowRoundsReuseTheFirstPointer) {
+  for (bool preallocate : {true, false}) {
+    auto a =
+        MakeAllocator(preallocate ? Regions() : Growth(), MakeSim(16 * kGiB));
+    void* first = nullptr;
+    for (int round = 0; round < 1024; ++round) {
+      std::vector<void*> ptrs;
+      for (std::uint64_t size : {4 * kKiB, 8 * kMiB, 16 * kKiB, 40 * kMiB}) {
+        auto p = a->Allocate(size);
+        GPUALLOC_ASSERT_OK(p);
+        if (first == nullptr) first = *p;
+        ptrs.push_back(*p);
+      }
+      for (void* p : ptrs) GPUALLOC_ASSERT_OK(a->Deallocate(p));
+    }
+    EXPECT_EQ(a->GetStats().peak_bytes_in_use, 50352128u) << preallocate;
+    auto again = a->Allocate(4 * kKiB);
+    GPUALLOC_ASSERT_OK(again);
+    EXPECT_EQ(*again, first) << preallocate;
+    GPUALLOC_EXPECT_OK(a->Validate());
+  }
+}
+
+TEST(AllocatorTest, BadCreateArguments) {
+  EXPECT_EQ(CreateAllocator(Options(), nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Options o;
+  o.memory_fraction = 2;
+  auto a = CreateAllocator(o, MakeSim(kGiB));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("memory_fraction"), std::string::npos);
+}
+
+TEST(AllocatorTest, FragmentationHintWhenPiecesAreFree) {
+  Options o = Regions();
+  o.memory_limit = 64 * kMiB;  // preallocated: one region
+  auto a = MakeAllocator(o, MakeSim(kGiB));
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 8; ++i) ptrs.push_back(*a->Allocate(8 * kMiB));
+  for (int i = 0; i < 8; i += 2) GPUALLOC_ASSERT_OK(a->Deallocate(ptrs[i]));
+  auto oom = a->Allocate(16 * kMiB);
+  ASSERT_EQ(oom.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(oom.status().message().find("in pieces"), std::string::npos)
+      << oom.status();
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.largest_free_block_bytes, 8 * kMiB);
+  EXPECT_DOUBLE_EQ(s.fragmentation, 1.0 - 8.0 / 32.0);
+}
+
+TEST(AllocatorTest, GarbageCollectionReturnsFreeRegionsOnOom) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Growth(64 * kMiB), sim);
+  // Fill the limit with 2 MiB regions, then free them all.
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 32; ++i) ptrs.push_back(*a->Allocate(2 * kMiB));
+  for (void* p : ptrs) GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  EXPECT_EQ(a->GetStats().bytes_reserved, 64 * kMiB);
+  // 32 MiB fits in no 2 MiB region: GC releases them, then growth succeeds.
+  GPUALLOC_ASSERT_OK(a->Allocate(32 * kMiB));
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 32 * kMiB);
+  EXPECT_EQ(s.backend_frees, 32u);
+  EXPECT_EQ(s.num_ooms, 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(AllocatorTest, TrimBeforeGrowthKeepsThePeakDown) {
+  for (bool trim : {true, false}) {
+    SCOPED_TRACE(trim);
+    Options o = Growth(256 * kMiB);
+    o.trim_before_growth = trim;
+    auto a = MakeAllocator(o, MakeSim(kGiB));
+    void* keep = *a->Allocate(2 * kMiB);
+    void* p = *a->Allocate(8 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(p));
+    // 16 MiB fits nowhere: the free 8 MiB region goes back first (or stays).
+    GPUALLOC_ASSERT_OK(a->Allocate(16 * kMiB));
+    const Stats s = a->GetStats();
+    EXPECT_EQ(s.bytes_reserved, (trim ? 18 : 26) * kMiB);
+    EXPECT_EQ(s.peak_bytes_reserved, (trim ? 18 : 26) * kMiB);
+    EXPECT_EQ(s.backend_frees, trim ? 1u : 0u);
+    EXPECT_EQ(s.num_ooms, 0u);
+    GPUALLOC_EXPECT_OK(a->Validate());
+    (void)keep;
+  }
+}
+
+TEST(AllocatorTest, WithoutGarbageCollectionTheSameRequestFails) {
+  Options o = Growth(64 * kMiB);
+  o.garbage_collection = false;
+  o.trim_before_growth = false;
+  auto a = MakeAllocator(o, MakeSim(kGiB));
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 32; ++i) ptrs.push_back(*a->Allocate(2 * kMiB));
+  for (void* p : ptrs) GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  EXPECT_EQ(a->Allocate(32 * kMiB).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  GPUALLOC_ASSERT_OK(a->Trim());
+  GPUALLOC_ASSERT_OK(a->Allocate(32 * kMiB));
+}
+
+TEST(AllocatorTest, TrimReturnsOnlyFullyFreeRegions) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Growth(), sim);
+  void* keep = *a->Allocate(kMiB);
+  void* drop = *a->Allocate(10 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(drop));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 2 * kMiB);
+  EXPECT_EQ(sim->live_allocations(), 1u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(keep));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 0u);
+  EXPECT_EQ(sim->live_allocations(), 0u);
+  EXPECT_EQ(sim->bytes_allocated(), 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// Fault injection: the backend refuses the k-th allocation; no leak, no
+// corruption, and the allocator keeps serving.
+TEST(AllocatorTest, FaultInjectionOnGrowth) {
+  for (std::uint64_t k = 1; k <= 4; ++k) {
+    SCOPED_TRACE(k);
+    auto sim = MakeSim(kGiB);
+    auto a = MakeAllocator(Growth(), sim);
+    sim->FailNthCall(SimOp::kAllocate, k);
+    std::vector<void*> ptrs;
+    int failures = 0;
+    for (int i = 0; i < 6; ++i) {
+      auto p = a->Allocate(3 * kMiB);  // each needs a new region
+      if (p.ok()) {
+        ptrs.push_back(*p);
+      } else {
+        ++failures;
+        EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        EXPECT_NE(p.status().message().find("simulated fault"),
+                  std::string::npos);
+      }
+      GPUALLOC_ASSERT_OK(a->Validate());
+    }
+    EXPECT_EQ(failures, 1);
+    EXPECT_EQ(sim->live_allocations(), ptrs.size());
+    for (void* p : ptrs) GPUALLOC_ASSERT_OK(a->Deallocate(p));
+    GPUALLOC_ASSERT_OK(a->Trim());
+    EXPECT_EQ(sim->live_allocations(), 0u);
+  }
+}
+
+TEST(AllocatorTest, FaultInjectionOnPreallocationIsRetriedLater) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Regions(), sim);
+  sim->FailNthCall(SimOp::kAllocate, 1);
+  auto p = a->Allocate(100);
+  ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(p.status().message().find("preallocating"), std::string::npos)
+      << p.status();
+  EXPECT_EQ(a->GetStats().bytes_reserved, 0u);
+  GPUALLOC_ASSERT_OK(a->Allocate(100));
+  EXPECT_EQ(a->GetStats().bytes_reserved, 768 * kMiB);
+}
+
+TEST(AllocatorTest, FaultInjectionOnTrimKeepsTheRegionUsable) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Growth(), sim);
+  void* p = *a->Allocate(kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  sim->FailNthCall(SimOp::kFree, 1,
+                   absl::InternalError("simulated driver error"));
+  absl::Status trimmed = a->Trim();
+  EXPECT_EQ(trimmed.code(), absl::StatusCode::kInternal);
+  GPUALLOC_ASSERT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 2 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Allocate(kMiB));
+  EXPECT_EQ(a->GetStats().backend_allocs, 1u);
+}
+
+TEST(AllocatorTest, DoublingBacksOffWhenTheDeviceRefuses) {
+  auto sim = MakeSim(kGiB);
+  Options o = Growth();
+  o.growth_policy = GrowthPolicy::kDoubling;
+  auto a = MakeAllocator(o, sim);
+  GPUALLOC_ASSERT_OK(a->Allocate(2 * kMiB));  // 2 MiB region; next is 4 MiB
+  sim->FailNthCall(SimOp::kAllocate, 1);      // the 4 MiB try fails
+  GPUALLOC_ASSERT_OK(a->Allocate(kMiB));      // the 2 MiB region is full: grow
+  EXPECT_EQ(a->GetStats().bytes_reserved, 4 * kMiB);  // 2 MiB after backing off
+  EXPECT_EQ(sim->failed_calls(SimOp::kAllocate), 1u);
+}
+
+// Host metadata grows with chunks, never with the pool: preallocating 75% of a
+// simulated H200 costs well under 1 MiB of host memory.
+TEST(AllocatorTest, PreallocatingAnH200CostsLittleHostMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "mallinfo2 does not see allocations under AddressSanitizer";
+#endif
+  SimOptions so;
+  so.profile = "h200";
+  auto sim = MakeSim(so);
+  const std::size_t before = mallinfo2().uordblks;
+  auto a = MakeAllocator(Regions(), sim);
+  GPUALLOC_ASSERT_OK(a->Allocate(1));
+  const std::size_t after = mallinfo2().uordblks;
+  EXPECT_LT(after - before, 1u << 20) << "host bytes used: " << after - before;
+  EXPECT_GT(a->GetStats().bytes_reserved, 100 * kGiB);
+}
+
+}  // namespace
+}  // namespace gpualloc

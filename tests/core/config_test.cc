@@ -1,0 +1,977 @@
+// tests/core/config_test.cc: the configuration string, the environment and the
+// defaults (docs/ARCHITECTURE.md, "Configuration reference"): every variable
+// and alias, precedence, strictness and the messages errors carry.
+#include "gpualloc/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace gpualloc {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::kGiB;
+using testing::kKiB;
+using testing::kMiB;
+
+using Env = std::map<std::string, std::string>;
+
+absl::StatusOr<Config> Resolve(const std::string& config_string,
+                               const Env& env = {}) {
+  return ResolveConfig(config_string, MapEnvironment(env));
+}
+
+const ConfigSetting& SettingOf(const Config& c, const std::string& key) {
+  for (const ConfigSetting& s : c.settings) {
+    if (s.key == key) return s;
+  }
+  static const ConfigSetting kMissing{"missing", "", ValueOrigin::kDefault, ""};
+  ADD_FAILURE() << "no setting " << key;
+  return kMissing;
+}
+
+const std::vector<std::string> kAllKeys = {
+    "allocator",     "preallocate",  "mem_fraction", "mem_limit",
+    "expandable",    "arch",         "gc",           "backend",
+    "device_memory", "cross_stream", "growth",       "granularity",
+    "min_block",     "split_bound",  "name",         "memory_kind"};
+
+TEST(ConfigTest, DefaultsAreJaxs) {
+  auto c = Resolve("");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Options defaults;
+  EXPECT_EQ(c->options.mode, AllocatorMode::kBfc);
+  EXPECT_TRUE(c->options.preallocate);
+  EXPECT_EQ(c->options.memory_fraction, 0.75);
+  EXPECT_EQ(c->options.memory_limit, 0u);
+  EXPECT_EQ(c->options.expandable, Tristate::kAuto);
+  EXPECT_EQ(c->options.arch, "auto");
+  EXPECT_TRUE(c->options.garbage_collection);
+  EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kWhenComplete);
+  EXPECT_EQ(c->options.name, "");
+  EXPECT_EQ(c->options.growth_policy, defaults.growth_policy);
+  EXPECT_EQ(c->backend, BackendKind::kAuto);
+  EXPECT_EQ(c->device_memory, 0u);
+
+  // Every key, in the table's order, from the defaults.
+  ASSERT_EQ(c->settings.size(), kAllKeys.size());
+  for (std::size_t i = 0; i < kAllKeys.size(); ++i) {
+    EXPECT_EQ(c->settings[i].key, kAllKeys[i]);
+    EXPECT_EQ(c->settings[i].origin, ValueOrigin::kDefault) << kAllKeys[i];
+    EXPECT_EQ(c->settings[i].source, "default") << kAllKeys[i];
+  }
+  EXPECT_EQ(SettingOf(*c, "allocator").value, "bfc");
+  EXPECT_EQ(SettingOf(*c, "preallocate").value, "true");
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").value, "0.75");
+  EXPECT_EQ(SettingOf(*c, "mem_limit").value, "unset");
+  EXPECT_EQ(SettingOf(*c, "expandable").value, "auto");
+  EXPECT_EQ(SettingOf(*c, "arch").value, "auto");
+  EXPECT_EQ(SettingOf(*c, "gc").value, "true");
+  EXPECT_EQ(SettingOf(*c, "backend").value, "auto");
+  EXPECT_EQ(SettingOf(*c, "device_memory").value, "unset");
+  EXPECT_EQ(SettingOf(*c, "cross_stream").value, "when_complete");
+  EXPECT_EQ(SettingOf(*c, "growth").value, "exact");
+  EXPECT_EQ(SettingOf(*c, "granularity").value, "profile");
+  EXPECT_EQ(SettingOf(*c, "min_block").value, "profile");
+  EXPECT_EQ(SettingOf(*c, "split_bound").value, "0");
+  EXPECT_EQ(c->options.growth_granularity, defaults.growth_granularity);
+  EXPECT_EQ(c->options.min_block_size, defaults.min_block_size);
+  EXPECT_EQ(c->options.max_internal_fragmentation,
+            defaults.max_internal_fragmentation);
+  EXPECT_EQ(SettingOf(*c, "name").value, "");
+  EXPECT_EQ(c->memory_kind, MemoryKind::kCoarse);
+  EXPECT_EQ(SettingOf(*c, "memory_kind").value, "coarse");
+}
+
+// One variable set: the key takes the value, with the variable as its source.
+struct VariableCase {
+  std::string variable;
+  std::string value;
+  std::string key;
+  std::string effective;  // the setting's value text
+  ValueOrigin origin;
+};
+
+TEST(ConfigTest, EachVariableAndAlias) {
+  const std::vector<VariableCase> cases = {
+      {"GPUALLOC_ALLOCATOR", "platform", "allocator", "platform",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_ALLOCATOR", "async", "allocator", "async",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_ALLOCATOR", "BFC", "allocator", "bfc", ValueOrigin::kVariable},
+      {"GPUALLOC_PREALLOCATE", "false", "preallocate", "false",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_PREALLOCATE", "0", "preallocate", "false",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_PREALLOCATE", "True", "preallocate", "true",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEM_FRACTION", "0.5", "mem_fraction", "0.5",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEM_FRACTION", "1", "mem_fraction", "1",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEM_FRACTION", " .9 ", "mem_fraction", "0.9",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEM_LIMIT", "40GiB", "mem_limit", "42949672960",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEM_LIMIT", "512 MB", "mem_limit", "512000000",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_EXPANDABLE", "false", "expandable", "false",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_EXPANDABLE", "1", "expandable", "true",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_EXPANDABLE", "AUTO", "expandable", "auto",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_ARCH", "MI300X", "arch", "mi300x", ValueOrigin::kVariable},
+      {"GPUALLOC_ARCH", "generic-nvidia", "arch", "generic-nvidia",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_ARCH", "auto", "arch", "auto", ValueOrigin::kVariable},
+      {"GPUALLOC_GC", "0", "gc", "false", ValueOrigin::kVariable},
+      {"GPUALLOC_BACKEND", "sim", "backend", "sim", ValueOrigin::kVariable},
+      {"GPUALLOC_BACKEND", "cuda", "backend", "cuda", ValueOrigin::kVariable},
+      {"GPUALLOC_BACKEND", "hip", "backend", "hip", ValueOrigin::kVariable},
+      {"GPUALLOC_BACKEND", "auto", "backend", "auto", ValueOrigin::kVariable},
+      {"GPUALLOC_DEVICE_MEMORY", "80GB", "device_memory", "80000000000",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_CROSS_STREAM", "stream_wait", "cross_stream", "stream_wait",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_CROSS_STREAM", "when_complete", "cross_stream",
+       "when_complete", ValueOrigin::kVariable},
+      {"GPUALLOC_GROWTH", "doubling", "growth", "doubling",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_GROWTH", "EXACT", "growth", "exact", ValueOrigin::kVariable},
+      {"GPUALLOC_GRANULARITY", "32MiB", "granularity", "33554432",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MIN_BLOCK", "4096", "min_block", "4096",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MIN_BLOCK", "1KiB", "min_block", "1024",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_SPLIT_BOUND", "1MiB", "split_bound", "1048576",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_SPLIT_BOUND", "0", "split_bound", "0", ValueOrigin::kVariable},
+      {"GPUALLOC_NAME", "train step", "name", "train step",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEMORY_KIND", "fine", "memory_kind", "fine",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEMORY_KIND", " Coarse ", "memory_kind", "coarse",
+       ValueOrigin::kVariable},
+      // JAX/XLA/TF aliases.
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", "default", "allocator", "bfc",
+       ValueOrigin::kAlias},
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", "bfc", "allocator", "bfc",
+       ValueOrigin::kAlias},
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", "platform", "allocator", "platform",
+       ValueOrigin::kAlias},
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async", "allocator", "async",
+       ValueOrigin::kAlias},
+      {"XLA_PYTHON_CLIENT_PREALLOCATE", "false", "preallocate", "false",
+       ValueOrigin::kAlias},
+      {"XLA_CLIENT_MEM_FRACTION", ".95", "mem_fraction", "0.95",
+       ValueOrigin::kAlias},
+      {"XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3", "mem_fraction", "0.3",
+       ValueOrigin::kAlias},
+      {"TF_ENABLE_GPU_GARBAGE_COLLECTION", "false", "gc", "false",
+       ValueOrigin::kAlias},
+  };
+  for (const VariableCase& t : cases) {
+    SCOPED_TRACE(t.variable + "=" + t.value);
+    auto c = Resolve("", {{t.variable, t.value}});
+    ASSERT_TRUE(c.ok()) << c.status();
+    const ConfigSetting& s = SettingOf(*c, t.key);
+    EXPECT_EQ(s.value, t.effective);
+    EXPECT_EQ(s.origin, t.origin);
+    EXPECT_EQ(s.source, t.variable);
+    // Every other key stays at its default.
+    for (const ConfigSetting& other : c->settings) {
+      if (other.key != t.key) {
+        EXPECT_EQ(other.origin, ValueOrigin::kDefault) << other.key;
+      }
+    }
+  }
+}
+
+TEST(ConfigTest, VariablesReachTheOptions) {
+  auto c = Resolve("", {{"GPUALLOC_ALLOCATOR", "platform"},
+                        {"GPUALLOC_PREALLOCATE", "false"},
+                        {"GPUALLOC_MEM_FRACTION", "0.5"},
+                        {"GPUALLOC_MEM_LIMIT", "40GiB"},
+                        {"GPUALLOC_EXPANDABLE", "false"},
+                        {"GPUALLOC_ARCH", "H100"},
+                        {"GPUALLOC_GC", "false"},
+                        {"GPUALLOC_BACKEND", "sim"},
+                        {"GPUALLOC_DEVICE_MEMORY", "80GB"},
+                        {"GPUALLOC_CROSS_STREAM", "stream_wait"},
+                        {"GPUALLOC_GROWTH", "doubling"},
+                        {"GPUALLOC_GRANULARITY", "2MiB"},
+                        {"GPUALLOC_MIN_BLOCK", "512"},
+                        {"GPUALLOC_SPLIT_BOUND", "1MiB"},
+                        {"GPUALLOC_NAME", "job"},
+                        {"GPUALLOC_MEMORY_KIND", "fine"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(c->options.mode, AllocatorMode::kPlatform);
+  EXPECT_FALSE(c->options.preallocate);
+  EXPECT_EQ(c->options.memory_fraction, 0.5);
+  // Both are kept; the limit decides (Options::memory_limit).
+  EXPECT_EQ(c->options.memory_limit, 40 * kGiB);
+  EXPECT_EQ(c->options.expandable, Tristate::kOff);
+  EXPECT_EQ(c->options.arch, "h100");
+  EXPECT_FALSE(c->options.garbage_collection);
+  EXPECT_EQ(c->backend, BackendKind::kSim);
+  EXPECT_EQ(c->device_memory, 80'000'000'000u);
+  EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kStreamWait);
+  EXPECT_EQ(c->options.growth_policy, GrowthPolicy::kDoubling);
+  EXPECT_EQ(c->options.growth_granularity, 2 * kMiB);
+  EXPECT_EQ(c->options.min_block_size, 512u);
+  EXPECT_EQ(c->options.max_internal_fragmentation, 1 * kMiB);
+  EXPECT_EQ(c->options.name, "job");
+  for (const ConfigSetting& s : c->settings) {
+    EXPECT_EQ(s.origin, ValueOrigin::kVariable) << s.key;
+  }
+}
+
+// Precedence, per key: option > GPUALLOC_* variable > alias > default.
+struct PrecedenceCase {
+  std::string key;
+  std::string variable;
+  std::string alias;  // empty: the key has none
+  // Three distinct valid values, written for the option, the variable and the
+  // alias, and the effective value text each gives.
+  std::string option_value, variable_value, alias_value;
+  std::string option_effective, variable_effective, alias_effective;
+};
+
+TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
+  const std::vector<PrecedenceCase> cases = {
+      {"allocator", "GPUALLOC_ALLOCATOR", "XLA_PYTHON_CLIENT_ALLOCATOR",
+       "async", "platform", "default", "async", "platform", "bfc"},
+      {"preallocate", "GPUALLOC_PREALLOCATE", "XLA_PYTHON_CLIENT_PREALLOCATE",
+       "true", "false", "true", "true", "false", "true"},
+      {"mem_fraction", "GPUALLOC_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
+       "0.1", "0.2", "0.3", "0.1", "0.2", "0.3"},
+      {"mem_fraction", "GPUALLOC_MEM_FRACTION",
+       "XLA_PYTHON_CLIENT_MEM_FRACTION", "0.1", "0.2", "0.3", "0.1", "0.2",
+       "0.3"},
+      {"gc", "GPUALLOC_GC", "TF_ENABLE_GPU_GARBAGE_COLLECTION", "false", "true",
+       "false", "false", "true", "false"},
+      {"mem_limit", "GPUALLOC_MEM_LIMIT", "", "1GiB", "2GiB", "", "1073741824",
+       "2147483648", ""},
+      {"expandable", "GPUALLOC_EXPANDABLE", "", "false", "true", "", "false",
+       "true", ""},
+      {"arch", "GPUALLOC_ARCH", "", "h100", "mi250x", "", "h100", "mi250x", ""},
+      {"backend", "GPUALLOC_BACKEND", "", "sim", "hip", "", "sim", "hip", ""},
+      {"device_memory", "GPUALLOC_DEVICE_MEMORY", "", "1GB", "2GB", "",
+       "1000000000", "2000000000", ""},
+      {"cross_stream", "GPUALLOC_CROSS_STREAM", "", "stream_wait",
+       "when_complete", "", "stream_wait", "when_complete", ""},
+      {"name", "GPUALLOC_NAME", "", "a", "b", "", "a", "b", ""},
+      {"memory_kind", "GPUALLOC_MEMORY_KIND", "", "fine", "coarse", "", "fine",
+       "coarse", ""},
+  };
+  for (const PrecedenceCase& t : cases) {
+    SCOPED_TRACE(t.key + " / " + t.variable + " / " + t.alias);
+    Env all = {{t.variable, t.variable_value}};
+    if (!t.alias.empty()) all[t.alias] = t.alias_value;
+    const std::string option = t.key + "=" + t.option_value;
+
+    auto c = Resolve(option, all);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(SettingOf(*c, t.key).value, t.option_effective);
+    EXPECT_EQ(SettingOf(*c, t.key).origin, ValueOrigin::kOption);
+    EXPECT_EQ(SettingOf(*c, t.key).source, "config string");
+
+    c = Resolve("", all);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(SettingOf(*c, t.key).value, t.variable_effective);
+    EXPECT_EQ(SettingOf(*c, t.key).origin, ValueOrigin::kVariable);
+    EXPECT_EQ(SettingOf(*c, t.key).source, t.variable);
+
+    if (!t.alias.empty()) {
+      c = Resolve("", {{t.alias, t.alias_value}});
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(SettingOf(*c, t.key).value, t.alias_effective);
+      EXPECT_EQ(SettingOf(*c, t.key).origin, ValueOrigin::kAlias);
+      EXPECT_EQ(SettingOf(*c, t.key).source, t.alias);
+    }
+  }
+}
+
+TEST(ConfigTest, OverridesStructIsOptionOrigin) {
+  ConfigOverrides o;
+  o.memory_fraction = 0.25;
+  o.arch = "MI250X";
+  o.backend = BackendKind::kSim;
+  auto c = ResolveConfig(o, MapEnvironment({{"GPUALLOC_MEM_FRACTION", "0.5"},
+                                            {"GPUALLOC_GC", "false"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_fraction, 0.25);
+  EXPECT_EQ(c->options.arch, "mi250x");  // canonical spelling
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").origin, ValueOrigin::kOption);
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").source, "option");
+  EXPECT_EQ(SettingOf(*c, "gc").origin, ValueOrigin::kVariable);
+  EXPECT_EQ(SettingOf(*c, "gc").source, "GPUALLOC_GC");
+  EXPECT_EQ(SettingOf(*c, "backend").value, "sim");
+  EXPECT_EQ(SettingOf(*c, "allocator").origin, ValueOrigin::kDefault);
+}
+
+TEST(ConfigTest, BadOverridesAreRejectedLikeParsedOnes) {
+  struct Case {
+    std::string name;
+    ConfigOverrides o;
+    std::string needle;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"fraction", {}, "option mem_fraction=\"1.5\""});
+  cases.back().o.memory_fraction = 1.5;
+  cases.push_back({"nan fraction", {}, "option mem_fraction"});
+  cases.back().o.memory_fraction = std::nan("");
+  cases.push_back({"zero limit", {}, "option mem_limit=\"0\""});
+  cases.back().o.memory_limit = 0;
+  cases.push_back({"arch", {}, "option arch=\"h300\""});
+  cases.back().o.arch = "h300";
+  cases.push_back({"device memory", {}, "option device_memory=\"0\""});
+  cases.back().o.device_memory = 0;
+  cases.push_back({"growth enum", {}, "option growth"});
+  cases.back().o.growth_policy = static_cast<GrowthPolicy>(7);
+  cases.push_back({"zero granularity", {}, "option granularity=\"0\""});
+  cases.back().o.growth_granularity = 0;
+  cases.push_back({"min block", {}, "option min_block=\"100\""});
+  cases.back().o.min_block_size = 100;
+  cases.push_back({"backend enum", {}, "option backend"});
+  cases.back().o.backend = static_cast<BackendKind>(42);
+  for (const Case& t : cases) {
+    SCOPED_TRACE(t.name);
+    auto c = ResolveConfig(t.o, MapEnvironment({}));
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(), HasSubstr(t.needle));
+  }
+}
+
+TEST(ConfigTest, VariableWinsOverAliasButAliasIsStillParsed) {
+  auto c = Resolve("", {{"GPUALLOC_PREALLOCATE", "true"},
+                        {"XLA_PYTHON_CLIENT_PREALLOCATE", "false"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->options.preallocate);
+
+  c = Resolve("", {{"GPUALLOC_PREALLOCATE", "true"},
+                   {"XLA_PYTHON_CLIENT_PREALLOCATE", "maybe"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("XLA_PYTHON_CLIENT_PREALLOCATE=\"maybe\""));
+
+  // An option does not hide a bad variable either.
+  c = Resolve("mem_fraction=0.5", {{"GPUALLOC_MEM_FRACTION", "2"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("GPUALLOC_MEM_FRACTION=\"2\""));
+}
+
+TEST(ConfigTest, FractionFromAHigherLevelBeatsALimitFromALowerOne) {
+  // The program's fraction beats the environment's limit ...
+  auto c = ResolveConfig("mem_fraction=0.5",
+                         MapEnvironment({{"GPUALLOC_MEM_LIMIT", "40GiB"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_limit, 0u);
+  EXPECT_EQ(c->options.memory_fraction, 0.5);
+  EXPECT_NE(SettingOf(*c, "mem_limit").source.find("overridden"),
+            std::string::npos);
+  // ... while at one level the limit beats the fraction.
+  c = ResolveConfig("", MapEnvironment({{"GPUALLOC_MEM_LIMIT", "40GiB"},
+                                        {"GPUALLOC_MEM_FRACTION", "0.5"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_limit, 40ull << 30);
+  // And a variable's limit beats an alias's fraction.
+  c = ResolveConfig("",
+                    MapEnvironment({{"GPUALLOC_MEM_LIMIT", "40GiB"},
+                                    {"XLA_PYTHON_CLIENT_MEM_FRACTION", ".9"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_limit, 40ull << 30);
+}
+
+TEST(ConfigTest, BothFractionAliasesIsAnError) {
+  for (const Env& env : {Env{{"XLA_CLIENT_MEM_FRACTION", "0.5"},
+                             {"XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5"}},
+                         Env{{"XLA_CLIENT_MEM_FRACTION", "0.5"},
+                             {"XLA_PYTHON_CLIENT_MEM_FRACTION", "0.6"}},
+                         Env{{"GPUALLOC_MEM_FRACTION", "0.4"},
+                             {"XLA_CLIENT_MEM_FRACTION", "0.5"},
+                             {"XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5"}}}) {
+    auto c = Resolve("", env);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(), HasSubstr("XLA_CLIENT_MEM_FRACTION=\""));
+    EXPECT_THAT(c.status().message(),
+                HasSubstr("XLA_PYTHON_CLIENT_MEM_FRACTION=\""));
+  }
+}
+
+// A bad value for every variable: InvalidArgument naming the variable and
+// quoting the value.
+struct BadCase {
+  std::string variable;
+  std::string value;
+  std::string why;  // a part of the explanation
+};
+
+TEST(ConfigTest, BadValueForEveryVariable) {
+  const std::vector<BadCase> cases = {
+      {"GPUALLOC_ALLOCATOR", "cuda_async", "not one of bfc, platform, async"},
+      {"GPUALLOC_ALLOCATOR", "", "empty"},
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", "async",
+       "not one of default, bfc, platform, cuda_async"},
+      {"GPUALLOC_PREALLOCATE", "yes", "not a boolean"},
+      {"GPUALLOC_PREALLOCATE", "truee", "not a boolean"},
+      {"XLA_PYTHON_CLIENT_PREALLOCATE", "2", "not a boolean"},
+      {"GPUALLOC_MEM_FRACTION", "1.5", "not in (0, 1]"},
+      {"GPUALLOC_MEM_FRACTION", "2", "not in (0, 1]"},
+      {"GPUALLOC_MEM_FRACTION", "0", "not in (0, 1]"},
+      {"GPUALLOC_MEM_FRACTION", "0.0", "not in (0, 1]"},
+      {"GPUALLOC_MEM_FRACTION", "-0.5", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", "nan", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", "inf", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", "0.5x", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", "5e-1", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", "0.5.1", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", ".", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", "50%", "not a decimal number"},
+      {"GPUALLOC_MEM_FRACTION", "   ", "empty"},
+      {"XLA_CLIENT_MEM_FRACTION", "1.01", "not in (0, 1]"},
+      {"XLA_PYTHON_CLIENT_MEM_FRACTION", "abc", "not a decimal number"},
+      {"GPUALLOC_MEM_LIMIT", "0", "more than 0 bytes"},
+      {"GPUALLOC_MEM_LIMIT", "40G", "unknown unit"},
+      {"GPUALLOC_MEM_LIMIT", "-1GB", "not a size"},
+      {"GPUALLOC_MEM_LIMIT", "lots", "not a size"},
+      {"GPUALLOC_MEM_LIMIT", "99999999999TB", "64 bits"},
+      {"GPUALLOC_EXPANDABLE", "maybe", "not one of true, false, auto"},
+      {"GPUALLOC_ARCH", "h300", "valid names: auto, h100"},
+      {"GPUALLOC_ARCH", "sm_90", "unknown architecture profile"},
+      {"GPUALLOC_GC", "2", "not a boolean"},
+      {"TF_ENABLE_GPU_GARBAGE_COLLECTION", "off", "not a boolean"},
+      {"GPUALLOC_BACKEND", "opencl", "not one of auto, sim, cuda, hip"},
+      {"GPUALLOC_DEVICE_MEMORY", "1.5B", "whole number of bytes"},
+      {"GPUALLOC_DEVICE_MEMORY", "0GiB", "more than 0 bytes"},
+      {"GPUALLOC_CROSS_STREAM", "never",
+       "not one of when_complete, stream_wait"},
+      {"GPUALLOC_GROWTH", "linear", "not one of exact, doubling"},
+      {"GPUALLOC_GROWTH", "", "empty"},
+      {"GPUALLOC_GRANULARITY", "0", "more than 0 bytes"},
+      {"GPUALLOC_GRANULARITY", "2M", "unknown unit"},
+      {"GPUALLOC_MIN_BLOCK", "300", "power of two"},
+      {"GPUALLOC_MIN_BLOCK", "8", "power of two"},
+      {"GPUALLOC_MIN_BLOCK", "0", "power of two"},
+      {"GPUALLOC_SPLIT_BOUND", "-1", "not a size"},
+      {"GPUALLOC_SPLIT_BOUND", "1.5B", "whole number of bytes"},
+      {"GPUALLOC_NAME", "", "empty"},
+  };
+  for (const BadCase& t : cases) {
+    SCOPED_TRACE(t.variable + "=" + t.value);
+    auto c = Resolve("", {{t.variable, t.value}});
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(),
+                HasSubstr(t.variable + "=\"" + t.value + "\""));
+    EXPECT_THAT(c.status().message(), HasSubstr(t.why));
+  }
+}
+
+TEST(ConfigTest, MessageFormat) {
+  auto c = Resolve("", {{"GPUALLOC_MEM_FRACTION", "1.5"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "GPUALLOC_MEM_FRACTION=\"1.5\": not in (0, 1]");
+}
+
+// A long bad value is cut in the message, as trace errors cut long lines: the
+// first 80 bytes, "..." and the whole length.
+TEST(ConfigTest, LongBadValuesAreCut) {
+  const std::string long_value(10000, 'x');
+  const std::string cut = "\"" + std::string(80, 'x') + "...\" (10000 bytes)";
+  auto c = Resolve("", {{"GPUALLOC_MEM_FRACTION", long_value}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "GPUALLOC_MEM_FRACTION=" + cut +
+                ": not a decimal number in (0, 1] (e.g. 0.75 or .9)");
+
+  c = Resolve("mem_limit=" + long_value);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("config string mem_limit=" + cut));
+  EXPECT_LT(c.status().message().size(), 400u);
+
+  // The config string itself and an unknown key are cut too.
+  c = Resolve("backend=sim," + long_value + "=1");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("(10014 bytes): entry 2"));
+  EXPECT_THAT(c.status().message(), HasSubstr("unknown key " + cut));
+  EXPECT_LT(c.status().message().size(), 600u);
+
+  // Control characters are escaped, and a value at the limit is whole.
+  c = Resolve("", {{"GPUALLOC_GC", std::string(79, 'y') + "\x01"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GC=\"" + std::string(79, 'y') + "\\001\": "));
+}
+
+TEST(ConfigTest, ConfigStringGood) {
+  auto o = ParseConfigString(
+      " allocator = platform , preallocate=false,mem_fraction=.5,"
+      "mem_limit=40 GiB,expandable=auto,arch=mi300x,gc=0,backend=sim,"
+      "device_memory=192GiB,cross_stream=stream_wait,name=my run ");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->mode, AllocatorMode::kPlatform);
+  EXPECT_EQ(o->preallocate, false);
+  EXPECT_EQ(o->memory_fraction, 0.5);
+  EXPECT_EQ(o->memory_limit, 40 * kGiB);
+  EXPECT_EQ(o->expandable, Tristate::kAuto);
+  EXPECT_EQ(o->arch, "mi300x");
+  EXPECT_EQ(o->garbage_collection, false);
+  EXPECT_EQ(o->backend, BackendKind::kSim);
+  EXPECT_EQ(o->device_memory, 192 * kGiB);
+  EXPECT_EQ(o->cross_stream_reuse, CrossStreamReuse::kStreamWait);
+  EXPECT_EQ(o->name, "my run");
+}
+
+TEST(ConfigTest, TuningKeysReachTheOptions) {
+  auto c = Resolve(
+      "growth=doubling,granularity=32MiB,min_block=4KiB,"
+      "split_bound=1MiB",
+      {{"GPUALLOC_SPLIT_BOUND", "2MiB"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.growth_policy, GrowthPolicy::kDoubling);
+  EXPECT_EQ(c->options.growth_granularity, 32 * kMiB);
+  EXPECT_EQ(c->options.min_block_size, 4 * kKiB);
+  EXPECT_EQ(c->options.max_internal_fragmentation, 1 * kMiB);
+  EXPECT_EQ(SettingOf(*c, "split_bound").source, "config string");
+  // split_bound=0 is a setting (always split), not "unset": it beats the
+  // variable.
+  c = Resolve("split_bound=0", {{"GPUALLOC_SPLIT_BOUND", "2MiB"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.max_internal_fragmentation, 0u);
+  EXPECT_EQ(SettingOf(*c, "split_bound").origin, ValueOrigin::kOption);
+  auto bad = Resolve("granularity=0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("config string granularity=\"0\""));
+}
+
+TEST(ConfigTest, ConfigStringEmptySetsNothing) {
+  for (const char* text : {"", "   ", "\t"}) {
+    auto o = ParseConfigString(text);
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_FALSE(o->mode.has_value());
+    EXPECT_FALSE(o->memory_fraction.has_value());
+    EXPECT_FALSE(o->backend.has_value());
+    EXPECT_FALSE(o->name.has_value());
+  }
+}
+
+struct BadStringCase {
+  std::string text;
+  std::vector<std::string> needles;
+};
+
+TEST(ConfigTest, ConfigStringErrors) {
+  const std::vector<BadStringCase> cases = {
+      {"backend=sim,colour=blue",
+       {"entry 2 at column 13", "unknown key \"colour\"",
+        "valid keys: allocator, preallocate"}},
+      {"arch=h100, arch=h200",
+       {"entry 2 at column 12", "duplicate key \"arch\"",
+        "first set by entry 1"}},
+      {"backend=sim,gc", {"entry 2 at column 13", "\"gc\" has no '='"}},
+      {"gc=", {"config string gc=\"\" (entry 1, column 1)", "empty value"}},
+      {"gc=true,,arch=h100", {"entry 2 at column 9", "empty entry"}},
+      {"gc=true,", {"entry 2 at column 9", "empty entry"}},
+      {",gc=true", {"entry 1 at column 1", "empty entry"}},
+      {"=true", {"entry 1 at column 1", "empty key"}},
+      {"mem_fraction=1.5",
+       {"config string mem_fraction=\"1.5\" (entry 1, column 1): not in (0, "
+        "1]"}},
+      {"backend=sim, mem_limit=12 parsecs",
+       {"config string mem_limit=\"12 parsecs\" (entry 2, column 14)",
+        "unknown unit"}},
+      {"Backend=sim", {"unknown key \"Backend\""}},
+      {"allocator=cuda_async", {"config string allocator=\"cuda_async\""}},
+  };
+  for (const BadStringCase& t : cases) {
+    SCOPED_TRACE(t.text);
+    auto o = ParseConfigString(t.text);
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    for (const std::string& needle : t.needles) {
+      EXPECT_THAT(o.status().message(), HasSubstr(needle));
+    }
+    // ResolveConfig(string) reports the same error.
+    auto c = Resolve(t.text);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status(), o.status());
+  }
+}
+
+TEST(ConfigTest, SizesGood) {
+  const std::vector<std::pair<std::string, std::uint64_t>> cases = {
+      {"0", 0},
+      {"4096", 4096},
+      {"1B", 1},
+      {"1KB", 1000},
+      {"1MB", 1000 * 1000},
+      {"1GB", 1000 * 1000 * 1000},
+      {"1TB", 1000ull * 1000 * 1000 * 1000},
+      {"1KiB", kKiB},
+      {"1MiB", kMiB},
+      {"1GiB", kGiB},
+      {"1TiB", 1024 * kGiB},
+      {"40GiB", 40 * kGiB},
+      {"40 GiB", 40 * kGiB},
+      {"40   GiB", 40 * kGiB},
+      {" 40GiB ", 40 * kGiB},
+      {"40gib", 40 * kGiB},
+      {"512mb", 512'000'000},
+      {"80GB", 80'000'000'000},
+      {"1.5GiB", 3 * kGiB / 2},
+      {"1.50GiB", 3 * kGiB / 2},
+      {"0.5KB", 500},
+      {".5KiB", 512},
+      {"2.KiB", 2048},
+      {"1.000000000000000000000000GB", 1'000'000'000},
+      {"18446744073709551615", std::numeric_limits<std::uint64_t>::max()},
+      {"16777215TiB", 16777215ull << 40},
+      {"0.0009765625KiB", 1},  // 1/1024 KiB
+  };
+  for (const auto& [text, bytes] : cases) {
+    SCOPED_TRACE(text);
+    auto s = ParseSize(text, "size");
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(*s, bytes);
+  }
+}
+
+TEST(ConfigTest, SizesBad) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "empty"},
+      {"GiB", "not a size"},
+      {"-1", "not a size"},
+      {"+1", "not a size"},
+      {"1e9", "unknown unit"},
+      {"0x10", "unknown unit"},
+      {"1.5B", "whole number of bytes"},
+      {"0.25B", "whole number of bytes"},
+      {"0.3KiB", "whole number of bytes"},
+      {"1.0001KB", "whole number of bytes"},
+      {"1..5GB", "not a size"},
+      {"1.5.GB", "not a size"},
+      {"40G", "unknown unit \"G\"; valid units: B, KB, MB, GB, TB, KiB"},
+      {"40 Gb it", "unknown unit"},
+      {"40GiBx", "unknown unit"},
+      {"1 2GB", "unknown unit"},
+      {"18446744073709551616", "64 bits"},
+      {"17179869184GiB", "64 bits"},  // 2^34 GiB = 2^64
+      {"16777216TiB", "64 bits"},     // 2^24 TiB = 2^64
+      {"18446744073709551615.5KB", "64 bits"},
+      {"0.00000000000000000000001TB", "too many digits"},
+  };
+  for (const auto& [text, why] : cases) {
+    SCOPED_TRACE(text);
+    auto s = ParseSize(text, "GPUALLOC_MEM_LIMIT");
+    ASSERT_FALSE(s.ok()) << *s;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.status().message(),
+                HasSubstr("GPUALLOC_MEM_LIMIT=\"" + text + "\""));
+    EXPECT_THAT(s.status().message(), HasSubstr(why));
+  }
+}
+
+TEST(ConfigTest, SettingsOriginsAndSources) {
+  auto c = Resolve("arch=h100,name=x",
+                   {{"GPUALLOC_PREALLOCATE", "false"},
+                    {"XLA_PYTHON_CLIENT_ALLOCATOR", "platform"},
+                    {"XLA_PYTHON_CLIENT_MEM_FRACTION", "0.6"},
+                    {"GPUALLOC_GC", "true"},
+                    {"TF_ENABLE_GPU_GARBAGE_COLLECTION", "false"},
+                    {"GPUALLOC_ARCH", "mi300x"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  struct Want {
+    std::string key, value;
+    ValueOrigin origin;
+    std::string source;
+  };
+  const std::vector<Want> want = {
+      {"allocator", "platform", ValueOrigin::kAlias,
+       "XLA_PYTHON_CLIENT_ALLOCATOR"},
+      {"preallocate", "false", ValueOrigin::kVariable, "GPUALLOC_PREALLOCATE"},
+      {"mem_fraction", "0.6", ValueOrigin::kAlias,
+       "XLA_PYTHON_CLIENT_MEM_FRACTION"},
+      {"mem_limit", "unset", ValueOrigin::kDefault, "default"},
+      {"expandable", "auto", ValueOrigin::kDefault, "default"},
+      {"arch", "h100", ValueOrigin::kOption, "config string"},
+      {"gc", "true", ValueOrigin::kVariable, "GPUALLOC_GC"},
+      {"backend", "auto", ValueOrigin::kDefault, "default"},
+      {"device_memory", "unset", ValueOrigin::kDefault, "default"},
+      {"cross_stream", "when_complete", ValueOrigin::kDefault, "default"},
+      {"growth", "exact", ValueOrigin::kDefault, "default"},
+      {"granularity", "profile", ValueOrigin::kDefault, "default"},
+      {"min_block", "profile", ValueOrigin::kDefault, "default"},
+      {"split_bound", "0", ValueOrigin::kDefault, "default"},
+      {"name", "x", ValueOrigin::kOption, "config string"},
+      {"memory_kind", "coarse", ValueOrigin::kDefault, "default"},
+  };
+  ASSERT_EQ(c->settings.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(want[i].key);
+    EXPECT_EQ(c->settings[i].key, want[i].key);
+    EXPECT_EQ(c->settings[i].value, want[i].value);
+    EXPECT_EQ(c->settings[i].origin, want[i].origin);
+    EXPECT_EQ(c->settings[i].source, want[i].source);
+  }
+}
+
+TEST(ConfigTest, SettingValuesReadBackAsTheSameConfig) {
+  auto c = Resolve(
+      "mem_limit=1.5GiB,mem_fraction=0.3,device_memory=80GB,"
+      "backend=sim,arch=H200,allocator=async,expandable=1,growth=doubling,"
+      "granularity=32MiB,min_block=1KiB,split_bound=0.5MiB");
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> parts;
+  for (const ConfigSetting& s : c->settings) {
+    if (s.origin != ValueOrigin::kDefault)
+      parts.push_back(s.key + "=" + s.value);
+  }
+  const std::string again = absl::StrJoin(parts, ",");
+  auto d = Resolve(again);
+  ASSERT_TRUE(d.ok()) << again << ": " << d.status();
+  for (std::size_t i = 0; i < c->settings.size(); ++i) {
+    EXPECT_EQ(c->settings[i].value, d->settings[i].value);
+  }
+}
+
+TEST(ConfigTest, ProcessEnvironmentReadsGetenv) {
+  ::setenv("GPUALLOC_CONFIG_TEST_VARIABLE", "x", 1);
+  ::unsetenv("GPUALLOC_CONFIG_TEST_UNSET");
+  const EnvLookup env = ProcessEnvironment();
+  EXPECT_EQ(env("GPUALLOC_CONFIG_TEST_VARIABLE"), "x");
+  EXPECT_FALSE(env("GPUALLOC_CONFIG_TEST_UNSET").has_value());
+  ::unsetenv("GPUALLOC_CONFIG_TEST_VARIABLE");
+}
+
+// A GPUALLOC_* variable that names no setting is an error naming it and the
+// closest setting's variable, like an unknown key in the configuration string.
+TEST(ConfigTest, UnknownVariableIsAnError) {
+  auto c = Resolve("", {{"GPUALLOC_PREALOCATE", "false"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_PREALOCATE=\"false\" (did you mean "
+                        "GPUALLOC_PREALLOCATE?)"));
+  // Even when the program sets the key: the typo is reported, not shadowed.
+  c = Resolve("preallocate=true",
+              {{"GPUALLOC_MEMFRACTION", "0.5"}, {"GPUALLOC_BACKEND", "sim"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_MEMFRACTION=\"0.5\" (did you mean "
+                        "GPUALLOC_MEM_FRACTION?)"));
+  c = Resolve("", {{"GPUALLOC_X", "1"}, {"GPUALLOC_GROWHT", "exact"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("variables GPUALLOC_GROWHT"));
+  EXPECT_THAT(c.status().message(), HasSubstr("GPUALLOC_X=\"1\""));
+
+  // The project's scripts' own variables and other prefixes are left alone.
+  c = Resolve("", {{"GPUALLOC_SKIP_DEPS", "1"},
+                   {"GPUALLOC_TEST_LABEL", "tests"},
+                   {"GPUALLOC_TEST_SEED", "42"},
+                   {"GPUALLOC_SOURCE_ROOT", "/src"},
+                   {"GPUALLOC_DEVICE_CHECK_ASSUME_GPU", "1"},
+                   {"GPUALLOCATOR", "x"},
+                   {"XLA_FLAGS", "--xla_foo"}});
+  EXPECT_TRUE(c.ok()) << c.status();
+
+  // The process environment too.
+  ::setenv("GPUALLOC_GRANULARTY", "8MiB", 1);
+  c = ResolveConfig("", ProcessEnvironment());
+  ::unsetenv("GPUALLOC_GRANULARTY");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GRANULARTY=\"8MiB\" (did you mean "
+                        "GPUALLOC_GRANULARITY?)"));
+}
+
+// A granularity no minimum block divides could never allocate, on any
+// device: refused when the configuration is resolved.
+TEST(ConfigTest, GranularityMustBeWholeMinimumBlocks) {
+  auto c = Resolve("granularity=3");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("config string granularity=\"3\" (entry 1, column 1): "
+                        "not a multiple of 16 bytes"));
+  c = Resolve("", {{"GPUALLOC_GRANULARITY", "1000"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("GPUALLOC_GRANULARITY=\"1000\": not a multiple of 16"));
+  ConfigOverrides o;
+  o.growth_granularity = 24;
+  c = ResolveConfig(o, MapEnvironment({}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("option granularity=\"24\""));
+
+  c = Resolve("granularity=4KiB", {{"GPUALLOC_MIN_BLOCK", "8KiB"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("granularity=4096 (option) is not a multiple of "
+                        "min_block=8192 (GPUALLOC_MIN_BLOCK)"));
+  c = Resolve("granularity=48,min_block=16");
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+TEST(ConfigTest, Names) {
+  EXPECT_EQ(BackendKindName(BackendKind::kAuto), "auto");
+  EXPECT_EQ(BackendKindName(BackendKind::kSim), "sim");
+  EXPECT_EQ(BackendKindName(BackendKind::kCuda), "cuda");
+  EXPECT_EQ(BackendKindName(BackendKind::kHip), "hip");
+  EXPECT_EQ(ValueOriginName(ValueOrigin::kDefault), "default");
+  EXPECT_EQ(ValueOriginName(ValueOrigin::kOption), "option");
+  EXPECT_EQ(ValueOriginName(ValueOrigin::kVariable), "variable");
+  EXPECT_EQ(ValueOriginName(ValueOrigin::kAlias), "alias");
+  EXPECT_EQ(MemoryKindName(MemoryKind::kCoarse), "coarse");
+  EXPECT_EQ(MemoryKindName(MemoryKind::kFine), "fine");
+}
+
+// memory_kind: AMD's coarse- or fine-grained memory, parsed as strictly as
+// every other keyword.
+TEST(ConfigTest, MemoryKind) {
+  auto c = Resolve("memory_kind=FINE");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(SettingOf(*c, "memory_kind").value, "fine");
+
+  c = Resolve("", {{"GPUALLOC_MEMORY_KIND", "fine"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(SettingOf(*c, "memory_kind").source, "GPUALLOC_MEMORY_KIND");
+
+  for (const char* bad : {"finegrained", "medium", "1", "coarse,"}) {
+    SCOPED_TRACE(bad);
+    auto v = Resolve("", {{"GPUALLOC_MEMORY_KIND", bad}});
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(v.status().message(), HasSubstr("GPUALLOC_MEMORY_KIND"));
+    EXPECT_THAT(v.status().message(), HasSubstr("coarse, fine"));
+  }
+  auto v = Resolve("", {{"GPUALLOC_MEMORY_KIND", ""}});
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  v = Resolve("memory_kind=both");
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(v.status().message(), HasSubstr("config string memory_kind"));
+
+  ConfigOverrides o;
+  o.memory_kind = static_cast<MemoryKind>(7);
+  v = ResolveConfig(o, MapEnvironment({}));
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(v.status().message(), HasSubstr("option memory_kind"));
+  o.memory_kind = MemoryKind::kFine;
+  v = ResolveConfig(o, MapEnvironment({{"GPUALLOC_MEMORY_KIND", "coarse"}}));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(SettingOf(*v, "memory_kind").origin, ValueOrigin::kOption);
+}
+
+// A document's configuration table under `heading`, one row per key: `| key
+// | variable | values | default | alias |`, each cell as written.
+std::map<std::string, std::vector<std::string>> ConfigRows(
+    const std::string& path, absl::string_view heading) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  std::map<std::string, std::vector<std::string>> rows;
+  std::string line;
+  bool in_section = false;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "#")) in_section = line == heading;
+    // The table runs from its header to the first line that is no row.
+    if (!absl::StartsWith(line, "|")) in_table = false;
+    if (in_section && line == "| key | variable | values | default | alias |") {
+      in_table = true;
+    }
+    if (!in_table || !absl::StartsWith(line, "| `")) continue;
+    std::vector<std::string> cells = absl::StrSplit(line, '|');
+    // "| a | b |" splits into "", " a ", " b ", "".
+    if (cells.size() < 3) continue;
+    cells.erase(cells.begin());
+    cells.pop_back();
+    for (std::string& cell : cells) {
+      cell = std::string(absl::StripAsciiWhitespace(cell));
+    }
+    absl::string_view key = cells[0];
+    if (!absl::ConsumePrefix(&key, "`") || !absl::ConsumeSuffix(&key, "`")) {
+      ADD_FAILURE() << path << ": configuration row without a `key`: " << line;
+      continue;
+    }
+    cells[0] = std::string(key);
+    EXPECT_EQ(cells.size(), 5u) << line;
+    EXPECT_TRUE(rows.emplace(cells[0], cells).second)
+        << path << " lists " << cells[0] << " twice";
+  }
+  return rows;
+}
+
+// The user's table (README.md) and the reference's (docs/ARCHITECTURE.md)
+// list every key with its variable and aliases, and nothing else.
+void ExpectTableMatchesTheKeys(const std::string& path,
+                               absl::string_view heading) {
+  SCOPED_TRACE(path);
+  const auto rows = ConfigRows(path, heading);
+  ASSERT_FALSE(rows.empty()) << "no configuration table under " << heading;
+  std::vector<std::string> keys;
+  for (const ConfigKeyInfo& k : ConfigKeys()) {
+    const std::string key(k.key);
+    keys.push_back(key);
+    auto it = rows.find(key);
+    if (it == rows.end()) {
+      ADD_FAILURE() << "the configuration table has no row for " << key;
+      continue;
+    }
+    const std::vector<std::string>& cells = it->second;
+    ASSERT_EQ(cells.size(), 5u) << key;
+    EXPECT_EQ(cells[1], absl::StrCat("`", k.variable, "`"))
+        << "the variable of " << key;
+    for (absl::string_view alias : k.aliases) {
+      EXPECT_THAT(cells[4], HasSubstr(absl::StrCat("`", alias, "`")))
+          << "the aliases of " << key;
+    }
+  }
+  for (const auto& [key, cells] : rows) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end())
+        << "the table lists " << key << ", which is no configuration key";
+  }
+}
+
+TEST(ConfigTest, ReadmeTableMatchesTheKeys) {
+  ExpectTableMatchesTheKeys(std::string(GPUALLOC_SOURCE_DIR) + "/README.md",
+                            "## Configuration");
+}
+
+TEST(ConfigTest, ArchitectureTableMatchesTheKeys) {
+  ExpectTableMatchesTheKeys(
+      std::string(GPUALLOC_SOURCE_DIR) + "/docs/ARCHITECTURE.md", "### Keys");
+}
+
+}  // namespace
+}  // namespace gpualloc

@@ -1,0 +1,250 @@
+// tests/core/random_ops_test.cc: randomized operation sequences in every mode
+// against the shared shadow model (tests/core/shadow_model.h), with the
+// invariant validator after every operation.
+//
+// Memory is host-backed, so every live block carries a fill pattern that is
+// checked before it is freed: an overlap or a corrupting split would show up.
+// Besides allocations, frees and trims, the sequences inject device refusals,
+// free on other streams, declare extra streams with RecordStream and try bad
+// frees, which must change nothing. The seed is printed;
+// GPUALLOC_TEST_SEED=<seed> replays a failure.
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "tests/core/allocator_modes.h"
+#include "tests/core/shadow_model.h"
+#include "tests/test_util.h"
+
+namespace gpualloc {
+namespace {
+
+using testing::Addr;
+using testing::AllocatorModeSpec;
+using testing::kMiB;
+
+struct Config {
+  const char* name;
+  AllocatorModeSpec mode;
+  GrowthPolicy policy = GrowthPolicy::kExact;
+  std::uint64_t split_bound = 0;
+  bool gc = true;
+  const char* profile = "h100";
+  std::uint64_t min_block = 0;  // 0: the profile's
+  int streams = 1;              // frees and RecordStream on streams 0..n-1
+};
+
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
+
+constexpr int kSteps = 8000;
+constexpr int kPhase = 1000;
+
+class RandomOpsTest : public ::testing::TestWithParam<Config> {};
+
+TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
+  const Config& config = GetParam();
+  const std::uint64_t seed = testing::TestSeed();
+  std::cout << "GPUALLOC_TEST_SEED=" << seed << " (" << config.name << ")\n";
+  SCOPED_TRACE(::testing::Message() << "GPUALLOC_TEST_SEED=" << seed);
+  std::mt19937_64 rng(seed);
+
+  auto sim = testing::MakeSim(128 * kMiB, /*host_backed=*/true, config.profile);
+  ASSERT_NE(sim, nullptr);
+  // Small enough that the limit is hit often.
+  Options o = testing::ModeOptions(config.mode, 64 * kMiB);
+  o.growth_policy = config.policy;
+  o.max_internal_fragmentation = config.split_bound;
+  o.garbage_collection = config.gc;
+  o.min_block_size = config.min_block;
+  auto a = testing::MakeAllocator(o, sim);
+  ASSERT_NE(a, nullptr);
+  const std::uint64_t min_block =
+      config.min_block != 0 ? config.min_block : 256;
+  const SimOp growth = testing::GrowthOp(o);
+  const bool async = o.mode == AllocatorMode::kAsync;
+  testing::ShadowModel shadow(min_block,
+                              /*exact_sizes=*/config.split_bound == 0);
+
+  int ooms = 0, allocs = 0, frees = 0, trims = 0, bad_frees = 0;
+  std::size_t peak_live = 0;
+  auto random_stream = [&] { return Stream(rng() % config.streams); };
+  auto random_live = [&] {
+    auto it = shadow.blocks().begin();
+    std::advance(it, rng() % shadow.blocks().size());
+    return it->first;
+  };
+  for (int step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    // Alternate filling phases (mostly allocations, up to out of memory) with
+    // draining phases (mostly frees).
+    const int alloc_percent = (step / kPhase) % 2 == 0 ? 65 : 35;
+    // Now and then the device refuses one of the next few requests.
+    if (step % 250 == 0) sim->FailNthCall(growth, 1 + rng() % 4);
+    const int op = static_cast<int>(rng() % 100);
+    if (op < alloc_percent || shadow.blocks().empty()) {
+      // Log-uniform sizes from 0 B to 16 MiB, sometimes a stricter alignment.
+      const std::uint64_t size =
+          (rng() % 50 == 0) ? 0 : (rng() % (1ull << (rng() % 25))) + 1;
+      const std::uint64_t alignment =
+          (rng() % 8 == 0) ? (256ull << (rng() % 10)) : 0;
+      const Stream stream = random_stream();
+      const Stats before = a->GetStats();
+      auto p = a->Allocate(size, stream, alignment);
+      if (!p.ok()) {
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
+            << p.status();
+        ASSERT_NE(p.status().message().find("out of memory"), std::string::npos)
+            << p.status();
+        const Stats after = a->GetStats();
+        ASSERT_EQ(after.bytes_in_use, before.bytes_in_use);
+        ++ooms;
+      } else {
+        GPUALLOC_ASSERT_OK(shadow.Add(Addr(*p), size, alignment, stream.handle,
+                                      static_cast<unsigned char>(rng())));
+        shadow.Fill(Addr(*p));
+        ++allocs;
+        peak_live = std::max(peak_live, shadow.blocks().size());
+      }
+    } else if (op < 94) {
+      const std::uint64_t address = random_live();
+      GPUALLOC_ASSERT_OK(shadow.CheckFill(address));
+      GPUALLOC_ASSERT_OK(
+          a->Deallocate(reinterpret_cast<void*>(address), random_stream()));
+      GPUALLOC_ASSERT_OK(shadow.Remove(address));
+      ++frees;
+    } else if (op < 96) {
+      GPUALLOC_ASSERT_OK(a->Trim());
+      ++trims;
+    } else if (op < 98 && config.streams > 1) {
+      GPUALLOC_ASSERT_OK(a->RecordStream(reinterpret_cast<void*>(random_live()),
+                                         random_stream()));
+    } else {
+      // A bad free, interior or of a block freed lately: a clear Status
+      // naming the address, and nothing changes.
+      ++bad_frees;
+      const Stats before = a->GetStats();
+      std::uint64_t address;
+      absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+      if (rng() % 2 == 0 || shadow.recently_freed().empty()) {
+        address = random_live();
+        address += shadow.blocks().at(address).size / 2;
+      } else {
+        address =
+            shadow.recently_freed()[rng() % shadow.recently_freed().size()];
+        // Freed memory may lie inside a block handed out since.
+        if (shadow.Containing(address) == nullptr) {
+          code = absl::StatusCode::kFailedPrecondition;
+        }
+      }
+      const absl::Status s =
+          a->Deallocate(reinterpret_cast<void*>(address), random_stream());
+      // A region returned since makes a freed address a foreign one.
+      if (s.code() != code) {
+        ASSERT_EQ(code, absl::StatusCode::kFailedPrecondition) << s;
+        ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      }
+      ASSERT_NE(s.message().find(absl::StrFormat("%#x", address)),
+                std::string::npos)
+          << s;
+      const Stats after = a->GetStats();
+      ASSERT_EQ(after.bytes_in_use, before.bytes_in_use);
+      ASSERT_EQ(after.backend_frees, before.backend_frees);
+      ASSERT_EQ(after.num_allocs, before.num_allocs);
+    }
+    GPUALLOC_ASSERT_OK(a->Validate());
+    const Stats s = a->GetStats();
+    GPUALLOC_ASSERT_OK(shadow.CheckStats(s));
+    ASSERT_LE(async ? s.bytes_in_use : s.bytes_reserved, s.bytes_limit);
+    ASSERT_EQ(s.num_ooms, static_cast<std::uint64_t>(ooms));
+    // Platform and async: each live block is one device (or pool)
+    // allocation; nothing free is cached.
+    if (o.mode != AllocatorMode::kBfc) {
+      ASSERT_EQ(s.backend_allocs - s.backend_frees, shadow.blocks().size());
+      ASSERT_EQ(s.largest_free_block_bytes, 0u);
+      ASSERT_EQ(s.fragmentation, 0.0);
+    }
+    if (o.mode == AllocatorMode::kPlatform) {
+      ASSERT_EQ(sim->live_allocations(), shadow.blocks().size());
+      ASSERT_EQ(s.bytes_reserved, sim->bytes_allocated());
+    }
+  }
+  std::cout << "  " << allocs << " allocations, " << frees << " frees, "
+            << trims << " trims, " << bad_frees << " bad frees, " << ooms
+            << " out-of-memory answers, peak " << peak_live << " live blocks, "
+            << a->GetStats().backend_allocs << " backend allocations\n";
+  // Every path was exercised.
+  EXPECT_GT(allocs, kSteps / 4);
+  EXPECT_GT(frees, kSteps / 4);
+  EXPECT_GT(ooms, 10);
+  EXPECT_GT(bad_frees, 0);
+  EXPECT_GT(peak_live, 50u);
+  // Containment: every live block lies inside a block of the snapshot, and
+  // in the async and platform modes each is a block of its own.
+  const Snapshot snap = a->GetSnapshot();
+  if (o.mode != AllocatorMode::kBfc) {
+    EXPECT_EQ(snap.regions.size(), shadow.blocks().size());
+  }
+  for (const auto& [address, block] : shadow.blocks()) {
+    bool inside = false;
+    for (const RegionSnapshot& r : snap.regions) {
+      inside |= address >= r.base && address + block.size <= r.base + r.size;
+    }
+    ASSERT_TRUE(inside) << address;
+  }
+  GPUALLOC_ASSERT_OK(shadow.CheckAllFills());
+  while (!shadow.blocks().empty()) {
+    const std::uint64_t address = shadow.blocks().begin()->first;
+    GPUALLOC_ASSERT_OK(a->Deallocate(reinterpret_cast<void*>(address)));
+    GPUALLOC_ASSERT_OK(shadow.Remove(address));
+  }
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 0u);
+  EXPECT_EQ(sim->live_allocations(), 0u);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
+constexpr AllocatorModeSpec kExpandablePreallocated{
+    "BfcExpandablePreallocated", AllocatorMode::kBfc, true, true};
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, RandomOpsTest,
+    ::testing::Values(
+        // BFC over separate regions: the growth policies, the split bound,
+        // no garbage collection, AMD's 4 KiB alignment and granularity, a
+        // larger minimum block, and frees on three streams.
+        Config{"separate_preallocate", testing::kBfcPreallocated},
+        Config{"separate_growth_exact", testing::kBfcSeparate},
+        Config{"separate_growth_doubling", testing::kBfcSeparate,
+               GrowthPolicy::kDoubling, 0, true, "h100", 0, 3},
+        Config{"separate_split_bound_64k", testing::kBfcSeparate,
+               GrowthPolicy::kExact, 64 * 1024},
+        Config{"separate_no_gc", testing::kBfcSeparate, GrowthPolicy::kExact, 0,
+               false},
+        Config{"separate_mi300x", testing::kBfcSeparate, GrowthPolicy::kExact,
+               0, true, "mi300x"},
+        Config{"separate_min_block_4k", testing::kBfcSeparate,
+               GrowthPolicy::kDoubling, 0, true, "h100", 4096},
+        // BFC over expandable regions.
+        Config{"expandable_growth", testing::kBfcExpandable,
+               GrowthPolicy::kExact, 0, true, "h100", 0, 3},
+        Config{"expandable_preallocate", kExpandablePreallocated},
+        Config{"expandable_mi300x", testing::kBfcExpandable,
+               GrowthPolicy::kExact, 0, true, "mi300x"},
+        Config{"expandable_min_block_64", testing::kBfcExpandable,
+               GrowthPolicy::kExact, 0, true, "h100", 64},
+        // The platform and async modes, on three streams.
+        Config{"platform_h100", testing::kPlatform, GrowthPolicy::kExact, 0,
+               true, "h100", 0, 3},
+        Config{"platform_mi300x", testing::kPlatform, GrowthPolicy::kExact, 0,
+               true, "mi300x", 0, 3},
+        Config{"async", testing::kAsync, GrowthPolicy::kExact, 0, true, "h100",
+               0, 3}),
+    [](const ::testing::TestParamInfo<Config>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace gpualloc

@@ -1,0 +1,181 @@
+// tests/core/snapshot_json_test.cc: the snapshot JSON
+// (gpualloc/snapshot_json.h): a real allocator's snapshot written and read back
+// field for field, the schema's field names, and the reader's errors naming the
+// field or offset.
+#include "gpualloc/snapshot_json.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+#include "gtest/gtest.h"
+
+namespace gpualloc {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr std::uint64_t kMiB = 1024 * 1024;
+
+void ExpectSameStats(const Stats& a, const Stats& b) {
+  EXPECT_EQ(a.num_allocs, b.num_allocs);
+  EXPECT_EQ(a.bytes_in_use, b.bytes_in_use);
+  EXPECT_EQ(a.peak_bytes_in_use, b.peak_bytes_in_use);
+  EXPECT_EQ(a.largest_alloc_size, b.largest_alloc_size);
+  EXPECT_EQ(a.bytes_limit, b.bytes_limit);
+  EXPECT_EQ(a.bytes_reserved, b.bytes_reserved);
+  EXPECT_EQ(a.peak_bytes_reserved, b.peak_bytes_reserved);
+  EXPECT_EQ(a.largest_free_block_bytes, b.largest_free_block_bytes);
+  EXPECT_EQ(a.bytes_requested, b.bytes_requested);
+  EXPECT_EQ(a.peak_bytes_requested, b.peak_bytes_requested);
+  EXPECT_NEAR(a.fragmentation, b.fragmentation, 1e-8);
+  EXPECT_EQ(a.num_ooms, b.num_ooms);
+  EXPECT_EQ(a.backend_allocs, b.backend_allocs);
+  EXPECT_EQ(a.backend_frees, b.backend_frees);
+  EXPECT_EQ(a.events_recorded, b.events_recorded);
+  EXPECT_EQ(a.stream_waits, b.stream_waits);
+  EXPECT_EQ(a.host_waits, b.host_waits);
+}
+
+// An allocator growing on demand with a few live blocks on two streams and a
+// free hole between them.
+struct Fixture {
+  std::unique_ptr<Allocator> allocator;
+  Snapshot snapshot;
+};
+Fixture MakeFragmented() {
+  Fixture f;
+  auto backend = SimBackend::Create(SimOptions()).value();
+  Options options;
+  options.preallocate = false;
+  f.allocator = CreateAllocator(options, backend).value();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) {
+    blocks.push_back(
+        f.allocator
+            ->Allocate((i + 1) * kMiB + 100, Stream(i % 2 == 0 ? 0 : 0xabc))
+            .value());
+  }
+  EXPECT_TRUE(f.allocator->Deallocate(blocks[2], Stream()).ok());
+  EXPECT_TRUE(f.allocator->Allocate(0, Stream(7)).ok());
+  f.snapshot = f.allocator->GetSnapshot();
+  return f;
+}
+
+TEST(SnapshotJsonTest, RoundTripsARealSnapshot) {
+  Fixture f = MakeFragmented();
+  const std::string json = SnapshotToJson(f.snapshot, &f.allocator->device());
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameStats(f.snapshot.stats, back->stats);
+  ASSERT_EQ(back->regions.size(), f.snapshot.regions.size());
+  ASSERT_FALSE(back->regions.empty());
+  std::size_t in_use = 0;
+  for (std::size_t i = 0; i < back->regions.size(); ++i) {
+    const RegionSnapshot& a = f.snapshot.regions[i];
+    const RegionSnapshot& b = back->regions[i];
+    EXPECT_EQ(a.base, b.base);
+    EXPECT_EQ(a.size, b.size);
+    ASSERT_EQ(a.chunks.size(), b.chunks.size());
+    for (std::size_t j = 0; j < a.chunks.size(); ++j) {
+      EXPECT_EQ(a.chunks[j].address, b.chunks[j].address);
+      EXPECT_EQ(a.chunks[j].size, b.chunks[j].size);
+      EXPECT_EQ(a.chunks[j].requested, b.chunks[j].requested);
+      EXPECT_EQ(a.chunks[j].in_use, b.chunks[j].in_use);
+      EXPECT_EQ(a.chunks[j].stream, b.chunks[j].stream);
+      in_use += b.chunks[j].in_use ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(in_use, 6u);  // 6 + the zero-byte block - the freed one
+  // Written again, byte for byte the same.
+  EXPECT_EQ(SnapshotToJson(*back, &f.allocator->device()), json);
+}
+
+TEST(SnapshotJsonTest, WritesTheDocumentedFields) {
+  Fixture f = MakeFragmented();
+  const std::string json = SnapshotToJson(f.snapshot, &f.allocator->device());
+  EXPECT_THAT(json, StartsWith("{\"format\":\"gpualloc-snapshot\","
+                               "\"version\":1,\"device\":{\"ordinal\":0,"
+                               "\"backend\":\"sim\""));
+  for (const char* field :
+       {"\"total_bytes\":", "\"stats\":{\"num_allocs\":7,",
+        "\"bytes_in_use\":", "\"peak_bytes_reserved\":", "\"fragmentation\":",
+        "\"host_waits\":", "\"regions\":[{\"base\":",
+        "\"chunks\":[{\"address\":", "\"requested\":1048676,",
+        "\"state\":\"in_use\"", "\"state\":\"free\"", "\"stream\":2748"}) {
+    EXPECT_THAT(json, HasSubstr(field));
+  }
+  // No device given: no device object.
+  EXPECT_THAT(SnapshotToJson(f.snapshot), Not(HasSubstr("\"device\"")));
+  EXPECT_EQ(json.find('\n'), std::string::npos);
+}
+
+TEST(SnapshotJsonTest, AnEmptySnapshot) {
+  const std::string json = SnapshotToJson(Snapshot());
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->regions.empty());
+  EXPECT_EQ(back->stats.num_allocs, 0u);
+}
+
+TEST(SnapshotJsonTest, SkipsUnknownFieldsAndWhitespace) {
+  std::string json = SnapshotToJson(MakeFragmented().snapshot);
+  // A later version's extra fields, of every JSON kind, and pretty-printing.
+  json.insert(1,
+              "\n  \"extra\" : {\"a\": [1, -2.5e3, true, false, null, "
+              "\"\\u00e9\\n\"]},\n  ");
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->regions.empty());
+}
+
+TEST(SnapshotJsonTest, ErrorsNameTheFieldOrOffset) {
+  const std::string good = SnapshotToJson(MakeFragmented().snapshot);
+  struct Case {
+    std::string json;
+    std::string message;
+  };
+  auto replace = [&good](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const std::size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    s.replace(at, from.size(), to);
+    return s;
+  };
+  const std::vector<Case> cases = {
+      {"", "expected a value at byte 0"},
+      {"[]", "the document: expected an object"},
+      {good.substr(0, good.size() - 1), "end of text"},
+      {good + "x", "expected end of the document"},
+      {replace("gpualloc-snapshot", "pytorch"), "format: expected"},
+      {replace("\"version\":1", "\"version\":2"), "version: expected 1"},
+      {replace("\"stats\"", "\"statz\""), "stats: expected a field (missing)"},
+      {replace("\"bytes_in_use\":", "\"bytes_in_use\":-"),
+       "stats.bytes_in_use: expected an unsigned 64-bit integer"},
+      {replace("\"base\":",
+               "\"base\":\"0x\","
+               "\"b\":"),
+       "regions[0].base: expected a number"},
+      {replace("\"state\":\"free\"", "\"state\":\"busy\""),
+       ".state: expected \"in_use\" or \"free\", got \"busy\""},
+      {replace("\"requested\":", "\"requested\":18446744073709551616,\"r\":"),
+       "regions[0].chunks[0].requested: expected an unsigned 64-bit integer"},
+      {std::string(100, '[') + std::string(100, ']'), "less nesting"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Snapshot> s = SnapshotFromJson(c.json);
+    ASSERT_FALSE(s.ok()) << c.json.substr(0, 200);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.status().message(), HasSubstr(c.message))
+        << c.json.substr(0, 200);
+  }
+}
+
+}  // namespace
+}  // namespace gpualloc

@@ -1,0 +1,179 @@
+// tests/tools/info_test.cc: gpualloc-info as a user runs it, in a clean
+// environment (env -i) so that the caller's GPUALLOC_* variables cannot change
+// the result.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#ifndef GPUALLOC_INFO_PATH
+#error "GPUALLOC_INFO_PATH must name the gpualloc-info executable"
+#endif
+#ifndef GPUALLOC_REPLAY_PATH
+#error "GPUALLOC_REPLAY_PATH must name the gpualloc-replay executable"
+#endif
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout or stderr, as `streams` selects
+};
+
+// Runs TOOL ARGS in an environment of ENV only, through the shell. `streams`
+// is a shell redirection choosing what is captured. The tool's path reaches
+// it as an argument of /bin/sh, never as a word of env's own: env would take
+// a path with '=' in it (a build directory named so) for one more variable.
+Result RunTool(const std::string& tool, const std::string& env,
+               const std::string& args, const std::string& streams) {
+  const std::string command = "env -i " + env +
+                              " /bin/sh -c 'exec \"$0\" \"$@\"' '" + tool +
+                              "' " + args + " " + streams;
+  Result run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed: " << command;
+    return run;
+  }
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) {
+    run.out.append(buf.data(), n);
+  }
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+// gpualloc-info.
+Result RunInfo(const std::string& env, const std::string& args,
+               const std::string& streams) {
+  return RunTool(GPUALLOC_INFO_PATH, env, args, streams);
+}
+
+constexpr char kStdout[] = "2>/dev/null";
+constexpr char kStderr[] = "2>&1 >/dev/null";
+
+TEST(InfoTest, PrintsDeviceProfileAndConfiguration) {
+  const Result run =
+      RunInfo("", "--config backend=sim,device_memory=80GB,arch=h100", kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("Device"));
+  EXPECT_THAT(run.out, HasSubstr("sm_90"));
+  EXPECT_THAT(run.out, HasSubstr("80000000000 B (74.51 GiB)"));
+  EXPECT_THAT(run.out, HasSubstr("Architecture profile"));
+  EXPECT_THAT(run.out, HasSubstr("h100 (NVIDIA H100 80GB HBM3)"));
+  EXPECT_THAT(run.out, HasSubstr("Configuration"));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "device_memory +80000000000 B \\(74.51 GiB\\) +"
+                           "option +config string"));
+  EXPECT_THAT(run.out,
+              ::testing::ContainsRegex("mem_fraction +0.75 +default +default"));
+  EXPECT_THAT(run.out, HasSubstr("bytes limit"));
+}
+
+TEST(InfoTest, ShowsVariablesAndAliases) {
+  const Result run = RunInfo(
+      "GPUALLOC_BACKEND=sim XLA_PYTHON_CLIENT_MEM_FRACTION=.5 "
+      "GPUALLOC_MEM_LIMIT=8GiB",
+      "", kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "backend +sim +variable +GPUALLOC_BACKEND"));
+  EXPECT_THAT(run.out,
+              ::testing::ContainsRegex("mem_fraction +0.5 +alias +"
+                                       "XLA_PYTHON_CLIENT_MEM_FRACTION"));
+  EXPECT_THAT(run.out, HasSubstr("8589934592 B (8 GiB)"));
+  EXPECT_THAT(run.out, HasSubstr("overrides mem_fraction"));
+  // arch=auto on the simulated H200: detected.
+  EXPECT_THAT(run.out,
+              HasSubstr("backend sim: the simulator models profile h200"));
+  EXPECT_THAT(run.out, HasSubstr("into one reserved address range"));
+}
+
+TEST(InfoTest, BadVariableExitsOneNamingIt) {
+  const Result run =
+      RunInfo("GPUALLOC_MEM_FRACTION=2", "--config backend=sim", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("GPUALLOC_MEM_FRACTION=\"2\""));
+  EXPECT_THAT(run.out, HasSubstr("not in (0, 1]"));
+}
+
+TEST(InfoTest, BadConfigStringExitsOne) {
+  const Result run = RunInfo("", "--config backend=sim,colour=blue", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("unknown key \"colour\""));
+}
+
+TEST(InfoTest, BackendErrorsExitOne) {
+  // backend=cuda: the reason when this build has no CUDA backend or the
+  // machine no driver (libcuda.so.1); a GPU machine shows its device.
+  Result run = RunInfo("", "--config backend=cuda", kStderr);
+  if (run.exit_code != 0) {
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_THAT(run.out, ::testing::AnyOf(HasSubstr("no CUDA backend"),
+                                          HasSubstr("libcuda.so.1"),
+                                          HasSubstr("backend=cuda")));
+  }
+  run = RunInfo("", "", kStderr);  // auto: no GPU backend works without a GPU
+  if (run.exit_code != 0) {
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_THAT(run.out, HasSubstr("GPUALLOC_BACKEND=sim"));
+  }
+  run = RunInfo("", "--config backend=sim --device 1", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("--device 1"));
+}
+
+TEST(InfoTest, HelpAndUsage) {
+  Result run = RunInfo("", "--help", kStdout);
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.out, HasSubstr("usage: gpualloc-info"));
+  run = RunInfo("", "--frobnicate", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.out, HasSubstr("unknown argument \"--frobnicate\""));
+  run = RunInfo("", "--device x", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  run = RunInfo("", "--config", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.out, Not(HasSubstr("Configuration")));
+}
+
+// Every key gpualloc/config.h documents, in its order.
+const char* const kConfigKeys[] = {
+    "allocator",     "preallocate",  "mem_fraction", "mem_limit",
+    "expandable",    "arch",         "gc",           "backend",
+    "device_memory", "cross_stream", "growth",       "granularity",
+    "min_block",     "split_bound",  "name",         "memory_kind"};
+
+TEST(InfoTest, HelpListsEveryConfigurationKey) {
+  for (const char* tool : {GPUALLOC_INFO_PATH, GPUALLOC_REPLAY_PATH}) {
+    SCOPED_TRACE(tool);
+    const Result run = RunTool(tool, "", "--help", kStdout);
+    EXPECT_EQ(run.exit_code, 0);
+    std::size_t at = run.out.find("Configuration keys:");
+    ASSERT_NE(at, std::string::npos) << run.out;
+    for (const char* key : kConfigKeys) {
+      // One line per key, in config.h's order.
+      const std::size_t line =
+          run.out.find(std::string("\n  ") + key + " ", at);
+      EXPECT_NE(line, std::string::npos) << key << " missing in\n" << run.out;
+      if (line != std::string::npos) at = line;
+    }
+  }
+  // gpualloc-info also names each key's variable.
+  const Result run = RunInfo("", "--help", kStdout);
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "\n  memory_kind +GPUALLOC_MEMORY_KIND +coarse"));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "\n  split_bound +GPUALLOC_SPLIT_BOUND +"));
+}
+
+}  // namespace
