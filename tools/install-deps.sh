@@ -10,10 +10,11 @@
 # the tools another way).
 set -euo pipefail
 
-# Required for the build, the tests, the benchmarks and CI's clang build and
-# format check.
+# Required for the build, the tests, the benchmarks, CI's clang build and
+# format check, and the install check's CMake consumer (cmake; with it the
+# build also installs gpuallocConfigVersion.cmake).
 required=(meson ninja-build pkg-config g++ clang clang-format libabsl-dev libgtest-dev
-          libgmock-dev libbenchmark-dev python3)
+          libgmock-dev libbenchmark-dev python3 cmake)
 # Optional: HIP headers (meson option hip=auto). Debian ships them for amd64 only,
 # so a missing candidate is a warning, not an error.
 optional=(libamdhip64-dev)

@@ -2,7 +2,8 @@
 # Installs a built tree into a staging directory, then compiles and runs a
 # consumer against it through pkg-config alone (the C++ consumer, and the C
 # example examples/embed.c linked shared and static), loads the installed
-# PyTorch hook, and builds a Meson project that takes gpualloc as a subproject.
+# PyTorch hook, builds a Meson project that takes gpualloc as a subproject, and
+# a CMake project that finds it with find_package (tools/install-check/cmake).
 #   tools/install-check/run.sh [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -68,4 +69,24 @@ unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 meson setup "$work/sub/build" "$work/sub" >/dev/null
 ninja -C "$work/sub/build" >/dev/null
 "$work/sub/build/consumer"
-echo "install-check: installed copy (C++ consumer, C example shared and static, PyTorch hook) and subproject all work"
+
+# As a CMake package: find_package(gpualloc) in the staged prefix gives the
+# C++ consumer the shared library and the C example the static archive.
+prefix="$(meson introspect "$build" --buildoptions | python3 -c \
+  'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')"
+for f in gpuallocConfig.cmake gpuallocConfigVersion.cmake; do
+  [[ -n "$(find "$work/stage" -path "*/cmake/gpualloc/$f" -print -quit)" ]] ||
+    { echo "install-check: $f not installed" >&2; exit 1; }
+done
+out="$(cmake -G Ninja -S "$root/tools/install-check/cmake" -B "$work/cmake" \
+  -DCMAKE_PREFIX_PATH="$work/stage$prefix" 2>&1 &&
+  cmake --build "$work/cmake" 2>&1)" || { echo "$out" >&2; exit 1; }
+ldd "$work/cmake/consumer" | grep -q 'libgpualloc\.so' ||
+  { echo "install-check: the CMake consumer does not link the shared library" >&2; exit 1; }
+if ldd "$work/cmake/embed-static" | grep -q 'libgpualloc\.so'; then
+  echo "install-check: the CMake embed-static links the shared library" >&2
+  exit 1
+fi
+"$work/cmake/consumer"
+"$work/cmake/embed-static" >/dev/null
+echo "install-check: installed copy (C++ consumer, C example shared and static, PyTorch hook), subproject and CMake package all work"
