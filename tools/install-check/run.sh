@@ -81,9 +81,9 @@ done
 out="$(cmake -G Ninja -S "$root/tools/install-check/cmake" -B "$work/cmake" \
   -DCMAKE_PREFIX_PATH="$work/stage$prefix" 2>&1 &&
   cmake --build "$work/cmake" 2>&1)" || { echo "$out" >&2; exit 1; }
-ldd "$work/cmake/consumer" | grep -q 'libgpualloc\.so' ||
+[[ "$(ldd "$work/cmake/consumer")" == *libgpualloc.so* ]] ||
   { echo "install-check: the CMake consumer does not link the shared library" >&2; exit 1; }
-if ldd "$work/cmake/embed-static" | grep -q 'libgpualloc\.so'; then
+if [[ "$(ldd "$work/cmake/embed-static")" == *libgpualloc.so* ]]; then
   echo "install-check: the CMake embed-static links the shared library" >&2
   exit 1
 fi
