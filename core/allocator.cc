@@ -72,15 +72,13 @@ class BfcAllocator final : public Allocator {
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream given,
                                  std::size_t alignment) override {
-    return core::AllocateHandlingOutOfMemory(
-        bytes, given, alignment,
-        [&](core::PendingOutOfMemory* pending) {
-          return AllocateOnce(bytes, given, alignment, pending);
-        },
-        [this] {
-          core::LockGuard lock(&mu_);
-          ++num_ooms_;
-        });
+    return core::AllocateHandlingOutOfMemory(*this, bytes, given, alignment);
+  }
+
+  // For AllocateHandlingOutOfMemory: a failure final after the handler.
+  void CountOutOfMemory() {
+    core::LockGuard lock(&mu_);
+    ++num_ooms_;
   }
 
   absl::Status Deallocate(void* ptr, Stream stream) override {
@@ -165,7 +163,6 @@ class BfcAllocator final : public Allocator {
   const DeviceInfo& device() const override { return backend_->info(); }
   const Options& options() const override { return resolved_.options; }
 
- private:
   // One attempt at the request; an out-of-memory answer goes through
   // NoteOutOfMemory (`pending`: null on the handler's retry).
   ABSL_ATTRIBUTE_ALWAYS_INLINE absl::StatusOr<void*> AllocateOnce(
@@ -198,6 +195,7 @@ class BfcAllocator final : public Allocator {
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
   }
 
+ private:
   std::unique_ptr<core::RegionSource> MakeSource() {
     const core::RegionContext context{resolved_, *backend_, core_,
                                       stream_order_, *oracle_};

@@ -100,21 +100,19 @@ class AsyncAllocator final : public Allocator {
     }
   }
 
-  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
-                                 std::size_t alignment) override {
-    return AllocateHandlingOutOfMemory(
-        bytes, stream, alignment,
-        [&](PendingOutOfMemory* pending) {
-          return AllocateOnce(bytes, stream, alignment, pending);
-        },
-        [this] {
-          LockGuard lock(&mu_);
-          ++num_ooms_;
-        });
+  // For AllocateHandlingOutOfMemory: a failure final after the handler.
+  void CountOutOfMemory() {
+    LockGuard lock(&mu_);
+    ++num_ooms_;
   }
 
-  // One attempt at the request; an out-of-memory answer goes through
-  // NoteOutOfMemory (`pending`: null on the handler's retry).
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
+                                 std::size_t alignment) override {
+    return AllocateHandlingOutOfMemory(*this, bytes, stream, alignment);
+  }
+
+  // One attempt: one pool allocation. Out of memory is answered through
+  // NoteOutOfMemory; `pending` is null on the handler's retry.
   absl::StatusOr<void*> AllocateOnce(std::size_t bytes, Stream stream,
                                      std::size_t alignment,
                                      PendingOutOfMemory* pending) {

@@ -40,14 +40,13 @@ absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
                            const OutOfMemoryFacts& facts);
 
 // The out-of-memory handler. A mode keeps the handler as a
-//   std::shared_ptr<const OutOfMemoryHandler> handler_ ABSL_GUARDED_BY(mu_);
-// swapped in under the lock (ShareHandler), and runs each Allocate as
-//   AllocateHandlingOutOfMemory(bytes, stream, alignment,
-//       [&](PendingOutOfMemory* p) { return AllocateOnce(..., p); },
-//       [&] { LockGuard l(&mu_); ++num_ooms_; });
-// where AllocateOnce answers every out of memory through NoteOutOfMemory,
-// under its lock. The handler is copied there, with the failure's numbers,
-// and called once the lock is released (AllocateOnce has returned).
+//   std::shared_ptr<const OutOfMemoryHandler> oom_handler_
+//       ABSL_GUARDED_BY(mu_);
+// swapped in under the lock (ShareHandler), and its Allocate is
+// AllocateHandlingOutOfMemory(*this, ...): its AllocateOnce answers every out
+// of memory through NoteOutOfMemory, under its lock. The handler is copied
+// there, with the failure's numbers, and called once the lock is released
+// (AllocateOnce has returned).
 
 // A handler call prepared under the lock, made after it is released.
 struct OutOfMemoryCall {
@@ -74,24 +73,29 @@ absl::Status NoteOutOfMemory(
     const std::shared_ptr<const OutOfMemoryHandler>& handler,
     const Stats& stats, PendingOutOfMemory* pending, std::uint64_t* num_ooms);
 
-// The slow path: calls the handler (no lock held), then either `retry` (once,
-// on kRetry) or `count_failure` and `error`.
+// The slow path of AllocateHandlingOutOfMemory: calls the handler (no lock
+// held), then either `retry` (once, on kRetry) or `count_failure` and
+// `error`.
 absl::StatusOr<void*> CallOutOfMemoryHandler(
     OutOfMemoryCall& call, absl::Status error, std::size_t bytes, Stream stream,
     std::size_t alignment, absl::FunctionRef<absl::StatusOr<void*>()> retry,
     absl::FunctionRef<void()> count_failure);
 
-// `attempt(&pending)`, then the handler when the attempt prepared a call.
-template <typename Attempt, typename CountFailure>
-absl::StatusOr<void*> AllocateHandlingOutOfMemory(
-    std::size_t bytes, Stream stream, std::size_t alignment,
-    const Attempt& attempt, const CountFailure& count_failure) {
+// A mode's Allocate: self.AllocateOnce(bytes, stream, alignment, &pending),
+// then the handler when that attempt prepared a call; a failure that is
+// final after the handler is counted by self.CountOutOfMemory().
+template <typename Mode>
+absl::StatusOr<void*> AllocateHandlingOutOfMemory(Mode& self, std::size_t bytes,
+                                                  Stream stream,
+                                                  std::size_t alignment) {
   PendingOutOfMemory pending;
-  absl::StatusOr<void*> result = attempt(&pending);
+  absl::StatusOr<void*> result =
+      self.AllocateOnce(bytes, stream, alignment, &pending);
   if (ABSL_PREDICT_TRUE(pending == nullptr)) return result;
   return CallOutOfMemoryHandler(
       *pending, std::move(result).status(), bytes, stream, alignment,
-      [&attempt] { return attempt(nullptr); }, count_failure);
+      [&] { return self.AllocateOnce(bytes, stream, alignment, nullptr); },
+      [&] { self.CountOutOfMemory(); });
 }
 
 }  // namespace gpualloc::core

@@ -58,15 +58,13 @@ class PlatformAllocator final : public Allocator {
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
                                  std::size_t alignment) override {
-    return AllocateHandlingOutOfMemory(
-        bytes, stream, alignment,
-        [&](PendingOutOfMemory* pending) {
-          return AllocateOnce(bytes, stream, alignment, pending);
-        },
-        [this] {
-          LockGuard lock(&mu_);
-          ++num_ooms_;
-        });
+    return AllocateHandlingOutOfMemory(*this, bytes, stream, alignment);
+  }
+
+  // For AllocateHandlingOutOfMemory: a failure final after the handler.
+  void CountOutOfMemory() {
+    LockGuard lock(&mu_);
+    ++num_ooms_;
   }
 
   // One attempt at the request; an out-of-memory answer goes through
