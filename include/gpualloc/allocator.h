@@ -196,9 +196,15 @@ enum class OutOfMemoryAction {
 // call the handler again. While a thread runs a handler, an out-of-memory
 // answer on that thread (of any allocator, e.g. the handler's own Allocate)
 // calls no handler: it is final at once, so handlers never nest or loop. The
-// handler must not throw, and must not destroy the allocator or set its
-// handler (setting one from it changes the handler for later failures only).
-// It may be called from several threads at once.
+// running call holds its own reference to the handler, so the handler may
+// even replace or remove itself (for later failures). It must not throw or
+// destroy the allocator, and may be called from several threads at once.
+//
+// How: the failing attempt copies the handler (a shared_ptr swapped in under
+// the lock by SetOutOfMemoryHandler) and the numbers while it holds the lock,
+// and returns, releasing it; Allocate then calls the handler with no lock
+// held, and a retry takes the lock afresh. A thread-local flag marks the
+// threads running a handler.
 using OutOfMemoryHandler =
     std::function<OutOfMemoryAction(const OutOfMemoryInfo&)>;
 

@@ -100,7 +100,7 @@ typedef struct gpualloc_stats {
   uint64_t largest_free_block_bytes;
   uint64_t bytes_requested; /* sum of the sizes as asked */
   uint64_t peak_bytes_requested;
-  uint64_t num_ooms; /* out-of-memory answers */
+  uint64_t num_ooms; /* out-of-memory answers (final ones) */
   uint64_t backend_allocs;
   uint64_t backend_frees;
   uint64_t events_recorded; /* stream-ordered frees: backend events */
