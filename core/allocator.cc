@@ -17,6 +17,7 @@
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
+#include "core/oom_message.h"
 #include "core/options.h"
 #include "core/region_source.h"
 #include "core/size_class.h"
@@ -71,31 +72,13 @@ class BfcAllocator final : public Allocator {
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream given,
                                  std::size_t alignment) override {
-    const Stream stream = Key(given);
-    const std::uint64_t min_block = resolved_.min_block_size;
-    if (alignment != 0) {  // 0, the common case, needs no check
-      GPUALLOC_RETURN_IF_ERROR(
-          core::CheckAlignment(bytes, alignment, resolved_.max_alignment));
-    }
-    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
-    // Sizes beyond the limit are rejected before any arithmetic can overflow.
-    if (bytes > resolved_.limit) return RejectTooLarge(bytes);
-    const std::uint64_t size = core::RoundUp(bytes == 0 ? 1 : bytes, min_block);
-    const std::uint64_t needed = size + (align - min_block);
-    if (needed > resolved_.limit) return RejectTooLarge(bytes);
+    return core::AllocateHandlingOutOfMemory(*this, bytes, given, alignment);
+  }
 
+  // For AllocateHandlingOutOfMemory: a failure final after the handler.
+  void CountOutOfMemory() {
     core::LockGuard lock(&mu_);
-    std::optional<DeviceAddress> address =
-        core_.Allocate(size, bytes, align, stream.handle, oracle_);
-    if (!address.has_value()) {
-      if (stream_order_.has_error()) return EventFailure(bytes, given);
-      absl::StatusOr<DeviceAddress> grown =
-          AllocateSlow(size, bytes, align, needed, stream);
-      if (!grown.ok()) return grown.status();
-      address = *grown;
-    }
-    MaybeValidate();
-    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+    ++num_ooms_;
   }
 
   absl::Status Deallocate(void* ptr, Stream stream) override {
@@ -150,6 +133,13 @@ class BfcAllocator final : public Allocator {
     core_.ResetPeaks();
   }
 
+  void SetOutOfMemoryHandler(OutOfMemoryHandler handler) override {
+    std::shared_ptr<const OutOfMemoryHandler> next =
+        core::ShareHandler(std::move(handler));
+    core::LockGuard lock(&mu_);
+    oom_handler_.swap(next);
+  }
+
   Snapshot GetSnapshot() const override {
     core::LockGuard lock(&mu_);
     Snapshot s;
@@ -172,6 +162,38 @@ class BfcAllocator final : public Allocator {
 
   const DeviceInfo& device() const override { return backend_->info(); }
   const Options& options() const override { return resolved_.options; }
+
+  // One attempt at the request; an out-of-memory answer goes through
+  // NoteOutOfMemory (`pending`: null on the handler's retry).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE absl::StatusOr<void*> AllocateOnce(
+      std::size_t bytes, Stream given, std::size_t alignment,
+      core::PendingOutOfMemory* pending) {
+    const Stream stream = Key(given);
+    const std::uint64_t min_block = resolved_.min_block_size;
+    if (alignment != 0) {  // 0, the common case, needs no check
+      GPUALLOC_RETURN_IF_ERROR(
+          core::CheckAlignment(bytes, alignment, resolved_.max_alignment));
+    }
+    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
+    // Sizes beyond the limit are rejected before any arithmetic can overflow.
+    if (bytes > resolved_.limit) return RejectTooLarge(bytes, pending);
+    const std::uint64_t size = core::RoundUp(bytes == 0 ? 1 : bytes, min_block);
+    const std::uint64_t needed = size + (align - min_block);
+    if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
+
+    core::LockGuard lock(&mu_);
+    std::optional<DeviceAddress> address =
+        core_.Allocate(size, bytes, align, stream.handle, oracle_);
+    if (!address.has_value()) {
+      if (stream_order_.has_error()) return EventFailure(bytes, given);
+      absl::StatusOr<DeviceAddress> grown =
+          AllocateSlow(size, bytes, align, needed, stream, pending);
+      if (!grown.ok()) return grown.status();
+      address = *grown;
+    }
+    MaybeValidate();
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+  }
 
  private:
   std::unique_ptr<core::RegionSource> MakeSource() {
@@ -238,15 +260,27 @@ class BfcAllocator final : public Allocator {
     return s;
   }
 
-  absl::Status RejectTooLarge(std::size_t bytes) {
+  absl::Status RejectTooLarge(std::size_t bytes,
+                              core::PendingOutOfMemory* pending) {
     core::LockGuard lock(&mu_);
-    ++num_ooms_;
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "out of memory: Allocate(%d bytes) can never succeed: it exceeds the "
-        "allocator's limit of %d bytes (%s) on %s. Hint: raise memory_fraction "
-        "(now %g) or set memory_limit.",
-        bytes, resolved_.limit, core::FormatBytes(resolved_.limit),
-        backend_->info().name, resolved_.options.memory_fraction));
+    return Exhausted(
+        absl::ResourceExhaustedError(absl::StrFormat(
+            "out of memory: Allocate(%d bytes) can never succeed: it exceeds "
+            "the "
+            "allocator's limit of %d bytes (%s) on %s. Hint: raise "
+            "memory_fraction "
+            "(now %g) or set memory_limit.",
+            bytes, resolved_.limit, core::FormatBytes(resolved_.limit),
+            backend_->info().name, resolved_.options.memory_fraction)),
+        StatsLocked(), pending);
+  }
+
+  // Every out-of-memory answer: counted now, or prepared for the handler.
+  absl::Status Exhausted(absl::Status error, const Stats& stats,
+                         core::PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return core::NoteOutOfMemory(std::move(error), oom_handler_, stats, pending,
+                                 &num_ooms_);
   }
 
   // Returns every free region or granule to the device (Trim, garbage
@@ -316,7 +350,8 @@ class BfcAllocator final : public Allocator {
   // step retries the core before the next. Only then out of memory.
   absl::StatusOr<DeviceAddress> AllocateSlow(
       std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
-      std::uint64_t needed, Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      std::uint64_t needed, Stream stream, core::PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // A retry that met a failing event call stops everything (EventFailure).
     bool event_failed = false;
     if (core_.num_regions() != 0) {
@@ -402,10 +437,9 @@ class BfcAllocator final : public Allocator {
         why = grown;
       }
     }
-    ++num_ooms_;
     // The next Allocate asks afresh (no allocation ended this search).
     stream_order_.NewSearch();
-    return OutOfMemory(bytes, size, why);
+    return OutOfMemory(bytes, size, why, pending);
   }
 
   // A backend event call failed while looking at memory other streams freed:
@@ -424,7 +458,8 @@ class BfcAllocator final : public Allocator {
   }
 
   absl::Status OutOfMemory(std::uint64_t bytes, std::uint64_t size,
-                           const absl::Status& why)
+                           const absl::Status& why,
+                           core::PendingOutOfMemory* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Stats s = StatsLocked();
     const std::uint64_t free_bytes = core_.FreeBytes();
@@ -450,15 +485,19 @@ class BfcAllocator final : public Allocator {
           "memory_limit, or lower the batch size",
           resolved_.options.memory_fraction);
     }
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. limit "
-        "%d, in use %d, reserved %d, largest free block %d, fragmentation "
-        "%.1f%%. Hint: %s",
-        bytes, size, backend_->info().name,
-        resolved_.options.name.empty() ? ""
-                                       : " (" + resolved_.options.name + ")",
-        why.message(), s.bytes_limit, s.bytes_in_use, s.bytes_reserved,
-        s.largest_free_block_bytes, 100 * s.fragmentation, hint));
+    return Exhausted(
+        absl::ResourceExhaustedError(absl::StrFormat(
+            "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. "
+            "limit "
+            "%d, in use %d, reserved %d, largest free block %d, fragmentation "
+            "%.1f%%. Hint: %s",
+            bytes, size, backend_->info().name,
+            resolved_.options.name.empty()
+                ? ""
+                : " (" + resolved_.options.name + ")",
+            why.message(), s.bytes_limit, s.bytes_in_use, s.bytes_reserved,
+            s.largest_free_block_bytes, 100 * s.fragmentation, hint)),
+        s, pending);
   }
 
   const core::ResolvedOptions resolved_;
@@ -472,6 +511,7 @@ class BfcAllocator final : public Allocator {
   // All ones with streams, 0 without (Key).
   const std::uintptr_t stream_mask_;
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
   std::uint64_t streams_released_ ABSL_GUARDED_BY(mu_) = 0;
   // Where regions come from: separate backend allocations or expandable
   // regions. Declared last, destroyed first: it returns every region while

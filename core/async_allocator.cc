@@ -100,8 +100,22 @@ class AsyncAllocator final : public Allocator {
     }
   }
 
+  // For AllocateHandlingOutOfMemory: a failure final after the handler.
+  void CountOutOfMemory() {
+    LockGuard lock(&mu_);
+    ++num_ooms_;
+  }
+
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
                                  std::size_t alignment) override {
+    return AllocateHandlingOutOfMemory(*this, bytes, stream, alignment);
+  }
+
+  // One attempt: one pool allocation. Out of memory is answered through
+  // NoteOutOfMemory; `pending` is null on the handler's retry.
+  absl::StatusOr<void*> AllocateOnce(std::size_t bytes, Stream stream,
+                                     std::size_t alignment,
+                                     PendingOutOfMemory* pending) {
     GPUALLOC_RETURN_IF_ERROR(
         CheckAlignment(bytes, alignment, resolved_.max_alignment));
     // The pool rounds its own sizes; only a stricter alignment than the
@@ -110,15 +124,14 @@ class AsyncAllocator final : public Allocator {
         PlanBlock(kMode, bytes, alignment, resolved_.min_block_size,
                   resolved_.limit, backend_->info(), /*whole_units=*/false);
     const OutOfMemoryFacts& facts = plan.facts;
-    if (facts.device > resolved_.limit) return RejectTooLarge(facts);
+    if (facts.device > resolved_.limit) return RejectTooLarge(facts, pending);
 
     LockGuard lock(&mu_);
     if (ABSL_PREDICT_FALSE(!deferred_.empty())) RetryDeferredLocked();
     if (live_.counters().bytes_held + deferred_bytes_ + facts.device >
         resolved_.limit) {
-      ++num_ooms_;
       return OutOfMemory(
-          facts, "the limit is reached",
+          facts, pending, "the limit is reached",
           absl::StrFormat(
               "the live allocations fill the limit; free memory earlier, "
               "raise memory_fraction (now %g) or memory_limit, or lower the "
@@ -138,9 +151,8 @@ class AsyncAllocator final : public Allocator {
     }
     if (!base.ok()) {
       if (absl::IsResourceExhausted(base.status())) {
-        ++num_ooms_;
         return OutOfMemory(
-            facts, base.status().message(),
+            facts, pending, base.status().message(),
             waited ? "the pool found no memory even after waiting for the "
                      "pending frees of every stream; the device may be held "
                      "by other processes: lower the limit or free device "
@@ -222,6 +234,13 @@ class AsyncAllocator final : public Allocator {
     RefreshUsageLocked();
     pool_peak_at_reset_ = usage_.peak_reserved;
     peak_reserved_ = usage_.reserved;
+  }
+
+  void SetOutOfMemoryHandler(OutOfMemoryHandler handler) override {
+    std::shared_ptr<const OutOfMemoryHandler> next =
+        ShareHandler(std::move(handler));
+    LockGuard lock(&mu_);
+    oom_handler_.swap(next);
   }
 
   Snapshot GetSnapshot() const override {
@@ -594,20 +613,23 @@ class AsyncAllocator final : public Allocator {
     return s;
   }
 
-  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts) {
+  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts,
+                              PendingOutOfMemory* pending) {
     LockGuard lock(&mu_);
-    ++num_ooms_;
-    return TooLargeError(backend_->info(), resolved_.options, facts);
+    return NoteOutOfMemory(
+        TooLargeError(backend_->info(), resolved_.options, facts), oom_handler_,
+        StatsLocked(), pending, &num_ooms_);
   }
 
-  absl::Status OutOfMemory(OutOfMemoryFacts facts, absl::string_view why,
-                           absl::string_view hint)
+  absl::Status OutOfMemory(OutOfMemoryFacts facts, PendingOutOfMemory* pending,
+                           absl::string_view why, absl::string_view hint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     RefreshUsageLocked();
     facts.in_use = live_.counters().bytes_in_use;
     facts.reserved = usage_.reserved;
-    return OutOfMemoryError(backend_->info(), resolved_.options, facts, why,
-                            hint);
+    return NoteOutOfMemory(
+        OutOfMemoryError(backend_->info(), resolved_.options, facts, why, hint),
+        oom_handler_, StatsLocked(), pending, &num_ooms_);
   }
 
   const ResolvedOptions resolved_;
@@ -642,6 +664,7 @@ class AsyncAllocator final : public Allocator {
   std::uint64_t pool_peak_at_reset_ ABSL_GUARDED_BY(mu_);
   mutable std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
   std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t events_recorded_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,6 +2,7 @@
 #include "core/oom_message.h"
 
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "core/format_bytes.h"
@@ -45,6 +46,60 @@ absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
       "memory_limit.",
       Request(facts), facts.limit, FormatBytes(facts.limit),
       Where(device, options, facts.mode), options.memory_fraction));
+}
+
+namespace {
+
+// Whether this thread is running an out-of-memory handler (of any
+// allocator): failures inside it are final, so handlers never nest.
+thread_local bool in_handler = false;
+
+}  // namespace
+
+std::shared_ptr<const OutOfMemoryHandler> ShareHandler(
+    OutOfMemoryHandler handler) {
+  if (!handler) return nullptr;
+  return std::make_shared<const OutOfMemoryHandler>(std::move(handler));
+}
+
+absl::Status NoteOutOfMemory(
+    absl::Status error,
+    const std::shared_ptr<const OutOfMemoryHandler>& handler,
+    const Stats& stats, PendingOutOfMemory* pending, std::uint64_t* num_ooms) {
+  if (pending == nullptr || handler == nullptr || in_handler) {
+    ++*num_ooms;
+    return error;
+  }
+  *pending = std::make_unique<OutOfMemoryCall>();
+  OutOfMemoryCall& call = **pending;
+  call.handler = handler;
+  call.info.bytes_limit = stats.bytes_limit;
+  call.info.bytes_in_use = stats.bytes_in_use;
+  call.info.bytes_reserved = stats.bytes_reserved;
+  call.info.largest_free_block_bytes = stats.largest_free_block_bytes;
+  return error;
+}
+
+absl::StatusOr<void*> CallOutOfMemoryHandler(
+    OutOfMemoryCall& call, absl::Status error, std::size_t bytes, Stream stream,
+    std::size_t alignment, absl::FunctionRef<absl::StatusOr<void*>()> retry,
+    absl::FunctionRef<void()> count_failure) {
+  call.info.bytes = bytes;
+  call.info.alignment = alignment;
+  call.info.stream = stream;
+  call.info.message = error.message();
+  OutOfMemoryAction action;
+  {
+    // Restored on the way out, even if the handler throws.
+    struct InHandler {
+      InHandler() { in_handler = true; }
+      ~InHandler() { in_handler = false; }
+    } mark;
+    action = (*call.handler)(call.info);
+  }
+  if (action == OutOfMemoryAction::kRetry) return retry();
+  count_failure();
+  return error;
 }
 
 }  // namespace gpualloc::core

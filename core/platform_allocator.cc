@@ -58,6 +58,20 @@ class PlatformAllocator final : public Allocator {
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
                                  std::size_t alignment) override {
+    return AllocateHandlingOutOfMemory(*this, bytes, stream, alignment);
+  }
+
+  // For AllocateHandlingOutOfMemory: a failure final after the handler.
+  void CountOutOfMemory() {
+    LockGuard lock(&mu_);
+    ++num_ooms_;
+  }
+
+  // One attempt at the request; an out-of-memory answer goes through
+  // NoteOutOfMemory (`pending`: null on the handler's retry).
+  absl::StatusOr<void*> AllocateOnce(std::size_t bytes, Stream stream,
+                                     std::size_t alignment,
+                                     PendingOutOfMemory* pending) {
     GPUALLOC_RETURN_IF_ERROR(
         CheckAlignment(bytes, alignment, resolved_.max_alignment));
     // 0 bytes get a minimum block: a unique non-null pointer (Allocator's
@@ -66,14 +80,13 @@ class PlatformAllocator final : public Allocator {
         PlanBlock(kMode, bytes, alignment, resolved_.min_block_size,
                   resolved_.limit, backend_->info(), /*whole_units=*/true);
     const OutOfMemoryFacts& facts = plan.facts;
-    if (facts.device > resolved_.limit) return RejectTooLarge(facts);
+    if (facts.device > resolved_.limit) return RejectTooLarge(facts, pending);
 
     LockGuard lock(&mu_);
     const LiveCounters& k = live_.counters();
     if (k.bytes_held + facts.device > resolved_.limit) {
-      ++num_ooms_;
       return OutOfMemory(
-          facts, "the limit is reached",
+          facts, pending, "the limit is reached",
           absl::StrFormat(
               "the platform allocator caches nothing, so the live "
               "allocations alone fill the limit; free memory earlier, raise "
@@ -84,9 +97,8 @@ class PlatformAllocator final : public Allocator {
     absl::StatusOr<DeviceAddress> base = backend_->Allocate(facts.device);
     if (!base.ok()) {
       if (absl::IsResourceExhausted(base.status())) {
-        ++num_ooms_;
         return OutOfMemory(
-            facts, base.status().message(),
+            facts, pending, base.status().message(),
             "the device refused more memory below the limit (other processes "
             "may hold it); lower the limit or free device memory elsewhere");
       }
@@ -161,6 +173,13 @@ class PlatformAllocator final : public Allocator {
     live_.ResetPeaks();
   }
 
+  void SetOutOfMemoryHandler(OutOfMemoryHandler handler) override {
+    std::shared_ptr<const OutOfMemoryHandler> next =
+        ShareHandler(std::move(handler));
+    LockGuard lock(&mu_);
+    oom_handler_.swap(next);
+  }
+
   Snapshot GetSnapshot() const override {
     LockGuard lock(&mu_);
     Snapshot s;
@@ -218,19 +237,22 @@ class PlatformAllocator final : public Allocator {
     return s;
   }
 
-  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts) {
+  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts,
+                              PendingOutOfMemory* pending) {
     LockGuard lock(&mu_);
-    ++num_ooms_;
-    return TooLargeError(backend_->info(), resolved_.options, facts);
+    return NoteOutOfMemory(
+        TooLargeError(backend_->info(), resolved_.options, facts), oom_handler_,
+        StatsLocked(), pending, &num_ooms_);
   }
 
-  absl::Status OutOfMemory(OutOfMemoryFacts facts, absl::string_view why,
-                           absl::string_view hint)
+  absl::Status OutOfMemory(OutOfMemoryFacts facts, PendingOutOfMemory* pending,
+                           absl::string_view why, absl::string_view hint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     facts.in_use = live_.counters().bytes_in_use;
     facts.reserved = live_.counters().bytes_held;
-    return OutOfMemoryError(backend_->info(), resolved_.options, facts, why,
-                            hint);
+    return NoteOutOfMemory(
+        OutOfMemoryError(backend_->info(), resolved_.options, facts, why, hint),
+        oom_handler_, StatsLocked(), pending, &num_ooms_);
   }
 
   const ResolvedOptions resolved_;
@@ -239,6 +261,7 @@ class PlatformAllocator final : public Allocator {
   mutable Lock mu_;
   LiveAllocations live_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
   std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -17,10 +17,12 @@
 #include <exception>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 
+#include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -34,10 +36,17 @@
 #include "gpualloc/snapshot_json.h"
 
 // The handle: the registry, plus which devices were used (for
-// gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators).
+// gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators), and
+// the out-of-memory handler set for every device, which a device gets at its
+// first use.
 struct gpualloc_handle {
   std::unique_ptr<gpualloc::DeviceRegistry> registry;
   std::unique_ptr<std::atomic<gpualloc::Allocator*>[]> used;
+  // Guards first uses (a device's entry in `used` going from null) and
+  // handler settings, so that a device never misses or overrides a setting.
+  std::mutex oom_mu;
+  gpualloc_oom_handler_t all_devices_handler = nullptr;
+  void* all_devices_user_data = nullptr;
 };
 
 namespace gpualloc {
@@ -128,13 +137,54 @@ absl::Status NullArgument(absl::string_view name) {
 
 Stream StreamOf(void* stream) { return Stream::FromHandle(stream); }
 
+// The C handler as the allocator of `device` calls it (null for null).
+OutOfMemoryHandler WrapOomHandler(int device, gpualloc_oom_handler_t handler,
+                                  void* user_data) {
+  if (handler == nullptr) return nullptr;
+  return [device, handler, user_data](const OutOfMemoryInfo& info) {
+    try {
+      const std::string message(info.message);  // NUL-terminated
+      gpualloc_oom_info_t c;
+      std::memset(&c, 0, sizeof(c));
+      c.device = device;
+      c.size = info.bytes;
+      c.alignment = info.alignment;
+      c.stream = reinterpret_cast<void*>(info.stream.handle);
+      c.bytes_limit = info.bytes_limit;
+      c.bytes_in_use = info.bytes_in_use;
+      c.bytes_reserved = info.bytes_reserved;
+      c.largest_free_block_bytes = info.largest_free_block_bytes;
+      c.message = message.c_str();
+      return handler(&c, user_data) != 0 ? OutOfMemoryAction::kRetry
+                                         : OutOfMemoryAction::kFail;
+    } catch (...) {
+      return OutOfMemoryAction::kFail;  // out of host memory for the copy
+    }
+  };
+}
+
+// A device's first use: it gets the handler set for every device.
+void FirstUse(gpualloc_t* handle, int device, Allocator* a) {
+  std::lock_guard<std::mutex> lock(handle->oom_mu);
+  std::atomic<Allocator*>& used =
+      handle->used[static_cast<std::size_t>(device)];
+  if (used.load(std::memory_order_relaxed) != nullptr) return;  // raced
+  if (handle->all_devices_handler != nullptr) {
+    a->SetOutOfMemoryHandler(WrapOomHandler(device, handle->all_devices_handler,
+                                            handle->all_devices_user_data));
+  }
+  used.store(a, std::memory_order_release);
+}
+
 absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device) {
   if (handle == nullptr) return NullArgument("the allocator handle");
   absl::StatusOr<Allocator*> a = handle->registry->Get(device);
   if (!a.ok()) return a.status();
   // Get checked the ordinal; remember the device as used.
-  handle->used[static_cast<std::size_t>(device)].store(
-      *a, std::memory_order_release);
+  if (ABSL_PREDICT_FALSE(handle->used[static_cast<std::size_t>(device)].load(
+                             std::memory_order_acquire) == nullptr)) {
+    FirstUse(handle, device, *a);
+  }
   return a;
 }
 
@@ -404,6 +454,39 @@ gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator, int device,
         allocator, device, [stream](gpualloc::Allocator& a) {
           return a.ReleaseStream(gpualloc::StreamOf(stream));
         });
+  });
+}
+
+gpualloc_status_t gpualloc_set_oom_handler(gpualloc_t* allocator, int device,
+                                           gpualloc_oom_handler_t handler,
+                                           void* user_data) {
+  return Boundary("gpualloc_set_oom_handler", [&]() -> absl::Status {
+    if (allocator == nullptr) {
+      return gpualloc::NullArgument("the allocator handle");
+    }
+    if (device != GPUALLOC_ALL_DEVICES) {
+      absl::StatusOr<gpualloc::Allocator*> a =
+          gpualloc::AllocatorOf(allocator, device);
+      if (!a.ok()) return a.status();
+      std::lock_guard<std::mutex> lock(allocator->oom_mu);
+      (*a)->SetOutOfMemoryHandler(
+          gpualloc::WrapOomHandler(device, handler, user_data));
+      return absl::OkStatus();
+    }
+    // Devices used later get it at their first use (FirstUse).
+    std::lock_guard<std::mutex> lock(allocator->oom_mu);
+    allocator->all_devices_handler = handler;
+    allocator->all_devices_user_data = user_data;
+    for (int d = 0; d < allocator->registry->num_devices(); ++d) {
+      gpualloc::Allocator* a =
+          allocator->used[static_cast<std::size_t>(d)].load(
+              std::memory_order_acquire);
+      if (a != nullptr) {
+        a->SetOutOfMemoryHandler(
+            gpualloc::WrapOomHandler(d, handler, user_data));
+      }
+    }
+    return absl::OkStatus();
   });
 }
 

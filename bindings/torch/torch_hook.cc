@@ -249,6 +249,23 @@ GPUALLOC_API int gpualloc_torch_get_stats(int device, gpualloc_stats_t* out) {
   return s;
 }
 
+// An out-of-memory handler on every device (gpualloc_set_oom_handler with
+// GPUALLOC_ALL_DEVICES; NULL removes it), e.g. from Python:
+//   HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+//   cb = HANDLER(lambda info, data: free_my_cache())  # keep cb alive
+//   lib.gpualloc_torch_set_oom_handler(cb, None)
+// It is called before malloc returns NULL; nonzero retries the request once.
+// 0 or a gpualloc_status_t with the reason in gpualloc_torch_last_error().
+GPUALLOC_API int gpualloc_torch_set_oom_handler(gpualloc_oom_handler_t handler,
+                                                void* user_data) {
+  gpualloc_t* handle = Handle("gpualloc_torch_set_oom_handler");
+  if (handle == nullptr) return Instance().create_status;
+  const gpualloc_status_t s = gpualloc_set_oom_handler(
+      handle, GPUALLOC_ALL_DEVICES, handler, user_data);
+  if (s != GPUALLOC_OK) FailWithLastError();
+  return s;
+}
+
 // The device's snapshot as JSON (docs/ARCHITECTURE.md, "Snapshot JSON"), to be
 // released with gpualloc_torch_string_free; NULL on failure.
 GPUALLOC_API char* gpualloc_torch_snapshot_json(int device) {

@@ -16,12 +16,13 @@
 // nothing: every live allocation and the allocator's state stay as they were.
 //
 // Thread safety: every method is thread-safe. One lock per allocator, held for
-// the duration of a call.
+// the duration of a call (never while an out-of-memory handler runs).
 #ifndef GPUALLOC_ALLOCATOR_H_
 #define GPUALLOC_ALLOCATOR_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,7 +133,9 @@ struct Stats {
   std::uint64_t peak_bytes_requested = 0;
   // 1 - largest free block / total free bytes (0 when nothing is free).
   double fragmentation = 0;
-  std::uint64_t num_ooms = 0;  // ResourceExhausted answers
+  // ResourceExhausted answers of Allocate: final ones only (a failure the
+  // out-of-memory handler retried successfully is not counted).
+  std::uint64_t num_ooms = 0;
   std::uint64_t backend_allocs = 0;
   std::uint64_t backend_frees = 0;
   // Stream-ordered bookkeeping: backend event calls made on behalf of frees.
@@ -159,6 +162,51 @@ struct Snapshot {
   std::vector<RegionSnapshot> regions;
   Stats stats;
 };
+
+// A failed request, as the out-of-memory handler sees it. The numbers are
+// those of the moment the request failed (the message states the same).
+struct OutOfMemoryInfo {
+  std::size_t bytes = 0;      // as asked
+  std::size_t alignment = 0;  // as asked (0: the default)
+  Stream stream;
+  std::uint64_t bytes_limit = 0;
+  std::uint64_t bytes_in_use = 0;
+  std::uint64_t bytes_reserved = 0;
+  std::uint64_t largest_free_block_bytes = 0;
+  // The ResourceExhausted message Allocate returns if the handler says kFail;
+  // valid during the call only.
+  absl::string_view message;
+};
+
+enum class OutOfMemoryAction {
+  kFail,   // return the error
+  kRetry,  // try the request once more (the handler freed something)
+};
+
+// Called when Allocate is about to answer out of memory (PyTorch's
+// out-of-memory observers, RMM's failure callback), before the error is
+// returned; its answer decides whether the request is tried once more.
+//
+// Reentrancy: the handler runs on the failing thread WITHOUT the allocator's
+// lock, so it may do anything a caller may: free memory elsewhere (other
+// allocators, caches), and call this allocator again: Deallocate, GetStats,
+// Trim, even Allocate. Other threads keep allocating meanwhile; kRetry runs
+// the whole allocation again (growth and garbage collection included) on the
+// state as it then is, exactly once: a retry that fails is final and does not
+// call the handler again. While a thread runs a handler, an out-of-memory
+// answer on that thread (of any allocator, e.g. the handler's own Allocate)
+// calls no handler: it is final at once, so handlers never nest or loop. The
+// running call holds its own reference to the handler, so the handler may
+// even replace or remove itself (for later failures). It must not throw or
+// destroy the allocator, and may be called from several threads at once.
+//
+// How: the failing attempt copies the handler (a shared_ptr swapped in under
+// the lock by SetOutOfMemoryHandler) and the numbers while it holds the lock,
+// and returns, releasing it; Allocate then calls the handler with no lock
+// held, and a retry takes the lock afresh. A thread-local flag marks the
+// threads running a handler.
+using OutOfMemoryHandler =
+    std::function<OutOfMemoryAction(const OutOfMemoryInfo&)>;
 
 class Allocator {
  public:
@@ -210,6 +258,15 @@ class Allocator {
   virtual absl::Status Trim() = 0;
   // Checks every invariant of the allocator; the Status names the broken one.
   virtual absl::Status Validate() const = 0;
+
+  // Installs `handler` (see OutOfMemoryHandler) for every later
+  // out-of-memory answer of Allocate, including requests beyond the limit
+  // (kRetry then fails again); a null handler removes it. Safe while other
+  // threads allocate: a failure already calling the previous handler keeps
+  // it (copied, under the lock, when the request failed), so the previous
+  // handler may still run once after this returns. Checked only on the
+  // out-of-memory path: an allocation that succeeds never looks at it.
+  virtual void SetOutOfMemoryHandler(OutOfMemoryHandler handler) = 0;
 
   virtual const DeviceInfo& device() const = 0;
   virtual const Options& options() const = 0;

@@ -100,7 +100,7 @@ typedef struct gpualloc_stats {
   uint64_t largest_free_block_bytes;
   uint64_t bytes_requested; /* sum of the sizes as asked */
   uint64_t peak_bytes_requested;
-  uint64_t num_ooms; /* out-of-memory answers */
+  uint64_t num_ooms; /* out-of-memory answers (final ones) */
   uint64_t backend_allocs;
   uint64_t backend_frees;
   uint64_t events_recorded; /* stream-ordered frees: backend events */
@@ -110,7 +110,8 @@ typedef struct gpualloc_stats {
   double fragmentation;
 } gpualloc_stats_t;
 
-/* Every device: gpualloc_trim's device argument. */
+/* Every device: the device argument of gpualloc_trim, gpualloc_release_stream
+ * and gpualloc_set_oom_handler. */
 #define GPUALLOC_ALL_DEVICES (-1)
 
 /* Creates a handle from `config` ("key=value,...", NULL or "" for none) over
@@ -183,6 +184,43 @@ GPUALLOC_API gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator,
                                                       int device, char** out,
                                                       size_t* out_length);
 GPUALLOC_API void gpualloc_string_free(char* text);
+
+/* A failed request, as an out-of-memory handler sees it (gpualloc::
+ * OutOfMemoryInfo): the numbers of the moment it failed. */
+typedef struct gpualloc_oom_info {
+  int device;
+  size_t size;      /* as asked */
+  size_t alignment; /* as asked (0: the default) */
+  void* stream;
+  uint64_t bytes_limit;
+  uint64_t bytes_in_use;
+  uint64_t bytes_reserved;
+  uint64_t largest_free_block_bytes;
+  /* The report gpualloc_last_error gives if the handler returns 0; valid
+   * during the call only. */
+  const char* message;
+} gpualloc_oom_info_t;
+
+/* Called when an allocation is about to fail with GPUALLOC_RESOURCE_EXHAUSTED,
+ * before it returns; nonzero asks to try the request once more (after the
+ * handler freed memory, e.g. a cache of its own), 0 lets it fail. It runs on
+ * the failing thread without the allocator's lock, so it may call this API
+ * again (gpualloc_free, gpualloc_get_stats, gpualloc_trim, even
+ * gpualloc_malloc); an allocation that fails inside a handler calls no handler.
+ * It may run on several threads at once, must not call gpualloc_destroy, and
+ * is not called again for the retry. */
+typedef int (*gpualloc_oom_handler_t)(const gpualloc_oom_info_t* info,
+                                      void* user_data);
+
+/* Installs `handler` (with `user_data`) on `device`, or with
+ * GPUALLOC_ALL_DEVICES on every device, those used later included (a later
+ * call naming one device overrides it there). A NULL handler removes it. Safe
+ * while other threads allocate; a failure already calling the previous
+ * handler still uses it. Statistics count only the final failures
+ * (num_ooms). */
+GPUALLOC_API gpualloc_status_t
+gpualloc_set_oom_handler(gpualloc_t* allocator, int device,
+                         gpualloc_oom_handler_t handler, void* user_data);
 
 /* Returns every fully free region of `device` (or of every device used so far,
  * with GPUALLOC_ALL_DEVICES) to the device. */

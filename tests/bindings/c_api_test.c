@@ -2,7 +2,8 @@
  * written and compiled as C: creation from a string and from the environment,
  * errors with their messages, malloc/free on streams, record-stream, stats
  * (with an older, smaller struct and a newer, larger one), snapshot JSON, trim,
- * the per-thread last error, and host out-of-memory at the boundary. On the
+ * the per-thread last error, out-of-memory handlers, and host out-of-memory at
+ * the boundary. On the
  * simulated device; exits non-zero at the first failed check. */
 #include <inttypes.h>
 #include <pthread.h>
@@ -533,6 +534,91 @@ static void TestOutOfHostMemoryAtTheBoundary(void) {
 #endif
 }
 
+/* An out-of-memory handler that frees the block it caches (through the same
+ * handle: handlers run without the allocator's lock) and asks for a retry. */
+struct OomCache {
+  gpualloc_t* a;
+  void* cached;
+  int calls;
+  gpualloc_oom_info_t last;
+  char message[64];
+};
+
+static int FreeCacheAndRetry(const gpualloc_oom_info_t* info, void* user_data) {
+  struct OomCache* cache = (struct OomCache*)user_data;
+  ++cache->calls;
+  cache->last = *info;
+  snprintf(cache->message, sizeof(cache->message), "%s", info->message);
+  cache->last.message = cache->message;
+  if (cache->cached == NULL) return 0;
+  if (gpualloc_free(cache->a, info->device, cache->cached, NULL) !=
+      GPUALLOC_OK) {
+    return 0;
+  }
+  cache->cached = NULL;
+  return 1;
+}
+
+static void TestOomHandler(void) {
+  gpualloc_t* a = NULL;
+  CHECK_OK(gpualloc_create_isolated(
+      "backend=sim,arch=h200,preallocate=false,device_memory=16GiB,"
+      "mem_limit=64MiB",
+      &a));
+  struct OomCache cache;
+  memset(&cache, 0, sizeof(cache));
+  cache.a = a;
+  /* Before the device's first use: it gets the handler when it is created. */
+  CHECK_OK(gpualloc_set_oom_handler(a, GPUALLOC_ALL_DEVICES, FreeCacheAndRetry,
+                                    &cache));
+  const size_t half = 32u << 20;
+  void* kept = NULL;
+  CHECK_OK(gpualloc_malloc(a, 0, half, NULL, &kept));
+  CHECK_OK(gpualloc_malloc(a, 0, half, NULL, &cache.cached));
+  CHECK(cache.calls == 0);
+
+  /* The handler frees the cached block: the request succeeds. */
+  void* stream = (void*)(uintptr_t)0x10;
+  void* p = NULL;
+  CHECK_OK(gpualloc_malloc_aligned(a, 0, half / 2, 4096, stream, &p));
+  CHECK(p != NULL);
+  CHECK(cache.calls == 1);
+  CHECK(cache.cached == NULL);
+  CHECK(cache.last.device == 0);
+  CHECK(cache.last.size == half / 2);
+  CHECK(cache.last.alignment == 4096);
+  CHECK(cache.last.stream == stream);
+  CHECK(cache.last.bytes_limit == 64u << 20);
+  CHECK(cache.last.bytes_in_use == 64u << 20);
+  CHECK(strstr(cache.message, "out of memory") == cache.message);
+  CHECK(Stats(a).num_ooms == 0); /* retried successfully: not counted */
+
+  /* Nothing left to free: the handler says fail, once, and the error is the
+   * report it was shown. */
+  void* q = NULL;
+  CHECK_STATUS(gpualloc_malloc(a, 0, half, NULL, &q),
+               GPUALLOC_RESOURCE_EXHAUSTED);
+  CHECK(q == NULL);
+  CHECK(cache.calls == 2);
+  CHECK_ERROR_MENTIONS(cache.message);
+  CHECK(Stats(a).num_ooms == 1);
+
+  /* Removed: not called any more. */
+  CHECK_OK(gpualloc_set_oom_handler(a, 0, NULL, NULL));
+  CHECK_STATUS(gpualloc_malloc(a, 0, half, NULL, &q),
+               GPUALLOC_RESOURCE_EXHAUSTED);
+  CHECK(cache.calls == 2);
+  CHECK(Stats(a).num_ooms == 2);
+  CHECK_STATUS(gpualloc_set_oom_handler(a, 7, NULL, NULL),
+               GPUALLOC_INVALID_ARGUMENT);
+  CHECK_STATUS(gpualloc_set_oom_handler(NULL, 0, NULL, NULL),
+               GPUALLOC_INVALID_ARGUMENT);
+
+  CHECK_OK(gpualloc_free(a, 0, p, stream));
+  CHECK_OK(gpualloc_free(a, 0, kept, NULL));
+  gpualloc_destroy(a);
+}
+
 static void TestNames(void) {
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_OK), "OK") == 0);
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_RESOURCE_EXHAUSTED),
@@ -552,6 +638,7 @@ int main(void) {
   TestSnapshotAndTrim();
   TestLastErrorPerThread();
   TestOutOfHostMemoryAtTheBoundary();
+  TestOomHandler();
   TestNames();
   printf("c_api_test: %d checks passed (gpualloc %s)\n", checks,
          gpualloc_version());

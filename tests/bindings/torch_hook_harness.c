@@ -3,7 +3,9 @@
  * path, dlsym of the entry points, then a bundled trace replayed through
  * malloc/free (with record_stream and empty_cache mixed in) on the simulated
  * backend (GPUALLOC_BACKEND=sim). Checks the statistics through
- * gpualloc_torch_get_stats, the error paths, and that the library exports
+ * gpualloc_torch_get_stats, the error paths, an out-of-memory handler
+ * (gpualloc_torch_set_oom_handler) that frees a cached block and retries,
+ * and that the library exports
  * nothing but its entry points. Fails loudly at the first problem.
  *
  *   torch_hook_harness LIBRARY TRACE.csv */
@@ -15,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpualloc/gpualloc.h" /* gpualloc_stats_t only */
+#include "gpualloc/gpualloc.h" /* the types only */
 
 typedef void* (*malloc_fn)(size_t, int, void*);
 typedef void (*free_fn)(void*, size_t, int, void*);
@@ -25,6 +27,7 @@ typedef const char* (*last_error_fn)(void);
 typedef int (*get_stats_fn)(int, gpualloc_stats_t*);
 typedef char* (*snapshot_fn)(int);
 typedef void (*string_free_fn)(char*);
+typedef int (*set_oom_handler_fn)(gpualloc_oom_handler_t, void*);
 
 static malloc_fn torch_malloc;
 static free_fn torch_free;
@@ -36,6 +39,7 @@ static last_error_fn torch_last_error;
 static get_stats_fn torch_get_stats;
 static snapshot_fn torch_snapshot_json;
 static string_free_fn torch_string_free;
+static set_oom_handler_fn torch_set_oom_handler;
 
 static void Die(const char* what, long line) {
   fprintf(stderr,
@@ -115,6 +119,25 @@ static Op* LoadTrace(const char* path, size_t* count, uint64_t* max_id) {
 
 static void* StreamOf(uint64_t stream) { return (void*)(uintptr_t)stream; }
 
+/* The out-of-memory handler's state: a block it may free, and its calls. */
+static void* oom_cached = NULL;
+static size_t oom_cached_size = 0;
+static int oom_calls = 0;
+static size_t oom_size = 0;
+
+/* Frees the cached block through the hook (handlers run without the
+ * allocator's lock) and asks for a retry; with nothing cached, fails. */
+static int FreeCacheAndRetry(const gpualloc_oom_info_t* info, void* user_data) {
+  CHECK(user_data == &oom_calls);
+  CHECK(info->message != NULL && strstr(info->message, "out of memory"));
+  ++oom_calls;
+  oom_size = info->size;
+  if (oom_cached == NULL) return 0;
+  torch_free(oom_cached, oom_cached_size, info->device, NULL);
+  oom_cached = NULL;
+  return 1;
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: torch_hook_harness LIBRARY TRACE.csv\n");
@@ -141,6 +164,8 @@ int main(int argc, char** argv) {
   torch_snapshot_json =
       (snapshot_fn)Symbol(lib, "gpualloc_torch_snapshot_json");
   torch_string_free = (string_free_fn)Symbol(lib, "gpualloc_torch_string_free");
+  torch_set_oom_handler =
+      (set_oom_handler_fn)Symbol(lib, "gpualloc_torch_set_oom_handler");
 
   /* The gpualloc library inside stays private: neither its C API nor its
    * C++ symbols are visible. */
@@ -261,6 +286,29 @@ int main(int argc, char** argv) {
   gpualloc_stats_t bad;
   memset(&bad, 0, sizeof(bad));
   CHECK(torch_get_stats(0, &bad) == GPUALLOC_INVALID_ARGUMENT);
+
+  /* Out-of-memory handler: a request too large for the limit calls it once
+   * and still fails (counted); half the limit twice succeeds only because the
+   * handler frees the first half. */
+  CHECK(torch_set_oom_handler(FreeCacheAndRetry, &oom_calls) == 0);
+  const uint64_t limit = Stats().bytes_limit;
+  const uint64_t ooms = Stats().num_ooms;
+  CHECK(torch_malloc((size_t)1 << 50, 0, NULL) == NULL);
+  CHECK(oom_calls == 1 && oom_size == (size_t)1 << 50);
+  CHECK(Stats().num_ooms == ooms + 1);
+  oom_cached_size = (size_t)(limit / 2 + (4u << 20));
+  oom_cached = torch_malloc(oom_cached_size, 0, NULL);
+  CHECK(oom_cached != NULL);
+  p = torch_malloc((size_t)(limit / 2), 0, NULL);
+  CHECK(p != NULL);
+  CHECK(oom_calls == 2 && oom_cached == NULL);
+  CHECK(Stats().num_ooms == ooms + 1);
+  torch_free(p, (size_t)(limit / 2), 0, NULL);
+  CHECK(torch_set_oom_handler(NULL, NULL) == 0);
+  CHECK(torch_malloc((size_t)1 << 50, 0, NULL) == NULL);
+  CHECK(oom_calls == 2);
+  s = Stats();
+  CHECK(s.bytes_in_use == 0);
 
   printf("torch_hook_harness: %s: %" PRIu64 " allocs, %" PRIu64
          " frees (+%" PRIu64 " left live by the trace), %" PRIu64

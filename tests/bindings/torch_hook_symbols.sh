@@ -15,7 +15,8 @@ if [[ -n "$leaked" ]]; then
   echo "$leaked" | head -n 20 >&2
   exit 1
 fi
-for want in malloc free empty_cache record_stream last_error get_stats; do
+for want in malloc free empty_cache record_stream last_error get_stats \
+  set_oom_handler; do
   grep -qx "gpualloc_torch_$want" <<<"$symbols" ||
     { echo "$lib: gpualloc_torch_$want is not exported" >&2; exit 1; }
 done

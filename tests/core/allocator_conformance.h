@@ -14,12 +14,14 @@
 // reset; frees ordered after the work of every stream that used the block;
 // ReleaseStream failing without change; Trim returning what is free and
 // keeping what is live; a refusing device reported, not hidden; the
-// destructor returning everything; threads sharing one allocator. What one
+// destructor returning everything; threads sharing one allocator; the
+// out-of-memory handler (called without the lock, retrying once). What one
 // mode does beyond that stays in its own tests. The TEST_P definitions live
 // in this header: include it in exactly one test program.
 #ifndef GPUALLOC_TESTS_ALLOCATOR_CONFORMANCE_H_
 #define GPUALLOC_TESTS_ALLOCATOR_CONFORMANCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -557,6 +559,192 @@ TEST_P(AllocatorConformanceTest, ThreadsShareOneAllocator) {
   const Stats s = a_->GetStats();
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_EQ(s.num_allocs, std::uint64_t{kThreads} * kOps);
+  GPUALLOC_EXPECT_OK(a_->Validate());
+}
+
+// The out-of-memory handler sees the failed request and its numbers, runs
+// without the lock (it frees a block the test caches through the same
+// allocator) and its kRetry makes the request succeed; a failure the retry
+// repaired is not counted.
+TEST_P(AllocatorConformanceTest, OutOfMemoryHandlerThatFreesACacheRetries) {
+  Make(/*host_backed=*/false, /*limit=*/16 * kMiB);
+  const Stream stream(1);
+  std::vector<void*> cache;
+  for (int i = 0; i < 4; ++i) cache.push_back(Take(4 * kMiB, stream));
+  const Stats before = a_->GetStats();
+  ASSERT_EQ(before.bytes_in_use, 16 * kMiB);
+  // Without a handler the request fails.
+  EXPECT_EQ(a_->Allocate(4 * kMiB, stream, 256).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a_->GetStats().num_ooms, 1u);
+
+  int calls = 0;
+  OutOfMemoryInfo seen;
+  std::string message;
+  a_->SetOutOfMemoryHandler([&](const OutOfMemoryInfo& info) {
+    ++calls;
+    seen = info;
+    message = std::string(info.message);
+    if (cache.empty()) return OutOfMemoryAction::kFail;
+    Give(cache.back(), stream);
+    cache.pop_back();
+    return OutOfMemoryAction::kRetry;
+  });
+  void* p = Take(4 * kMiB, stream, 256);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(seen.bytes, 4 * kMiB);
+  EXPECT_EQ(seen.alignment, 256u);
+  EXPECT_EQ(seen.stream, stream);
+  EXPECT_EQ(seen.bytes_limit, 16 * kMiB);
+  EXPECT_EQ(seen.bytes_in_use, 16 * kMiB);
+  EXPECT_EQ(seen.bytes_reserved, before.bytes_reserved);
+  EXPECT_EQ(seen.largest_free_block_bytes, before.largest_free_block_bytes);
+  EXPECT_EQ(message.rfind("out of memory", 0), 0u) << message;
+  EXPECT_TRUE(message.find(absl::StrFormat("in use %d", 16 * kMiB)) !=
+              std::string::npos)
+      << message;
+  EXPECT_EQ(a_->GetStats().num_ooms, 1u);  // the repaired failure is not
+  ExpectAgreement();
+  a_->SetOutOfMemoryHandler(nullptr);
+  for (void* c : cache) Give(c, stream);
+}
+
+// A handler that says kFail is called once and changes nothing: the error is
+// the one returned without a handler, and the one the handler was shown. A
+// request beyond the limit calls it too, and its kRetry fails again without a
+// second call. A null handler removes it.
+TEST_P(AllocatorConformanceTest, OutOfMemoryHandlerThatFailsKeepsTheError) {
+  Make(/*host_backed=*/false, /*limit=*/16 * kMiB);
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 4; ++i) ptrs.push_back(Take(4 * kMiB));
+  const absl::Status without = a_->Allocate(kMiB).status();
+  ASSERT_EQ(without.code(), absl::StatusCode::kResourceExhausted) << without;
+  const Stats before = a_->GetStats();
+
+  int calls = 0;
+  std::string message;
+  OutOfMemoryAction answer = OutOfMemoryAction::kFail;
+  a_->SetOutOfMemoryHandler([&](const OutOfMemoryInfo& info) {
+    ++calls;
+    message = std::string(info.message);
+    return answer;
+  });
+  const absl::Status with = a_->Allocate(kMiB).status();
+  EXPECT_EQ(with, without);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(message, std::string(with.message()));
+  const Stats after = a_->GetStats();
+  EXPECT_EQ(after.num_ooms, before.num_ooms + 1);
+  EXPECT_EQ(Unchanging(after), Unchanging(before));
+
+  answer = OutOfMemoryAction::kRetry;
+  const absl::Status too_large = a_->Allocate(32 * kMiB).status();
+  EXPECT_EQ(too_large.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(too_large, "can never succeed")) << too_large;
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(a_->GetStats().num_ooms, before.num_ooms + 2);
+
+  a_->SetOutOfMemoryHandler(nullptr);
+  EXPECT_EQ(a_->Allocate(kMiB).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(a_->GetStats().num_ooms, before.num_ooms + 3);
+  ExpectAgreement();
+}
+
+// The handler may call the allocator it serves: statistics, Validate, Trim,
+// an Allocate that fails (final at once: no nested handler call, counted)
+// and one that succeeds, Deallocate. No deadlock, and the retry sees the
+// memory the handler freed.
+TEST_P(AllocatorConformanceTest, OutOfMemoryHandlerMayCallTheSameAllocator) {
+  Make(/*host_backed=*/false, /*limit=*/16 * kMiB);
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 4; ++i) ptrs.push_back(Take(4 * kMiB));
+  int calls = 0;
+  absl::Status nested;
+  a_->SetOutOfMemoryHandler([&](const OutOfMemoryInfo&) {
+    ++calls;
+    const Stats s = a_->GetStats();
+    EXPECT_EQ(s.bytes_in_use, 16 * kMiB);
+    EXPECT_TRUE(a_->Validate().ok());
+    nested = a_->Allocate(kMiB).status();  // still full
+    Give(ptrs.back());
+    ptrs.pop_back();
+    if (void* small = Take(kMiB)) Give(small);
+    EXPECT_TRUE(a_->Trim().ok());
+    return OutOfMemoryAction::kRetry;
+  });
+  void* p = Take(2 * kMiB);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(nested.code(), absl::StatusCode::kResourceExhausted) << nested;
+  EXPECT_EQ(a_->GetStats().num_ooms, 1u);  // the nested failure only
+  ExpectAgreement();
+  a_->SetOutOfMemoryHandler(nullptr);
+}
+
+// Handlers set and removed from one thread while others allocate past the
+// limit: no race (this suite runs under ThreadSanitizer), every failure a
+// caller sees is counted once, and nothing else is.
+TEST_P(AllocatorConformanceTest, OutOfMemoryHandlerSetWhileAllocating) {
+  Make(/*host_backed=*/false, /*limit=*/16 * kMiB);
+  constexpr int kThreads = 2;
+  constexpr int kOps = 200;
+  std::atomic<int> handled{0};
+  std::atomic<int> failures{0};
+  std::atomic<bool> done{false};
+  std::thread setter([&] {
+    for (int i = 0; !done.load(); ++i) {
+      switch (i % 3) {
+        case 0:
+          a_->SetOutOfMemoryHandler([&](const OutOfMemoryInfo&) {
+            handled.fetch_add(1);
+            return OutOfMemoryAction::kFail;
+          });
+          break;
+        case 1:
+          a_->SetOutOfMemoryHandler([&](const OutOfMemoryInfo&) {
+            handled.fetch_add(1);
+            return OutOfMemoryAction::kRetry;
+          });
+          break;
+        default:
+          a_->SetOutOfMemoryHandler(nullptr);
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<void*> mine;
+      for (int i = 0; i < kOps; ++i) {
+        absl::StatusOr<void*> p = a_->Allocate(3 * kMiB, Stream(t + 1));
+        if (p.ok()) {
+          mine.push_back(*p);
+        } else {
+          EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+          failures.fetch_add(1);
+        }
+        // Six blocks would pass the limit: every thread fails at times.
+        if (mine.size() > 5 || (!p.ok() && !mine.empty())) {
+          EXPECT_TRUE(a_->Deallocate(mine.front(), Stream(t + 1)).ok());
+          mine.erase(mine.begin());
+        }
+      }
+      for (void* p : mine) EXPECT_TRUE(a_->Deallocate(p, Stream(t + 1)).ok());
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  done.store(true);
+  setter.join();
+  a_->SetOutOfMemoryHandler(nullptr);
+  const Stats s = a_->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.num_ooms, static_cast<std::uint64_t>(failures.load()));
+  EXPECT_GT(failures.load(), 0);
   GPUALLOC_EXPECT_OK(a_->Validate());
 }
 
