@@ -39,14 +39,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include <mutex>
-#include <numeric>
 #include <optional>
-#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
