@@ -29,6 +29,9 @@
 //    min_block: in Options 0 means "unset" (or "the profile's"), so accepting
 //    it would silently mean something else. split_bound takes 0: there it
 //    means "always split", which is also the default.
+//  - PyTorch's allocator configuration is read at the level of the aliases;
+//    config.h lists what its keys map to, docs/ARCHITECTURE.md ("PyTorch's
+//    variables") why the others cannot be.
 #include "gpualloc/config.h"
 
 #include <unistd.h>  // environ
@@ -39,7 +42,6 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -54,6 +56,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "core/config_parse.h"
 #include "core/status_macros.h"
 
@@ -388,23 +391,6 @@ constexpr std::array<absl::string_view, 7> kNotSettings = {
     "GPUALLOC_DEVICE_CHECK_ASSUME_GPU",
 };
 
-// Edit distance between two names (insertions, deletions, substitutions).
-std::size_t Distance(absl::string_view a, absl::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  std::iota(row.begin(), row.end(), std::size_t{0});
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // Every GPUALLOC_* variable set in `env` names a setting (or is one of the
 // scripts' own): a misspelt one would otherwise be ignored without a word,
 // while the configuration string refuses an unknown key.
@@ -420,7 +406,7 @@ absl::Status CheckUnknownVariables(const EnvLookup& env) {
     std::size_t best = std::numeric_limits<std::size_t>::max();
     for (const KeyDescriptor& k : kKeys) {
       if (k.variable == name) known = true;
-      const std::size_t d = Distance(name, k.variable);
+      const std::size_t d = config_internal::Distance(name, k.variable);
       if (d < best) {
         best = d;
         closest = k.variable;
@@ -439,61 +425,100 @@ absl::Status CheckUnknownVariables(const EnvLookup& env) {
       "gpualloc/config.h"));
 }
 
+// The value of `variable`, trimmed; nullopt when it is not set, an error
+// when it is set but empty.
+absl::StatusOr<std::optional<std::string>> ReadTrimmed(
+    const EnvLookup& env, absl::string_view variable) {
+  const std::optional<std::string> raw = env(variable);
+  if (!raw.has_value()) return std::nullopt;
+  const absl::string_view value = absl::StripAsciiWhitespace(*raw);
+  if (value.empty()) {
+    return Bad(Where{std::string(variable), ""}, *raw,
+               "set but empty; unset it to take the default");
+  }
+  return std::string(value);
+}
+
 // Reads and parses one variable into `out`; returns whether it was set.
 absl::StatusOr<bool> ReadVariable(const EnvLookup& env,
                                   const KeyDescriptor& key,
                                   absl::string_view variable, bool alias,
                                   ConfigOverrides& out) {
-  const std::optional<std::string> raw = env(variable);
-  if (!raw.has_value()) return false;
-  const absl::string_view value = absl::StripAsciiWhitespace(*raw);
-  const Where where{std::string(variable), ""};
-  if (value.empty()) {
-    return Bad(where, *raw, "set but empty; unset it to take the default");
-  }
-  GPUALLOC_RETURN_IF_ERROR(key.parse(value, where, alias, out));
+  GPUALLOC_ASSIGN_OR_RETURN(const std::optional<std::string> value,
+                            ReadTrimmed(env, variable));
+  if (!value.has_value()) return false;
+  GPUALLOC_RETURN_IF_ERROR(
+      key.parse(*value, Where{std::string(variable), ""}, alias, out));
   return true;
 }
 
+// ---------------------------------------------------------------- PyTorch
+
+// What PyTorch's allocator configuration sets, at the level of the JAX/XLA/TF
+// aliases.
+struct PytorchSettings {
+  std::string variable;  // the variable read; empty when none is set
+  ConfigOverrides values;
+  // Per key of kKeys: the PyTorch entry that set it ("expandable_segments:
+  // True"); empty when none did.
+  std::array<std::string, kKeys.size()> entry;
+  std::vector<std::string> unsupported;  // PyTorch keys, in their order
+};
+
+// Reads PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF and
+// PYTORCH_HIP_ALLOC_CONF. PyTorch reads the first of them that is set; two
+// set to different text are an error (there is no telling which one the user
+// meant for gpualloc), the same text is fine (scripts copy one into another).
+absl::StatusOr<PytorchSettings> ReadPytorch(const EnvLookup& env) {
+  PytorchSettings out;
+  std::string text;
+  for (absl::string_view variable : config_internal::kPytorchVariables) {
+    GPUALLOC_ASSIGN_OR_RETURN(const std::optional<std::string> value,
+                              ReadTrimmed(env, variable));
+    if (!value.has_value()) continue;
+    if (out.variable.empty()) {
+      out.variable = std::string(variable);
+      text = *value;
+    } else if (*value != text) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s=%s and %s=%s are both set, to different values; PyTorch reads "
+          "only %s: set only one, or both to the same text",
+          out.variable, Quoted(text), variable, Quoted(*value), out.variable));
+    }
+  }
+  if (out.variable.empty()) return out;
+  GPUALLOC_ASSIGN_OR_RETURN(
+      const std::vector<config_internal::PytorchEntry> entries,
+      config_internal::SplitPytorchConf(text, out.variable));
+  for (const config_internal::PytorchEntry& e : entries) {
+    const auto& keys = config_internal::PytorchKeys();
+    const auto known =
+        std::find_if(keys.begin(), keys.end(),
+                     [&](const auto& k) { return k.name == e.key; });
+    if (known == keys.end()) {
+      out.unsupported.push_back(e.key);
+      continue;
+    }
+    const std::size_t i = KeyIndex(known->key);
+    const Where where{absl::StrCat(out.variable, " ", e.key),
+                      absl::StrFormat(" (entry %d)", e.entry)};
+    GPUALLOC_ASSIGN_OR_RETURN(const std::string value,
+                              known->translate(e.value, where));
+    GPUALLOC_RETURN_IF_ERROR(
+        kKeys[i].parse(value, where, /*alias=*/false, out.values));
+    out.entry[i] = absl::StrCat(e.key, ":", e.value);
+  }
+  return out;
+}
+
+// The value `o` gives key `k`, in configuration-string form.
+std::string EffectiveValue(const KeyDescriptor& k, const ConfigOverrides& o) {
+  Config c;
+  k.apply(o, c);
+  return k.print(c);
+}
+
 }  // namespace
-
-absl::string_view BackendKindName(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kAuto:
-      return "auto";
-    case BackendKind::kSim:
-      return "sim";
-    case BackendKind::kCuda:
-      return "cuda";
-    case BackendKind::kHip:
-      return "hip";
-  }
-  return "invalid";
-}
-
-absl::string_view MemoryKindName(MemoryKind kind) {
-  switch (kind) {
-    case MemoryKind::kCoarse:
-      return "coarse";
-    case MemoryKind::kFine:
-      return "fine";
-  }
-  return "invalid";
-}
-
-absl::string_view ValueOriginName(ValueOrigin origin) {
-  switch (origin) {
-    case ValueOrigin::kDefault:
-      return "default";
-    case ValueOrigin::kOption:
-      return "option";
-    case ValueOrigin::kVariable:
-      return "variable";
-    case ValueOrigin::kAlias:
-      return "alias";
-  }
-  return "invalid";
-}
 
 EnvLookup ProcessEnvironment() { return ProcessLookup{}; }
 
@@ -584,8 +609,13 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
   return out;
 }
 
-absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
-                                     const EnvLookup& env) {
+namespace {
+
+// ResolveConfig; the warning names the program's settings `option_source`
+// ("option" or "config string").
+absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
+                               const EnvLookup& env,
+                               absl::string_view option_source) {
   ConfigOverrides options = overrides;
   GPUALLOC_RETURN_IF_ERROR(CheckOverrides(options));
   GPUALLOC_RETURN_IF_ERROR(CheckUnknownVariables(env));
@@ -619,13 +649,18 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
       if (set) alias_used[i] = std::string(alias);
     }
   }
+  GPUALLOC_ASSIGN_OR_RETURN(const PytorchSettings pytorch, ReadPytorch(env));
 
-  // Per key: option > variable > alias > default.
+  // Per key: option > variable > alias (JAX/XLA/TF or PyTorch) > default.
   ConfigOverrides merged;
   std::array<ValueOrigin, kKeys.size()> origin = {};
   std::array<std::string, kKeys.size()> source;
+  std::vector<std::string> notes;  // about the PyTorch configuration
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
     const KeyDescriptor& k = kKeys[i];
+    const bool from_pytorch = k.is_set(pytorch.values);
+    const std::string pytorch_source =
+        absl::StrCat(pytorch.variable, " ", pytorch.entry[i]);
     if (k.is_set(options)) {
       k.copy(options, merged);
       origin[i] = ValueOrigin::kOption;
@@ -635,13 +670,44 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
       origin[i] = ValueOrigin::kVariable;
       source[i] = std::string(k.variable);
     } else if (k.is_set(aliases)) {
+      // A JAX/XLA/TF alias and a PyTorch key are one level: they must agree.
+      if (from_pytorch &&
+          EffectiveValue(k, aliases) != EffectiveValue(k, pytorch.values)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: %s gives %s but %s gives %s; both are compatibility "
+            "variables of the same level: make them agree or unset one",
+            k.name, alias_used[i], EffectiveValue(k, aliases), pytorch_source,
+            EffectiveValue(k, pytorch.values)));
+      }
       k.copy(aliases, merged);
       origin[i] = ValueOrigin::kAlias;
       source[i] = alias_used[i];
+      continue;
+    } else if (from_pytorch) {
+      k.copy(pytorch.values, merged);
+      origin[i] = ValueOrigin::kAlias;
+      source[i] = pytorch_source;
+      continue;
     } else {
       origin[i] = ValueOrigin::kDefault;
       source[i] = "default";
+      continue;
     }
+    // An option or a GPUALLOC_* variable decided: a PyTorch key it overrides
+    // with another value is reported, as a fraction overriding a limit is.
+    if (from_pytorch &&
+        EffectiveValue(k, merged) != EffectiveValue(k, pytorch.values)) {
+      notes.push_back(absl::StrCat(
+          pytorch.entry[i], " overridden by ",
+          origin[i] == ValueOrigin::kOption ? option_source : source[i], " (",
+          k.name, "=", EffectiveValue(k, merged), ")"));
+      absl::StrAppend(&source[i], " (overrides ", pytorch_source, ")");
+    }
+  }
+  if (!pytorch.unsupported.empty()) {
+    notes.insert(notes.begin(),
+                 absl::StrCat("keys gpualloc does not support, ignored: ",
+                              absl::StrJoin(pytorch.unsupported, ", ")));
   }
 
   // The limit is one setting with two spellings: a fraction from a higher
@@ -688,16 +754,35 @@ absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
                                             kKeys[i].print(config), origin[i],
                                             source[i]});
   }
+  if (!notes.empty()) {
+    config.warnings.push_back(absl::StrCat(
+        "gpualloc: ", pytorch.variable, ": ", absl::StrJoin(notes, "; "),
+        " (docs/ARCHITECTURE.md, \"PyTorch's variables\")"));
+  }
+  for (const std::string& line : config.warnings) {
+    config_internal::WarnOncePerProcess(line);
+  }
   return config;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
+                                     const EnvLookup& env) {
+  return Resolve(overrides, env, "option");
 }
 
 absl::StatusOr<Config> ResolveConfig(absl::string_view config_string,
                                      const EnvLookup& env) {
   GPUALLOC_ASSIGN_OR_RETURN(ConfigOverrides overrides,
                             ParseConfigString(config_string));
-  GPUALLOC_ASSIGN_OR_RETURN(Config config, ResolveConfig(overrides, env));
+  GPUALLOC_ASSIGN_OR_RETURN(Config config,
+                            Resolve(overrides, env, "config string"));
   for (ConfigSetting& s : config.settings) {
-    if (s.origin == ValueOrigin::kOption) s.source = "config string";
+    if (s.origin == ValueOrigin::kOption) {
+      s.source =
+          absl::StrCat("config string", absl::StripPrefix(s.source, "option"));
+    }
   }
   return config;
 }

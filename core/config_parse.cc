@@ -1,15 +1,22 @@
-// core/config_parse.cc: the scalar parsers of core/config_parse.h.
+// core/config_parse.cc: the scalar parsers of core/config_parse.h, the
+// splitting and translation of PyTorch's allocator configuration, and the
+// names of config.h's enumerations.
 #include "core/config_parse.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +31,45 @@
 #include "gpualloc/arch.h"
 
 namespace gpualloc {
+
+absl::string_view BackendKindName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto:
+      return "auto";
+    case BackendKind::kSim:
+      return "sim";
+    case BackendKind::kCuda:
+      return "cuda";
+    case BackendKind::kHip:
+      return "hip";
+  }
+  return "invalid";
+}
+
+absl::string_view MemoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kCoarse:
+      return "coarse";
+    case MemoryKind::kFine:
+      return "fine";
+  }
+  return "invalid";
+}
+
+absl::string_view ValueOriginName(ValueOrigin origin) {
+  switch (origin) {
+    case ValueOrigin::kDefault:
+      return "default";
+    case ValueOrigin::kOption:
+      return "option";
+    case ValueOrigin::kVariable:
+      return "variable";
+    case ValueOrigin::kAlias:
+      return "alias";
+  }
+  return "invalid";
+}
+
 namespace config_internal {
 
 // Control characters and quotes as C escapes. Long text is cut, as trace
@@ -300,6 +346,136 @@ std::string FormatFraction(double f) {
   const auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), f);
   if (ec != std::errc()) return absl::StrCat(f);
   return std::string(buf.data(), end);
+}
+
+absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
+    absl::string_view text, absl::string_view variable) {
+  std::vector<PytorchEntry> entries;
+  const auto error = [&](int entry, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        variable, "=", Quoted(text), ": entry ", entry, ": ", why));
+  };
+  int entry = 0;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    ++entry;
+    // The entry runs to the first ',' outside brackets.
+    std::size_t end = start;
+    int depth = 0;
+    for (; end < text.size(); ++end) {
+      if (text[end] == '[') {
+        ++depth;
+      } else if (text[end] == ']') {
+        if (--depth < 0) return error(entry, "']' without '['");
+      } else if (text[end] == ',' && depth == 0) {
+        break;
+      }
+    }
+    if (depth != 0) return error(entry, "'[' without ']'");
+    const absl::string_view item =
+        absl::StripAsciiWhitespace(text.substr(start, end - start));
+    start = end + 1;
+    if (item.empty()) continue;
+    const std::size_t colon = item.find(':');
+    if (colon == absl::string_view::npos) {
+      return error(entry, absl::StrCat(Quoted(item),
+                                       " has no ':' (expected key:value)"));
+    }
+    PytorchEntry e;
+    e.key = std::string(absl::StripAsciiWhitespace(item.substr(0, colon)));
+    e.value = std::string(absl::StripAsciiWhitespace(item.substr(colon + 1)));
+    e.entry = entry;
+    if (e.key.empty()) return error(entry, "empty key before ':'");
+    if (e.value.empty()) {
+      return error(entry, absl::StrCat("empty value for ", e.key));
+    }
+    for (const PytorchEntry& seen : entries) {
+      if (seen.key == e.key) {
+        return error(entry,
+                     absl::StrCat("duplicate key \"", e.key,
+                                  "\" (first set by entry ", seen.entry, ")"));
+      }
+    }
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+namespace {
+
+// expandable_segments:True|False -> expandable=true|false.
+absl::StatusOr<std::string> PytorchBool(absl::string_view value,
+                                        const Where& where) {
+  GPUALLOC_ASSIGN_OR_RETURN(const bool b, ParseBool(value, where));
+  return std::string(b ? "true" : "false");
+}
+
+// garbage_collection_threshold:T, 0 < T < 1 -> gc=true. gpualloc's collection
+// has no threshold: it runs on out of memory, whatever T is.
+absl::StatusOr<std::string> PytorchGcThreshold(absl::string_view value,
+                                               const Where& where) {
+  const absl::StatusOr<double> t = ParseFraction(value, where);
+  if (!t.ok() || *t >= 1) {
+    return Bad(where, value, "not a decimal number in (0, 1)");
+  }
+  return std::string("true");
+}
+
+// per_process_memory_fraction:F -> mem_fraction=F (of total memory in both).
+absl::StatusOr<std::string> PytorchFraction(absl::string_view value,
+                                            const Where& where) {
+  GPUALLOC_ASSIGN_OR_RETURN(const double f, ParseFraction(value, where));
+  return FormatFraction(f);
+}
+
+// backend:native|cudaMallocAsync -> allocator=bfc|async.
+constexpr std::array<std::pair<absl::string_view, absl::string_view>, 3>
+    kPytorchBackends = {{{"native", "bfc"},
+                         {"cudaMallocAsync", "async"},
+                         {"hipMallocAsync", "async"}}};
+absl::StatusOr<std::string> PytorchBackend(absl::string_view value,
+                                           const Where& where) {
+  GPUALLOC_ASSIGN_OR_RETURN(const absl::string_view mode,
+                            ParseKeyword(value, where, kPytorchBackends));
+  return std::string(mode);
+}
+
+}  // namespace
+
+const std::vector<PytorchKey>& PytorchKeys() {
+  static const std::vector<PytorchKey> keys = {
+      {"expandable_segments", "expandable", PytorchBool},
+      {"garbage_collection_threshold", "gc", PytorchGcThreshold},
+      {"per_process_memory_fraction", "mem_fraction", PytorchFraction},
+      {"backend", "allocator", PytorchBackend},
+  };
+  return keys;
+}
+
+// Edit distance between two names (insertions, deletions, substitutions).
+std::size_t Distance(absl::string_view a, absl::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), std::size_t{0});
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Writes `line` to stderr unless this process already wrote it.
+void WarnOncePerProcess(const std::string& line) {
+  static std::mutex mu;
+  static auto* const written = new std::set<std::string>();
+  const std::lock_guard<std::mutex> lock(mu);
+  if (!written->insert(line).second) return;
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 }  // namespace config_internal

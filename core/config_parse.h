@@ -65,6 +65,13 @@ absl::StatusOr<std::string> ParseArch(absl::string_view value,
                                       const Where& where);
 absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&);
 
+// Edit distance between two names (insertions, deletions, substitutions).
+std::size_t Distance(absl::string_view a, absl::string_view b);
+
+// Writes `line` and a newline to stderr unless this process already wrote
+// the same line.
+void WarnOncePerProcess(const std::string& line);
+
 // A keyword from a fixed list; the error lists the list.
 template <typename T, std::size_t N>
 absl::StatusOr<T> ParseKeyword(
@@ -83,12 +90,6 @@ inline constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 3>
     kModes = {{{"bfc", AllocatorMode::kBfc},
                {"platform", AllocatorMode::kPlatform},
                {"async", AllocatorMode::kAsync}}};
-// JAX's XLA_PYTHON_CLIENT_ALLOCATOR values.
-inline constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 4>
-    kXlaModes = {{{"default", AllocatorMode::kBfc},
-                  {"bfc", AllocatorMode::kBfc},
-                  {"platform", AllocatorMode::kPlatform},
-                  {"cuda_async", AllocatorMode::kAsync}}};
 inline constexpr std::array<std::pair<absl::string_view, BackendKind>, 4>
     kBackends = {{{"auto", BackendKind::kAuto},
                   {"sim", BackendKind::kSim},
@@ -109,6 +110,52 @@ inline constexpr std::array<std::pair<absl::string_view, GrowthPolicy>, 2>
 inline constexpr std::array<std::pair<absl::string_view, MemoryKind>, 2>
     kMemoryKinds = {
         {{"coarse", MemoryKind::kCoarse}, {"fine", MemoryKind::kFine}}};
+
+// JAX's XLA_PYTHON_CLIENT_ALLOCATOR values. "address" is XLA's synchronous
+// passthrough allocator (one device allocation per request, no caching):
+// what allocator=platform is.
+inline constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 5>
+    kXlaModes = {{{"default", AllocatorMode::kBfc},
+                  {"bfc", AllocatorMode::kBfc},
+                  {"platform", AllocatorMode::kPlatform},
+                  {"cuda_async", AllocatorMode::kAsync},
+                  {"address", AllocatorMode::kPlatform}}};
+
+// ------------------------------------------------------------------ PyTorch
+
+// PyTorch's allocator configuration variables, in the order PyTorch reads
+// them: PYTORCH_ALLOC_CONF (the generic name), then the older
+// PYTORCH_CUDA_ALLOC_CONF and, on ROCm, PYTORCH_HIP_ALLOC_CONF.
+inline constexpr std::array<absl::string_view, 3> kPytorchVariables = {
+    "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"};
+
+// One "key:value" entry of a PyTorch configuration; the value may be a
+// bracketed list ("[256:1,>:8]"), kept as written.
+struct PytorchEntry {
+  std::string key;
+  std::string value;
+  int entry = 0;  // 1-based, counting empty entries
+};
+
+// Splits PyTorch's "key:value[,key:value...]" (commas inside brackets do not
+// split; spaces around keys and values are ignored; empty entries, such as a
+// trailing comma, are skipped as PyTorch skips them). An entry without ':',
+// an empty key or value, unbalanced brackets or a repeated key is
+// InvalidArgument naming `variable`.
+absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
+    absl::string_view text, absl::string_view variable);
+
+// A PyTorch key that has a meaning in gpualloc: the gpualloc key it sets and
+// how its value reads as that key's value (configuration-string text).
+struct PytorchKey {
+  absl::string_view name;  // "expandable_segments"
+  absl::string_view key;   // "expandable"
+  absl::StatusOr<std::string> (*translate)(absl::string_view value,
+                                           const Where& where);
+};
+// Every such key (docs/ARCHITECTURE.md, "PyTorch's variables"); any other
+// PyTorch key is reported as not supported.
+const std::vector<PytorchKey>& PytorchKeys();
 
 template <typename T, std::size_t N>
 std::string KeywordName(

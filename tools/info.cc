@@ -6,6 +6,8 @@
 // allocator tunes by, every setting with where it came from, and the resulting
 // limit. A configuration or backend error goes to stderr with exit status 1, so
 // scripts can check a configuration before a long run.
+// PyTorch keys gpualloc does not support, or that a GPUALLOC_* variable
+// overrides, are named in one warning line on stderr (ResolveConfig writes it).
 //
 // Uses the public headers only (docs/ARCHITECTURE.md, "Layers").
 #include <algorithm>
@@ -41,9 +43,12 @@ constexpr absl::string_view kUsage =
     "resulting memory limit.\n"
     "\n"
     "  --config STRING  settings as key=value[,key=value...]; they take\n"
-    "                   precedence over GPUALLOC_* variables and their\n"
-    "                   JAX/XLA/TF aliases, which take precedence over the\n"
-    "                   defaults. The keys are listed below.\n"
+    "                   precedence over GPUALLOC_* variables, which take\n"
+    "                   precedence over their JAX/XLA/TF aliases and the\n"
+    "                   keys of PyTorch's PYTORCH_ALLOC_CONF (or\n"
+    "                   PYTORCH_CUDA_ALLOC_CONF, PYTORCH_HIP_ALLOC_CONF),\n"
+    "                   which take precedence over the defaults. The keys\n"
+    "                   are listed below.\n"
     "                   Example: backend=sim,device_memory=80GB,arch=h100\n"
     "  --device N       the device ordinal (default 0)\n"
     "  --help           this text\n"

@@ -3,7 +3,8 @@
 // Three sources, in order of precedence:
 //   1. options given by the program: a ConfigOverrides whose fields are set,
 //      or a configuration string "key=value[,key=value...]" parsed into one;
-//   2. the environment: GPUALLOC_* variables and their JAX/XLA/TF aliases;
+//   2. the environment: GPUALLOC_* variables, then their JAX/XLA/TF aliases
+//      and PyTorch's allocator configuration (one level, below GPUALLOC_*);
 //   3. the defaults (JAX's: BFC, preallocate 75% of total memory).
 // Parsing is strict everywhere: a bad value, an unknown key, a repeated key or
 // two sources that conflict at the same level (XLA_CLIENT_MEM_FRACTION and
@@ -13,7 +14,7 @@
 // Keys of the configuration string and their variables:
 //   allocator     GPUALLOC_ALLOCATOR     bfc|platform|async
 //                 alias XLA_PYTHON_CLIENT_ALLOCATOR (default|bfc|platform|
-//                 cuda_async)
+//                 cuda_async|address; address is platform)
 //   preallocate   GPUALLOC_PREALLOCATE   true|false|1|0
 //                 alias XLA_PYTHON_CLIENT_PREALLOCATE
 //   mem_fraction  GPUALLOC_MEM_FRACTION  (0, 1] of TOTAL memory
@@ -41,6 +42,23 @@
 //                                        fine-grained (hipExtMallocWithFlags
 //                                        with hipDeviceMallocFinegrained);
 //                                        only the HIP backend takes fine
+// PyTorch's allocator configuration: PYTORCH_ALLOC_CONF, or the older
+// PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF (PyTorch reads the first set
+// in that order; two set to different text are an error), "key:value[,...]":
+//   expandable_segments:True|False      -> expandable=true|false
+//   garbage_collection_threshold:T      -> gc=true (T in (0, 1); gpualloc
+//                                          collects on out of memory only)
+//   per_process_memory_fraction:F       -> mem_fraction=F
+//   backend:native|cudaMallocAsync      -> allocator=bfc|async
+// Every other key (max_split_size_mb, roundup_power2_divisions, the pinned_*
+// keys, ...) has no equivalent: ResolveConfig names them in one warning line
+// on stderr, once per process (Config::warnings). These keys are aliases
+// (ValueOrigin::kAlias, source "PYTORCH_CUDA_ALLOC_CONF expandable_segments:
+// True"):
+// an option or GPUALLOC_* variable beats them, and is then reported
+// (" (overrides ...)" in the setting's source, and in the warning line) when
+// the values differ; a JAX/XLA/TF alias that gives the same key another value
+// is an error.
 // Sizes take B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers
 // of 1024), or no unit (bytes).
 //
@@ -99,7 +117,7 @@ enum class ValueOrigin {
   kDefault,   // nobody set it
   kOption,    // the program (ConfigOverrides or configuration string)
   kVariable,  // a GPUALLOC_* variable
-  kAlias,     // a JAX/XLA/TF compatibility variable
+  kAlias,     // a JAX/XLA/TF compatibility variable or a PyTorch key
 };
 absl::string_view ValueOriginName(ValueOrigin origin);
 
@@ -129,8 +147,11 @@ struct ConfigSetting {
   std::string key;     // the configuration-string key, e.g. "mem_fraction"
   std::string value;   // as it will be used, e.g. "0.75"
   ValueOrigin origin;  // which level decided it
-  std::string source;  // the variable's name, "config string", "option", or
-                       // "default"
+  std::string source;  // the variable's name (and the entry for PyTorch's),
+                       // "config string", "option", or "default"; with
+                       // " (overrides ...)" when it beat a PyTorch key of
+                       // another value, " (overridden by ...)" on a mem_limit
+                       // a higher mem_fraction beat
 };
 
 // The resolved configuration: allocator Options plus what selects and sizes
@@ -145,6 +166,9 @@ struct Config {
   MemoryKind memory_kind = MemoryKind::kCoarse;
   // Every key above, in the order of the table, with its origin.
   std::vector<ConfigSetting> settings;
+  // Warning lines about the environment (PyTorch keys not supported or
+  // overridden), also written to stderr, each once per process.
+  std::vector<std::string> warnings;
 };
 
 // The environment to read. The default reads the process environment

@@ -181,6 +181,9 @@ TEST(ConfigTest, EachVariableAndAlias) {
        ValueOrigin::kAlias},
       {"XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async", "allocator", "async",
        ValueOrigin::kAlias},
+      // XLA's synchronous passthrough allocator is allocator=platform.
+      {"XLA_PYTHON_CLIENT_ALLOCATOR", "address", "allocator", "platform",
+       ValueOrigin::kAlias},
       {"XLA_PYTHON_CLIENT_PREALLOCATE", "false", "preallocate", "false",
        ValueOrigin::kAlias},
       {"XLA_CLIENT_MEM_FRACTION", ".95", "mem_fraction", "0.95",
@@ -891,6 +894,351 @@ TEST(ConfigTest, MemoryKind) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->memory_kind, MemoryKind::kFine);
   EXPECT_EQ(SettingOf(*v, "memory_kind").origin, ValueOrigin::kOption);
+}
+
+// PyTorch's allocator configuration: every key, what it sets, and the
+// warning line naming what gpualloc cannot honour.
+struct PytorchCase {
+  std::string variable;
+  std::string conf;
+  // The settings it decides, key -> effective value (origin alias, source
+  // "VARIABLE key:value").
+  std::map<std::string, std::string> settings;
+  std::string unsupported;  // the warning's list; empty: no warning
+};
+
+std::string UnsupportedLine(const std::string& variable,
+                            const std::string& keys) {
+  return absl::StrCat("gpualloc: ", variable,
+                      ": keys gpualloc does not support, ignored: ", keys,
+                      " (docs/ARCHITECTURE.md, \"PyTorch's variables\")");
+}
+
+TEST(ConfigTest, EveryPytorchKey) {
+  const std::string kCuda = "PYTORCH_CUDA_ALLOC_CONF";
+  const std::vector<PytorchCase> cases = {
+      {kCuda, "expandable_segments:True", {{"expandable", "true"}}, ""},
+      {kCuda, "expandable_segments:False", {{"expandable", "false"}}, ""},
+      {kCuda, " expandable_segments : true ", {{"expandable", "true"}}, ""},
+      {kCuda, "garbage_collection_threshold:0.8", {{"gc", "true"}}, ""},
+      {kCuda, "garbage_collection_threshold:.05", {{"gc", "true"}}, ""},
+      {kCuda, "per_process_memory_fraction:0.5", {{"mem_fraction", "0.5"}}, ""},
+      {kCuda, "per_process_memory_fraction:1", {{"mem_fraction", "1"}}, ""},
+      {kCuda, "backend:native", {{"allocator", "bfc"}}, ""},
+      {kCuda, "backend:cudaMallocAsync", {{"allocator", "async"}}, ""},
+      {"PYTORCH_HIP_ALLOC_CONF",
+       "backend:hipMallocAsync",
+       {{"allocator", "async"}},
+       ""},
+      // No equivalent in gpualloc: named in the warning, nothing set.
+      {kCuda, "max_split_size_mb:512", {}, "max_split_size_mb"},
+      {kCuda, "roundup_power2_divisions:4", {}, "roundup_power2_divisions"},
+      {kCuda,
+       "roundup_power2_divisions:[256:1,512:2,>:8]",
+       {},
+       "roundup_power2_divisions"},
+      {kCuda,
+       "max_non_split_rounding_mb:1024",
+       {},
+       "max_non_split_rounding_mb"},
+      {kCuda,
+       "release_lock_on_cudamalloc:True",
+       {},
+       "release_lock_on_cudamalloc"},
+      {kCuda,
+       "pinned_use_cuda_host_register:True,pinned_num_register_threads:8,"
+       "pinned_use_background_threads:True",
+       {},
+       "pinned_use_cuda_host_register, pinned_num_register_threads, "
+       "pinned_use_background_threads"},
+      {kCuda, "colour:blue", {}, "colour"},
+      // Keys are case-sensitive, as in PyTorch.
+      {kCuda, "Expandable_Segments:True", {}, "Expandable_Segments"},
+      // The usual mix, under each variable name.
+      {"PYTORCH_ALLOC_CONF",
+       "expandable_segments:True,max_split_size_mb:512,"
+       "garbage_collection_threshold:0.8,roundup_power2_divisions:4",
+       {{"expandable", "true"}, {"gc", "true"}},
+       "max_split_size_mb, roundup_power2_divisions"},
+      {kCuda,
+       "expandable_segments:True,max_split_size_mb:512,"
+       "garbage_collection_threshold:0.8,roundup_power2_divisions:[256:1,>:8]",
+       {{"expandable", "true"}, {"gc", "true"}},
+       "max_split_size_mb, roundup_power2_divisions"},
+      {"PYTORCH_HIP_ALLOC_CONF",
+       "expandable_segments:True,max_split_size_mb:512",
+       {{"expandable", "true"}},
+       "max_split_size_mb"},
+      // Empty entries (a leading or trailing comma) are skipped.
+      {kCuda, ",expandable_segments:True,", {{"expandable", "true"}}, ""},
+  };
+  for (const PytorchCase& t : cases) {
+    SCOPED_TRACE(t.variable + "=" + t.conf);
+    auto c = Resolve("", {{t.variable, t.conf}});
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const ConfigSetting& s : c->settings) {
+      auto it = t.settings.find(s.key);
+      if (it == t.settings.end()) {
+        EXPECT_EQ(s.origin, ValueOrigin::kDefault) << s.key;
+        continue;
+      }
+      EXPECT_EQ(s.value, it->second) << s.key;
+      EXPECT_EQ(s.origin, ValueOrigin::kAlias) << s.key;
+      EXPECT_THAT(s.source, ::testing::StartsWith(t.variable + " ")) << s.key;
+    }
+    if (t.unsupported.empty()) {
+      EXPECT_THAT(c->warnings, ::testing::IsEmpty());
+    } else {
+      EXPECT_THAT(c->warnings, ::testing::ElementsAre(
+                                   UnsupportedLine(t.variable, t.unsupported)));
+    }
+  }
+  // The source names the variable and the PyTorch entry.
+  auto c = Resolve("", {{kCuda, "expandable_segments:True"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(SettingOf(*c, "expandable").source,
+            "PYTORCH_CUDA_ALLOC_CONF expandable_segments:True");
+  EXPECT_EQ(c->options.expandable, Tristate::kOn);
+  c = Resolve("", {{kCuda,
+                    "garbage_collection_threshold:0.6,"
+                    "per_process_memory_fraction:0.4,"
+                    "backend:cudaMallocAsync"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->options.garbage_collection);
+  EXPECT_EQ(c->options.memory_fraction, 0.4);
+  EXPECT_EQ(c->options.mode, AllocatorMode::kAsync);
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").source,
+            "PYTORCH_CUDA_ALLOC_CONF per_process_memory_fraction:0.4");
+}
+
+// A bad PYTORCH_CUDA_ALLOC_CONF and a part of the error.
+struct PytorchBadCase {
+  std::string conf;
+  std::string why;
+};
+
+TEST(ConfigTest, BadPytorchConfigurations) {
+  const std::vector<PytorchBadCase> cases = {
+      {"expandable_segments:maybe",
+       "PYTORCH_CUDA_ALLOC_CONF expandable_segments=\"maybe\" (entry 1): not "
+       "a boolean"},
+      {"max_split_size_mb:512,expandable_segments:[1]",
+       "expandable_segments=\"[1]\" (entry 2): not a boolean"},
+      {"garbage_collection_threshold:1", "not a decimal number in (0, 1)"},
+      {"garbage_collection_threshold:0", "not a decimal number in (0, 1)"},
+      {"garbage_collection_threshold:high", "not a decimal number in (0, 1)"},
+      {"per_process_memory_fraction:1.5",
+       "per_process_memory_fraction=\"1.5\" (entry 1): not in (0, 1]"},
+      {"per_process_memory_fraction:0", "not in (0, 1]"},
+      {"backend:cuda_async",
+       "not one of native, cudaMallocAsync, hipMallocAsync"},
+      {"expandable_segments", "entry 1: \"expandable_segments\" has no ':'"},
+      {"expandable_segments:True;max_split_size_mb:64",
+       "expandable_segments=\"True;max_split_size_mb:64\""},
+      {":True", "empty key before ':'"},
+      {"expandable_segments:", "empty value for expandable_segments"},
+      {"roundup_power2_divisions:[256:1,>:8", "'[' without ']'"},
+      {"roundup_power2_divisions:256:1]", "']' without '['"},
+      {"expandable_segments:True,max_split_size_mb:64,expandable_segments:"
+       "True",
+       "entry 3: duplicate key \"expandable_segments\" (first set by entry "
+       "1)"},
+      {"  ", "PYTORCH_CUDA_ALLOC_CONF=\"  \": set but empty"},
+  };
+  for (const PytorchBadCase& t : cases) {
+    SCOPED_TRACE(t.conf);
+    auto c = Resolve("", {{"PYTORCH_CUDA_ALLOC_CONF", t.conf}});
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(), HasSubstr(t.why));
+  }
+  // The value of a key gpualloc does not support is not read.
+  auto c = Resolve("", {{"PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:lots"}});
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+TEST(ConfigTest, PytorchVariablesAgreeOrAreAnError) {
+  // PyTorch reads PYTORCH_ALLOC_CONF first; the same text under an older name
+  // too is fine.
+  auto c =
+      Resolve("", {{"PYTORCH_ALLOC_CONF", "expandable_segments:True"},
+                   {"PYTORCH_CUDA_ALLOC_CONF", " expandable_segments:True"},
+                   {"PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(SettingOf(*c, "expandable").source,
+            "PYTORCH_ALLOC_CONF expandable_segments:True");
+  c = Resolve("", {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False"},
+                   {"PYTORCH_HIP_ALLOC_CONF", "expandable_segments:False"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(SettingOf(*c, "expandable").source,
+            "PYTORCH_CUDA_ALLOC_CONF expandable_segments:False");
+  // Different text: an error naming both, even where the keys would agree.
+  for (const Env& env :
+       {Env{{"PYTORCH_ALLOC_CONF", "expandable_segments:True"},
+            {"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False"}},
+        Env{{"PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64"},
+            {"PYTORCH_HIP_ALLOC_CONF", "max_split_size_mb:128"}},
+        Env{{"PYTORCH_ALLOC_CONF", "expandable_segments:True"},
+            {"PYTORCH_HIP_ALLOC_CONF", "expandable_segments:true"}}}) {
+    c = Resolve("", env);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    for (const auto& [variable, value] : env) {
+      EXPECT_THAT(c.status().message(), HasSubstr(variable + "=\""));
+    }
+    EXPECT_THAT(c.status().message(), HasSubstr("PyTorch reads only"));
+  }
+}
+
+// A PyTorch key against an option, a GPUALLOC_* variable or a JAX/XLA/TF
+// alias setting the same key.
+struct PytorchConflictCase {
+  std::string config_string;
+  Env env;  // with PYTORCH_CUDA_ALLOC_CONF
+  std::string key;
+  std::string effective;
+  std::string source;   // the setting's
+  std::string warning;  // a part of the warning line; empty: none
+};
+
+TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
+  const std::string kConf = "PYTORCH_CUDA_ALLOC_CONF";
+  const std::vector<PytorchConflictCase> cases = {
+      {"",
+       {{"GPUALLOC_EXPANDABLE", "false"}, {kConf, "expandable_segments:True"}},
+       "expandable",
+       "false",
+       "GPUALLOC_EXPANDABLE (overrides PYTORCH_CUDA_ALLOC_CONF "
+       "expandable_segments:True)",
+       "expandable_segments:True overridden by GPUALLOC_EXPANDABLE "
+       "(expandable=false)"},
+      {"",
+       {{"GPUALLOC_EXPANDABLE", "true"}, {kConf, "expandable_segments:True"}},
+       "expandable",
+       "true",
+       "GPUALLOC_EXPANDABLE",
+       ""},
+      {"gc=false",
+       {{kConf, "garbage_collection_threshold:0.8"}},
+       "gc",
+       "false",
+       "config string (overrides PYTORCH_CUDA_ALLOC_CONF "
+       "garbage_collection_threshold:0.8)",
+       "garbage_collection_threshold:0.8 overridden by config string "
+       "(gc=false)"},
+      {"allocator=bfc",
+       {{kConf, "backend:native"}},
+       "allocator",
+       "bfc",
+       "config string",
+       ""},
+      {"",
+       {{"GPUALLOC_ALLOCATOR", "platform"}, {kConf, "backend:cudaMallocAsync"}},
+       "allocator",
+       "platform",
+       "GPUALLOC_ALLOCATOR (overrides PYTORCH_CUDA_ALLOC_CONF "
+       "backend:cudaMallocAsync)",
+       "backend:cudaMallocAsync overridden by GPUALLOC_ALLOCATOR "
+       "(allocator=platform)"},
+      {"",
+       {{"GPUALLOC_MEM_FRACTION", "0.9"},
+        {kConf, "per_process_memory_fraction:0.5,max_split_size_mb:64"}},
+       "mem_fraction",
+       "0.9",
+       "GPUALLOC_MEM_FRACTION (overrides PYTORCH_CUDA_ALLOC_CONF "
+       "per_process_memory_fraction:0.5)",
+       "keys gpualloc does not support, ignored: max_split_size_mb; "
+       "per_process_memory_fraction:0.5 overridden by GPUALLOC_MEM_FRACTION "
+       "(mem_fraction=0.9)"},
+      // A JAX/XLA/TF alias that agrees: the alias is named.
+      {"",
+       {{"XLA_PYTHON_CLIENT_MEM_FRACTION", ".5"},
+        {kConf, "per_process_memory_fraction:0.5"}},
+       "mem_fraction",
+       "0.5",
+       "XLA_PYTHON_CLIENT_MEM_FRACTION",
+       ""},
+      {"",
+       {{"TF_ENABLE_GPU_GARBAGE_COLLECTION", "true"},
+        {kConf, "garbage_collection_threshold:0.5"}},
+       "gc",
+       "true",
+       "TF_ENABLE_GPU_GARBAGE_COLLECTION",
+       ""},
+  };
+  for (const PytorchConflictCase& t : cases) {
+    SCOPED_TRACE(t.config_string + " " + t.env.begin()->first);
+    auto c = Resolve(t.config_string, t.env);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(SettingOf(*c, t.key).value, t.effective);
+    EXPECT_EQ(SettingOf(*c, t.key).source, t.source);
+    if (t.warning.empty()) {
+      EXPECT_THAT(c->warnings, ::testing::IsEmpty());
+    } else {
+      ASSERT_EQ(c->warnings.size(), 1u);
+      EXPECT_THAT(c->warnings[0], HasSubstr(t.warning));
+      EXPECT_THAT(c->warnings[0],
+                  ::testing::StartsWith("gpualloc: " + kConf + ": "));
+    }
+  }
+
+  // A program's ConfigOverrides is "option".
+  ConfigOverrides o;
+  o.expandable = Tristate::kAuto;
+  auto c =
+      ResolveConfig(o, MapEnvironment({{kConf, "expandable_segments:True"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(SettingOf(*c, "expandable").source,
+            "option (overrides PYTORCH_CUDA_ALLOC_CONF expandable_segments:"
+            "True)");
+  EXPECT_THAT(c->warnings,
+              ::testing::ElementsAre(HasSubstr("overridden by option")));
+
+  // A limit from a higher level beats PyTorch's fraction, as any fraction of
+  // a lower level.
+  c = Resolve("", {{"GPUALLOC_MEM_LIMIT", "8GiB"},
+                   {kConf, "per_process_memory_fraction:0.5"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.memory_limit, 8ull << 30);
+
+  // A JAX/XLA/TF alias that gives the same key another value: an error (the
+  // same level), naming both.
+  for (const Env& env : {Env{{"XLA_PYTHON_CLIENT_ALLOCATOR", "platform"},
+                             {kConf, "backend:cudaMallocAsync"}},
+                         Env{{"TF_ENABLE_GPU_GARBAGE_COLLECTION", "false"},
+                             {kConf, "garbage_collection_threshold:0.8"}},
+                         Env{{"XLA_CLIENT_MEM_FRACTION", "0.9"},
+                             {kConf, "per_process_memory_fraction:0.5"}}}) {
+    c = Resolve("", env);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(), HasSubstr(env.begin()->first));
+    EXPECT_THAT(c.status().message(), HasSubstr(kConf));
+    EXPECT_THAT(c.status().message(), HasSubstr("same level"));
+  }
+
+  // A higher level does not hide a bad PyTorch value.
+  c = Resolve("expandable=true", {{kConf, "expandable_segments:maybe"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("expandable_segments=\"maybe\""));
+}
+
+TEST(ConfigTest, PytorchWarningIsWrittenOncePerProcess) {
+  const Env env = {{"PYTORCH_CUDA_ALLOC_CONF",
+                    "expandable_segments:True,only_in_this_test_a:1,"
+                    "only_in_this_test_b:[1,2]"}};
+  const std::string line = UnsupportedLine(
+      "PYTORCH_CUDA_ALLOC_CONF", "only_in_this_test_a, only_in_this_test_b");
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    auto c = Resolve("", env);
+    ASSERT_TRUE(c.ok()) << c.status();
+    // Every resolution returns it ...
+    EXPECT_THAT(c->warnings, ::testing::ElementsAre(line));
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  // ... but stderr gets it once.
+  EXPECT_EQ(err, line + "\n");
 }
 
 // A document's configuration table under `heading`, one row per key: `| key

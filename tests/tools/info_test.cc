@@ -98,6 +98,60 @@ TEST(InfoTest, ShowsVariablesAndAliases) {
   EXPECT_THAT(run.out, HasSubstr("into one reserved address range"));
 }
 
+TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
+  const std::string env =
+      "GPUALLOC_BACKEND=sim "
+      "PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True,max_split_size_mb:"
+      "512,garbage_collection_threshold:0.8,roundup_power2_divisions:[256:1,>:"
+      "8]'";
+  Result run = RunInfo(env, "", kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "expandable +true +alias +PYTORCH_CUDA_ALLOC_CONF "
+                           "expandable_segments:True"));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "gc +true +alias +PYTORCH_CUDA_ALLOC_CONF "
+                           "garbage_collection_threshold:0.8"));
+  // One warning line on stderr names the keys gpualloc cannot honour.
+  run = RunInfo(env, "", kStderr);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_EQ(run.out,
+            "gpualloc: PYTORCH_CUDA_ALLOC_CONF: keys gpualloc does not "
+            "support, ignored: max_split_size_mb, roundup_power2_divisions "
+            "(docs/ARCHITECTURE.md, \"PyTorch's variables\")\n");
+
+  // A GPUALLOC_* variable wins, and says what it overrides.
+  run = RunInfo(
+      "GPUALLOC_BACKEND=sim GPUALLOC_EXPANDABLE=false "
+      "PYTORCH_ALLOC_CONF=expandable_segments:True",
+      "", "2>&1");
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "expandable +false +variable +GPUALLOC_EXPANDABLE "
+                           "\\(overrides PYTORCH_ALLOC_CONF "
+                           "expandable_segments:True\\)"));
+  EXPECT_THAT(run.out, HasSubstr("gpualloc: PYTORCH_ALLOC_CONF: "
+                                 "expandable_segments:True overridden by "
+                                 "GPUALLOC_EXPANDABLE (expandable=false)"));
+
+  // JAX's XLA_PYTHON_CLIENT_ALLOCATOR=address, XLA's synchronous
+  // passthrough allocator, is allocator=platform.
+  run = RunInfo("GPUALLOC_BACKEND=sim XLA_PYTHON_CLIENT_ALLOCATOR=address", "",
+                kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, ::testing::ContainsRegex("allocator +platform +alias +"
+                                                "XLA_PYTHON_CLIENT_ALLOCATOR"));
+
+  // A bad value is an error naming the variable and the key.
+  run = RunInfo(
+      "GPUALLOC_BACKEND=sim PYTORCH_CUDA_ALLOC_CONF="
+      "expandable_segments:maybe",
+      "", kStderr);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.out, HasSubstr("PYTORCH_CUDA_ALLOC_CONF expandable_segments="
+                                 "\"maybe\" (entry 1): not a boolean"));
+}
+
 TEST(InfoTest, BadVariableExitsOneNamingIt) {
   const Result run =
       RunInfo("GPUALLOC_MEM_FRACTION=2", "--config backend=sim", kStderr);
