@@ -70,7 +70,7 @@ absl::Status NoteOutOfMemory(
     ++*num_ooms;
     return error;
   }
-  *pending = std::make_unique<OutOfMemoryCall>();
+  *pending = new OutOfMemoryCall();
   OutOfMemoryCall& call = **pending;
   call.handler = handler;
   call.info.bytes_limit = stats.bytes_limit;

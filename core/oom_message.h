@@ -53,9 +53,10 @@ struct OutOfMemoryCall {
   std::shared_ptr<const OutOfMemoryHandler> handler;
   OutOfMemoryInfo info;  // the numbers; the request and message come later
 };
-// Null until an attempt fails with a handler to call: the success path pays
-// for one pointer only.
-using PendingOutOfMemory = std::unique_ptr<OutOfMemoryCall>;
+// Null until an attempt fails with a handler to call; then it owns the call
+// (AllocateHandlingOutOfMemory takes it into a unique_ptr). A raw pointer so
+// that the success path pays for one pointer on the stack and no destructor.
+using PendingOutOfMemory = OutOfMemoryCall*;
 
 // The handler as a mode keeps it (null for a null one). A mode swaps it in
 // under its lock into a local, so that the previous handler is destroyed
@@ -88,14 +89,17 @@ template <typename Mode>
 absl::StatusOr<void*> AllocateHandlingOutOfMemory(Mode& self, std::size_t bytes,
                                                   Stream stream,
                                                   std::size_t alignment) {
-  PendingOutOfMemory pending;
+  PendingOutOfMemory pending = nullptr;
   absl::StatusOr<void*> result =
       self.AllocateOnce(bytes, stream, alignment, &pending);
-  if (ABSL_PREDICT_TRUE(pending == nullptr)) return result;
-  return CallOutOfMemoryHandler(
-      *pending, std::move(result).status(), bytes, stream, alignment,
-      [&] { return self.AllocateOnce(bytes, stream, alignment, nullptr); },
-      [&] { self.CountOutOfMemory(); });
+  if (ABSL_PREDICT_FALSE(!result.ok()) && pending != nullptr) {
+    const std::unique_ptr<OutOfMemoryCall> call(pending);
+    result = CallOutOfMemoryHandler(
+        *call, std::move(result).status(), bytes, stream, alignment,
+        [&] { return self.AllocateOnce(bytes, stream, alignment, nullptr); },
+        [&] { self.CountOutOfMemory(); });
+  }
+  return result;  // one named result: returned in place
 }
 
 }  // namespace gpualloc::core
