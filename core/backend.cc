@@ -46,6 +46,13 @@ absl::Status Backend::SynchronizeEvent(EventHandle) {
   return NotSupported("SynchronizeEvent", "streams");
 }
 
+absl::StatusOr<bool> Backend::IsCapturing(Stream) {
+  return NotSupported("IsCapturing", "graph_capture");
+}
+absl::StatusOr<CaptureMode> Backend::ExchangeCaptureMode(CaptureMode) {
+  return NotSupported("ExchangeCaptureMode", "graph_capture");
+}
+
 absl::Status Backend::ConfigurePool(const PoolOptions&) {
   return NotSupported("ConfigurePool", "stream_ordered_pools");
 }

@@ -88,7 +88,17 @@ struct Capabilities {
   bool streams = false;         // events on streams (stream-ordered frees)
   bool stream_ordered_pools = false;  // the vendor's async pools
   bool host_accessible = false;  // addresses can be read/written by the host
+  // Streams can capture work into graphs (cuStreamBeginCapture), and the
+  // backend answers IsCapturing and ExchangeCaptureMode.
+  bool graph_capture = false;
 };
+
+// A thread's stream-capture mode (CUstreamCaptureMode / hipStreamCaptureMode):
+// which calls the thread may make while some stream captures work into a
+// graph. In kGlobal (the default) and kThreadLocal, a call that may
+// synchronize or allocate device memory invalidates the capture; kRelaxed
+// allows them, which is what an allocator needs to grow during a capture.
+enum class CaptureMode : std::uint8_t { kGlobal, kThreadLocal, kRelaxed };
 
 // Facts about one device, as the backend reports them.
 struct DeviceInfo {
@@ -151,6 +161,18 @@ class Backend {
   virtual absl::Status StreamWaitEvent(Stream stream, EventHandle event);
   // Blocks the host until the captured work has completed.
   virtual absl::Status SynchronizeEvent(EventHandle event);
+
+  // --- Graph capture (capabilities.graph_capture) ---------------------------
+  // Whether `stream` is capturing work into a graph now (cuStreamIsCapturing
+  // / hipStreamIsCapturing): work queued on it is recorded, not run, and the
+  // allocator must neither record, query nor wait for events on it.
+  virtual absl::StatusOr<bool> IsCapturing(Stream stream);
+  // Sets the calling thread's capture mode and returns the previous one
+  // (cuThreadExchangeStreamCaptureMode / hipThreadExchangeStreamCaptureMode).
+  // The allocator switches to kRelaxed around the device calls it makes while
+  // a capture is underway, and back afterwards, as PyTorch does around
+  // cudaMalloc.
+  virtual absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode);
 
   // --- The device's stream-ordered pool (capabilities.stream_ordered_pools) -
   // cuMemAllocFromPoolAsync / cuMemFreeAsync on one pool per backend, the
