@@ -19,6 +19,7 @@
 #include "core/modes.h"
 #include "core/oom_message.h"
 #include "core/options.h"
+#include "core/private_pools.h"
 #include "core/region_source.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
@@ -40,7 +41,41 @@ class NoStreams final : public core::ReuseOracle {
   }
 };
 
-class BfcAllocator final : public Allocator {
+// The calling thread's capture mode set to relaxed for the scope's device
+// calls, while a graph capture is underway (PyTorch does the same around
+// cudaMalloc); the previous mode comes back at the end.
+class RelaxedCapture {
+ public:
+  RelaxedCapture(Backend& backend, bool capturing) : backend_(backend) {
+    if (!capturing) return;
+    absl::StatusOr<CaptureMode> previous =
+        backend_.ExchangeCaptureMode(CaptureMode::kRelaxed);
+    if (!previous.ok()) {
+      status_ = absl::Status(
+          previous.status().code(),
+          absl::StrFormat("switching to the relaxed capture mode for device "
+                          "calls during a graph capture: %s",
+                          previous.status().message()));
+      return;
+    }
+    previous_ = *previous;
+    active_ = true;
+  }
+  ~RelaxedCapture() {
+    if (active_) (void)backend_.ExchangeCaptureMode(previous_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  Backend& backend_;
+  bool active_ = false;
+  CaptureMode previous_ = CaptureMode::kGlobal;
+  absl::Status status_;
+};
+
+class BfcAllocator final : public Allocator, private core::SlabSource {
  public:
   BfcAllocator(core::ResolvedOptions resolved, std::shared_ptr<Backend> backend)
       : resolved_(std::move(resolved)),
@@ -56,6 +91,9 @@ class BfcAllocator final : public Allocator {
         stream_mask_(backend_->info().capabilities.streams
                          ? ~core::StreamOrder::kReleasedBit
                          : 0),
+        known_only_(*oracle_),
+        pools_(core_.config(),
+               core::RoundUpToMultiple(kSlabUnit, resolved_.min_block_size)),
         source_(MakeSource()) {
     stream_order_.BindSearches(&core_.counters().num_allocs);
   }
@@ -63,8 +101,10 @@ class BfcAllocator final : public Allocator {
   ~BfcAllocator() override {
     core::LockGuard lock(&mu_);
     core::ReportLiveAtDestruction("bfc", backend_->info(),
-                                  core_.counters().num_chunks_in_use,
-                                  core_.counters().bytes_requested);
+                                  core_.counters().num_chunks_in_use -
+                                      pools_.num_slabs() +
+                                      pools_.num_chunks_in_use(),
+                                  Requested());
     // Every region goes back to the device with source_ (declared last,
     // destroyed first): live allocations die with the allocator, as with any
     // caching allocator.
@@ -84,18 +124,24 @@ class BfcAllocator final : public Allocator {
   absl::Status Deallocate(void* ptr, Stream stream) override {
     if (ptr == nullptr)
       return absl::OkStatus();  // like free(NULL) and cudaFree(0)
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
     core::LockGuard lock(&mu_);
     absl::Status status =
-        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr),
-                         Key(stream).handle, stream_order_.stamp(), oracle_);
+        ABSL_PREDICT_FALSE(pools_.ever_used() && pools_.Owns(address))
+            ? pools_.Deallocate(address, Key(stream).handle,
+                                stream_order_.stamp(), oracle_, *this)
+            : core_.Deallocate(address, Key(stream).handle,
+                               stream_order_.stamp(), oracle_);
     MaybeValidate();
     return status;
   }
 
   absl::Status RecordStream(void* ptr, Stream stream) override {
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
     core::LockGuard lock(&mu_);
-    absl::Status status = core_.RecordStream(
-        reinterpret_cast<std::uintptr_t>(ptr), Key(stream).handle);
+    absl::Status status = pools_.Owns(address)
+                              ? pools_.RecordStream(address, Key(stream).handle)
+                              : core_.RecordStream(address, Key(stream).handle);
     MaybeValidate();
     return status;
   }
@@ -103,9 +149,16 @@ class BfcAllocator final : public Allocator {
   absl::Status ReleaseStream(Stream given) override {
     core::LockGuard lock(&mu_);
     const std::uintptr_t stream = Key(given).handle;
+    if (pools_.IsRouted(stream)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "ReleaseStream(stream %#x): the stream allocates to private pool "
+          "%d; call EndAllocateToPool first",
+          given.handle, *pools_.RoutedPool(stream)));
+    }
     // Without streams (all map to one) or never seen: nothing names it.
-    if (stream_mask_ == 0 ||
-        (core_.StreamReferences(stream) == 0 && !stream_order_.Knows(stream))) {
+    if (stream_mask_ == 0 || (core_.StreamReferences(stream) == 0 &&
+                              pools_.StreamReferences(stream) == 0 &&
+                              !stream_order_.Knows(stream))) {
       return absl::OkStatus();
     }
     const std::uintptr_t key =
@@ -119,6 +172,7 @@ class BfcAllocator final : public Allocator {
                           given.handle, status.message()));
     }
     core_.RenameStream(stream, key);
+    pools_.RenameStream(stream, key);
     MaybeValidate();
     return absl::OkStatus();
   }
@@ -131,6 +185,9 @@ class BfcAllocator final : public Allocator {
   void ResetPeakStats() override {
     core::LockGuard lock(&mu_);
     core_.ResetPeaks();
+    peak_in_use_ = InUse();
+    peak_requested_ = Requested();
+    largest_alloc_ = 0;
   }
 
   void SetOutOfMemoryHandler(OutOfMemoryHandler handler) override {
@@ -144,12 +201,25 @@ class BfcAllocator final : public Allocator {
     core::LockGuard lock(&mu_);
     Snapshot s;
     core_.AppendSnapshot(&s.regions);
+    if (pools_.ever_used()) {
+      for (RegionSnapshot& r : s.regions) {
+        for (ChunkSnapshot& c : r.chunks) {
+          if (c.in_use) c.pool = pools_.SlabOwner(c.address);
+        }
+      }
+      pools_.AppendSnapshot(&s.pools);
+    }
     s.stats = StatsLocked();
     return s;
   }
 
   absl::Status Trim() override {
     core::LockGuard lock(&mu_);
+    if (capturing_) {
+      return absl::FailedPreconditionError(
+          "Trim during a graph capture: returning memory would make the "
+          "device synchronize; call it after EndAllocateToPool");
+    }
     absl::Status status = ReleaseFree();
     MaybeValidate();
     return status;
@@ -162,6 +232,56 @@ class BfcAllocator final : public Allocator {
 
   const DeviceInfo& device() const override { return backend_->info(); }
   const Options& options() const override { return resolved_.options; }
+
+  absl::StatusOr<PoolId> CreatePool() override {
+    core::LockGuard lock(&mu_);
+    if (!pools_.ever_used()) {  // from now on the pool-aware figures
+      peak_in_use_ = core_.counters().peak_bytes_in_use;
+      peak_requested_ = core_.counters().peak_bytes_requested;
+      largest_alloc_ = core_.counters().largest_alloc_size;
+    }
+    // A key no stream has, like a released stream's: its slabs are strangers
+    // to every stream, and conditions naming it are complete.
+    return pools_.Create(core::StreamOrder::kReleasedBit | ++streams_released_);
+  }
+
+  absl::Status RetainPool(PoolId pool) override {
+    core::LockGuard lock(&mu_);
+    return pools_.Retain(pool);
+  }
+
+  absl::Status ReleasePool(PoolId pool, Stream last_use) override {
+    core::LockGuard lock(&mu_);
+    absl::Status status = pools_.Release(pool, Key(last_use).handle, *this);
+    MaybeValidate();
+    return status;
+  }
+
+  absl::Status BeginAllocateToPool(PoolId pool, Stream stream) override {
+    bool capturing = false;
+    if (backend_->info().capabilities.graph_capture) {
+      absl::StatusOr<bool> asked = backend_->IsCapturing(stream);
+      if (!asked.ok()) {
+        return absl::Status(
+            asked.status().code(),
+            absl::StrFormat("BeginAllocateToPool(pool %d, stream %#x): asking "
+                            "the backend whether the stream captures: %s",
+                            pool, stream.handle, asked.status().message()));
+      }
+      capturing = *asked;
+    }
+    core::LockGuard lock(&mu_);
+    GPUALLOC_RETURN_IF_ERROR(pools_.Begin(pool, Key(stream).handle, capturing));
+    capturing_ = pools_.captures() != 0;
+    return absl::OkStatus();
+  }
+
+  absl::Status EndAllocateToPool(PoolId pool) override {
+    core::LockGuard lock(&mu_);
+    GPUALLOC_RETURN_IF_ERROR(pools_.End(pool));
+    capturing_ = pools_.captures() != 0;
+    return absl::OkStatus();
+  }
 
   // One attempt at the request; an out-of-memory answer goes through
   // NoteOutOfMemory (`pending`: null on the handler's retry).
@@ -182,6 +302,9 @@ class BfcAllocator final : public Allocator {
     if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
 
     core::LockGuard lock(&mu_);
+    if (ABSL_PREDICT_FALSE(pools_.ever_used())) {
+      return AllocateWithPools(size, bytes, align, needed, stream, pending);
+    }
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {
@@ -197,10 +320,103 @@ class BfcAllocator final : public Allocator {
 
  private:
   std::unique_ptr<core::RegionSource> MakeSource() {
-    const core::RegionContext context{resolved_, *backend_, core_,
-                                      stream_order_, *oracle_};
+    const core::RegionContext context{resolved_,     *backend_, core_,
+                                      stream_order_, *oracle_,  capturing_};
     return resolved_.expandable ? core::MakeExpandableRegions(context)
                                 : core::MakeSeparateRegions(context);
+  }
+
+  // Private pools grow by blocks of whole multiples of this.
+  static constexpr std::uint64_t kSlabUnit = std::uint64_t{2} << 20;
+
+  // The allocation path once a private pool was made: the stream's pool, or
+  // the general core asking only what it may during a capture; the
+  // statistics that pools change are kept here.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<void*> AllocateWithPools(
+      std::uint64_t size, std::size_t bytes, std::uint64_t align,
+      std::uint64_t needed, Stream stream, core::PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<DeviceAddress> address;
+    std::uint64_t chunk = 0;
+    if (std::optional<PoolId> pool = pools_.RoutedPool(stream.handle)) {
+      slab_pending_ = pending;
+      address = pools_.Allocate(*pool, size, bytes, align, stream.handle,
+                                Oracle(), *this);
+      slab_pending_ = nullptr;
+      if (address.ok()) chunk = pools_.AllocatedSize(*address);
+    } else {
+      std::optional<DeviceAddress> a =
+          core_.Allocate(size, bytes, align, stream.handle, Oracle());
+      if (a.has_value()) {
+        address = *a;
+      } else if (stream_order_.has_error()) {
+        address = EventFailure(bytes, stream);
+      } else {
+        address =
+            AllocateSlowRelaxed(size, bytes, align, needed, stream, pending);
+      }
+      if (address.ok()) chunk = core_.AllocatedSize(*address);
+    }
+    if (!address.ok()) return address.status();
+    peak_in_use_ = std::max(peak_in_use_, InUse());
+    peak_requested_ = std::max(peak_requested_, Requested());
+    largest_alloc_ = std::max(largest_alloc_, chunk);
+    MaybeValidate();
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+  }
+
+  // SlabSource: a block for a private pool, from general memory any stream
+  // may use at once.
+  absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t bytes,
+                                         std::uintptr_t key) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::uint64_t min_block = resolved_.min_block_size;
+    if (bytes > resolved_.limit)
+      return RejectTooLargeLocked(bytes, slab_pending_);
+    if (std::optional<DeviceAddress> a =
+            core_.Allocate(bytes, bytes, min_block, key, Oracle())) {
+      return *a;
+    }
+    if (stream_order_.has_error()) return EventFailure(bytes, Stream(key));
+    return AllocateSlowRelaxed(bytes, bytes, min_block, bytes, Stream(key),
+                               slab_pending_);
+  }
+  // AllocateSlow, its device calls in relaxed capture mode during a capture.
+  absl::StatusOr<DeviceAddress> AllocateSlowRelaxed(
+      std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
+      std::uint64_t needed, Stream stream, core::PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    RelaxedCapture relaxed(*backend_, capturing_);
+    GPUALLOC_RETURN_IF_ERROR(relaxed.status());
+    return AllocateSlow(size, bytes, align, needed, stream, pending);
+  }
+  void ReturnSlab(DeviceAddress base,
+                  absl::Span<const std::uintptr_t> streams) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (std::size_t i = 1; i < streams.size(); ++i) {
+      (void)core_.RecordStream(base, streams[i]);
+    }
+    (void)core_.Deallocate(base, streams.front(), stream_order_.stamp(),
+                           oracle_);
+  }
+
+  // What the core may ask the device: nothing during a graph capture.
+  core::ReuseOracle* Oracle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ABSL_PREDICT_FALSE(capturing_) ? &known_only_ : oracle_;
+  }
+  // Whether the slow path may record, query and wait for events.
+  bool MayAsk() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return oracle_ == &stream_order_ && !capturing_;
+  }
+  // Memory handed out: the general core's, its pool slabs replaced by what
+  // the pools handed out of them.
+  std::uint64_t InUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return core_.counters().bytes_in_use - pools_.bytes_reserved() +
+           pools_.bytes_in_use();
+  }
+  std::uint64_t Requested() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return core_.counters().bytes_requested - pools_.bytes_reserved() +
+           pools_.bytes_requested();
   }
 
   // A stream handle no caller uses: "every stream" where one is excluded.
@@ -218,6 +434,7 @@ class BfcAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(core_.Validate());
     GPUALLOC_RETURN_IF_ERROR(source_->Validate(full));
+    if (pools_.ever_used()) GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
     // F2: never more reserved than the limit.
     if (core_.counters().bytes_reserved > resolved_.limit) {
       return absl::InternalError(
@@ -257,12 +474,27 @@ class BfcAllocator final : public Allocator {
     s.events_recorded = stream_order_.events_recorded();
     s.stream_waits = stream_order_.stream_waits();
     s.host_waits = stream_order_.host_waits();
+    if (pools_.ever_used()) {
+      s.num_allocs = k.num_allocs - pools_.slabs_taken() + pools_.num_allocs();
+      s.bytes_in_use = InUse();
+      s.peak_bytes_in_use = peak_in_use_;
+      s.largest_alloc_size = largest_alloc_;
+      s.bytes_requested = Requested();
+      s.peak_bytes_requested = peak_requested_;
+      s.pool_bytes_reserved = pools_.bytes_reserved();
+      s.pool_bytes_in_use = pools_.bytes_in_use();
+    }
     return s;
   }
 
   absl::Status RejectTooLarge(std::size_t bytes,
                               core::PendingOutOfMemory* pending) {
     core::LockGuard lock(&mu_);
+    return RejectTooLargeLocked(bytes, pending);
+  }
+  absl::Status RejectTooLargeLocked(std::size_t bytes,
+                                    core::PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return Exhausted(
         absl::ResourceExhaustedError(absl::StrFormat(
             "out of memory: Allocate(%d bytes) can never succeed: it exceeds "
@@ -289,7 +521,7 @@ class BfcAllocator final : public Allocator {
   // waits for that work first, so that they merge into whole free regions
   // and granules that can go back.
   absl::Status ReleaseFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (core_.multi_stream() && oracle_ == &stream_order_) {
+    if (core_.multi_stream() && MayAsk()) {
       GPUALLOC_RETURN_IF_ERROR(core::WaitForFreeMemory(
           stream_order_, core_.PendingStreams(stream_order_, kNoStream),
           "returning it to the device"));
@@ -307,7 +539,7 @@ class BfcAllocator final : public Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // Every fitting chunk is looked at: this is the slow path.
     std::optional<DeviceAddress> a =
-        core_.Allocate(size, bytes, align, stream.handle, oracle_, search);
+        core_.Allocate(size, bytes, align, stream.handle, Oracle(), search);
     *event_failed = !a.has_value() && stream_order_.has_error();
     return a;
   }
@@ -328,6 +560,7 @@ class BfcAllocator final : public Allocator {
     }
     for (const core::StreamStamp& p :
          core_.PendingConditions(stream_order_, stream.handle)) {
+      if (capturing_) break;  // known answers only
       if (!stream_order_.Poll(p.stream, p.stamp)) {
         *event_failed = true;
         return std::nullopt;
@@ -390,7 +623,9 @@ class BfcAllocator final : public Allocator {
     // first what a stream wait makes usable (when policy says so) or a query
     // finds complete, in one chunk or across neighbours, then waiting on the
     // host.
-    if (oracle_ == &stream_order_ && core_.multi_stream()) {
+    // (Never for a private pool's block: its key is no stream to wait.)
+    if (MayAsk() && core_.multi_stream() &&
+        !core::StreamOrder::IsReleasedKey(stream.handle)) {
       if (std::optional<DeviceAddress> a =
               Retry(size, bytes, align, stream, &event_failed,
                     core::BfcCore::Search::kMayWait))
@@ -401,7 +636,7 @@ class BfcAllocator final : public Allocator {
         return *a;
       if (stream_order_.has_error()) return EventFailure(bytes, stream);
     }
-    if (oracle_ == &stream_order_) {
+    if (MayAsk()) {
       const std::vector<std::uintptr_t> pending =
           core_.PendingStreams(stream_order_, stream.handle);
       if (!pending.empty()) {
@@ -422,7 +657,7 @@ class BfcAllocator final : public Allocator {
       }
     }
 
-    if (grows && resolved_.options.garbage_collection &&
+    if (grows && resolved_.options.garbage_collection && !capturing_ &&
         source_->HasFreeToRelease()) {
       GPUALLOC_RETURN_IF_ERROR(ReleaseFree());
       absl::Status grown = source_->Grow(needed, stream);
@@ -439,6 +674,13 @@ class BfcAllocator final : public Allocator {
     }
     // The next Allocate asks afresh (no allocation ended this search).
     stream_order_.NewSearch();
+    if (capturing_) {
+      why = absl::ResourceExhaustedError(absl::StrFormat(
+          "%s; a graph capture is underway, during which the allocator "
+          "neither waits for other streams' work nor returns memory to the "
+          "device",
+          why.message()));
+    }
     return OutOfMemory(bytes, size, why, pending);
   }
 
@@ -513,6 +755,18 @@ class BfcAllocator final : public Allocator {
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
   std::uint64_t streams_released_ ABSL_GUARDED_BY(mu_) = 0;
+  // The oracle during a graph capture: *oracle_'s known answers only.
+  core::KnownOnlyOracle known_only_ ABSL_GUARDED_BY(mu_);
+  core::PrivatePools pools_ ABSL_GUARDED_BY(mu_);
+  // Whether a stream allocating to a pool is capturing a graph (no event
+  // calls, host waits or returned memory, and device calls in relaxed mode).
+  bool capturing_ ABSL_GUARDED_BY(mu_) = false;
+  // The out-of-memory report a pool's growth prepares for the handler.
+  core::PendingOutOfMemory* slab_pending_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Once a pool was made: the statistics pools change.
+  std::uint64_t peak_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t peak_requested_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t largest_alloc_ ABSL_GUARDED_BY(mu_) = 0;
   // Where regions come from: separate backend allocations or expandable
   // regions. Declared last, destroyed first: it returns every region while
   // the core and the stream order still exist.
@@ -520,6 +774,28 @@ class BfcAllocator final : public Allocator {
 };
 
 }  // namespace
+
+absl::Status Allocator::PoolsUnsupported(absl::string_view call) const {
+  return absl::UnimplementedError(absl::StrFormat(
+      "%s: private pools need allocator mode bfc; this allocator runs in "
+      "mode %s",
+      call, AllocatorModeName(options().mode)));
+}
+absl::StatusOr<PoolId> Allocator::CreatePool() {
+  return PoolsUnsupported("CreatePool");
+}
+absl::Status Allocator::RetainPool(PoolId) {
+  return PoolsUnsupported("RetainPool");
+}
+absl::Status Allocator::ReleasePool(PoolId, Stream) {
+  return PoolsUnsupported("ReleasePool");
+}
+absl::Status Allocator::BeginAllocateToPool(PoolId, Stream) {
+  return PoolsUnsupported("BeginAllocateToPool");
+}
+absl::Status Allocator::EndAllocateToPool(PoolId) {
+  return PoolsUnsupported("EndAllocateToPool");
+}
 
 absl::string_view AllocatorModeName(AllocatorMode mode) {
   switch (mode) {

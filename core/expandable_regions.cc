@@ -80,7 +80,7 @@ class ExpandableRegions final : public RegionSource {
     }
     // Free granules elsewhere could not serve this request: unmap them
     // first, keeping the free memory the plan joins.
-    if (c_.resolved.options.trim_before_growth) {
+    if (c_.resolved.options.trim_before_growth && !c_.capturing) {
       GPUALLOC_RETURN_IF_ERROR(
           UnmapFree(plan->address, plan->address + plan->bytes, &stream));
     }

@@ -40,6 +40,10 @@ struct RegionContext {
   // The core's oracle: &stream_order when the backend has streams, else one
   // that knows all work complete (nothing is ever pending, nobody waits).
   const ReuseOracle& oracle;
+  // A graph capture is underway: growth returns nothing to the device first
+  // (no free, unmap or event call), since that could synchronize the device
+  // or touch a capturing stream.
+  const bool& capturing;
   bool streams() const { return &oracle == &stream_order; }
 };
 

@@ -35,7 +35,7 @@ class SeparateRegions final : public RegionSource {
   absl::Status Grow(std::uint64_t needed, Stream stream) override {
     // Fully free regions that could not serve this request only inflate
     // what is reserved: return them before asking for more.
-    if (c_.resolved.options.trim_before_growth) {
+    if (c_.resolved.options.trim_before_growth && !c_.capturing) {
       GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions(&stream));
     }
     GrowthRequest request;

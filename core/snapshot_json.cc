@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 
 namespace gpualloc {
@@ -48,6 +49,11 @@ constexpr StatsField kStatsFields[] = {
     {"events_recorded", &Stats::events_recorded},
     {"stream_waits", &Stats::stream_waits},
     {"host_waits", &Stats::host_waits},
+};
+// Fields added after version 1 was fixed: written always, read when present.
+constexpr StatsField kOptionalStatsFields[] = {
+    {"pool_bytes_reserved", &Stats::pool_bytes_reserved},
+    {"pool_bytes_in_use", &Stats::pool_bytes_in_use},
 };
 
 // ---- Reading -------------------------------------------------------------
@@ -351,6 +357,31 @@ void AppendJsonString(std::string* out, absl::string_view s) {
   out->push_back('"');
 }
 
+namespace {
+
+void AppendRegions(std::string* out,
+                   const std::vector<RegionSnapshot>& regions) {
+  *out += "[";
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    const RegionSnapshot& r = regions[i];
+    absl::StrAppend(out, i == 0 ? "" : ",", "{\"base\":", r.base,
+                    ",\"size\":", r.size, ",\"chunks\":[");
+    for (std::size_t j = 0; j < r.chunks.size(); ++j) {
+      const ChunkSnapshot& c = r.chunks[j];
+      absl::StrAppend(out, j == 0 ? "" : ",", "{\"address\":", c.address,
+                      ",\"size\":", c.size, ",\"requested\":", c.requested,
+                      ",\"state\":\"", c.in_use ? "in_use" : "free",
+                      "\",\"stream\":", c.stream);
+      if (c.pool != 0) absl::StrAppend(out, ",\"pool\":", c.pool);
+      *out += "}";
+    }
+    *out += "]}";
+  }
+  *out += "]";
+}
+
+}  // namespace
+
 std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
   std::string out;
   // About 100 bytes per chunk.
@@ -370,26 +401,116 @@ std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
   for (const StatsField& f : kStatsFields) {
     absl::StrAppend(&out, "\"", f.name, "\":", snapshot.stats.*f.member, ",");
   }
+  for (const StatsField& f : kOptionalStatsFields) {
+    absl::StrAppend(&out, "\"", f.name, "\":", snapshot.stats.*f.member, ",");
+  }
   const double frag = std::isfinite(snapshot.stats.fragmentation)
                           ? snapshot.stats.fragmentation
                           : 0.0;
-  absl::StrAppendFormat(&out, "\"fragmentation\":%.9g},\"regions\":[", frag);
-  for (std::size_t i = 0; i < snapshot.regions.size(); ++i) {
-    const RegionSnapshot& r = snapshot.regions[i];
-    absl::StrAppend(&out, i == 0 ? "" : ",", "{\"base\":", r.base,
-                    ",\"size\":", r.size, ",\"chunks\":[");
-    for (std::size_t j = 0; j < r.chunks.size(); ++j) {
-      const ChunkSnapshot& c = r.chunks[j];
-      absl::StrAppend(&out, j == 0 ? "" : ",", "{\"address\":", c.address,
-                      ",\"size\":", c.size, ",\"requested\":", c.requested,
-                      ",\"state\":\"", c.in_use ? "in_use" : "free",
-                      "\",\"stream\":", c.stream, "}");
+  absl::StrAppendFormat(&out, "\"fragmentation\":%.9g},\"regions\":", frag);
+  AppendRegions(&out, snapshot.regions);
+  if (!snapshot.pools.empty()) {
+    out += ",\"pools\":[";
+    for (std::size_t i = 0; i < snapshot.pools.size(); ++i) {
+      const PoolSnapshot& p = snapshot.pools[i];
+      absl::StrAppend(&out, i == 0 ? "" : ",", "{\"id\":", p.id,
+                      ",\"references\":", p.references, ",\"streams\":[",
+                      absl::StrJoin(p.streams, ","),
+                      "],\"bytes_reserved\":", p.bytes_reserved,
+                      ",\"bytes_in_use\":", p.bytes_in_use, ",\"regions\":");
+      AppendRegions(&out, p.regions);
+      out += "}";
     }
-    out += "]}";
+    out += "]";
   }
-  out += "]}";
+  out += "}";
   return out;
 }
+
+namespace {
+
+absl::StatusOr<std::vector<RegionSnapshot>> ParseRegions(
+    const JsonValue& regions, absl::string_view where) {
+  std::vector<RegionSnapshot> out;
+  for (std::size_t i = 0; i < regions.items.size(); ++i) {
+    const JsonValue& r = regions.items[i];
+    const std::string path = absl::StrCat(where, "[", i, "]");
+    if (r.kind != JsonValue::Kind::kObject) {
+      return FieldError(path, "an object");
+    }
+    RegionSnapshot region;
+    GPUALLOC_JSON_ASSIGN(region.base, Unsigned(r, path, "base"));
+    GPUALLOC_JSON_ASSIGN(region.size, Unsigned(r, path, "size"));
+    const JsonValue* chunks = nullptr;
+    GPUALLOC_JSON_ASSIGN(
+        chunks, Member(r, path, "chunks", JsonValue::Kind::kArray, "an array"));
+    for (std::size_t j = 0; j < chunks->items.size(); ++j) {
+      const JsonValue& c = chunks->items[j];
+      const std::string cpath = absl::StrCat(path, ".chunks[", j, "]");
+      if (c.kind != JsonValue::Kind::kObject) {
+        return FieldError(cpath, "an object");
+      }
+      ChunkSnapshot chunk;
+      GPUALLOC_JSON_ASSIGN(chunk.address, Unsigned(c, cpath, "address"));
+      GPUALLOC_JSON_ASSIGN(chunk.size, Unsigned(c, cpath, "size"));
+      GPUALLOC_JSON_ASSIGN(chunk.requested, Unsigned(c, cpath, "requested"));
+      std::uint64_t stream = 0;
+      GPUALLOC_JSON_ASSIGN(stream, Unsigned(c, cpath, "stream"));
+      chunk.stream = static_cast<std::uintptr_t>(stream);
+      if (c.Find("pool") != nullptr) {
+        GPUALLOC_JSON_ASSIGN(chunk.pool, Unsigned(c, cpath, "pool"));
+      }
+      const JsonValue* state = nullptr;
+      GPUALLOC_JSON_ASSIGN(state, Member(c, cpath, "state",
+                                         JsonValue::Kind::kString, "a string"));
+      if (state->text == "in_use") {
+        chunk.in_use = true;
+      } else if (state->text != "free") {
+        return FieldError(
+            absl::StrCat(cpath, ".state"),
+            absl::StrCat("\"in_use\" or \"free\", got \"", state->text, "\""));
+      }
+      region.chunks.push_back(chunk);
+    }
+    out.push_back(std::move(region));
+  }
+  return out;
+}
+
+absl::StatusOr<PoolSnapshot> ParsePool(const JsonValue& p,
+                                       const std::string& path) {
+  if (p.kind != JsonValue::Kind::kObject) return FieldError(path, "an object");
+  PoolSnapshot pool;
+  GPUALLOC_JSON_ASSIGN(pool.id, Unsigned(p, path, "id"));
+  std::uint64_t references = 0;
+  GPUALLOC_JSON_ASSIGN(references, Unsigned(p, path, "references"));
+  pool.references = static_cast<std::uint32_t>(references);
+  GPUALLOC_JSON_ASSIGN(pool.bytes_reserved,
+                       Unsigned(p, path, "bytes_reserved"));
+  GPUALLOC_JSON_ASSIGN(pool.bytes_in_use, Unsigned(p, path, "bytes_in_use"));
+  const JsonValue* streams = nullptr;
+  GPUALLOC_JSON_ASSIGN(
+      streams, Member(p, path, "streams", JsonValue::Kind::kArray, "an array"));
+  for (std::size_t k = 0; k < streams->items.size(); ++k) {
+    JsonValue holder;
+    holder.kind = JsonValue::Kind::kObject;
+    holder.keys.push_back("stream");
+    holder.values.push_back(streams->items[k]);
+    std::uint64_t stream = 0;
+    GPUALLOC_JSON_ASSIGN(
+        stream,
+        Unsigned(holder, absl::StrCat(path, ".streams[", k, "]"), "stream"));
+    pool.streams.push_back(static_cast<std::uintptr_t>(stream));
+  }
+  const JsonValue* regions = nullptr;
+  GPUALLOC_JSON_ASSIGN(
+      regions, Member(p, path, "regions", JsonValue::Kind::kArray, "an array"));
+  GPUALLOC_JSON_ASSIGN(pool.regions,
+                       ParseRegions(*regions, absl::StrCat(path, ".regions")));
+  return pool;
+}
+
+}  // namespace
 
 absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
   absl::StatusOr<JsonValue> doc = Parser(json).ParseDocument();
@@ -419,50 +540,28 @@ absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
     GPUALLOC_JSON_ASSIGN(snapshot.stats.*f.member,
                          Unsigned(*stats, "stats", f.name));
   }
+  for (const StatsField& f : kOptionalStatsFields) {
+    if (stats->Find(f.name) == nullptr) continue;
+    GPUALLOC_JSON_ASSIGN(snapshot.stats.*f.member,
+                         Unsigned(*stats, "stats", f.name));
+  }
   GPUALLOC_JSON_ASSIGN(snapshot.stats.fragmentation,
                        Fraction(*stats, "stats", "fragmentation"));
 
   const JsonValue* regions = nullptr;
   GPUALLOC_JSON_ASSIGN(regions, Member(*doc, "", "regions",
                                        JsonValue::Kind::kArray, "an array"));
-  for (std::size_t i = 0; i < regions->items.size(); ++i) {
-    const JsonValue& r = regions->items[i];
-    const std::string path = absl::StrCat("regions[", i, "]");
-    if (r.kind != JsonValue::Kind::kObject) {
-      return FieldError(path, "an object");
-    }
-    RegionSnapshot region;
-    GPUALLOC_JSON_ASSIGN(region.base, Unsigned(r, path, "base"));
-    GPUALLOC_JSON_ASSIGN(region.size, Unsigned(r, path, "size"));
-    const JsonValue* chunks = nullptr;
+  GPUALLOC_JSON_ASSIGN(snapshot.regions, ParseRegions(*regions, "regions"));
+  if (doc->Find("pools") != nullptr) {
+    const JsonValue* pools = nullptr;
     GPUALLOC_JSON_ASSIGN(
-        chunks, Member(r, path, "chunks", JsonValue::Kind::kArray, "an array"));
-    for (std::size_t j = 0; j < chunks->items.size(); ++j) {
-      const JsonValue& c = chunks->items[j];
-      const std::string cpath = absl::StrCat(path, ".chunks[", j, "]");
-      if (c.kind != JsonValue::Kind::kObject) {
-        return FieldError(cpath, "an object");
-      }
-      ChunkSnapshot chunk;
-      GPUALLOC_JSON_ASSIGN(chunk.address, Unsigned(c, cpath, "address"));
-      GPUALLOC_JSON_ASSIGN(chunk.size, Unsigned(c, cpath, "size"));
-      GPUALLOC_JSON_ASSIGN(chunk.requested, Unsigned(c, cpath, "requested"));
-      std::uint64_t stream = 0;
-      GPUALLOC_JSON_ASSIGN(stream, Unsigned(c, cpath, "stream"));
-      chunk.stream = static_cast<std::uintptr_t>(stream);
-      const JsonValue* state = nullptr;
-      GPUALLOC_JSON_ASSIGN(state, Member(c, cpath, "state",
-                                         JsonValue::Kind::kString, "a string"));
-      if (state->text == "in_use") {
-        chunk.in_use = true;
-      } else if (state->text != "free") {
-        return FieldError(
-            absl::StrCat(cpath, ".state"),
-            absl::StrCat("\"in_use\" or \"free\", got \"", state->text, "\""));
-      }
-      region.chunks.push_back(chunk);
+        pools, Member(*doc, "", "pools", JsonValue::Kind::kArray, "an array"));
+    for (std::size_t i = 0; i < pools->items.size(); ++i) {
+      PoolSnapshot pool;
+      GPUALLOC_JSON_ASSIGN(
+          pool, ParsePool(pools->items[i], absl::StrCat("pools[", i, "]")));
+      snapshot.pools.push_back(std::move(pool));
     }
-    snapshot.regions.push_back(std::move(region));
   }
   return snapshot;
 }

@@ -241,6 +241,8 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   full.stream_waits = s.stream_waits;
   full.host_waits = s.host_waits;
   full.fragmentation = s.fragmentation;
+  full.pool_bytes_reserved = s.pool_bytes_reserved;
+  full.pool_bytes_in_use = s.pool_bytes_in_use;
   // The caller's struct may be older (smaller): fill the whole fields that
   // fit, never part of one (a struct_size between two field boundaries gets
   // the fields before it). Or newer (larger): fill this library's fields and
@@ -266,6 +268,8 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
       GPUALLOC_FIELD_END(stream_waits),
       GPUALLOC_FIELD_END(host_waits),
       GPUALLOC_FIELD_END(fragmentation),
+      GPUALLOC_FIELD_END(pool_bytes_reserved),
+      GPUALLOC_FIELD_END(pool_bytes_in_use),
 #undef GPUALLOC_FIELD_END
   };
   static_assert(
@@ -309,6 +313,18 @@ absl::Status OnDevices(gpualloc_t* allocator, int device, F f) {
     }
   }
   return first;
+}
+
+// The pool calls: one allocator, one call.
+template <typename Call>
+gpualloc_status_t OnPool(const char* name, gpualloc_t* allocator, int device,
+                         Call call) {
+  return Boundary(name, [&]() -> absl::Status {
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    return call(**a);
+  });
 }
 }  // namespace
 }  // namespace gpualloc
@@ -455,6 +471,52 @@ gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator, int device,
           return a.ReleaseStream(gpualloc::StreamOf(stream));
         });
   });
+}
+
+gpualloc_status_t gpualloc_create_pool(gpualloc_t* allocator, int device,
+                                       uint64_t* out) {
+  return Boundary("gpualloc_create_pool", [&]() -> absl::Status {
+    if (out == nullptr) return gpualloc::NullArgument("out");
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    absl::StatusOr<gpualloc::PoolId> pool = (*a)->CreatePool();
+    if (!pool.ok()) return pool.status();
+    *out = *pool;
+    return absl::OkStatus();
+  });
+}
+
+gpualloc_status_t gpualloc_retain_pool(gpualloc_t* allocator, int device,
+                                       uint64_t pool) {
+  return gpualloc::OnPool(
+      "gpualloc_retain_pool", allocator, device,
+      [&](gpualloc::Allocator& a) { return a.RetainPool(pool); });
+}
+
+gpualloc_status_t gpualloc_release_pool(gpualloc_t* allocator, int device,
+                                        uint64_t pool, void* last_use) {
+  return gpualloc::OnPool(
+      "gpualloc_release_pool", allocator, device, [&](gpualloc::Allocator& a) {
+        return a.ReleasePool(pool, gpualloc::StreamOf(last_use));
+      });
+}
+
+gpualloc_status_t gpualloc_begin_allocate_to_pool(gpualloc_t* allocator,
+                                                  int device, uint64_t pool,
+                                                  void* stream) {
+  return gpualloc::OnPool("gpualloc_begin_allocate_to_pool", allocator, device,
+                          [&](gpualloc::Allocator& a) {
+                            return a.BeginAllocateToPool(
+                                pool, gpualloc::StreamOf(stream));
+                          });
+}
+
+gpualloc_status_t gpualloc_end_allocate_to_pool(gpualloc_t* allocator,
+                                                int device, uint64_t pool) {
+  return gpualloc::OnPool(
+      "gpualloc_end_allocate_to_pool", allocator, device,
+      [&](gpualloc::Allocator& a) { return a.EndAllocateToPool(pool); });
 }
 
 gpualloc_status_t gpualloc_set_oom_handler(gpualloc_t* allocator, int device,

@@ -114,6 +114,16 @@ void FailWithLastError() noexcept {
   }
 }
 
+// A pool call of the hook: 0 or the status, the reason kept.
+template <typename Call>
+int PoolCall(const char* name, Call call) {
+  gpualloc_t* handle = Handle(name);
+  if (handle == nullptr) return Instance().create_status;
+  const gpualloc_status_t s = call(handle);
+  if (s != GPUALLOC_OK) FailWithLastError();
+  return s;
+}
+
 }  // namespace
 
 extern "C" {
@@ -264,6 +274,48 @@ GPUALLOC_API int gpualloc_torch_set_oom_handler(gpualloc_oom_handler_t handler,
       handle, GPUALLOC_ALL_DEVICES, handler, user_data);
   if (s != GPUALLOC_OK) FailWithLastError();
   return s;
+}
+
+// Private pools for graph capture (PyTorch's graph_pool_handle and
+// beginAllocateToPool / endAllocateToPool / releasePool; gpualloc.h's
+// gpualloc_create_pool says how they behave). Through ctypes:
+//   pool = ctypes.c_uint64()
+//   lib.gpualloc_torch_create_pool(device, ctypes.byref(pool))
+//   lib.gpualloc_torch_begin_allocate_to_pool(device, pool, stream_ptr)
+//   ... capture the graph ...
+//   lib.gpualloc_torch_end_allocate_to_pool(device, pool)
+//   ... when the graph is destroyed:
+//   lib.gpualloc_torch_release_pool(device, pool, stream_ptr)
+// Each returns 0 or a gpualloc_status_t with the reason in
+// gpualloc_torch_last_error().
+GPUALLOC_API int gpualloc_torch_create_pool(int device, uint64_t* pool) {
+  return PoolCall("gpualloc_torch_create_pool", [&](gpualloc_t* h) {
+    return gpualloc_create_pool(h, device, pool);
+  });
+}
+GPUALLOC_API int gpualloc_torch_retain_pool(int device, uint64_t pool) {
+  return PoolCall("gpualloc_torch_retain_pool", [&](gpualloc_t* h) {
+    return gpualloc_retain_pool(h, device, pool);
+  });
+}
+GPUALLOC_API int gpualloc_torch_release_pool(int device, uint64_t pool,
+                                             void* last_use) {
+  return PoolCall("gpualloc_torch_release_pool", [&](gpualloc_t* h) {
+    return gpualloc_release_pool(h, device, pool, last_use);
+  });
+}
+GPUALLOC_API int gpualloc_torch_begin_allocate_to_pool(int device,
+                                                       uint64_t pool,
+                                                       void* stream) {
+  return PoolCall("gpualloc_torch_begin_allocate_to_pool", [&](gpualloc_t* h) {
+    return gpualloc_begin_allocate_to_pool(h, device, pool, stream);
+  });
+}
+GPUALLOC_API int gpualloc_torch_end_allocate_to_pool(int device,
+                                                     uint64_t pool) {
+  return PoolCall("gpualloc_torch_end_allocate_to_pool", [&](gpualloc_t* h) {
+    return gpualloc_end_allocate_to_pool(h, device, pool);
+  });
 }
 
 // The device's snapshot as JSON (docs/ARCHITECTURE.md, "Snapshot JSON"), to be

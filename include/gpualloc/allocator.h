@@ -143,6 +143,12 @@ struct Stats {
   std::uint64_t events_recorded = 0;
   std::uint64_t stream_waits = 0;  // new streams made to wait for a free
   std::uint64_t host_waits = 0;    // host blocked on an event (out of memory)
+  // Private pools (CreatePool): the memory they hold, counted in
+  // bytes_reserved, and of it what they handed out, counted in bytes_in_use
+  // (their allocations count in num_allocs, bytes_requested and the peaks
+  // like any other).
+  std::uint64_t pool_bytes_reserved = 0;
+  std::uint64_t pool_bytes_in_use = 0;
 };
 
 // Every region and chunk, in address order.
@@ -152,14 +158,32 @@ struct ChunkSnapshot {
   std::uint64_t requested = 0;  // 0 for free chunks
   bool in_use = false;
   std::uintptr_t stream = 0;
+  // An in-use chunk the private pool with this id holds (its memory is
+  // listed under Snapshot::pools), else 0.
+  std::uint64_t pool = 0;
 };
 struct RegionSnapshot {
   std::uint64_t base = 0;
   std::uint64_t size = 0;
   std::vector<ChunkSnapshot> chunks;
 };
+// A private memory pool (see Allocator::CreatePool). 0 is never a pool.
+using PoolId = std::uint64_t;
+
+// One private pool: the blocks it took from the allocator's memory, carved
+// by its own best fit. Its regions are the blocks (neighbouring ones joined).
+struct PoolSnapshot {
+  PoolId id = 0;
+  std::uint32_t references = 0;         // CreatePool + RetainPool - ReleasePool
+  std::vector<std::uintptr_t> streams;  // streams allocating to it now
+  std::uint64_t bytes_reserved = 0;     // memory the pool holds
+  std::uint64_t bytes_in_use = 0;       // of it, handed out and not freed
+  std::vector<RegionSnapshot> regions;
+};
+
 struct Snapshot {
   std::vector<RegionSnapshot> regions;
+  std::vector<PoolSnapshot> pools;
   Stats stats;
 };
 
@@ -268,8 +292,56 @@ class Allocator {
   // out-of-memory path: an allocation that succeeds never looks at it.
   virtual void SetOutOfMemoryHandler(OutOfMemoryHandler handler) = 0;
 
+  // --- Private pools: memory for graph capture ------------------------------
+  // A CUDA or HIP graph replays the addresses it captured, so the memory it
+  // was given must stay its own from capture until the graph is gone, and
+  // nobody may record, query or wait for an event on a capturing stream.
+  // PyTorch's private pools (graph_pool_handle, MemPool, beginAllocateToPool)
+  // serve this, and these calls mirror them.
+  //
+  // CreatePool makes an empty pool with one reference. While a stream
+  // allocates to a pool (BeginAllocateToPool .. EndAllocateToPool), every
+  // Allocate on that stream is served by the pool only: the pool's own free
+  // memory first, else a new block the pool takes from the allocator's
+  // memory (growing the allocator as usual). Memory freed from a pool, during
+  // capture or later, goes back to that pool only, and is reused only by
+  // allocations to it. Several graphs may share one pool by allocating to the
+  // same id, in turn (their replays must then run in capture order, as in
+  // PyTorch); each sharer holds a reference (RetainPool). When the last
+  // reference is dropped (ReleasePool) the pool's blocks go back to the
+  // allocator's free memory, each once all of its allocations are freed,
+  // reusable on other streams only after the work queued so far on
+  // `last_use` (where the graph was last launched) and on every stream that
+  // used pool memory.
+  //
+  // While a stream the backend reports capturing (Backend::IsCapturing)
+  // allocates to a pool, the allocator makes no event call and no host wait
+  // on any stream (memory other streams freed is reused only when already
+  // known complete; everything else waits for the capture to end, as PyTorch
+  // defers record_stream events), never returns memory to the device, and
+  // makes its device calls in the backend's relaxed capture mode. Memory the
+  // graph reads that was allocated outside the pool must stay allocated while
+  // the graph may replay (PyTorch's static inputs).
+  //
+  // Errors name the pool and the stream: an unknown or released pool is
+  // NotFound; a stream already allocating to a pool, EndAllocateToPool of a
+  // pool nobody allocates to, and ReleasePool of the last reference while a
+  // stream still allocates to it are FailedPrecondition; nothing changes on
+  // error. Trim during a capture is FailedPrecondition (it would make the
+  // device synchronize). Only the bfc mode has pools: the others answer
+  // Unimplemented.
+  virtual absl::StatusOr<PoolId> CreatePool();
+  virtual absl::Status RetainPool(PoolId pool);
+  virtual absl::Status ReleasePool(PoolId pool, Stream last_use = Stream());
+  virtual absl::Status BeginAllocateToPool(PoolId pool, Stream stream);
+  // Ends every stream's allocating to `pool`.
+  virtual absl::Status EndAllocateToPool(PoolId pool);
+
   virtual const DeviceInfo& device() const = 0;
   virtual const Options& options() const = 0;
+
+ private:
+  absl::Status PoolsUnsupported(absl::string_view call) const;
 };
 
 // InvalidArgument naming the field when `options` are inconsistent with each

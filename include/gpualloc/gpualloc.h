@@ -108,6 +108,10 @@ typedef struct gpualloc_stats {
   uint64_t host_waits;
   /* 1 - largest free block / total free bytes (0 when nothing is free). */
   double fragmentation;
+  /* Private pools: the memory they hold (in bytes_reserved) and, of it, what
+   * they handed out (in bytes_in_use). */
+  uint64_t pool_bytes_reserved;
+  uint64_t pool_bytes_in_use;
 } gpualloc_stats_t;
 
 /* Every device: the device argument of gpualloc_trim, gpualloc_release_stream
@@ -166,6 +170,32 @@ GPUALLOC_API gpualloc_status_t gpualloc_record_stream(gpualloc_t* allocator,
 GPUALLOC_API gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator,
                                                        int device,
                                                        void* stream);
+
+/* Private memory pools for graph capture (CUDA/HIP graphs), as PyTorch's
+ * graph_pool_handle / beginAllocateToPool / endAllocateToPool / releasePool.
+ * gpualloc_create_pool makes a pool of `device` with one reference (*out: its
+ * id, never 0). Between gpualloc_begin_allocate_to_pool and
+ * gpualloc_end_allocate_to_pool, every allocation on `stream` is served by
+ * the pool; memory freed from a pool stays in it. Several graphs may share a
+ * pool by id (each holding a reference: gpualloc_retain_pool). When the last
+ * reference is released the pool's memory goes back to the device's
+ * allocator, usable on other streams once the work queued on `last_use`
+ * (where the graph was last launched) and on every stream that used the
+ * pool's memory has completed. While a capturing stream allocates to a pool
+ * the allocator records, queries and waits for no event and returns no
+ * memory to the device. Only allocator=bfc has pools (GPUALLOC_UNIMPLEMENTED
+ * otherwise). The C++ API's Allocator::CreatePool says more. */
+GPUALLOC_API gpualloc_status_t gpualloc_create_pool(gpualloc_t* allocator,
+                                                    int device, uint64_t* out);
+GPUALLOC_API gpualloc_status_t gpualloc_retain_pool(gpualloc_t* allocator,
+                                                    int device, uint64_t pool);
+GPUALLOC_API gpualloc_status_t gpualloc_release_pool(gpualloc_t* allocator,
+                                                     int device, uint64_t pool,
+                                                     void* last_use);
+GPUALLOC_API gpualloc_status_t gpualloc_begin_allocate_to_pool(
+    gpualloc_t* allocator, int device, uint64_t pool, void* stream);
+GPUALLOC_API gpualloc_status_t
+gpualloc_end_allocate_to_pool(gpualloc_t* allocator, int device, uint64_t pool);
 
 /* Fills *out (see gpualloc_stats_t: set out->struct_size first). A device not
  * used yet is created, so its bytes_limit is known. */

@@ -342,7 +342,8 @@ static void TestStatsStructSize(void) {
   CHECK_OK(gpualloc_get_stats(a, 0, &s));
   CHECK(s.num_allocs == 1);
   CHECK(s.bytes_in_use == 0xEEEEEEEEEEEEEEEEull);
-  s.struct_size = sizeof(s) - 1; /* all but the last byte of fragmentation */
+  /* all but the last byte of fragmentation */
+  s.struct_size = offsetof(gpualloc_stats_t, fragmentation) + 7;
   CHECK_OK(gpualloc_get_stats(a, 0, &s));
   CHECK(s.bytes_in_use >= 5000);
   {
@@ -350,6 +351,10 @@ static void TestStatsStructSize(void) {
     memcpy(&bits, &s.fragmentation, sizeof(bits));
     CHECK(bits == 0xEEEEEEEEEEEEEEEEull);
   }
+  CHECK(s.pool_bytes_reserved == 0xEEEEEEEEEEEEEEEEull);
+  s.struct_size = sizeof(s);
+  CHECK_OK(gpualloc_get_stats(a, 0, &s));
+  CHECK(s.pool_bytes_reserved == 0 && s.pool_bytes_in_use == 0);
 
   /* Peaks: reset to the current values. */
   CHECK_OK(gpualloc_free(a, 0, p, NULL));
@@ -619,6 +624,38 @@ static void TestOomHandler(void) {
   gpualloc_destroy(a);
 }
 
+/* Private pools: a stream's allocations come from its pool while it
+ * allocates to it; the pool's memory goes back at the last release. */
+static void TestPrivatePools(void) {
+  gpualloc_t* a = NULL;
+  CHECK_OK(gpualloc_create_isolated(kConfig, &a));
+  void* const s1 = (void*)0x1000;
+  uint64_t pool = 0;
+  CHECK_OK(gpualloc_create_pool(a, 0, &pool));
+  CHECK(pool != 0);
+  CHECK_OK(gpualloc_retain_pool(a, 0, pool));
+  CHECK_OK(gpualloc_begin_allocate_to_pool(a, 0, pool, s1));
+  CHECK_STATUS(gpualloc_begin_allocate_to_pool(a, 0, pool, s1),
+               GPUALLOC_FAILED_PRECONDITION);
+  CHECK_ERROR_MENTIONS("already allocates to pool");
+  void* p = NULL;
+  CHECK_OK(gpualloc_malloc(a, 0, 1000, s1, &p));
+  CHECK_OK(gpualloc_end_allocate_to_pool(a, 0, pool));
+  gpualloc_stats_t s = Stats(a);
+  CHECK(s.pool_bytes_in_use == 1024);
+  CHECK(s.pool_bytes_reserved >= 1024);
+  CHECK_OK(gpualloc_free(a, 0, p, s1));
+  CHECK_OK(gpualloc_release_pool(a, 0, pool, s1));
+  CHECK(Stats(a).pool_bytes_reserved > 0); /* one reference left */
+  CHECK_OK(gpualloc_release_pool(a, 0, pool, s1));
+  CHECK(Stats(a).pool_bytes_reserved == 0);
+  CHECK_STATUS(gpualloc_release_pool(a, 0, pool, s1), GPUALLOC_NOT_FOUND);
+  CHECK_ERROR_MENTIONS("released");
+  CHECK_STATUS(gpualloc_create_pool(a, 0, NULL), GPUALLOC_INVALID_ARGUMENT);
+  CHECK_OK(gpualloc_validate(a, 0));
+  gpualloc_destroy(a);
+}
+
 static void TestNames(void) {
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_OK), "OK") == 0);
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_RESOURCE_EXHAUSTED),
@@ -639,6 +676,7 @@ int main(void) {
   TestLastErrorPerThread();
   TestOutOfHostMemoryAtTheBoundary();
   TestOomHandler();
+  TestPrivatePools();
   TestNames();
   printf("c_api_test: %d checks passed (gpualloc %s)\n", checks,
          gpualloc_version());

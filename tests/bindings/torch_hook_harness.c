@@ -35,6 +35,9 @@ static empty_cache_fn torch_empty_cache;
 static record_stream_fn torch_record_stream;
 typedef void (*release_stream_fn)(void*);
 static release_stream_fn torch_release_stream;
+typedef int (*create_pool_fn)(int, uint64_t*);
+typedef int (*pool_stream_fn)(int, uint64_t, void*);
+typedef int (*pool_fn)(int, uint64_t);
 static last_error_fn torch_last_error;
 static get_stats_fn torch_get_stats;
 static snapshot_fn torch_snapshot_json;
@@ -286,6 +289,31 @@ int main(int argc, char** argv) {
   gpualloc_stats_t bad;
   memset(&bad, 0, sizeof(bad));
   CHECK(torch_get_stats(0, &bad) == GPUALLOC_INVALID_ARGUMENT);
+
+  /* A private pool, as a CUDA graph capture would use it (not capturing
+   * here): the stream's blocks come from the pool until the pool is
+   * released. */
+  {
+    create_pool_fn create_pool =
+        (create_pool_fn)Symbol(lib, "gpualloc_torch_create_pool");
+    pool_stream_fn begin =
+        (pool_stream_fn)Symbol(lib, "gpualloc_torch_begin_allocate_to_pool");
+    pool_fn end = (pool_fn)Symbol(lib, "gpualloc_torch_end_allocate_to_pool");
+    pool_stream_fn release =
+        (pool_stream_fn)Symbol(lib, "gpualloc_torch_release_pool");
+    uint64_t pool = 0;
+    CHECK(create_pool(0, &pool) == 0 && pool != 0);
+    CHECK(begin(0, pool, StreamOf(0x6000)) == 0);
+    void* in_pool = torch_malloc(4096, 0, StreamOf(0x6000));
+    CHECK(in_pool != NULL);
+    CHECK(end(0, pool) == 0);
+    CHECK(Stats().pool_bytes_in_use == 4096);
+    torch_free(in_pool, 4096, 0, StreamOf(0x6000));
+    CHECK(release(0, pool, StreamOf(0x6000)) == 0);
+    CHECK(Stats().pool_bytes_reserved == 0);
+    CHECK(release(0, pool, NULL) == GPUALLOC_NOT_FOUND);
+    CHECK(strstr(torch_last_error(), "released") != NULL);
+  }
 
   /* Out-of-memory handler: a request too large for the limit calls it once
    * and still fails (counted); half the limit twice succeeds only because the

@@ -1,0 +1,207 @@
+// core/private_pools.h: private memory pools for graph capture
+// (docs/ARCHITECTURE.md, "Private pools and graph capture").
+//
+// A private pool is a BfcCore of its own whose regions are blocks ("slabs")
+// the pool took from the allocator's general memory: each slab is one in-use
+// chunk of the general core, allocated on the pool's key (a stream handle no
+// stream has, so the general core treats the slab like any allocation and
+// never hands its bytes to anyone else). The pool carves its slabs with best
+// fit and coalescing exactly like the general core; a new slab next to one
+// the pool holds joins its region, so free memory of neighbouring slabs
+// merges. Memory freed from a pool stays in the pool. When the pool's last
+// reference is dropped, each region of the pool that is entirely free goes
+// back, slab by slab, as a stream-ordered free on every stream that used the
+// pool's memory; regions still holding live blocks follow when their last
+// block is freed.
+//
+// The facade (core/allocator.cc) holds the lock, routes allocations of
+// streams that allocate to a pool here, and lends a SlabSource for growth.
+//
+// Invariants (Validate, P-numbered after the general core's):
+//   P3. Every pool core is valid (I1-I9), and its regions are exactly its
+//       slabs: every slab lies in one region, and the slabs' bytes sum to the
+//       pool core's reserved bytes.
+//   P4. Every slab is an in-use chunk of the general core, of the slab's
+//       size, allocated on its pool's key; the slab index holds exactly the
+//       live pools' slabs.
+//
+// Thread safety: none; the facade's lock guards it.
+#ifndef GPUALLOC_CORE_PRIVATE_POOLS_H_
+#define GPUALLOC_CORE_PRIVATE_POOLS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/bfc.h"
+#include "core/fences.h"
+#include "core/layer.h"
+#include "gpualloc/allocator.h"
+
+namespace gpualloc::core {
+
+// The oracle while a graph capture is underway: what is already known, and
+// no device call (no event recorded, queried or waited for on any stream).
+class KnownOnlyOracle final : public ReuseOracle {
+ public:
+  explicit KnownOnlyOracle(const ReuseOracle& known) : known_(known) {}
+  bool KnownComplete(std::uintptr_t stream,
+                     std::uint64_t stamp) const override {
+    return known_.KnownComplete(stream, stamp);
+  }
+  Verdict Prepare(std::uintptr_t, std::uint64_t, std::uintptr_t,
+                  bool) override {
+    return Verdict::kBlocked;
+  }
+
+ private:
+  const ReuseOracle& known_;
+};
+
+// Where pools get their memory: the facade's general allocator.
+class SlabSource {
+ public:
+  virtual ~SlabSource() = default;
+  // A block of `bytes` (a multiple of the minimum block size) of general
+  // memory that every stream may use at once, held under `key`; the facade
+  // grows its memory when needed. ResourceExhausted (the out-of-memory
+  // report) when it cannot.
+  virtual absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t bytes,
+                                                 std::uintptr_t key) = 0;
+  // Gives the block at `base` back to general memory, reusable once the
+  // work queued so far on each of `streams` has completed.
+  virtual void ReturnSlab(DeviceAddress base,
+                          absl::Span<const std::uintptr_t> streams) = 0;
+};
+
+class PrivatePools {
+ public:
+  // `config`: the general core's (pool cores carve the same way). Slabs are
+  // multiples of `slab_unit` bytes.
+  PrivatePools(const BfcConfig& config, std::uint64_t slab_unit)
+      : config_(config), slab_unit_(slab_unit) {}
+
+  // Whether any pool was ever made (the facade then takes its pool-aware
+  // paths).
+  bool ever_used() const { return next_id_ != 1; }
+
+  PoolId Create(std::uintptr_t key);
+  absl::Status Retain(PoolId id);
+  // Drops a reference; at the last one the pool's memory goes back as its
+  // regions become free. `last_use` joins the streams that used it.
+  absl::Status Release(PoolId id, std::uintptr_t last_use, SlabSource& slabs);
+  // `capturing`: the stream captures a graph (counted by captures()).
+  absl::Status Begin(PoolId id, std::uintptr_t stream, bool capturing);
+  absl::Status End(PoolId id);
+  // Streams allocating to a pool while capturing a graph.
+  std::uint32_t captures() const { return captures_; }
+  // The pool `stream` allocates to, or none.
+  std::optional<PoolId> RoutedPool(std::uintptr_t stream) const {
+    if (routes_.empty()) return std::nullopt;
+    auto it = routes_.find(stream);
+    if (it == routes_.end()) return std::nullopt;
+    return it->second.pool;
+  }
+  bool IsRouted(std::uintptr_t stream) const {
+    return routes_.contains(stream);
+  }
+
+  // Best fit in pool `id` for the request (BfcCore::Allocate's contract),
+  // growing the pool by a slab when nothing fits.
+  absl::StatusOr<DeviceAddress> Allocate(PoolId id, std::uint64_t size,
+                                         std::uint64_t requested,
+                                         std::uint64_t alignment,
+                                         std::uintptr_t stream,
+                                         ReuseOracle* oracle,
+                                         SlabSource& slabs);
+  // Whether `address` lies in a slab some pool holds.
+  bool Owns(DeviceAddress address) const { return SlabAt(address) != nullptr; }
+  // BfcCore::Deallocate / RecordStream on the pool holding `address`.
+  // REQUIRES: Owns(address).
+  absl::Status Deallocate(DeviceAddress address, std::uintptr_t stream,
+                          std::uint64_t stamp, const ReuseOracle* oracle,
+                          SlabSource& slabs);
+  absl::Status RecordStream(DeviceAddress address, std::uintptr_t stream);
+  // Allocator::ReleaseStream: chunks and users naming `stream` name `key`.
+  void RenameStream(std::uintptr_t stream, std::uintptr_t key);
+  // How many chunks of every pool name `stream`.
+  std::uint64_t StreamReferences(std::uintptr_t stream) const;
+
+  // Totals over the live pools, and what pools ever did.
+  std::uint64_t bytes_reserved() const { return slab_bytes_; }
+  std::uint64_t bytes_in_use() const;
+  std::uint64_t bytes_requested() const;
+  // Allocations pools served, ever (released pools included).
+  std::uint64_t num_allocs() const;
+  // Size of the pool chunk in use at `address`, or 0.
+  std::uint64_t AllocatedSize(DeviceAddress address) const {
+    const Slab* slab = SlabAt(address);
+    return slab == nullptr ? 0
+                           : pools_.at(slab->pool).core->AllocatedSize(address);
+  }
+  std::size_t num_slabs() const { return slabs_.size(); }
+  std::uint64_t num_chunks_in_use() const;
+  // Slabs ever taken from the general core (allocations that are not a
+  // caller's).
+  std::uint64_t slabs_taken() const { return slabs_taken_; }
+  // The pool a general-core chunk at `address` is a slab of, or 0.
+  PoolId SlabOwner(DeviceAddress address) const;
+
+  absl::Status Validate(const BfcCore& general) const;
+  void AppendSnapshot(std::vector<PoolSnapshot>* pools) const;
+
+ private:
+  struct Pool {
+    PoolId id = 0;
+    std::uintptr_t key = 0;
+    std::unique_ptr<BfcCore> core;
+    std::uint32_t references = 1;
+    std::uint32_t routed = 0;
+    std::uint64_t slab_bytes = 0;
+    // Streams whose work used the pool's memory (allocated, freed, recorded
+    // or launched on).
+    std::vector<std::uintptr_t> users;
+  };
+  struct Slab {
+    std::uint64_t bytes = 0;
+    PoolId pool = 0;
+  };
+  struct Route {
+    PoolId pool = 0;
+    bool capturing = false;
+  };
+
+  absl::StatusOr<Pool*> Find(PoolId id, absl::string_view call);
+  const Slab* SlabAt(DeviceAddress address) const;
+  Pool& PoolAt(DeviceAddress address);
+  static void AddUser(Pool& pool, std::uintptr_t stream);
+  // Adds the slab [base, base + bytes) to the pool's core, joined to the
+  // pool's regions that touch it.
+  void AddSlab(Pool& pool, DeviceAddress base, std::uint64_t bytes,
+               const ReuseOracle* oracle);
+  // A released pool: returns every region that is entirely free; forgets
+  // the pool once nothing is left.
+  void ReturnFree(Pool& pool, SlabSource& slabs);
+
+  const BfcConfig config_;
+  const std::uint64_t slab_unit_;
+  PoolId next_id_ = 1;
+  absl::flat_hash_map<PoolId, Pool> pools_;
+  absl::flat_hash_map<std::uintptr_t, Route> routes_;
+  absl::btree_map<DeviceAddress, Slab> slabs_;  // base -> slab
+  std::uint32_t captures_ = 0;
+  std::uint64_t slab_bytes_ = 0;
+  std::uint64_t slabs_taken_ = 0;
+  // Allocations of pools already forgotten.
+  std::uint64_t forgotten_allocs_ = 0;
+};
+
+}  // namespace gpualloc::core
+
+#endif  // GPUALLOC_CORE_PRIVATE_POOLS_H_

@@ -1,0 +1,243 @@
+// Private pools (Allocator::CreatePool ... ReleasePool) outside graph
+// capture: routing, reuse only within the pool, release, statistics,
+// snapshot, errors that change nothing, and the modes without pools.
+// tests/core/graph_capture_test.cc covers capture.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+#include "gpualloc/snapshot_json.h"
+#include "gtest/gtest.h"
+#include "tests/core/allocator_modes.h"
+#include "tests/test_util.h"
+
+namespace gpualloc::testing {
+namespace {
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+const Stream kS1(1);
+const Stream kS2(2);
+
+class PrivatePoolsTest : public ::testing::TestWithParam<AllocatorModeSpec> {
+ protected:
+  void SetUp() override {
+    sim_ = MakeSim(8 * kGiB);
+    alloc_ = MakeAllocator(ModeOptions(GetParam(), 2 * kGiB), sim_);
+  }
+  void TearDown() override {
+    if (alloc_ != nullptr) {
+      EXPECT_TRUE(alloc_->Validate().ok());
+    }
+  }
+  void* Alloc(std::uint64_t bytes, Stream s) {
+    absl::StatusOr<void*> p = alloc_->Allocate(bytes, s);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : nullptr;
+  }
+  // Whether `p` lies in memory the snapshot lists under pool `id`.
+  bool InPool(void* p, PoolId id) {
+    const Snapshot s = alloc_->GetSnapshot();
+    for (const PoolSnapshot& pool : s.pools) {
+      if (pool.id != id) continue;
+      for (const RegionSnapshot& r : pool.regions) {
+        if (Addr(p) >= r.base && Addr(p) < r.base + r.size) return true;
+      }
+    }
+    return false;
+  }
+
+  std::shared_ptr<SimBackend> sim_;
+  std::unique_ptr<Allocator> alloc_;
+};
+
+TEST_P(PrivatePoolsTest, RoutedStreamAllocatesFromItsPoolOnly) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_NE(*pool, 0u);
+  void* before = Alloc(kMiB, kS1);  // general memory
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* a = Alloc(kMiB, kS1);
+  void* b = Alloc(3 * kMiB, kS1);
+  void* other = Alloc(kMiB, kS2);  // not routed
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  void* after = Alloc(kMiB, kS1);
+  EXPECT_TRUE(InPool(a, *pool));
+  EXPECT_TRUE(InPool(b, *pool));
+  EXPECT_FALSE(InPool(before, *pool));
+  EXPECT_FALSE(InPool(other, *pool));
+  EXPECT_FALSE(InPool(after, *pool));
+
+  const Stats s = alloc_->GetStats();
+  EXPECT_EQ(s.pool_bytes_in_use, 4 * kMiB);
+  EXPECT_GE(s.pool_bytes_reserved, 4 * kMiB);
+  EXPECT_EQ(s.bytes_in_use, 7 * kMiB);  // pool blocks, not the pool's slabs
+  EXPECT_EQ(s.bytes_requested, 7 * kMiB);
+  EXPECT_EQ(s.num_allocs, 5u);
+  EXPECT_EQ(s.largest_alloc_size, 3 * kMiB);
+  EXPECT_GE(s.peak_bytes_in_use, 7 * kMiB);
+  for (void* p : {a, b, other, after, before}) {
+    ASSERT_TRUE(alloc_->Deallocate(p, kS1).ok());
+  }
+  EXPECT_EQ(alloc_->GetStats().bytes_in_use, 0u);
+  EXPECT_EQ(alloc_->GetStats().pool_bytes_in_use, 0u);
+}
+
+TEST_P(PrivatePoolsTest, FreedPoolMemoryIsReusedOnlyByThePool) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* a = Alloc(4 * kMiB, kS1);
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->Deallocate(a, kS1).ok());
+  // The same stream and size outside the pool: never the pool's bytes.
+  void* g = Alloc(4 * kMiB, kS1);
+  EXPECT_FALSE(InPool(g, *pool));
+  EXPECT_NE(g, a);
+  // Back in the pool: its own free block again.
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* again = Alloc(4 * kMiB, kS1);
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  EXPECT_EQ(again, a);
+  ASSERT_TRUE(alloc_->Deallocate(again, kS1).ok());
+  ASSERT_TRUE(alloc_->Deallocate(g, kS1).ok());
+}
+
+TEST_P(PrivatePoolsTest, ReleasedPoolGivesItsMemoryBackOnceItsBlocksAreFree) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* kept = Alloc(kMiB, kS1);
+  void* dropped = Alloc(8 * kMiB, kS1);
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->Deallocate(dropped, kS1).ok());
+  const std::uint64_t held = alloc_->GetStats().pool_bytes_reserved;
+  ASSERT_GT(held, 0u);
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS1).ok());
+  // A block still lives: what holds it stays with the pool.
+  EXPECT_GT(alloc_->GetStats().pool_bytes_reserved, 0u);
+  EXPECT_TRUE(alloc_->Validate().ok());
+  ASSERT_TRUE(alloc_->Deallocate(kept, kS1).ok());
+  EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
+  EXPECT_TRUE(alloc_->GetSnapshot().pools.empty());
+  // The memory is the allocator's again: the same stream reuses it at once.
+  void* g = Alloc(8 * kMiB, kS1);
+  EXPECT_EQ(alloc_->GetStats().num_allocs, 3u);
+  ASSERT_TRUE(alloc_->Deallocate(g, kS1).ok());
+  // The pool is gone.
+  EXPECT_TRUE(absl::IsNotFound(alloc_->BeginAllocateToPool(*pool, kS1)));
+}
+
+TEST_P(PrivatePoolsTest, SharedPoolNeedsEveryReferenceReleased) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->RetainPool(*pool).ok());  // a second graph shares it
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* a = Alloc(2 * kMiB, kS1);
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->Deallocate(a, kS1).ok());
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS1).ok());
+  EXPECT_GT(alloc_->GetStats().pool_bytes_reserved, 0u);  // one left
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS2).ok());
+  void* b = Alloc(2 * kMiB, kS2);
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->Deallocate(b, kS2).ok());
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS2).ok());
+  EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
+}
+
+TEST_P(PrivatePoolsTest, BadCallsNameTheProblemAndChangeNothing) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* a = Alloc(kMiB, kS1);
+  const Snapshot before = alloc_->GetSnapshot();
+  const std::uint64_t calls =
+      sim_->calls(SimOp::kAllocate) + sim_->calls(SimOp::kCreatePhysical);
+
+  absl::Status s = alloc_->BeginAllocateToPool(*pool + 100, kS2);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("no such pool"));
+  s = alloc_->BeginAllocateToPool(*pool, kS1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("already allocates to pool"));
+  s = alloc_->ReleasePool(*pool, kS1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("EndAllocateToPool"));
+  s = alloc_->ReleaseStream(kS1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_TRUE(absl::IsNotFound(alloc_->RetainPool(0)));
+  EXPECT_TRUE(absl::IsNotFound(alloc_->ReleasePool(12345)));
+  const Snapshot after = alloc_->GetSnapshot();
+  EXPECT_EQ(SnapshotToJson(after), SnapshotToJson(before));
+  EXPECT_EQ(sim_->calls(SimOp::kAllocate) + sim_->calls(SimOp::kCreatePhysical),
+            calls);
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(alloc_->EndAllocateToPool(*pool)));
+  ASSERT_TRUE(alloc_->Deallocate(a, kS1).ok());
+  EXPECT_FALSE(alloc_->Deallocate(a, kS1).ok());  // a second free
+  ASSERT_TRUE(alloc_->ReleasePool(*pool).ok());
+  EXPECT_TRUE(absl::IsNotFound(alloc_->ReleasePool(*pool)));
+}
+
+TEST_P(PrivatePoolsTest, SnapshotShowsPoolsAndRoundTripsThroughJson) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* a = Alloc(kMiB, kS1);
+  const Snapshot s = alloc_->GetSnapshot();
+  ASSERT_EQ(s.pools.size(), 1u);
+  EXPECT_EQ(s.pools[0].id, *pool);
+  EXPECT_EQ(s.pools[0].references, 1u);
+  EXPECT_THAT(s.pools[0].streams, ::testing::ElementsAre(kS1.handle));
+  EXPECT_EQ(s.pools[0].bytes_in_use, kMiB);
+  // The slab appears in the general regions as an in-use chunk of the pool.
+  std::uint64_t slab_bytes = 0;
+  for (const RegionSnapshot& r : s.regions) {
+    for (const ChunkSnapshot& c : r.chunks) {
+      if (c.pool == *pool) slab_bytes += c.size;
+    }
+  }
+  EXPECT_EQ(slab_bytes, s.pools[0].bytes_reserved);
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(SnapshotToJson(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(SnapshotToJson(*back), SnapshotToJson(s));
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->Deallocate(a, kS1).ok());
+}
+
+TEST_P(PrivatePoolsTest, PoolGrowthThatCannotFitIsOutOfMemory) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  absl::StatusOr<void*> big = alloc_->Allocate(3 * kGiB, kS1);
+  EXPECT_TRUE(absl::IsResourceExhausted(big.status())) << big.status();
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bfc, PrivatePoolsTest,
+                         ::testing::Values(kBfcSeparate, kBfcExpandable,
+                                           kBfcPreallocated),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(PrivatePoolsModesTest, PlatformAndAsyncHaveNoPools) {
+  for (const AllocatorModeSpec& spec : {kPlatform, kAsync}) {
+    auto sim = MakeSim(8 * kGiB);
+    auto alloc = MakeAllocator(ModeOptions(spec, 2 * kGiB), sim);
+    ASSERT_NE(alloc, nullptr);
+    absl::StatusOr<PoolId> pool = alloc->CreatePool();
+    EXPECT_TRUE(absl::IsUnimplemented(pool.status())) << pool.status();
+    EXPECT_THAT(std::string(pool.status().message()),
+                ::testing::HasSubstr("need allocator mode bfc"));
+    EXPECT_TRUE(absl::IsUnimplemented(alloc->BeginAllocateToPool(1, kS1)));
+  }
+}
+
+}  // namespace
+}  // namespace gpualloc::testing
