@@ -257,7 +257,7 @@ absl::Status PrivatePools::Validate(const BfcCore& general) const {
     }
     if (pool.core->counters().bytes_reserved != pool.slab_bytes) {
       return absl::InternalError(absl::StrFormat(
-          "invariant P3 broken: pool %d's core reserves %d bytes, its slabs "
+          "invariant G1 broken: pool %d's core reserves %d bytes, its slabs "
           "hold %d",
           id, pool.core->counters().bytes_reserved, pool.slab_bytes));
     }
@@ -268,7 +268,7 @@ absl::Status PrivatePools::Validate(const BfcCore& general) const {
     auto it = pools_.find(slab.pool);
     if (it == pools_.end()) {
       return absl::InternalError(absl::StrFormat(
-          "invariant P4 broken: slab %#x names pool %d, which is gone", base,
+          "invariant G2 broken: slab %#x names pool %d, which is gone", base,
           slab.pool));
     }
     const std::optional<RegionId> region = it->second.core->RegionAt(base);
@@ -276,13 +276,13 @@ absl::Status PrivatePools::Validate(const BfcCore& general) const {
         base + slab.bytes > it->second.core->region_base(*region) +
                                 it->second.core->region_size(*region)) {
       return absl::InternalError(absl::StrFormat(
-          "invariant P3 broken: slab [%#x, +%d) of pool %d is not inside one "
+          "invariant G1 broken: slab [%#x, +%d) of pool %d is not inside one "
           "of its regions",
           base, slab.bytes, slab.pool));
     }
     if (general.AllocatedSize(base) != slab.bytes) {
       return absl::InternalError(absl::StrFormat(
-          "invariant P4 broken: slab [%#x, +%d) of pool %d is not an in-use "
+          "invariant G2 broken: slab [%#x, +%d) of pool %d is not an in-use "
           "chunk of that size in the general core (%d)",
           base, slab.bytes, slab.pool, general.AllocatedSize(base)));
     }
@@ -290,7 +290,7 @@ absl::Status PrivatePools::Validate(const BfcCore& general) const {
   }
   if (indexed != total || total != slab_bytes_) {
     return absl::InternalError(absl::StrFormat(
-        "invariant P4 broken: the slab index holds %d bytes, the pools %d, "
+        "invariant G2 broken: the slab index holds %d bytes, the pools %d, "
         "the total says %d",
         indexed, total, slab_bytes_));
   }

@@ -17,11 +17,11 @@
 // The facade (core/allocator.cc) holds the lock, routes allocations of
 // streams that allocate to a pool here, and lends a SlabSource for growth.
 //
-// Invariants (Validate, P-numbered after the general core's):
-//   P3. Every pool core is valid (I1-I9), and its regions are exactly its
+// Invariants (Validate; G for graph pools):
+//   G1. Every pool core is valid (I1-I9), and its regions are exactly its
 //       slabs: every slab lies in one region, and the slabs' bytes sum to the
 //       pool core's reserved bytes.
-//   P4. Every slab is an in-use chunk of the general core, of the slab's
+//   G2. Every slab is an in-use chunk of the general core, of the slab's
 //       size, allocated on its pool's key; the slab index holds exactly the
 //       live pools' slabs.
 //
