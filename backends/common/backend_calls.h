@@ -24,6 +24,8 @@
   absl::StatusOr<bool> QueryEvent(EventHandle event) override;                 \
   absl::Status StreamWaitEvent(Stream stream, EventHandle event) override;     \
   absl::Status SynchronizeEvent(EventHandle event) override;                   \
+  absl::StatusOr<bool> IsCapturing(Stream stream) override;                    \
+  absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode) override;  \
   absl::Status ConfigurePool(const PoolOptions& options) override;             \
   absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,              \
                                              Stream stream) override;          \

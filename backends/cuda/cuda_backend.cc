@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "backends/common/capture_mode.h"
 #include "backends/common/tracked.h"
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_vmm.h"
@@ -44,6 +45,14 @@ absl::Status NotHandedOut(absl::string_view call, DeviceAddress address,
       absl::StrCat(call, "(", Hex(address), "): not an address ", handed_out_by,
                    " returned and has not freed"));
 }
+
+constexpr common::VendorCaptureModes<CUstreamCaptureMode> kCaptureModes = {
+    CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    CU_STREAM_CAPTURE_MODE_RELAXED};
+constexpr common::VendorCaptureStatuses<CUstreamCaptureStatus>
+    kCaptureStatuses = {CU_STREAM_CAPTURE_STATUS_NONE,
+                        CU_STREAM_CAPTURE_STATUS_ACTIVE,
+                        CU_STREAM_CAPTURE_STATUS_INVALIDATED};
 
 EventHandle FromCuEvent(CUevent event) {
   return static_cast<EventHandle>(reinterpret_cast<std::uintptr_t>(event));
@@ -210,6 +219,7 @@ class CudaBackend::Impl {
       info_.capabilities.host_accessible = false;
       info_.capabilities.stream_ordered_pools = api.has_pools() && pools != 0;
       info_.capabilities.virtual_memory = api.has_virtual_memory() && vmm != 0;
+      info_.capabilities.graph_capture = api.has_capture();
       if (info_.capabilities.virtual_memory) {
         const CUmemAllocationProp prop = PinnedOn(device_);
         std::size_t minimum = 0, recommended = 0;
@@ -382,6 +392,34 @@ class CudaBackend::Impl {
                        absl::StrCat("cuEventSynchronize(", Hex(event), ")"),
                        api_->cuEventSynchronize(ToCuEvent(event)));
     });
+  }
+
+  // --- Graph capture
+  // ----------------------------------------------------------
+  absl::StatusOr<bool> IsCapturing(Stream stream) {
+    return InContext<absl::StatusOr<bool>>([&]() -> absl::StatusOr<bool> {
+      const std::string call =
+          absl::StrCat("cuStreamIsCapturing(stream ", Hex(stream.handle), ")");
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      const CUresult r = api_->cuStreamIsCapturing(ToCuStream(stream), &status);
+      if (r != CUDA_SUCCESS) return CudaError(*api_, call, r);
+      return common::IsCaptureUnderway(status, kCaptureStatuses, call);
+    });
+  }
+
+  absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode) {
+    return InContext<absl::StatusOr<CaptureMode>>(
+        [&]() -> absl::StatusOr<CaptureMode> {
+          CUstreamCaptureMode exchanged =
+              common::ToVendorMode(mode, kCaptureModes);
+          const CUresult r =
+              api_->cuThreadExchangeStreamCaptureMode(&exchanged);
+          if (r != CUDA_SUCCESS) {
+            return CudaError(*api_, "cuThreadExchangeStreamCaptureMode", r);
+          }
+          return common::FromVendorMode(exchanged, kCaptureModes,
+                                        "cuThreadExchangeStreamCaptureMode");
+        });
   }
 
   // --- The stream-ordered pool
@@ -602,6 +640,17 @@ absl::Status CudaBackend::StreamWaitEvent(Stream stream, EventHandle event) {
 }
 absl::Status CudaBackend::SynchronizeEvent(EventHandle event) {
   return impl_->SynchronizeEvent(event);
+}
+
+absl::StatusOr<bool> CudaBackend::IsCapturing(Stream stream) {
+  if (!info().capabilities.graph_capture) return Backend::IsCapturing(stream);
+  return impl_->IsCapturing(stream);
+}
+absl::StatusOr<CaptureMode> CudaBackend::ExchangeCaptureMode(CaptureMode mode) {
+  if (!info().capabilities.graph_capture) {
+    return Backend::ExchangeCaptureMode(mode);
+  }
+  return impl_->ExchangeCaptureMode(mode);
 }
 
 absl::Status CudaBackend::ConfigurePool(const PoolOptions& options) {

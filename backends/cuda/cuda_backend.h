@@ -3,8 +3,10 @@
 // One CudaBackend drives one device through an entry-point table
 // (cuda_driver.h): plain allocations (cuMemAlloc / cuMemFree), virtual memory
 // (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess and their
-// inverses), events on the caller's streams, and one stream-ordered pool of
-// its own (cuMemPoolCreate; cuMemAllocFromPoolAsync / cuMemFreeAsync). It
+// inverses), events on the caller's streams, the stream-capture queries
+// (cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode: graph_capture when
+// the driver has both), and one stream-ordered pool of its own
+// (cuMemPoolCreate; cuMemAllocFromPoolAsync / cuMemFreeAsync). It
 // works in the device's primary context, retained at creation, made current on
 // the calling thread for each call that needs it and the thread's previous
 // context put back when the call returns (a thread working on another device

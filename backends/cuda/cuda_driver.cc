@@ -50,21 +50,18 @@ absl::Status ResolveOne(const ProcAddressResolver& resolve, const char* name,
 
 }  // namespace
 
+// Whether every entry point of a group resolved.
+#define GPUALLOC_CUDA_RESOLVED_(name) &&name != nullptr
 bool CudaDriverApi::has_virtual_memory() const {
-  bool all = true;
-#define GPUALLOC_CUDA_CHECK_(name) all = all && name != nullptr;
-  GPUALLOC_CUDA_VMM_ENTRY_POINTS(GPUALLOC_CUDA_CHECK_)
-#undef GPUALLOC_CUDA_CHECK_
-  return all;
+  return true GPUALLOC_CUDA_VMM_ENTRY_POINTS(GPUALLOC_CUDA_RESOLVED_);
 }
-
 bool CudaDriverApi::has_pools() const {
-  bool all = true;
-#define GPUALLOC_CUDA_CHECK_(name) all = all && name != nullptr;
-  GPUALLOC_CUDA_POOL_ENTRY_POINTS(GPUALLOC_CUDA_CHECK_)
-#undef GPUALLOC_CUDA_CHECK_
-  return all;
+  return true GPUALLOC_CUDA_POOL_ENTRY_POINTS(GPUALLOC_CUDA_RESOLVED_);
 }
+bool CudaDriverApi::has_capture() const {
+  return true GPUALLOC_CUDA_CAPTURE_ENTRY_POINTS(GPUALLOC_CUDA_RESOLVED_);
+}
+#undef GPUALLOC_CUDA_RESOLVED_
 
 std::string CudaVersionString(int version) {
   return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
@@ -113,30 +110,28 @@ absl::Status ResolveEntryPoints(const ProcAddressResolver& resolve,
         ") lacks entry points gpualloc needs: ",
         absl::StrJoin(core_missing, ", ")));
   }
-  std::vector<std::string> vmm_missing;
-  {
-    std::vector<std::string>* missing = &vmm_missing;
-    GPUALLOC_CUDA_VMM_ENTRY_POINTS(GPUALLOC_CUDA_RESOLVE_)
-  }
-  std::vector<std::string> pool_missing;
-  {
-    std::vector<std::string>* missing = &pool_missing;
-    GPUALLOC_CUDA_POOL_ENTRY_POINTS(GPUALLOC_CUDA_RESOLVE_)
-  }
-#undef GPUALLOC_CUDA_RESOLVE_
-  // A group works whole or not at all.
+  // A group works whole or not at all: one that does not resolve whole is
+  // cleared, and what it lacks listed in api->missing.
 #define GPUALLOC_CUDA_CLEAR_(name) api->name = nullptr;
-  if (!vmm_missing.empty()) {
-    GPUALLOC_CUDA_VMM_ENTRY_POINTS(GPUALLOC_CUDA_CLEAR_)
-    api->missing.insert(api->missing.end(), vmm_missing.begin(),
-                        vmm_missing.end());
+// clang-format off
+#define GPUALLOC_CUDA_OPTIONAL_GROUP_(group)                              \
+  {                                                                       \
+    std::vector<std::string> group_missing;                               \
+    std::vector<std::string>* missing = &group_missing;                   \
+    group(GPUALLOC_CUDA_RESOLVE_)                                         \
+    if (!group_missing.empty()) {                                         \
+      group(GPUALLOC_CUDA_CLEAR_)                                         \
+      api->missing.insert(api->missing.end(), group_missing.begin(),      \
+                          group_missing.end());                           \
+    }                                                                     \
   }
-  if (!pool_missing.empty()) {
-    GPUALLOC_CUDA_POOL_ENTRY_POINTS(GPUALLOC_CUDA_CLEAR_)
-    api->missing.insert(api->missing.end(), pool_missing.begin(),
-                        pool_missing.end());
-  }
+  // clang-format on
+  GPUALLOC_CUDA_OPTIONAL_GROUP_(GPUALLOC_CUDA_VMM_ENTRY_POINTS)
+  GPUALLOC_CUDA_OPTIONAL_GROUP_(GPUALLOC_CUDA_POOL_ENTRY_POINTS)
+  GPUALLOC_CUDA_OPTIONAL_GROUP_(GPUALLOC_CUDA_CAPTURE_ENTRY_POINTS)
+#undef GPUALLOC_CUDA_OPTIONAL_GROUP_
 #undef GPUALLOC_CUDA_CLEAR_
+#undef GPUALLOC_CUDA_RESOLVE_
   return absl::OkStatus();
 }
 

@@ -9,9 +9,10 @@
 // function pointers, CudaDriverApi. CudaBackend takes the table by injection,
 // so tests hand it a fake driver's table.
 //
-// The entry points come in three groups: the core ones (without any of them
-// there is no backend), the virtual-memory ones and the stream-ordered pool
-// ones (a driver without them gives a backend without that capability).
+// The entry points come in four groups: the core ones (without any of them
+// there is no backend), the virtual-memory ones, the stream-ordered pool ones
+// and the graph-capture ones (a driver without them gives a backend without
+// that capability).
 //
 // Only backends/cuda and its tests include this header: it needs the toolkit's
 // cuda.h (types and enums only; no cuda* function is called directly).
@@ -82,12 +83,19 @@ inline constexpr absl::string_view kCudaDriverLibrary = "libcuda.so.1";
   X(cuMemAllocFromPoolAsync)               \
   X(cuMemFreeAsync)
 
+// Stream capture (CUDA 10.0+; cuStreamIsCapturing resolves to its legacy
+// default-stream flavour, not _ptsz, like every entry point here).
+#define GPUALLOC_CUDA_CAPTURE_ENTRY_POINTS(X) \
+  X(cuStreamIsCapturing)                      \
+  X(cuThreadExchangeStreamCaptureMode)
+
 // The entry-point table. Null members were not resolved.
 struct CudaDriverApi {
 #define GPUALLOC_CUDA_DECLARE_MEMBER_(name) decltype(&::name) name = nullptr;
   GPUALLOC_CUDA_CORE_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_VMM_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_POOL_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
+  GPUALLOC_CUDA_CAPTURE_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
 #undef GPUALLOC_CUDA_DECLARE_MEMBER_
 
   // Where the table came from, for messages ("libcuda.so.1", "fake driver").
@@ -101,6 +109,7 @@ struct CudaDriverApi {
 
   bool has_virtual_memory() const;
   bool has_pools() const;
+  bool has_capture() const;
 };
 
 // cuGetProcAddress as the loader calls it: base name, out pointer, CUDA

@@ -85,6 +85,9 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
   need("hipEventQuery", api->EventQuery);
   need("hipEventSynchronize", api->EventSynchronize);
   need("hipStreamWaitEvent", api->StreamWaitEvent);
+  (void)Bind(library, "hipStreamIsCapturing", api->StreamIsCapturing);
+  (void)Bind(library, "hipThreadExchangeStreamCaptureMode",
+             api->ThreadExchangeStreamCaptureMode);
   need("hipMemPoolCreate", api->MemPoolCreate);
   need("hipMemPoolDestroy", api->MemPoolDestroy);
   need("hipMallocFromPoolAsync", api->MallocFromPoolAsync);

@@ -151,6 +151,13 @@ struct HipApi {
   hipError_t (*StreamWaitEvent)(hipStream_t stream, hipEvent_t event,
                                 unsigned int flags) = nullptr;
 
+  // Stream capture. Optional (both or neither make capabilities.
+  // graph_capture): a runtime without them leaves them null.
+  hipError_t (*StreamIsCapturing)(hipStream_t stream,
+                                  hipStreamCaptureStatus* status) = nullptr;
+  hipError_t (*ThreadExchangeStreamCaptureMode)(hipStreamCaptureMode* mode) =
+      nullptr;
+
   // Stream-ordered pools.
   hipError_t (*MemPoolCreate)(hipMemPool_t* pool,
                               const hipMemPoolProps* properties) = nullptr;

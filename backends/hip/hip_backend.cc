@@ -278,6 +278,14 @@ absl::Status HipBackend::Probe() {
                    ", driver ", driver, " (", api.library, ")");
   info_.capabilities.streams = true;
   info_.capabilities.host_accessible = false;
+  info_.capabilities.graph_capture =
+      api.StreamIsCapturing != nullptr &&
+      api.ThreadExchangeStreamCaptureMode != nullptr;
+  if (!info_.capabilities.graph_capture) {
+    notes_.push_back(
+        "graph_capture off: the runtime lacks hipStreamIsCapturing or "
+        "hipThreadExchangeStreamCaptureMode");
+  }
   notes_.push_back(absl::StrCat(
       "plain allocations: ", MemoryKindName(memory_kind_), "-grained",
       memory_kind_ == MemoryKind::kFine

@@ -52,6 +52,10 @@ absl::string_view SimOpName(SimOp op) {
       return "unmap";
     case SimOp::kSetAccess:
       return "set_access";
+    case SimOp::kIsCapturing:
+      return "is_capturing";
+    case SimOp::kExchangeCaptureMode:
+      return "exchange_capture_mode";
     case SimOp::kCount:
       break;
   }

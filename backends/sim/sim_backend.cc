@@ -17,6 +17,9 @@
 //    incomplete work still touches the range.
 //  - virtual_memory.h: reservations, physical handles, mappings, access.
 //  - pool.h: the stream-ordered pool and its reuse rules.
+//  - capture.h: graph capture: captured work, graphs, and the capture rules
+//    every call is checked against while a stream captures (Call).
+//  - sim_options.h: SimOptions checked and turned into the DeviceInfo.
 // Plain allocations, pool segments and physical handles share the device's
 // capacity.
 //
@@ -27,9 +30,6 @@
 
 #include "gpualloc/sim_backend.h"
 
-#include <unistd.h>
-
-#include <bit>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,8 +43,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "backends/sim/call_ledger.h"
+#include "backends/sim/capture.h"
 #include "backends/sim/placement.h"
 #include "backends/sim/pool.h"
+#include "backends/sim/sim_options.h"
 #include "backends/sim/sim_util.h"
 #include "backends/sim/streams.h"
 #include "backends/sim/virtual_memory.h"
@@ -53,21 +55,8 @@
 #include "gpualloc/backend.h"
 
 namespace gpualloc {
-namespace {
 
-using sim::AlignUp;
-using sim::kMaxOrdinal;
-
-absl::Status InvalidField(absl::string_view field, absl::string_view problem) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("SimOptions.", field, ": ", problem));
-}
-
-std::uint64_t HostPageSize() {
-  return static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-}  // namespace
+using sim::HostPageSize;
 
 // The body of a call runs under the lock.
 #define GPUALLOC_SIM_LOCKED ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
@@ -89,10 +78,15 @@ class SimBackend::Impl {
   // injected fault when one is due (then `body` does not run), and counts
   // the outcome: a failure as failed, a success at its modeled cost for the
   // bytes `body` names.
+  // A call that breaks a capture rule (capture.h) fails the same way,
+  // without running `body`; `stream` is the stream the call names, if any.
   template <typename T, typename Body>
-  T Call(SimOp op, Body body) {
+  T Call(SimOp op, Body body, Stream stream = Stream()) {
     core::LockGuard lock(&mu_);
     if (absl::Status fault = ledger_.Begin(op); !fault.ok()) return fault;
+    if (absl::Status s = capture_.Check(op, stream); !s.ok()) {
+      return ledger_.End(op, T(std::move(s)), 0);
+    }
     std::uint64_t bytes = 0;
     T result = body(bytes);
     return ledger_.End(op, std::move(result), bytes);
@@ -164,10 +158,11 @@ class SimBackend::Impl {
                               });
   }
   absl::Status RecordEvent(EventHandle event, Stream stream) {
-    return Call<absl::Status>(SimOp::kRecordEvent,
-                              [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
-                                return streams_.RecordEvent(event, stream);
-                              });
+    return Call<absl::Status>(
+        SimOp::kRecordEvent,
+        [&](std::uint64_t&)
+            GPUALLOC_SIM_LOCKED { return streams_.RecordEvent(event, stream); },
+        stream);
   }
   absl::StatusOr<bool> QueryEvent(EventHandle event) {
     return Call<absl::StatusOr<bool>>(SimOp::kQueryEvent,
@@ -176,10 +171,12 @@ class SimBackend::Impl {
                                       });
   }
   absl::Status StreamWaitEvent(Stream stream, EventHandle event) {
-    return Call<absl::Status>(SimOp::kStreamWaitEvent,
-                              [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
-                                return streams_.StreamWaitEvent(stream, event);
-                              });
+    return Call<absl::Status>(
+        SimOp::kStreamWaitEvent,
+        [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+          return streams_.StreamWaitEvent(stream, event);
+        },
+        stream);
   }
   absl::Status SynchronizeEvent(EventHandle event) {
     return Call<absl::Status>(
@@ -199,9 +196,37 @@ class SimBackend::Impl {
   void Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
            std::uint64_t duration_ns) {
     core::LockGuard lock(&mu_);
-    const DeviceAddress end = sim::SaturatingEnd(address, bytes);
-    const bool usable = end > address && Usable(address, end);
-    streams_.Use(stream, address, bytes, duration_ns, usable);
+    if (capture_.Record(stream, address, bytes, duration_ns)) return;
+    Queue(stream, {address, bytes, duration_ns});
+  }
+
+  // --- Graph capture
+  // ------------------------------------------------------------
+
+  absl::StatusOr<bool> IsCapturing(Stream stream) {
+    return Call<absl::StatusOr<bool>>(
+        SimOp::kIsCapturing, [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+          return absl::StatusOr<bool>(capture_.IsCapturing(stream));
+        });
+  }
+  absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode) {
+    return Call<absl::StatusOr<CaptureMode>>(
+        SimOp::kExchangeCaptureMode, [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+          return absl::StatusOr<CaptureMode>(capture_.ExchangeMode(mode));
+        });
+  }
+  absl::Status LaunchGraph(SimGraph graph, Stream stream) {
+    core::LockGuard lock(&mu_);
+    absl::StatusOr<std::vector<sim::CapturedWork>> work =
+        capture_.Graph(graph, "LaunchGraph");
+    if (!work.ok()) return work.status();
+    if (capture_.IsCapturing(stream)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "sim: LaunchGraph of graph %d onto stream %#x, which is capturing",
+          graph, stream.handle));
+    }
+    for (const sim::CapturedWork& piece : *work) Queue(stream, piece);
+    return absl::OkStatus();
   }
   // --- The stream-ordered pool
   // ----------------------------------------------------
@@ -316,6 +341,11 @@ class SimBackend::Impl {
   // Runs `f` on one part under the lock (the calls that are not backend
   // calls: the test's view and control of the device).
   template <typename F>
+  auto WithCapture(F f) {
+    core::LockGuard lock(&mu_);
+    return f(capture_);
+  }
+  template <typename F>
   auto WithLedger(F f) {
     core::LockGuard lock(&mu_);
     return f(ledger_);
@@ -360,6 +390,14 @@ class SimBackend::Impl {
         vm_.physical_bytes(), free));
   }
 
+  // Queues one piece of work on `stream`, checking its range.
+  void Queue(Stream stream,
+             const sim::CapturedWork& piece) GPUALLOC_SIM_LOCKED {
+    const DeviceAddress end = sim::SaturatingEnd(piece.address, piece.bytes);
+    const bool usable = end > piece.address && Usable(piece.address, end);
+    streams_.Use(stream, piece.address, piece.bytes, piece.duration_ns, usable);
+  }
+
   // Whether work may touch [start, end): all of it inside one live plain
   // allocation, one live pool segment, or mapped with access set.
   bool Usable(DeviceAddress start,
@@ -375,6 +413,7 @@ class SimBackend::Impl {
   sim::Streams streams_ ABSL_GUARDED_BY(mu_);
   sim::VirtualMemory vm_ ABSL_GUARDED_BY(mu_);
   sim::Pool pool_ ABSL_GUARDED_BY(mu_);
+  sim::Capture capture_ ABSL_GUARDED_BY(mu_);
 };
 
 #undef GPUALLOC_SIM_LOCKED
@@ -383,107 +422,13 @@ absl::StatusOr<std::shared_ptr<SimBackend>> SimBackend::Create(
     const SimOptions& options) {
   absl::StatusOr<const ArchProfile*> found = FindArchProfile(options.profile);
   if (!found.ok()) {
-    return InvalidField("profile", found.status().message());
+    return sim::InvalidField("profile", found.status().message());
   }
   const ArchProfile& profile = **found;
 
-  DeviceInfo info;
-  info.backend = "sim";
-  info.vendor = profile.vendor;
-  info.name =
-      absl::StrCat("simulated ", profile.description, " (", profile.name, ")");
-  info.arch_id = profile.arch_ids.empty() ? std::string()
-                                          : std::string(profile.arch_ids[0]);
-  info.profile = std::string(profile.name);
-  info.profile_reason =
-      absl::StrCat("the simulator models profile ", profile.name);
-  info.ordinal = options.ordinal;
-  info.total_bytes =
-      options.total_bytes != 0 ? options.total_bytes : profile.memory_bytes;
-  info.min_granularity = options.min_granularity != 0 ? options.min_granularity
-                                                      : profile.min_granularity;
-  info.recommended_granularity = options.recommended_granularity != 0
-                                     ? options.recommended_granularity
-                                     : profile.recommended_granularity;
-  info.allocation_alignment = options.allocation_alignment != 0
-                                  ? options.allocation_alignment
-                                  : profile.allocation_alignment;
-  info.page_sizes = profile.page_sizes;
-  info.capabilities.virtual_memory = options.virtual_memory;
-  info.capabilities.streams = options.streams;
-  // A stream-ordered pool allocates and frees on streams: without streams
-  // there is no pool either.
-  info.capabilities.stream_ordered_pools =
-      options.streams && options.stream_ordered_pools;
-  info.capabilities.host_accessible = options.memory == SimMemory::kHostBacked;
-  info.driver_version = "gpualloc-sim";
-
-  if (options.memory != SimMemory::kFake &&
-      options.memory != SimMemory::kHostBacked) {
-    return InvalidField("memory", "neither kFake nor kHostBacked");
-  }
-  if (options.clock != SimClock::kManual &&
-      options.clock != SimClock::kModeled) {
-    return InvalidField("clock", "neither kManual nor kModeled");
-  }
-  if (options.ordinal < 0 || options.ordinal > kMaxOrdinal) {
-    return InvalidField(
-        "ordinal",
-        absl::StrCat(options.ordinal, " is outside [0, ", kMaxOrdinal, "]"));
-  }
-  if (!std::has_single_bit(info.min_granularity)) {
-    return InvalidField(
-        "min_granularity",
-        absl::StrCat(info.min_granularity, " is not a power of two"));
-  }
-  if (!std::has_single_bit(info.recommended_granularity)) {
-    return InvalidField(
-        "recommended_granularity",
-        absl::StrCat(info.recommended_granularity, " is not a power of two"));
-  }
-  if (info.min_granularity > info.recommended_granularity) {
-    return InvalidField(
-        "min_granularity",
-        absl::StrCat(info.min_granularity,
-                     " exceeds SimOptions.recommended_granularity (",
-                     info.recommended_granularity, ")"));
-  }
-  // Host-backed virtual memory maps host pages at granule boundaries.
-  const std::uint64_t host_page = HostPageSize();
-  if (options.memory == SimMemory::kHostBacked && options.virtual_memory &&
-      info.min_granularity % host_page != 0) {
-    return InvalidField(
-        "min_granularity",
-        absl::StrCat(info.min_granularity,
-                     " is not a multiple of the host page size (", host_page,
-                     "), which host-backed virtual memory needs (or set "
-                     "SimOptions.virtual_memory = false)"));
-  }
-  if (!std::has_single_bit(info.allocation_alignment)) {
-    return InvalidField(
-        "allocation_alignment",
-        absl::StrCat(info.allocation_alignment, " is not a power of two"));
-  }
-  if (info.total_bytes == 0) {
-    return InvalidField(
-        "total_bytes",
-        absl::StrCat("must be given: profile ", profile.name,
-                     " has no memory size (generic profiles take it from "
-                     "the device)"));
-  }
-  // Real devices report totals that are not granule multiples (an H200 shows
-  // 143771 MiB, an odd number of 2 MiB granules), so the total only has to be
-  // a whole number of plain-allocation units: then the device can be filled
-  // exactly and capacity checks cannot overflow.
-  if (info.total_bytes % info.allocation_alignment != 0) {
-    return InvalidField(
-        "total_bytes",
-        absl::StrCat(info.total_bytes,
-                     " is not a multiple of the allocation alignment (",
-                     info.allocation_alignment, ")"));
-  }
-
-  auto impl = std::make_unique<Impl>(options, std::move(info),
+  absl::StatusOr<DeviceInfo> info = sim::MakeDeviceInfo(options, profile);
+  if (!info.ok()) return info.status();
+  auto impl = std::make_unique<Impl>(options, *std::move(info),
                                      sim::ResolveCosts(options, profile));
   return std::shared_ptr<SimBackend>(new SimBackend(std::move(impl)));
 }
@@ -541,6 +486,51 @@ absl::Status SimBackend::SynchronizeEvent(EventHandle event) {
                               Backend::SynchronizeEvent(event));
   }
   return impl_->SynchronizeEvent(event);
+}
+
+absl::StatusOr<bool> SimBackend::IsCapturing(Stream stream) {
+  if (!info().capabilities.graph_capture) {
+    return impl_->Unsupported(SimOp::kIsCapturing,
+                              Backend::IsCapturing(stream));
+  }
+  return impl_->IsCapturing(stream);
+}
+absl::StatusOr<CaptureMode> SimBackend::ExchangeCaptureMode(CaptureMode mode) {
+  if (!info().capabilities.graph_capture) {
+    return impl_->Unsupported(SimOp::kExchangeCaptureMode,
+                              Backend::ExchangeCaptureMode(mode));
+  }
+  return impl_->ExchangeCaptureMode(mode);
+}
+absl::Status SimBackend::BeginCapture(Stream stream) {
+  if (!info().capabilities.graph_capture) {
+    return NotSupported("BeginCapture", "graph_capture");
+  }
+  return impl_->WithCapture([&](sim::Capture& c) { return c.Begin(stream); });
+}
+absl::StatusOr<SimGraph> SimBackend::EndCapture(Stream stream) {
+  if (!info().capabilities.graph_capture) {
+    return NotSupported("EndCapture", "graph_capture");
+  }
+  return impl_->WithCapture([&](sim::Capture& c) { return c.End(stream); });
+}
+absl::Status SimBackend::LaunchGraph(SimGraph graph, Stream stream) {
+  if (!info().capabilities.graph_capture) {
+    return NotSupported("LaunchGraph", "graph_capture");
+  }
+  return impl_->LaunchGraph(graph, stream);
+}
+absl::Status SimBackend::DestroyGraph(SimGraph graph) {
+  if (!info().capabilities.graph_capture) {
+    return NotSupported("DestroyGraph", "graph_capture");
+  }
+  return impl_->WithCapture([&](sim::Capture& c) { return c.Destroy(graph); });
+}
+std::uint64_t SimBackend::capture_violations() const {
+  return impl_->WithCapture([](sim::Capture& c) { return c.violations(); });
+}
+std::vector<std::string> SimBackend::capture_violation_log() const {
+  return impl_->WithCapture([](sim::Capture& c) { return c.violation_log(); });
 }
 
 absl::Status SimBackend::ConfigurePool(const PoolOptions& options) {

@@ -14,7 +14,9 @@
 // rules; fault
 // injection (fail the k-th call of an operation); and a counter of every call
 // with its modeled cost (per call plus per byte, by architecture profile, and
-// the pending work a host wait waits for).
+// the pending work a host wait waits for); graph capture (a stream records
+// its work into a graph, launched later as often as the test likes), with
+// CUDA's capture rules checked and their violations counted.
 //
 // Guarantees the allocator tests rely on: fake addresses are deterministic and
 // never reused (a stale pointer cannot alias a later allocation), and separate
@@ -67,6 +69,8 @@ enum class SimOp : int {
   kMap,
   kUnmap,
   kSetAccess,
+  kIsCapturing,
+  kExchangeCaptureMode,
   kCount
 };
 inline constexpr int kNumSimOps = static_cast<int>(SimOp::kCount);
@@ -104,6 +108,10 @@ enum class SimHazardKind {
   kInaccessible,
 };
 
+// A graph EndCapture made: the work a stream captured, to launch many times.
+// 0 is never a graph.
+using SimGraph = std::uint64_t;
+
 // A moment the detector flagged.
 struct SimHazard {
   SimHazardKind kind = SimHazardKind::kStreamOrder;
@@ -131,11 +139,11 @@ struct SimOptions {
   // cuMemRelease (CreatePhysical, ReleasePhysical; a release costs its
   // handle's bytes), cuMemMap, cuMemUnmap, cuMemSetAccess (their range), and
   // cuMemAddressReserve/Free (per call). The rest are small per-call
-  // figures: events, the pool's calls, cudaMemGetInfo. A pool call that
-  // grows the pool by a segment also adds the kAllocate cost of the
-  // segment's bytes, and one that returns a segment to the device (a trim,
-  // or the release threshold applied at a synchronization point) its kFree
-  // cost, since the device pays for them.
+  // figures: events, the pool's calls, cudaMemGetInfo, the capture queries.
+  // A pool call that grows the pool by a segment also adds the kAllocate
+  // cost of the segment's bytes, and one that returns a segment to the
+  // device (a trim, or the release threshold applied at a synchronization
+  // point) its kFree cost, since the device pays for them.
   //
   // Host waits cost the pending work they wait for, on top of their call:
   // SynchronizeEvent the work its event captured, Free (which synchronizes
@@ -166,7 +174,9 @@ struct SimOptions {
       /*kReleasePhysical=*/kProfileCost,
       /*kMap=*/kProfileCost,
       /*kUnmap=*/kProfileCost,
-      /*kSetAccess=*/kProfileCost};
+      /*kSetAccess=*/kProfileCost,
+      /*kIsCapturing=*/100,
+      /*kExchangeCaptureMode=*/100};
   std::array<std::uint64_t, kNumSimOps> cost_ns_per_mib = {
       /*kAllocate=*/kProfileCost,
       /*kFree=*/kProfileCost,
@@ -188,7 +198,9 @@ struct SimOptions {
       /*kReleasePhysical=*/kProfileCost,
       /*kMap=*/kProfileCost,
       /*kUnmap=*/kProfileCost,
-      /*kSetAccess=*/kProfileCost};
+      /*kSetAccess=*/kProfileCost,
+      /*kIsCapturing=*/0,
+      /*kExchangeCaptureMode=*/0};
   // Manual clock: the modeled cost of waiting for one pending piece of work
   // (0: work_ns, what a piece takes on the modeled clock by default).
   std::uint64_t host_wait_ns_per_piece = 0;
@@ -204,6 +216,9 @@ struct SimOptions {
   // devices the profiles describe support it. Host-backed memory maps it for
   // real, so it needs min_granularity to be a multiple of the host page size.
   bool virtual_memory = true;
+  // Graph capture (BeginCapture...; IsCapturing and ExchangeCaptureMode):
+  // needs streams, so with streams off capabilities.graph_capture is off too.
+  bool graph_capture = true;
   SimClock clock = SimClock::kManual;
   // Duration of one piece of work (Use) when the caller gives none.
   std::uint64_t work_ns = 10'000;
@@ -333,7 +348,9 @@ class SimBackend final : public Backend {
   // and the replay tool "use" memory an allocator handed out. A range that
   // is not all inside one live plain allocation, one live pool segment, or
   // mapped memory with access set (IsAccessible) is an access violation:
-  // counted and logged apart from the hazards (kInaccessible).
+  // counted and logged apart from the hazards (kInaccessible). While
+  // `stream` captures (BeginCapture), Use records the piece into the capture
+  // instead: nothing is queued or checked until the graph is launched.
   void Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
            std::uint64_t duration_ns = 0);
   // Manual clock: completes the work queued so far on `stream`, and first the
@@ -373,6 +390,61 @@ class SimBackend final : public Backend {
   std::vector<SimHazard> access_violation_log() const;
   // Events created and not destroyed.
   std::uint64_t live_events() const;
+
+  // --- Graph capture (SimOptions::graph_capture) ----------------------------
+  // Whether `stream` is capturing (an invalidated capture still is, until its
+  // EndCapture, as cuStreamIsCapturing answers for
+  // CU_STREAM_CAPTURE_STATUS_INVALIDATED). A counted call.
+  absl::StatusOr<bool> IsCapturing(Stream stream) override;
+  // Sets the calling thread's capture mode and returns the previous one
+  // (kGlobal until a thread sets one). A counted call. The mode is per
+  // calling thread, as in CUDA, and kept per backend, so that two simulated
+  // devices (or two tests) do not see each other's mode.
+  absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode) override;
+  //
+  // The program's side of a capture: not backend calls (not counted, never
+  // fault-injected). Without the capability each is Unimplemented.
+  //
+  // cudaStreamBeginCapture in the global mode: from now on, Use on `stream`
+  // records its pieces (address, bytes, duration) into the capture instead
+  // of queuing them (no hazard or access check then). FailedPrecondition
+  // when `stream` is already capturing.
+  absl::Status BeginCapture(Stream stream);
+  // Ends the capture of `stream` (it stops capturing either way) and returns
+  // a graph holding the captured pieces, in order. FailedPrecondition when
+  // `stream` is not capturing, or when a violation invalidated the capture
+  // (the message names the first one).
+  absl::StatusOr<SimGraph> EndCapture(Stream stream);
+  // Queues the graph's pieces on `stream`, in order, as Use calls: hazards
+  // and access are checked at each launch, against the device as it is
+  // then (memory freed or unmapped after the capture is an access
+  // violation). An unknown graph is InvalidArgument; a capturing `stream`
+  // is FailedPrecondition.
+  absl::Status LaunchGraph(SimGraph graph, Stream stream);
+  // InvalidArgument for an unknown graph.
+  absl::Status DestroyGraph(SimGraph graph);
+  //
+  // Capture violations (cudaErrorStreamCaptureUnsupported, which also turns
+  // the capture into cudaErrorStreamCaptureInvalidated), checked only while
+  // at least one stream captures:
+  //   - RecordEvent on a capturing stream;
+  //   - StreamWaitEvent whose waiting stream is capturing;
+  //   - a host wait: SynchronizeEvent (any event), Free (it synchronizes the
+  //     device, like cudaFree);
+  //   - a call that allocates, maps or frees device memory (Allocate,
+  //     ReserveAddress, FreeAddress, CreatePhysical, ReleasePhysical, Map,
+  //     Unmap, SetAccess, PoolAllocate, PoolFree, PoolTrim) from a thread
+  //     whose capture mode is not kRelaxed.
+  // QueryEvent is allowed (CUDA allows querying events not recorded in the
+  // capture, and recording one in it is already a violation). Each violation
+  // is counted and logged, the call fails with FailedPrecondition naming the
+  // call, the capturing stream and the rule, and changes nothing but the
+  // counters (as any failing call), and every capture underway is
+  // invalidated.
+  std::uint64_t capture_violations() const;
+  // The first violations (at most 64), human readable: the call, the
+  // stream, the rule.
+  std::vector<std::string> capture_violation_log() const;
 
   // Fault injection: the k-th call of `op` from now on (k = 1: the next one; 0
   // clears the pending fault; an OK status is turned into Internal)

@@ -264,6 +264,10 @@ TEST_P(BackendConformanceTest, CapabilityFlagsAreConsistent) {
   if (c.stream_ordered_pools) {
     EXPECT_TRUE(c.streams);
   }
+  // Graph capture records the work of streams: it needs them too.
+  if (c.graph_capture) {
+    EXPECT_TRUE(c.streams);
+  }
   // Virtual memory maps in granules: the granularity must be known.
   if (c.virtual_memory) {
     EXPECT_GT(info().min_granularity, 0u);
@@ -521,6 +525,31 @@ TEST_P(BackendConformanceTest, DestroyedEventIsAnError) {
   EXPECT_FALSE(backend_->RecordEvent(event, Stream()).ok());
   EXPECT_FALSE(backend_->SynchronizeEvent(event).ok());
   EXPECT_FALSE(backend_->DestroyEvent(event).ok());
+}
+
+TEST_P(BackendConformanceTest, CaptureCallsNeedTheGraphCaptureCapability) {
+  if (info().capabilities.graph_capture) {
+    GTEST_SKIP() << "the backend has graph capture";
+  }
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->IsCapturing(Stream()).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(
+      backend_->ExchangeCaptureMode(CaptureMode::kRelaxed).status()));
+}
+
+TEST_P(BackendConformanceTest,
+       FreshStreamIsNotCapturingAndModeExchangeRestores) {
+  if (!info().capabilities.graph_capture) GTEST_SKIP() << "no graph capture";
+  absl::StatusOr<bool> capturing = backend_->IsCapturing(Stream());
+  ASSERT_TRUE(capturing.ok()) << capturing.status();
+  EXPECT_FALSE(*capturing);
+  absl::StatusOr<CaptureMode> previous =
+      backend_->ExchangeCaptureMode(CaptureMode::kRelaxed);
+  ASSERT_TRUE(previous.ok()) << previous.status();
+  // Put the previous mode back; the exchange answers the one it replaced.
+  absl::StatusOr<CaptureMode> relaxed =
+      backend_->ExchangeCaptureMode(*previous);
+  ASSERT_TRUE(relaxed.ok()) << relaxed.status();
+  EXPECT_EQ(*relaxed, CaptureMode::kRelaxed);
 }
 
 TEST_P(BackendConformanceTest, PoolCallsNeedTheStreamOrderedPoolsCapability) {

@@ -86,10 +86,11 @@ TEST(CudaEntryPointsTest, ResolvesEveryBaseNameForTheCompiledVersion) {
        {"cuMemAlloc", "cuMemFree", "cuMemGetInfo", "cuDeviceTotalMem",
         "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuMemCreate",
         "cuMemMap", "cuMemSetAccess", "cuMemAllocFromPoolAsync",
-        "cuMemFreeAsync", "cuGetErrorName"}) {
+        "cuMemFreeAsync", "cuGetErrorName", "cuStreamIsCapturing",
+        "cuThreadExchangeStreamCaptureMode"}) {
     EXPECT_TRUE(names.contains(expected)) << expected;
   }
-  EXPECT_EQ(names.size(), 36u);
+  EXPECT_EQ(names.size(), 38u);
 }
 
 TEST(CudaEntryPointsTest, ANewerDriverIsAskedForTheCompiledVersion) {
@@ -649,6 +650,67 @@ TEST(CudaBackendTest, EventsReportPendingWork) {
   EXPECT_TRUE(absl::IsInvalidArgument(backend->SynchronizeEvent(*event)));
   EXPECT_TRUE(absl::IsInvalidArgument(backend->DestroyEvent(*event)));
   EXPECT_EQ(fake->count_prefix("cuEvent"), before);
+}
+
+TEST(CudaBackendTest, CaptureStatusAndModeTranslate) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  auto backend = MakeBackend(fake);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_TRUE(backend->info().capabilities.graph_capture);
+  fake->SetCaptureStatus(0x10, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  fake->SetCaptureStatus(0x20, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  fake->SetCaptureStatus(0x30, static_cast<CUstreamCaptureStatus>(7));
+  for (const auto& [stream, capturing] :
+       std::vector<std::pair<std::uintptr_t, bool>>{
+           {0, false}, {0x10, true}, {0x20, true}, {0x40, false}}) {
+    absl::StatusOr<bool> answer = backend->IsCapturing(Stream(stream));
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(*answer, capturing) << stream;
+  }
+  absl::StatusOr<bool> unknown = backend->IsCapturing(Stream(0x30));
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("capture status 7"));
+  fake->FailNext("cuStreamIsCapturing", CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  absl::StatusOr<bool> failed = backend->IsCapturing(Stream());
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("cuStreamIsCapturing(stream 0) failed: "
+                        "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"));
+
+  // The driver's mode goes round: each exchange answers the one before.
+  const std::vector<std::pair<CaptureMode, CaptureMode>> exchanges = {
+      {CaptureMode::kRelaxed, CaptureMode::kGlobal},
+      {CaptureMode::kThreadLocal, CaptureMode::kRelaxed},
+      {CaptureMode::kGlobal, CaptureMode::kThreadLocal}};
+  for (const auto& [set, previous] : exchanges) {
+    absl::StatusOr<CaptureMode> answer = backend->ExchangeCaptureMode(set);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(*answer, previous);
+  }
+  fake->FailNext("cuThreadExchangeStreamCaptureMode", CUDA_ERROR_INVALID_VALUE);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      backend->ExchangeCaptureMode(CaptureMode::kRelaxed).status()));
+}
+
+TEST(CudaBackendTest, WithoutTheCaptureEntryPointsCaptureIsOff) {
+  FakeCudaOptions o = SmallDevice();
+  o.missing_symbols = {"cuThreadExchangeStreamCaptureMode"};
+  auto fake = FakeCudaDriver::Create(o);
+  auto api = fake->Api();
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_FALSE((*api)->has_capture());
+  // The group goes whole.
+  EXPECT_EQ((*api)->cuStreamIsCapturing, nullptr);
+  EXPECT_THAT(
+      (*api)->missing,
+      ::testing::ElementsAre(HasSubstr("cuThreadExchangeStreamCaptureMode")));
+  auto backend = CudaBackend::Create(*api, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_FALSE((*backend)->info().capabilities.graph_capture);
+  EXPECT_TRUE(
+      absl::IsUnimplemented((*backend)->IsCapturing(Stream()).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(
+      (*backend)->ExchangeCaptureMode(CaptureMode::kRelaxed).status()));
 }
 
 TEST(CudaBackendTest, EveryThreadGetsThePrimaryContext) {

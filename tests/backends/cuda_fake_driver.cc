@@ -22,6 +22,7 @@ const CUmemoryPool kPool = reinterpret_cast<CUmemoryPool>(0x9001000);
 absl::Mutex g_install_mu;
 FakeCudaDriver* g_fake = nullptr;  // the installed fake
 thread_local CUcontext t_current = nullptr;
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 std::uint64_t RoundUp(std::uint64_t x, std::uint64_t to) {
   return (x + to - 1) / to * to;
@@ -71,6 +72,7 @@ struct FakeCudaDriver::State {
   std::map<CUdeviceptr, std::uint64_t> pool_blocks;  // granule-rounded sizes
   std::uint64_t pool_used = 0, pool_reserved = 0, pool_used_high = 0,
                 pool_reserved_high = 0;
+  std::map<std::uintptr_t, CUstreamCaptureStatus> capture_status;
 
   CUdeviceptr NewAddress(std::uint64_t bytes, std::uint64_t granule) {
     const CUdeviceptr at = next_address;
@@ -140,6 +142,12 @@ void FakeCudaDriver::StopFailing(const std::string& function) {
 void FakeCudaDriver::SetWorkPending(bool pending) {
   absl::MutexLock lock(&mu_);
   state_->work_pending = pending;
+}
+
+void FakeCudaDriver::SetCaptureStatus(std::uintptr_t stream,
+                                      CUstreamCaptureStatus status) {
+  absl::MutexLock lock(&mu_);
+  state_->capture_status[stream] = status;
 }
 
 CUcontext FakeCudaDriver::PrimaryContext() { return kPrimaryContext; }
@@ -242,6 +250,7 @@ constexpr ErrorName kErrorNames[] = {
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"},
     {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY"},
     {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN"},
 };
 
@@ -432,6 +441,23 @@ CUresult FakeStreamWaitEvent(CUstream, CUevent event, unsigned int flags) {
   return s.events.contains(reinterpret_cast<std::uintptr_t>(event))
              ? CUDA_SUCCESS
              : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult FakeStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  FAKE_ENTER("cuStreamIsCapturing");
+  FAKE_NEED_CONTEXT();
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto it = s.capture_status.find(reinterpret_cast<std::uintptr_t>(stream));
+  *status =
+      it == s.capture_status.end() ? CU_STREAM_CAPTURE_STATUS_NONE : it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult FakeThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  FAKE_ENTER("cuThreadExchangeStreamCaptureMode");
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, t_capture_mode);
+  return CUDA_SUCCESS;
 }
 
 // --- Virtual memory
@@ -743,6 +769,9 @@ const std::map<std::string, void*>& EntryPoints() {
       {"cuMemAllocFromPoolAsync",
        reinterpret_cast<void*>(&FakeMemAllocFromPoolAsync)},
       {"cuMemFreeAsync", reinterpret_cast<void*>(&FakeMemFreeAsync)},
+      {"cuStreamIsCapturing", reinterpret_cast<void*>(&FakeStreamIsCapturing)},
+      {"cuThreadExchangeStreamCaptureMode",
+       reinterpret_cast<void*>(&FakeThreadExchangeStreamCaptureMode)},
   };
   return *kTable;
 }

@@ -73,6 +73,10 @@ class FakeCudaDriver {
   void StopFailing(const std::string& function);
   // While true, recorded events stay not ready until synchronized.
   void SetWorkPending(bool pending);
+  // What cuStreamIsCapturing answers for `stream` (NONE until set). The
+  // capture mode cuThreadExchangeStreamCaptureMode exchanges is per thread,
+  // as in the driver.
+  void SetCaptureStatus(std::uintptr_t stream, CUstreamCaptureStatus status);
 
   std::vector<Request> requests() const;
   std::vector<std::string> calls() const;

@@ -498,6 +498,64 @@ TEST(HipBackendTest, StaleEventsNeverReachTheRuntime) {
   EXPECT_EQ(fake.CountCalls("hipEventQuery"), queries);
 }
 
+// ---------------------------------------------------------- graph capture
+
+TEST(HipBackendTest, CaptureStatusAndModeTranslate) {
+  FakeHipRuntime fake(testing::Rocm61());
+  auto made = Create(fake);
+  ASSERT_TRUE(made.ok()) << made.status();
+  HipBackend& b = **made;
+  EXPECT_TRUE(b.info().capabilities.graph_capture);
+  fake.SetCaptureStatus(0x10, hipStreamCaptureStatusActive);
+  fake.SetCaptureStatus(0x20, hipStreamCaptureStatusInvalidated);
+  fake.SetCaptureStatus(0x30, static_cast<hipStreamCaptureStatus>(7));
+  for (const auto& [stream, capturing] :
+       std::vector<std::pair<std::uintptr_t, bool>>{
+           {0, false}, {0x10, true}, {0x20, true}, {0x40, false}}) {
+    absl::StatusOr<bool> answer = b.IsCapturing(Stream(stream));
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(*answer, capturing) << stream;
+  }
+  absl::StatusOr<bool> unknown = b.IsCapturing(Stream(0x30));
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("capture status 7"));
+  fake.FailNext("hipStreamIsCapturing", hipErrorInvalidValue);
+  absl::StatusOr<bool> failed = b.IsCapturing(Stream(0x10));
+  EXPECT_TRUE(absl::IsInvalidArgument(failed.status())) << failed.status();
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("hipStreamIsCapturing(stream 0x10) failed: "
+                        "hipErrorInvalidValue"));
+
+  // The runtime's mode goes round: each exchange answers the one before.
+  const std::vector<std::pair<CaptureMode, CaptureMode>> exchanges = {
+      {CaptureMode::kRelaxed, CaptureMode::kGlobal},
+      {CaptureMode::kThreadLocal, CaptureMode::kRelaxed},
+      {CaptureMode::kGlobal, CaptureMode::kThreadLocal}};
+  for (const auto& [set, previous] : exchanges) {
+    absl::StatusOr<CaptureMode> answer = b.ExchangeCaptureMode(set);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(*answer, previous);
+  }
+  fake.FailNext("hipThreadExchangeStreamCaptureMode", hipErrorNotSupported);
+  EXPECT_TRUE(absl::IsUnimplemented(
+      b.ExchangeCaptureMode(CaptureMode::kRelaxed).status()));
+}
+
+TEST(HipBackendTest, WithoutTheCaptureEntryPointsCaptureIsOff) {
+  FakeHipConfig config = testing::Rocm61();
+  config.has_capture = false;
+  FakeHipRuntime fake(config);
+  auto made = Create(fake);
+  ASSERT_TRUE(made.ok()) << made.status();
+  HipBackend& b = **made;
+  EXPECT_FALSE(b.info().capabilities.graph_capture);
+  EXPECT_THAT(Notes(b), HasSubstr("graph_capture off"));
+  EXPECT_TRUE(absl::IsUnimplemented(b.IsCapturing(Stream()).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(
+      b.ExchangeCaptureMode(CaptureMode::kRelaxed).status()));
+  EXPECT_EQ(fake.CountCalls("hipStreamIsCapturing"), 0);
+}
+
 // ------------------------------------------------------- the current device
 
 FakeHipConfig TwoDevices() {
@@ -532,10 +590,13 @@ TEST(HipBackendTest, StreamCallsRunOnTheBackendsDevice) {
   ASSERT_TRUE(b.PoolFree(*block, Stream()).ok());
   fake.SetCurrentDevice(0);
   ASSERT_TRUE(b.DestroyEvent(*event).ok());
+  fake.SetCurrentDevice(0);
+  ASSERT_TRUE(b.IsCapturing(Stream()).ok());
   for (const char* call :
-       {"hipEventRecord", "hipStreamWaitEvent", "hipEventQuery",
-        "hipEventSynchronize", "hipFreeAsync", "hipEventDestroy",
-        "hipMallocFromPoolAsync", "hipEventCreateWithFlags"}) {
+       {"hipStreamIsCapturing", "hipEventRecord", "hipStreamWaitEvent",
+        "hipEventQuery", "hipEventSynchronize", "hipFreeAsync",
+        "hipEventDestroy", "hipMallocFromPoolAsync",
+        "hipEventCreateWithFlags"}) {
     EXPECT_THAT(fake.DevicesOf(call), ElementsAre(1)) << call;
   }
   EXPECT_EQ(fake.CurrentDevice(), 0);

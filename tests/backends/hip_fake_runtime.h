@@ -69,6 +69,8 @@ struct FakeHipConfig {
   bool misalign_large = false;
   std::uint64_t min_granularity = 4 * kFakeKiB;
   std::uint64_t recommended_granularity = 2 * kFakeMiB;
+  // hipStreamIsCapturing and hipThreadExchangeStreamCaptureMode present.
+  bool has_capture = true;
 };
 
 // The three ROCm behaviours, on an MI300X.
@@ -135,6 +137,10 @@ class FakeHipRuntime {
     api->EventQuery = &EventQuery_;
     api->EventSynchronize = &EventSynchronize_;
     api->StreamWaitEvent = &StreamWaitEvent_;
+    api->StreamIsCapturing =
+        config_.has_capture ? &StreamIsCapturing_ : nullptr;
+    api->ThreadExchangeStreamCaptureMode =
+        config_.has_capture ? &ThreadExchangeStreamCaptureMode_ : nullptr;
     api->MemPoolCreate = &MemPoolCreate_;
     api->MemPoolDestroy = &MemPoolDestroy_;
     api->MallocFromPoolAsync = &MallocFromPoolAsync_;
@@ -214,6 +220,12 @@ class FakeHipRuntime {
     auto it = pool_attributes_.find(static_cast<int>(attribute));
     return it == pool_attributes_.end() ? -1
                                         : static_cast<std::int64_t>(it->second);
+  }
+
+  // What hipStreamIsCapturing answers for `stream` (None until set).
+  void SetCaptureStatus(std::uintptr_t stream, hipStreamCaptureStatus status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capture_status_[stream] = status;
   }
 
  private:
@@ -443,6 +455,25 @@ class FakeHipRuntime {
     GPUALLOC_FAKE_ENTER("hipStreamWaitEvent");
     return f.LiveEvent(e) ? hipSuccess : hipErrorInvalidHandle;
   }
+  static hipError_t StreamIsCapturing_(hipStream_t stream,
+                                       hipStreamCaptureStatus* status) {
+    GPUALLOC_FAKE_ENTER("hipStreamIsCapturing");
+    if (status == nullptr) return hipErrorInvalidValue;
+    auto it = f.capture_status_.find(reinterpret_cast<std::uintptr_t>(stream));
+    *status =
+        it == f.capture_status_.end() ? hipStreamCaptureStatusNone : it->second;
+    return hipSuccess;
+  }
+  // The mode is per thread, as in the runtime.
+  static hipError_t ThreadExchangeStreamCaptureMode_(
+      hipStreamCaptureMode* mode) {
+    GPUALLOC_FAKE_ENTER("hipThreadExchangeStreamCaptureMode");
+    if (mode == nullptr) return hipErrorInvalidValue;
+    auto [it, added] = f.capture_modes_.try_emplace(std::this_thread::get_id(),
+                                                    hipStreamCaptureModeGlobal);
+    std::swap(*mode, it->second);
+    return hipSuccess;
+  }
   static hipError_t MemPoolCreate_(hipMemPool_t* pool,
                                    const hipMemPoolProps* props) {
     GPUALLOC_FAKE_ENTER("hipMemPoolCreate");
@@ -652,6 +683,8 @@ class FakeHipRuntime {
   std::vector<std::string> calls_;
   std::vector<int> call_devices_;  // the caller's device at each call
   std::map<std::thread::id, int> thread_devices_;
+  std::map<std::uintptr_t, hipStreamCaptureStatus> capture_status_;
+  std::map<std::thread::id, hipStreamCaptureMode> capture_modes_;
   std::map<std::string, hipError_t> failures_;
   bool initialised_ = false;
   std::uint64_t used_ = 0;

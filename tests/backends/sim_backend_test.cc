@@ -89,6 +89,8 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kMap), "map");
   EXPECT_EQ(SimOpName(SimOp::kUnmap), "unmap");
   EXPECT_EQ(SimOpName(SimOp::kSetAccess), "set_access");
+  EXPECT_EQ(SimOpName(SimOp::kIsCapturing), "is_capturing");
+  EXPECT_EQ(SimOpName(SimOp::kExchangeCaptureMode), "exchange_capture_mode");
   EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
   // Every op has a name of its own.
   for (int i = 0; i < kNumSimOps; ++i) {
