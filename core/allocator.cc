@@ -124,14 +124,11 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
   absl::Status Deallocate(void* ptr, Stream stream) override {
     if (ptr == nullptr)
       return absl::OkStatus();  // like free(NULL) and cudaFree(0)
-    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
     core::LockGuard lock(&mu_);
+    if (ABSL_PREDICT_FALSE(pools_on_)) return DeallocateWithPools(ptr, stream);
     absl::Status status =
-        ABSL_PREDICT_FALSE(pools_.ever_used() && pools_.Owns(address))
-            ? pools_.Deallocate(address, Key(stream).handle,
-                                stream_order_.stamp(), oracle_, *this)
-            : core_.Deallocate(address, Key(stream).handle,
-                               stream_order_.stamp(), oracle_);
+        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr),
+                         Key(stream).handle, stream_order_.stamp(), oracle_);
     MaybeValidate();
     return status;
   }
@@ -201,7 +198,7 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
     core::LockGuard lock(&mu_);
     Snapshot s;
     core_.AppendSnapshot(&s.regions);
-    if (pools_.ever_used()) {
+    if (pools_on_) {
       for (RegionSnapshot& r : s.regions) {
         for (ChunkSnapshot& c : r.chunks) {
           if (c.in_use) c.pool = pools_.SlabOwner(c.address);
@@ -235,10 +232,11 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
 
   absl::StatusOr<PoolId> CreatePool() override {
     core::LockGuard lock(&mu_);
-    if (!pools_.ever_used()) {  // from now on the pool-aware figures
+    if (!pools_on_) {  // from now on the pool-aware paths and figures
       peak_in_use_ = core_.counters().peak_bytes_in_use;
       peak_requested_ = core_.counters().peak_bytes_requested;
       largest_alloc_ = core_.counters().largest_alloc_size;
+      pools_on_ = true;
     }
     // A key no stream has, like a released stream's: its slabs are strangers
     // to every stream, and conditions naming it are complete.
@@ -302,7 +300,7 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
     if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
 
     core::LockGuard lock(&mu_);
-    if (ABSL_PREDICT_FALSE(pools_.ever_used())) {
+    if (ABSL_PREDICT_FALSE(pools_on_)) {
       return AllocateWithPools(size, bytes, align, needed, stream, pending);
     }
     std::optional<DeviceAddress> address =
@@ -363,6 +361,20 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
     largest_alloc_ = std::max(largest_alloc_, chunk);
     MaybeValidate();
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+  }
+
+  ABSL_ATTRIBUTE_NOINLINE absl::Status DeallocateWithPools(void* ptr,
+                                                           Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+    absl::Status status =
+        pools_.Owns(address)
+            ? pools_.Deallocate(address, Key(stream).handle,
+                                stream_order_.stamp(), oracle_, *this)
+            : core_.Deallocate(address, Key(stream).handle,
+                               stream_order_.stamp(), oracle_);
+    MaybeValidate();
+    return status;
   }
 
   // SlabSource: a block for a private pool, from general memory any stream
@@ -434,7 +446,7 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(core_.Validate());
     GPUALLOC_RETURN_IF_ERROR(source_->Validate(full));
-    if (pools_.ever_used()) GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
+    if (pools_on_) GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
     // F2: never more reserved than the limit.
     if (core_.counters().bytes_reserved > resolved_.limit) {
       return absl::InternalError(
@@ -474,7 +486,7 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
     s.events_recorded = stream_order_.events_recorded();
     s.stream_waits = stream_order_.stream_waits();
     s.host_waits = stream_order_.host_waits();
-    if (pools_.ever_used()) {
+    if (pools_on_) {
       s.num_allocs = k.num_allocs - pools_.slabs_taken() + pools_.num_allocs();
       s.bytes_in_use = InUse();
       s.peak_bytes_in_use = peak_in_use_;
@@ -746,6 +758,9 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
   const std::shared_ptr<Backend> backend_;
 
   mutable core::Lock mu_;
+  // Whether a private pool was ever made: Allocate and Deallocate then take
+  // their pool-aware paths (kept next to the lock, on the hot cache line).
+  bool pools_on_ ABSL_GUARDED_BY(mu_) = false;
   core::BfcCore core_ ABSL_GUARDED_BY(mu_);
   core::StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
   NoStreams no_streams_;

@@ -87,10 +87,6 @@ class PrivatePools {
   PrivatePools(const BfcConfig& config, std::uint64_t slab_unit)
       : config_(config), slab_unit_(slab_unit) {}
 
-  // Whether any pool was ever made (the facade then takes its pool-aware
-  // paths).
-  bool ever_used() const { return next_id_ != 1; }
-
   PoolId Create(std::uintptr_t key);
   absl::Status Retain(PoolId id);
   // Drops a reference; at the last one the pool's memory goes back as its
