@@ -41,40 +41,6 @@ class NoStreams final : public core::ReuseOracle {
   }
 };
 
-// The calling thread's capture mode set to relaxed for the scope's device
-// calls, while a graph capture is underway (PyTorch does the same around
-// cudaMalloc); the previous mode comes back at the end.
-class RelaxedCapture {
- public:
-  RelaxedCapture(Backend& backend, bool capturing) : backend_(backend) {
-    if (!capturing) return;
-    absl::StatusOr<CaptureMode> previous =
-        backend_.ExchangeCaptureMode(CaptureMode::kRelaxed);
-    if (!previous.ok()) {
-      status_ = absl::Status(
-          previous.status().code(),
-          absl::StrFormat("switching to the relaxed capture mode for device "
-                          "calls during a graph capture: %s",
-                          previous.status().message()));
-      return;
-    }
-    previous_ = *previous;
-    active_ = true;
-  }
-  ~RelaxedCapture() {
-    if (active_) (void)backend_.ExchangeCaptureMode(previous_);
-  }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-  const absl::Status& status() const { return status_; }
-
- private:
-  Backend& backend_;
-  bool active_ = false;
-  CaptureMode previous_ = CaptureMode::kGlobal;
-  absl::Status status_;
-};
-
 class BfcAllocator final : public Allocator, private core::SlabSource {
  public:
   BfcAllocator(core::ResolvedOptions resolved, std::shared_ptr<Backend> backend)
@@ -398,7 +364,7 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
       std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
       std::uint64_t needed, Stream stream, core::PendingOutOfMemory* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    RelaxedCapture relaxed(*backend_, capturing_);
+    core::RelaxedCapture relaxed(*backend_, capturing_);
     GPUALLOC_RETURN_IF_ERROR(relaxed.status());
     return AllocateSlow(size, bytes, align, needed, stream, pending);
   }
@@ -789,28 +755,6 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
 };
 
 }  // namespace
-
-absl::Status Allocator::PoolsUnsupported(absl::string_view call) const {
-  return absl::UnimplementedError(absl::StrFormat(
-      "%s: private pools need allocator mode bfc; this allocator runs in "
-      "mode %s",
-      call, AllocatorModeName(options().mode)));
-}
-absl::StatusOr<PoolId> Allocator::CreatePool() {
-  return PoolsUnsupported("CreatePool");
-}
-absl::Status Allocator::RetainPool(PoolId) {
-  return PoolsUnsupported("RetainPool");
-}
-absl::Status Allocator::ReleasePool(PoolId, Stream) {
-  return PoolsUnsupported("ReleasePool");
-}
-absl::Status Allocator::BeginAllocateToPool(PoolId, Stream) {
-  return PoolsUnsupported("BeginAllocateToPool");
-}
-absl::Status Allocator::EndAllocateToPool(PoolId) {
-  return PoolsUnsupported("EndAllocateToPool");
-}
 
 absl::string_view AllocatorModeName(AllocatorMode mode) {
   switch (mode) {

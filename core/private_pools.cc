@@ -9,7 +9,49 @@
 #include "core/size_class.h"
 #include "core/status_macros.h"
 
-namespace gpualloc::core {
+namespace gpualloc {
+
+// Private pools in the modes that have none.
+absl::Status Allocator::PoolsUnsupported(absl::string_view call) const {
+  return absl::UnimplementedError(absl::StrFormat(
+      "%s: private pools need allocator mode bfc; this allocator runs in "
+      "mode %s",
+      call, AllocatorModeName(options().mode)));
+}
+absl::StatusOr<PoolId> Allocator::CreatePool() {
+  return PoolsUnsupported("CreatePool");
+}
+absl::Status Allocator::RetainPool(PoolId) {
+  return PoolsUnsupported("RetainPool");
+}
+absl::Status Allocator::ReleasePool(PoolId, Stream) {
+  return PoolsUnsupported("ReleasePool");
+}
+absl::Status Allocator::BeginAllocateToPool(PoolId, Stream) {
+  return PoolsUnsupported("BeginAllocateToPool");
+}
+absl::Status Allocator::EndAllocateToPool(PoolId) {
+  return PoolsUnsupported("EndAllocateToPool");
+}
+
+namespace core {
+
+RelaxedCapture::RelaxedCapture(Backend& backend, bool capturing)
+    : backend_(backend) {
+  if (!capturing) return;
+  absl::StatusOr<CaptureMode> previous =
+      backend_.ExchangeCaptureMode(CaptureMode::kRelaxed);
+  if (!previous.ok()) {
+    status_ = absl::Status(
+        previous.status().code(),
+        absl::StrFormat("switching to the relaxed capture mode for device "
+                        "calls during a graph capture: %s",
+                        previous.status().message()));
+    return;
+  }
+  previous_ = *previous;
+  active_ = true;
+}
 
 PoolId PrivatePools::Create(std::uintptr_t key) {
   const PoolId id = next_id_++;
@@ -317,4 +359,5 @@ void PrivatePools::AppendSnapshot(std::vector<PoolSnapshot>* pools) const {
   }
 }
 
-}  // namespace gpualloc::core
+}  // namespace core
+}  // namespace gpualloc

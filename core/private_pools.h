@@ -43,6 +43,7 @@
 #include "core/fences.h"
 #include "core/layer.h"
 #include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
 
 namespace gpualloc::core {
 
@@ -62,6 +63,26 @@ class KnownOnlyOracle final : public ReuseOracle {
 
  private:
   const ReuseOracle& known_;
+};
+
+// The calling thread's capture mode set to relaxed for the scope's device
+// calls, while a graph capture is underway (PyTorch does the same around
+// cudaMalloc); the previous mode comes back at the end.
+class RelaxedCapture {
+ public:
+  RelaxedCapture(Backend& backend, bool capturing);
+  ~RelaxedCapture() {
+    if (active_) (void)backend_.ExchangeCaptureMode(previous_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+  const absl::Status& status() const { return status_; }
+
+ private:
+  Backend& backend_;
+  bool active_ = false;
+  CaptureMode previous_ = CaptureMode::kGlobal;
+  absl::Status status_;
 };
 
 // Where pools get their memory: the facade's general allocator.

@@ -128,6 +128,7 @@ void PrintDevice(const gpualloc::DeviceInfo& d) {
       absl::StrCat("virtual memory: ", YesNo(c.virtual_memory),
                    ", streams: ", YesNo(c.streams),
                    ", stream-ordered pools: ", YesNo(c.stream_ordered_pools),
+                   ", graph capture: ", YesNo(c.graph_capture),
                    ", host accessible: ", YesNo(c.host_accessible)));
   Row("driver version",
       d.driver_version.empty() ? "(none reported)" : d.driver_version);
