@@ -345,19 +345,25 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
 
   // SlabSource: a block for a private pool, from general memory any stream
   // may use at once.
-  absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t bytes,
+  absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t* bytes,
                                          std::uintptr_t key) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const std::uint64_t min_block = resolved_.min_block_size;
-    if (bytes > resolved_.limit)
-      return RejectTooLargeLocked(bytes, slab_pending_);
+    const std::uint64_t want = *bytes;
+    if (want > resolved_.limit)
+      return RejectTooLargeLocked(want, slab_pending_);
+    absl::StatusOr<DeviceAddress> base;
     if (std::optional<DeviceAddress> a =
-            core_.Allocate(bytes, bytes, min_block, key, Oracle())) {
-      return *a;
+            core_.Allocate(want, want, min_block, key, Oracle())) {
+      base = *a;
+    } else if (stream_order_.has_error()) {
+      base = EventFailure(want, Stream(key));
+    } else {
+      base = AllocateSlowRelaxed(want, want, min_block, want, Stream(key),
+                                 slab_pending_);
     }
-    if (stream_order_.has_error()) return EventFailure(bytes, Stream(key));
-    return AllocateSlowRelaxed(bytes, bytes, min_block, bytes, Stream(key),
-                               slab_pending_);
+    if (base.ok()) *bytes = core_.AllocatedSize(*base);
+    return base;
   }
   // AllocateSlow, its device calls in relaxed capture mode during a capture.
   absl::StatusOr<DeviceAddress> AllocateSlowRelaxed(

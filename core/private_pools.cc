@@ -151,10 +151,10 @@ absl::StatusOr<DeviceAddress> PrivatePools::Allocate(
     return *a;
   }
   // A slab the request fits in wherever the pool core places it.
-  const std::uint64_t bytes = RoundUpToMultiple(
+  std::uint64_t bytes = RoundUpToMultiple(
       size + (alignment - config_.min_block_size), slab_unit_);
   GPUALLOC_ASSIGN_OR_RETURN(const DeviceAddress base,
-                            slabs.TakeSlab(bytes, pool.key));
+                            slabs.TakeSlab(&bytes, pool.key));
   slabs_.emplace(base, Slab{bytes, id});
   pool.slab_bytes += bytes;
   slab_bytes_ += bytes;

@@ -89,11 +89,12 @@ class RelaxedCapture {
 class SlabSource {
  public:
   virtual ~SlabSource() = default;
-  // A block of `bytes` (a multiple of the minimum block size) of general
-  // memory that every stream may use at once, held under `key`; the facade
-  // grows its memory when needed. ResourceExhausted (the out-of-memory
-  // report) when it cannot.
-  virtual absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t bytes,
+  // A block of at least `*bytes` (a multiple of the minimum block size) of
+  // general memory that every stream may use at once, held under `key`;
+  // `*bytes` becomes its size (a split bound may leave a surplus with it).
+  // The facade grows its memory when needed. ResourceExhausted (the
+  // out-of-memory report) when it cannot.
+  virtual absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t* bytes,
                                                  std::uintptr_t key) = 0;
   // Gives the block at `base` back to general memory, reusable once the
   // work queued so far on each of `streams` has completed.

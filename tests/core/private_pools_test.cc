@@ -221,6 +221,35 @@ TEST_P(PrivatePoolsTest, PoolGrowthThatCannotFitIsOutOfMemory) {
   EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
 }
 
+// A split bound leaves surplus bytes with an allocation, a pool's block
+// included: the pool owns the whole chunk (invariants G1-G2 after each call).
+TEST_P(PrivatePoolsTest, SplitBoundSurplusOfABlockBelongsToThePool) {
+  Options o = ModeOptions(GetParam(), 2 * kGiB);
+  o.max_internal_fragmentation = 4 * kMiB;
+  alloc_ = MakeAllocator(o, sim_);
+  std::vector<void*> general;
+  for (std::uint64_t mib : {3, 5, 7}) general.push_back(Alloc(mib * kMiB, kS2));
+  for (void* p : general) ASSERT_TRUE(alloc_->Deallocate(p, kS2).ok());
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS2).ok());
+  std::vector<void*> in_pool;
+  for (std::uint64_t kib : {512, 1500, 3000, 100, 6000}) {
+    in_pool.push_back(Alloc(kib << 10, kS2));
+    ASSERT_TRUE(alloc_->Validate().ok()) << alloc_->Validate();
+  }
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  std::uint64_t held = 0;
+  for (const RegionSnapshot& r : alloc_->GetSnapshot().regions) {
+    for (const ChunkSnapshot& c : r.chunks)
+      held += c.pool == *pool ? c.size : 0;
+  }
+  EXPECT_EQ(held, alloc_->GetStats().pool_bytes_reserved);
+  for (void* p : in_pool) ASSERT_TRUE(alloc_->Deallocate(p, kS2).ok());
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS2).ok());
+  EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Bfc, PrivatePoolsTest,
                          ::testing::Values(kBfcSeparate, kBfcExpandable,
                                            kBfcPreallocated),
