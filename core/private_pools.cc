@@ -153,8 +153,17 @@ absl::StatusOr<DeviceAddress> PrivatePools::Allocate(
   // A slab the request fits in wherever the pool core places it.
   std::uint64_t bytes = RoundUpToMultiple(
       size + (alignment - config_.min_block_size), slab_unit_);
-  GPUALLOC_ASSIGN_OR_RETURN(const DeviceAddress base,
-                            slabs.TakeSlab(&bytes, pool.key));
+  const std::uint64_t wanted = bytes;
+  absl::StatusOr<DeviceAddress> taken = slabs.TakeSlab(&bytes, pool.key);
+  if (!taken.ok()) {
+    return absl::Status(
+        taken.status().code(),
+        absl::StrFormat("private pool %d, Allocate(%d bytes) on stream %#x: "
+                        "a new block of %d bytes for the pool: %s",
+                        id, requested, stream, wanted,
+                        taken.status().message()));
+  }
+  const DeviceAddress base = *taken;
   slabs_.emplace(base, Slab{bytes, id});
   pool.slab_bytes += bytes;
   slab_bytes_ += bytes;

@@ -215,10 +215,48 @@ TEST_P(PrivatePoolsTest, PoolGrowthThatCannotFitIsOutOfMemory) {
   absl::StatusOr<PoolId> pool = alloc_->CreatePool();
   ASSERT_TRUE(pool.ok());
   ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
-  absl::StatusOr<void*> big = alloc_->Allocate(3 * kGiB, kS1);
-  EXPECT_TRUE(absl::IsResourceExhausted(big.status())) << big.status();
+  absl::StatusOr<void*> never = alloc_->Allocate(3 * kGiB, kS1);
+  EXPECT_TRUE(absl::IsResourceExhausted(never.status())) << never.status();
+  absl::StatusOr<void*> big = alloc_->Allocate(kGiB + kGiB / 2, kS1);
+  ASSERT_TRUE(big.ok()) << big.status();
+  absl::StatusOr<void*> more = alloc_->Allocate(kGiB, kS1);
+  EXPECT_TRUE(absl::IsResourceExhausted(more.status())) << more.status();
+  // The report names the pool and the request, then why the block failed.
+  EXPECT_THAT(std::string(more.status().message()),
+              ::testing::StartsWith(
+                  "private pool 1, Allocate(1073741824 bytes) on stream 0x1: "
+                  "a new block of 1073741824 bytes for the pool: out of "
+                  "memory"));
+  EXPECT_EQ(alloc_->GetStats().num_ooms, 2u);
+  ASSERT_TRUE(alloc_->Deallocate(*big, kS1).ok());
   ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS1).ok());
   EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
+}
+
+TEST_P(PrivatePoolsTest, OutOfMemoryHandlerCanMakeRoomForAPoolBlock) {
+  void* cache = Alloc(kGiB, kS2);  // general memory a cache holds
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  int calls = 0;
+  alloc_->SetOutOfMemoryHandler([&](const OutOfMemoryInfo& info) {
+    ++calls;
+    EXPECT_EQ(info.bytes, kGiB + kGiB / 2);
+    EXPECT_EQ(info.stream, kS1);
+    if (cache == nullptr) return OutOfMemoryAction::kFail;
+    EXPECT_TRUE(alloc_->Deallocate(cache, kS2).ok());  // reentrant
+    cache = nullptr;
+    return OutOfMemoryAction::kRetry;
+  });
+  absl::StatusOr<void*> p = alloc_->Allocate(kGiB + kGiB / 2, kS1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(alloc_->GetStats().num_ooms, 0u);
+  ASSERT_TRUE(alloc_->Deallocate(*p, kS1).ok());
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS1).ok());
+  alloc_->SetOutOfMemoryHandler(nullptr);
 }
 
 // A split bound leaves surplus bytes with an allocation, a pool's block
