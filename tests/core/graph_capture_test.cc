@@ -39,6 +39,10 @@ struct Outcome {
   std::uint64_t overlaps = 0;
   std::uint64_t failed_calls = 0;  // allocator calls that failed
   std::uint64_t relaxed_switches = 0;
+  std::uint64_t graph_blocks = 0;  // allocations the capture made
+  std::uint64_t events = 0;        // allocator event records, whole run
+  std::uint64_t host_waits = 0;
+  std::uint64_t filled_mib = 0;  // what the filling stream got
   bool graph_ok = false;
   std::string first_problem;
 };
@@ -130,6 +134,8 @@ class Scenario {
     out.hazards = sim_->hazards();
     out.access_violations = sim_->access_violations();
     out.relaxed_switches = sim_->calls(SimOp::kExchangeCaptureMode);
+    out.events = alloc_->GetStats().events_recorded;
+    out.host_waits = alloc_->GetStats().host_waits;
     if (out.violations != 0) Note(out, sim_->capture_violation_log()[0]);
     if (out.hazards != 0) Note(out, sim_->hazard_log()[0].ToString());
     return out;
@@ -203,6 +209,7 @@ class Scenario {
       }
       sim_->Use(kOthers[0], Addr(*p), 8 * kMiB);
       taken.push_back(*p);
+      out.filled_mib += 8;
     }
     return taken;
   }
@@ -242,6 +249,7 @@ class Scenario {
       if (p == nullptr) return;
       sim_->Use(kCapture, Addr(p), bytes);
       graph_ranges_[Addr(p)] = std::max(graph_ranges_[Addr(p)], bytes);
+      ++out.graph_blocks;
       capture_live_.push_back(p);
     } else {
       const std::size_t i = rng_() % capture_live_.size();
@@ -289,6 +297,18 @@ TEST_P(GraphCaptureTest, PoolKeepsTheGraphsMemoryAndCapturesCleanly) {
       // Growth during the capture ran in relaxed mode (a switch and back).
       EXPECT_GT(out.relaxed_switches, 0u);
     }
+    std::printf(
+        "%s seed %llu: %llu blocks captured, 100 replays; 0 violations, %llu "
+        "hazards, %llu overlaps; %llu relaxed-mode switches, %llu events, "
+        "%llu host waits (whole run); the filling stream got %llu MiB\n",
+        GetParam().name, static_cast<unsigned long long>(seed + round),
+        static_cast<unsigned long long>(out.graph_blocks),
+        static_cast<unsigned long long>(out.hazards),
+        static_cast<unsigned long long>(out.overlaps),
+        static_cast<unsigned long long>(out.relaxed_switches),
+        static_cast<unsigned long long>(out.events),
+        static_cast<unsigned long long>(out.host_waits),
+        static_cast<unsigned long long>(out.filled_mib));
   }
 }
 
