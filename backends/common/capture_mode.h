@@ -6,6 +6,9 @@
 #ifndef GPUALLOC_BACKENDS_COMMON_CAPTURE_MODE_H_
 #define GPUALLOC_BACKENDS_COMMON_CAPTURE_MODE_H_
 
+#include <cstring>
+#include <type_traits>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +17,16 @@
 #include "gpualloc/backend.h"
 
 namespace gpualloc::common {
+
+// The integer a vendor wrote into an enum object, read as its underlying
+// type: a driver newer than the headers may answer a value outside the
+// enumerators, and loading that as the enum type is undefined behaviour.
+template <typename Enum>
+std::underlying_type_t<Enum> RawEnum(const Enum* e) {
+  std::underlying_type_t<Enum> v;
+  std::memcpy(&v, e, sizeof(v));
+  return v;
+}
 
 // A vendor's capture modes, in gpualloc's terms.
 template <typename VendorMode>
@@ -37,17 +50,21 @@ VendorMode ToVendorMode(CaptureMode mode,
   return modes.global;
 }
 
-// Internal naming `call` for a mode the vendor answered that gpualloc does not
-// know.
+// The mode the vendor wrote at `answer`; Internal naming `call` for one
+// gpualloc does not know.
 template <typename VendorMode>
 absl::StatusOr<CaptureMode> FromVendorMode(
-    VendorMode mode, const VendorCaptureModes<VendorMode>& modes,
+    const VendorMode* answer, const VendorCaptureModes<VendorMode>& modes,
     absl::string_view call) {
-  if (mode == modes.global) return CaptureMode::kGlobal;
-  if (mode == modes.thread_local_mode) return CaptureMode::kThreadLocal;
-  if (mode == modes.relaxed) return CaptureMode::kRelaxed;
+  using Raw = std::underlying_type_t<VendorMode>;
+  const Raw mode = RawEnum(answer);
+  if (mode == static_cast<Raw>(modes.global)) return CaptureMode::kGlobal;
+  if (mode == static_cast<Raw>(modes.thread_local_mode)) {
+    return CaptureMode::kThreadLocal;
+  }
+  if (mode == static_cast<Raw>(modes.relaxed)) return CaptureMode::kRelaxed;
   return absl::InternalError(
-      absl::StrCat(call, " answered capture mode ", static_cast<int>(mode),
+      absl::StrCat(call, " answered capture mode ", static_cast<long>(mode),
                    ", which is none of global, thread-local, relaxed"));
 }
 
@@ -60,16 +77,23 @@ struct VendorCaptureStatuses {
   VendorStatus invalidated;
 };
 
-// Whether `status` is a capture underway (active or invalidated); Internal
-// naming `call` for a status gpualloc does not know.
+// Whether the status the vendor wrote at `answer` is a capture underway
+// (active or invalidated); Internal naming `call` for a status gpualloc does
+// not know.
 template <typename VendorStatus>
 absl::StatusOr<bool> IsCaptureUnderway(
-    VendorStatus status, const VendorCaptureStatuses<VendorStatus>& statuses,
+    const VendorStatus* answer,
+    const VendorCaptureStatuses<VendorStatus>& statuses,
     absl::string_view call) {
-  if (status == statuses.none) return false;
-  if (status == statuses.active || status == statuses.invalidated) return true;
+  using Raw = std::underlying_type_t<VendorStatus>;
+  const Raw status = RawEnum(answer);
+  if (status == static_cast<Raw>(statuses.none)) return false;
+  if (status == static_cast<Raw>(statuses.active) ||
+      status == static_cast<Raw>(statuses.invalidated)) {
+    return true;
+  }
   return absl::InternalError(
-      absl::StrCat(call, " answered capture status ", static_cast<int>(status),
+      absl::StrCat(call, " answered capture status ", static_cast<long>(status),
                    ", which is none of none, active, invalidated"));
 }
 

@@ -403,7 +403,7 @@ class CudaBackend::Impl {
       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
       const CUresult r = api_->cuStreamIsCapturing(ToCuStream(stream), &status);
       if (r != CUDA_SUCCESS) return CudaError(*api_, call, r);
-      return common::IsCaptureUnderway(status, kCaptureStatuses, call);
+      return common::IsCaptureUnderway(&status, kCaptureStatuses, call);
     });
   }
 
@@ -417,7 +417,7 @@ class CudaBackend::Impl {
           if (r != CUDA_SUCCESS) {
             return CudaError(*api_, "cuThreadExchangeStreamCaptureMode", r);
           }
-          return common::FromVendorMode(exchanged, kCaptureModes,
+          return common::FromVendorMode(&exchanged, kCaptureModes,
                                         "cuThreadExchangeStreamCaptureMode");
         });
   }

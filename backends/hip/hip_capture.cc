@@ -36,7 +36,7 @@ absl::StatusOr<bool> HipBackend::IsCapturing(Stream stream) {
     hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
     const hipError_t e = api_->StreamIsCapturing(ToStream(stream), &status);
     if (e != hipSuccess) return HipErrorStatus(*api_, e, call);
-    return common::IsCaptureUnderway(status, kCaptureStatuses, call);
+    return common::IsCaptureUnderway(&status, kCaptureStatuses, call);
   });
 }
 
@@ -52,7 +52,7 @@ absl::StatusOr<CaptureMode> HipBackend::ExchangeCaptureMode(CaptureMode mode) {
         if (e != hipSuccess) {
           return HipErrorStatus(*api_, e, "hipThreadExchangeStreamCaptureMode");
         }
-        return common::FromVendorMode(exchanged, kCaptureModes,
+        return common::FromVendorMode(&exchanged, kCaptureModes,
                                       "hipThreadExchangeStreamCaptureMode");
       });
 }

@@ -659,7 +659,7 @@ TEST(CudaBackendTest, CaptureStatusAndModeTranslate) {
   EXPECT_TRUE(backend->info().capabilities.graph_capture);
   fake->SetCaptureStatus(0x10, CU_STREAM_CAPTURE_STATUS_ACTIVE);
   fake->SetCaptureStatus(0x20, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
-  fake->SetCaptureStatus(0x30, static_cast<CUstreamCaptureStatus>(7));
+  fake->SetCaptureStatus(0x30, 7);  // no CUstreamCaptureStatus
   for (const auto& [stream, capturing] :
        std::vector<std::pair<std::uintptr_t, bool>>{
            {0, false}, {0x10, true}, {0x20, true}, {0x40, false}}) {

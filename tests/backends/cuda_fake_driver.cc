@@ -72,7 +72,7 @@ struct FakeCudaDriver::State {
   std::map<CUdeviceptr, std::uint64_t> pool_blocks;  // granule-rounded sizes
   std::uint64_t pool_used = 0, pool_reserved = 0, pool_used_high = 0,
                 pool_reserved_high = 0;
-  std::map<std::uintptr_t, CUstreamCaptureStatus> capture_status;
+  std::map<std::uintptr_t, int> capture_status;  // raw values
 
   CUdeviceptr NewAddress(std::uint64_t bytes, std::uint64_t granule) {
     const CUdeviceptr at = next_address;
@@ -144,8 +144,7 @@ void FakeCudaDriver::SetWorkPending(bool pending) {
   state_->work_pending = pending;
 }
 
-void FakeCudaDriver::SetCaptureStatus(std::uintptr_t stream,
-                                      CUstreamCaptureStatus status) {
+void FakeCudaDriver::SetCaptureStatus(std::uintptr_t stream, int status) {
   absl::MutexLock lock(&mu_);
   state_->capture_status[stream] = status;
 }
@@ -448,8 +447,11 @@ CUresult FakeStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   FAKE_NEED_CONTEXT();
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto it = s.capture_status.find(reinterpret_cast<std::uintptr_t>(stream));
-  *status =
-      it == s.capture_status.end() ? CU_STREAM_CAPTURE_STATUS_NONE : it->second;
+  const int raw = it == s.capture_status.end()
+                      ? static_cast<int>(CU_STREAM_CAPTURE_STATUS_NONE)
+                      : it->second;
+  static_assert(sizeof(*status) == sizeof(raw));
+  std::memcpy(status, &raw, sizeof(raw));  // even a value the enum lacks
   return CUDA_SUCCESS;
 }
 

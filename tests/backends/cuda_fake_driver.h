@@ -76,7 +76,9 @@ class FakeCudaDriver {
   // What cuStreamIsCapturing answers for `stream` (NONE until set). The
   // capture mode cuThreadExchangeStreamCaptureMode exchanges is per thread,
   // as in the driver.
-  void SetCaptureStatus(std::uintptr_t stream, CUstreamCaptureStatus status);
+  // The raw value (any int: a newer driver may answer values the headers
+  // do not name).
+  void SetCaptureStatus(std::uintptr_t stream, int status);
 
   std::vector<Request> requests() const;
   std::vector<std::string> calls() const;

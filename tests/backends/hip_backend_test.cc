@@ -508,7 +508,7 @@ TEST(HipBackendTest, CaptureStatusAndModeTranslate) {
   EXPECT_TRUE(b.info().capabilities.graph_capture);
   fake.SetCaptureStatus(0x10, hipStreamCaptureStatusActive);
   fake.SetCaptureStatus(0x20, hipStreamCaptureStatusInvalidated);
-  fake.SetCaptureStatus(0x30, static_cast<hipStreamCaptureStatus>(7));
+  fake.SetCaptureStatus(0x30, 7);  // no hipStreamCaptureStatus
   for (const auto& [stream, capturing] :
        std::vector<std::pair<std::uintptr_t, bool>>{
            {0, false}, {0x10, true}, {0x20, true}, {0x40, false}}) {

@@ -223,7 +223,9 @@ class FakeHipRuntime {
   }
 
   // What hipStreamIsCapturing answers for `stream` (None until set).
-  void SetCaptureStatus(std::uintptr_t stream, hipStreamCaptureStatus status) {
+  // The raw value (any int: a newer runtime may answer values the headers
+  // do not name).
+  void SetCaptureStatus(std::uintptr_t stream, int status) {
     std::lock_guard<std::mutex> lock(mu_);
     capture_status_[stream] = status;
   }
@@ -460,8 +462,11 @@ class FakeHipRuntime {
     GPUALLOC_FAKE_ENTER("hipStreamIsCapturing");
     if (status == nullptr) return hipErrorInvalidValue;
     auto it = f.capture_status_.find(reinterpret_cast<std::uintptr_t>(stream));
-    *status =
-        it == f.capture_status_.end() ? hipStreamCaptureStatusNone : it->second;
+    const int raw = it == f.capture_status_.end()
+                        ? static_cast<int>(hipStreamCaptureStatusNone)
+                        : it->second;
+    static_assert(sizeof(*status) == sizeof(raw));
+    std::memcpy(status, &raw, sizeof(raw));  // even a value the enum lacks
     return hipSuccess;
   }
   // The mode is per thread, as in the runtime.
@@ -683,7 +688,7 @@ class FakeHipRuntime {
   std::vector<std::string> calls_;
   std::vector<int> call_devices_;  // the caller's device at each call
   std::map<std::thread::id, int> thread_devices_;
-  std::map<std::uintptr_t, hipStreamCaptureStatus> capture_status_;
+  std::map<std::uintptr_t, int> capture_status_;  // raw values
   std::map<std::thread::id, hipStreamCaptureMode> capture_modes_;
   std::map<std::string, hipError_t> failures_;
   bool initialised_ = false;
