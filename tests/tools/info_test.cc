@@ -120,23 +120,18 @@ TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
             "support, ignored: max_split_size_mb, roundup_power2_divisions "
             "(its list form; the integer form roundup_power2_divisions:N is "
             "supported) (docs/ARCHITECTURE.md, \"PyTorch's variables\")\n");
-  // The integer form sets size_divisions.
+
+  // A GPUALLOC_* variable wins, and says what it overrides; the integer form
+  // of roundup_power2_divisions sets size_divisions.
   run = RunInfo(
-      "GPUALLOC_BACKEND=sim "
-      "PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4",
+      "GPUALLOC_BACKEND=sim GPUALLOC_EXPANDABLE=false "
+      "PYTORCH_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:4",
       "", "2>&1");
   EXPECT_EQ(run.exit_code, 0) << run.out;
   EXPECT_THAT(run.out, ::testing::ContainsRegex(
-                           "size_divisions +4 +alias +PYTORCH_CUDA_ALLOC_CONF "
+                           "size_divisions +4 +alias +PYTORCH_ALLOC_CONF "
                            "roundup_power2_divisions:4"));
   EXPECT_THAT(run.out, Not(HasSubstr("does not support")));
-
-  // A GPUALLOC_* variable wins, and says what it overrides.
-  run = RunInfo(
-      "GPUALLOC_BACKEND=sim GPUALLOC_EXPANDABLE=false "
-      "PYTORCH_ALLOC_CONF=expandable_segments:True",
-      "", "2>&1");
-  EXPECT_EQ(run.exit_code, 0) << run.out;
   EXPECT_THAT(run.out, ::testing::ContainsRegex(
                            "expandable +false +variable +GPUALLOC_EXPANDABLE "
                            "\\(overrides PYTORCH_ALLOC_CONF "
