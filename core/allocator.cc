@@ -261,7 +261,8 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
     const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
     // Sizes beyond the limit are rejected before any arithmetic can overflow.
     if (bytes > resolved_.limit) return RejectTooLarge(bytes, pending);
-    const std::uint64_t size = core::RoundUp(bytes == 0 ? 1 : bytes, min_block);
+    const std::uint64_t size =
+        core::ChunkSize(bytes, min_block, resolved_.size_divisions);
     const std::uint64_t needed = size + (align - min_block);
     if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
 

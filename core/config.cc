@@ -34,14 +34,10 @@
 //    variables") why the others cannot be.
 #include "gpualloc/config.h"
 
-#include <unistd.h>  // environ
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
-#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -65,6 +61,8 @@ namespace {
 
 using config_internal::Bad;
 using config_internal::Quoted;
+using config_internal::ReadTrimmed;
+using config_internal::VariableNames;
 using config_internal::Where;
 
 // ------------------------------------------------------------ value types
@@ -169,6 +167,14 @@ constexpr ValueType<std::uint64_t> kMinBlock = {
 constexpr ValueType<std::uint64_t> kSize = {
     config_internal::ParseSizeAt, nullptr, nullptr,
     [](const std::uint64_t& bytes) { return absl::StrCat(bytes); }};
+
+// size_divisions: 0 (off) or a power of two from 2 to 64.
+constexpr ValueType<std::uint32_t> kDivisions = {
+    config_internal::ParseSizeDivisions, nullptr,
+    [](std::uint32_t& n, const Where& where) {
+      return config_internal::CheckSizeDivisions(n, absl::StrCat(n), where);
+    },
+    [](const std::uint32_t& n) { return absl::StrCat(n); }};
 
 std::string PrintText(const std::string& text) { return text; }
 
@@ -303,6 +309,10 @@ constexpr std::array kKeys = {
     Describe<&O::max_internal_fragmentation, kSize, &Config::options,
              &Options::max_internal_fragmentation>(
         "split_bound", "GPUALLOC_SPLIT_BOUND", {}, "a size, 0 allowed"),
+    Describe<&O::size_divisions, kDivisions, &Config::options,
+             &Options::size_divisions>("size_divisions",
+                                       "GPUALLOC_SIZE_DIVISIONS", {},
+                                       "0 or a power of two 2..64"),
     Describe<&O::name, kText, &Config::options, &Options::name>(
         "name", "GPUALLOC_NAME", {}, "a label"),
     Describe<&O::memory_kind, kKeyword<config_internal::kMemoryKinds>,
@@ -339,41 +349,6 @@ absl::Status CheckOverrides(ConfigOverrides& o) {
         k.check(o, Where{absl::StrCat("option ", k.name), ""}));
   }
   return absl::OkStatus();
-}
-
-// The two environments config.h offers, as named types, so that
-// ResolveConfig can list the variables they hold (EnvLookup::target).
-struct ProcessLookup {
-  std::optional<std::string> operator()(absl::string_view name) const {
-    const char* value = std::getenv(std::string(name).c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  }
-};
-
-struct MapLookup {
-  std::map<std::string, std::string> variables;
-  std::optional<std::string> operator()(absl::string_view name) const {
-    auto it = variables.find(std::string(name));
-    if (it == variables.end()) return std::nullopt;
-    return it->second;
-  }
-};
-
-// The names of the variables `env` holds; empty for a lookup of another kind
-// (a function can only be asked for names it is given).
-std::vector<std::string> VariableNames(const EnvLookup& env) {
-  std::vector<std::string> names;
-  if (const MapLookup* map = env.target<MapLookup>()) {
-    for (const auto& [name, value] : map->variables) names.push_back(name);
-  } else if (env.target<ProcessLookup>() != nullptr) {
-    for (char** entry = environ; entry != nullptr && *entry != nullptr;
-         ++entry) {
-      const absl::string_view text(*entry);
-      names.emplace_back(text.substr(0, text.find('=')));
-    }
-  }
-  return names;
 }
 
 // GPUALLOC_* variables that are not settings: the project's build and test
@@ -423,20 +398,6 @@ absl::Status CheckUnknownVariables(const EnvLookup& env) {
       absl::StrJoin(unknown, ", "),
       ": no such setting; unset it, or see the variables in "
       "gpualloc/config.h"));
-}
-
-// The value of `variable`, trimmed; nullopt when it is not set, an error
-// when it is set but empty.
-absl::StatusOr<std::optional<std::string>> ReadTrimmed(
-    const EnvLookup& env, absl::string_view variable) {
-  const std::optional<std::string> raw = env(variable);
-  if (!raw.has_value()) return std::nullopt;
-  const absl::string_view value = absl::StripAsciiWhitespace(*raw);
-  if (value.empty()) {
-    return Bad(Where{std::string(variable), ""}, *raw,
-               "set but empty; unset it to take the default");
-  }
-  return std::string(value);
 }
 
 // Reads and parses one variable into `out`; returns whether it was set.
@@ -502,10 +463,15 @@ absl::StatusOr<PytorchSettings> ReadPytorch(const EnvLookup& env) {
     const std::size_t i = KeyIndex(known->key);
     const Where where{absl::StrCat(out.variable, " ", e.key),
                       absl::StrFormat(" (entry %d)", e.entry)};
-    GPUALLOC_ASSIGN_OR_RETURN(const std::string value,
-                              known->translate(e.value, where));
+    const absl::StatusOr<std::string> value = known->translate(e.value, where);
+    if (absl::IsUnimplemented(value.status())) {  // a form it cannot honour
+      out.unsupported.push_back(
+          absl::StrCat(e.key, " (", value.status().message(), ")"));
+      continue;
+    }
+    GPUALLOC_RETURN_IF_ERROR(value.status());
     GPUALLOC_RETURN_IF_ERROR(
-        kKeys[i].parse(value, where, /*alias=*/false, out.values));
+        kKeys[i].parse(*value, where, /*alias=*/false, out.values));
     out.entry[i] = absl::StrCat(e.key, ":", e.value);
   }
   return out;
@@ -519,12 +485,6 @@ std::string EffectiveValue(const KeyDescriptor& k, const ConfigOverrides& o) {
 }
 
 }  // namespace
-
-EnvLookup ProcessEnvironment() { return ProcessLookup{}; }
-
-EnvLookup MapEnvironment(std::map<std::string, std::string> variables) {
-  return MapLookup{std::move(variables)};
-}
 
 std::vector<ConfigKeyInfo> ConfigKeys() {
   std::vector<ConfigKeyInfo> keys;

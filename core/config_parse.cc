@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -335,6 +336,39 @@ absl::StatusOr<std::string> ParseArch(absl::string_view value,
                           absl::StrJoin(names, ", ")));
 }
 
+namespace {
+
+// Plain decimal digits; nullopt for anything else, or beyond 64 bits.
+std::optional<std::uint64_t> Decimal(absl::string_view value) {
+  if (value.empty() || !std::all_of(value.begin(), value.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      })) {
+    return std::nullopt;
+  }
+  return ParseDigits(value);
+}
+
+constexpr absl::string_view kNotDivisions =
+    "not 0 (off) or a power of two from 2 to 64";
+
+}  // namespace
+
+absl::Status CheckSizeDivisions(std::uint64_t n, absl::string_view value,
+                                const Where& where) {
+  if (n == 0 || (n >= 2 && n <= 64 && std::has_single_bit(n))) {
+    return absl::OkStatus();
+  }
+  return Bad(where, value, kNotDivisions);
+}
+
+absl::StatusOr<std::uint32_t> ParseSizeDivisions(absl::string_view value,
+                                                 const Where& where) {
+  const std::optional<std::uint64_t> n = Decimal(value);
+  if (!n.has_value()) return Bad(where, value, kNotDivisions);
+  GPUALLOC_RETURN_IF_ERROR(CheckSizeDivisions(*n, value, where));
+  return static_cast<std::uint32_t>(*n);
+}
+
 absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&) {
   return std::string(value);
 }
@@ -440,6 +474,22 @@ absl::StatusOr<std::string> PytorchBackend(absl::string_view value,
   return std::string(mode);
 }
 
+// roundup_power2_divisions:N -> size_divisions=N; 1, PyTorch's "no
+// rounding" as 0 is, -> 0. The list form ("[256:1,512:2,>:8]", divisions per
+// size range) is not supported.
+absl::StatusOr<std::string> PytorchDivisions(absl::string_view value,
+                                             const Where& where) {
+  if (absl::StartsWith(value, "[")) {
+    return absl::UnimplementedError(
+        "its list form; the integer form roundup_power2_divisions:N is "
+        "supported");
+  }
+  if (Decimal(value) == 1) return std::string("0");
+  GPUALLOC_ASSIGN_OR_RETURN(const std::uint32_t n,
+                            ParseSizeDivisions(value, where));
+  return absl::StrCat(n);
+}
+
 }  // namespace
 
 const std::vector<PytorchKey>& PytorchKeys() {
@@ -448,6 +498,7 @@ const std::vector<PytorchKey>& PytorchKeys() {
       {"garbage_collection_threshold", "gc", PytorchGcThreshold},
       {"per_process_memory_fraction", "mem_fraction", PytorchFraction},
       {"backend", "allocator", PytorchBackend},
+      {"roundup_power2_divisions", "size_divisions", PytorchDivisions},
   };
   return keys;
 }

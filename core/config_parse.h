@@ -1,11 +1,13 @@
 // core/config_parse.h: the scalar parsers behind the configuration keys
 // (core/config.cc): booleans, fractions, sizes, keywords, architecture names,
-// and the error messages that name where a bad value came from.
+// and the error messages that name where a bad value came from; reading the
+// environment (core/config_env.cc).
 #ifndef GPUALLOC_CORE_CONFIG_PARSE_H_
 #define GPUALLOC_CORE_CONFIG_PARSE_H_
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,10 +62,25 @@ absl::Status CheckGranularity(std::uint64_t bytes, absl::string_view value,
                               const Where& where);
 absl::StatusOr<std::uint64_t> ParseMinBlock(absl::string_view value,
                                             const Where& where);
+// size_divisions: 0 (off) or a power of two from 2 to 64, in decimal.
+absl::Status CheckSizeDivisions(std::uint64_t n, absl::string_view value,
+                                const Where& where);
+absl::StatusOr<std::uint32_t> ParseSizeDivisions(absl::string_view value,
+                                                 const Where& where);
 // "auto" or a profile name, in the profile's own spelling.
 absl::StatusOr<std::string> ParseArch(absl::string_view value,
                                       const Where& where);
 absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&);
+
+// The names of the variables `env` holds; empty for a lookup other than
+// ProcessEnvironment's and MapEnvironment's (a function can only be asked for
+// names it is given).
+std::vector<std::string> VariableNames(const EnvLookup& env);
+
+// The value of `variable`, trimmed; nullopt when it is not set, an error
+// when it is set but empty.
+absl::StatusOr<std::optional<std::string>> ReadTrimmed(
+    const EnvLookup& env, absl::string_view variable);
 
 // Edit distance between two names (insertions, deletions, substitutions).
 std::size_t Distance(absl::string_view a, absl::string_view b);
@@ -147,6 +164,9 @@ absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
 
 // A PyTorch key that has a meaning in gpualloc: the gpualloc key it sets and
 // how its value reads as that key's value (configuration-string text).
+// `translate` answers Unimplemented for a form of the value gpualloc cannot
+// honour (roundup_power2_divisions' list form): the key is then reported as
+// not supported, with the message.
 struct PytorchKey {
   absl::string_view name;  // "expandable_segments"
   absl::string_view key;   // "expandable"

@@ -135,6 +135,23 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
   r.expandable = options.mode == AllocatorMode::kBfc &&
                  options.expandable != Tristate::kOff &&
                  device.capabilities.virtual_memory;
+  if (options.size_divisions != 0) {
+    if (!std::has_single_bit(options.size_divisions) ||
+        options.size_divisions < 2 || options.size_divisions > 64) {
+      return Bad("size_divisions",
+                 absl::StrFormat("%d is not 0 or a power of two from 2 to 64",
+                                 options.size_divisions));
+    }
+    if (options.mode != AllocatorMode::kBfc) {
+      return Bad("size_divisions",
+                 absl::StrFormat("%d: size rounding belongs to "
+                                 "allocator=bfc; allocator=%s has no chunks "
+                                 "of its own to round (use 0)",
+                                 options.size_divisions,
+                                 AllocatorModeName(options.mode)));
+    }
+  }
+  r.size_divisions = options.size_divisions;
   if (options.large_page_placement && r.profile != nullptr) {
     const std::uint64_t page = r.profile->large_page_size;
     if (std::has_single_bit(page) && page > r.min_block_size)

@@ -20,6 +20,8 @@ struct ResolvedOptions {
   std::uint64_t limit = 0;               // bytes; a multiple of granularity
   std::uint64_t granularity = 0;         // region sizes are multiples of this
   std::uint64_t min_block_size = 0;
+  // Options.size_divisions, checked: 0 (off) or a power of two 2..64.
+  std::uint32_t size_divisions = 0;
   std::uint64_t max_alignment = 0;  // largest alignment Allocate accepts
   // Expandable regions resolved for this device (Options.expandable).
   bool expandable = false;

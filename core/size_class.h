@@ -12,6 +12,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "core/layer.h"
 
 namespace gpualloc::core {
@@ -32,6 +34,38 @@ constexpr std::uint64_t RoundUpToMultiple(std::uint64_t x, std::uint64_t m) {
 }
 constexpr std::uint64_t RoundDownToMultiple(std::uint64_t x, std::uint64_t m) {
   return x / m * m;
+}
+
+// PyTorch's roundup_power2_divisions (roundup_power2_next_division in its
+// CUDA caching allocator): a size already rounded to `min_block`, when
+// `divisions` > 1, size > min_block * divisions and size is not a power of
+// two, rounds up to the next multiple of floor_power_of_two(size) /
+// divisions: each power-of-two range is cut in `divisions` equal steps. A step
+// that would be 0 gives the next power of two. The result stays a multiple of
+// min_block (the step is at least min_block once size > min_block *
+// divisions). REQUIRES: `divisions` is a power of two (or 0 or 1: none);
+// the result does not overflow.
+constexpr std::uint64_t RoundUpToDivision(std::uint64_t size,
+                                          std::uint64_t divisions,
+                                          std::uint64_t min_block) {
+  if (divisions <= 1 || size <= min_block * divisions ||
+      std::has_single_bit(size)) {
+    return size;
+  }
+  const std::uint64_t floor = std::bit_floor(size);
+  const std::uint64_t step = floor >> (std::bit_width(divisions) - 1);
+  if (step == 0) return floor << 1;
+  return RoundUp(size, step);
+}
+
+// The chunk size of a request of `bytes` (0 counts as 1): rounded up to
+// `min_block`, then to `divisions` (RoundUpToDivision) when that is not 0.
+// Off, it costs one predicted branch.
+ABSL_ATTRIBUTE_ALWAYS_INLINE constexpr std::uint64_t ChunkSize(
+    std::uint64_t bytes, std::uint64_t min_block, std::uint32_t divisions) {
+  const std::uint64_t size = RoundUp(bytes == 0 ? 1 : bytes, min_block);
+  if (ABSL_PREDICT_TRUE(divisions == 0)) return size;
+  return RoundUpToDivision(size, divisions, min_block);
 }
 
 // The size class holding chunks of `size` bytes.

@@ -151,6 +151,7 @@ static absl::string_view KeyOfOptionsField(absl::string_view field) {
       {"memory_fraction", "mem_fraction"},
       {"memory_limit", "mem_limit"},
       {"max_internal_fragmentation", "split_bound"},
+      {"size_divisions", "size_divisions"},
       {"expandable", "expandable"},
       {"arch", "arch"},
   };

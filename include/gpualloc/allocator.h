@@ -100,6 +100,14 @@ struct Options {
   // many bytes, the surplus stays with the allocation instead of becoming a
   // free chunk. 0 always splits (the surplus is at least min_block_size).
   std::uint64_t max_internal_fragmentation = 0;
+  // Size rounding (bfc mode), PyTorch's roundup_power2_divisions: 0 (off) or
+  // a power of two N from 2 to 64. A request above min_block_size * N that is
+  // not a power of two gets a chunk rounded up to the next of N equal steps
+  // of its power-of-two range (N=4: 1200 KiB -> 1.25 MiB, 5 MiB -> 6 MiB):
+  // fewer distinct chunk sizes, so freed chunks fit later requests more
+  // often, at up to 1/N of internal waste. Platform and async modes refuse
+  // a non-zero value.
+  std::uint32_t size_divisions = 0;
   CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kWhenComplete;
   // Expandable regions (bfc mode): one reserved address range of four times
   // the device's size, grown by mapping one physical handle per growth where

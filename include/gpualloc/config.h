@@ -36,6 +36,11 @@
 //                                        rounding (default: the profile's)
 //   split_bound   GPUALLOC_SPLIT_BOUND   a size, 0 allowed: surplus kept
 //                                        unsplit (max_internal_fragmentation)
+//   size_divisions
+//                 GPUALLOC_SIZE_DIVISIONS 0 (off) or a power of two N from 2
+//                                        to 64: chunk sizes rounded up to N
+//                                        steps per power of two, PyTorch's
+//                                        roundup_power2_divisions (bfc only)
 //   name          GPUALLOC_NAME          a label
 //   memory_kind   GPUALLOC_MEMORY_KIND   coarse|fine: AMD's coarse-grained
 //                                        device memory (the default) or
@@ -50,9 +55,12 @@
 //                                          collects on out of memory only)
 //   per_process_memory_fraction:F       -> mem_fraction=F
 //   backend:native|cudaMallocAsync      -> allocator=bfc|async
-// Every other key (max_split_size_mb, roundup_power2_divisions, the pinned_*
-// keys, ...) has no equivalent: ResolveConfig names them in one warning line
-// on stderr, once per process (Config::warnings). These keys are aliases
+//   roundup_power2_divisions:N          -> size_divisions=N (1 or 0:
+//                                          size_divisions=0, no rounding)
+// Every other key (max_split_size_mb, the pinned_* keys, ...) has no
+// equivalent, nor has roundup_power2_divisions' list form ("[256:1,>:8]",
+// divisions per size range): ResolveConfig names them in one warning line on
+// stderr, once per process (Config::warnings). These keys are aliases
 // (ValueOrigin::kAlias, source "PYTORCH_CUDA_ALLOC_CONF expandable_segments:
 // True"):
 // an option or GPUALLOC_* variable beats them, and is then reported
@@ -138,6 +146,7 @@ struct ConfigOverrides {
   std::optional<std::uint64_t> growth_granularity;
   std::optional<std::uint64_t> min_block_size;
   std::optional<std::uint64_t> max_internal_fragmentation;
+  std::optional<std::uint32_t> size_divisions;
   std::optional<std::string> name;
   std::optional<MemoryKind> memory_kind;
 };

@@ -7,6 +7,8 @@
 
 #include <malloc.h>
 
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,74 @@ TEST(AllocatorTest, TensorFlowRoundsReuseTheFirstPointer) {
     GPUALLOC_ASSERT_OK(again);
     EXPECT_EQ(*again, first) << preallocate;
     GPUALLOC_EXPECT_OK(a->Validate());
+  }
+}
+
+// size_divisions=4 (PyTorch's roundup_power2_divisions:4) gives each chunk
+// the size PyTorch's caching allocator would; `requested` stays as asked.
+TEST(AllocatorTest, SizeDivisionsRoundChunksAsPytorchDoes) {
+  struct Case {
+    std::uint64_t bytes;
+    std::uint64_t chunk;
+  };
+  const Case cases[] = {
+      {1200 * kKiB, 1280 * kKiB},
+      {5 * kMiB + 1, 6 * kMiB},
+      {6 * kMiB, 6 * kMiB},
+      {kGiB + 1, kGiB + kGiB / 4},
+      {4 * kMiB, 4 * kMiB},
+      {4600, 5120},
+      {1000, 1024},  // at most min_block * 4: min_block rounding only
+      {0, 512},
+  };
+  auto sim = MakeSim(80 * kGiB);
+  Options o = Growth();
+  o.min_block_size = 512;  // PyTorch's
+  o.size_divisions = 4;
+  auto a = MakeAllocator(o, sim);
+  std::uint64_t in_use = 0;
+  std::uint64_t requested = 0;
+  std::map<std::uint64_t, std::uint64_t> chunk_of;  // address -> chunk
+  for (const Case& t : cases) {
+    auto p = a->Allocate(t.bytes);
+    GPUALLOC_ASSERT_OK(p);
+    chunk_of[testing::Addr(*p)] = t.chunk;
+    in_use += t.chunk;
+    requested += t.bytes;
+  }
+  const Snapshot snapshot = a->GetSnapshot();
+  EXPECT_EQ(snapshot.stats.bytes_in_use, in_use);
+  EXPECT_EQ(snapshot.stats.bytes_requested, requested);
+  std::size_t seen = 0;
+  for (const RegionSnapshot& r : snapshot.regions) {
+    for (const ChunkSnapshot& c : r.chunks) {
+      if (!c.in_use) continue;
+      ++seen;
+      EXPECT_EQ(c.size, chunk_of[c.address]) << c.requested;
+    }
+  }
+  EXPECT_EQ(seen, std::size(cases));
+  GPUALLOC_EXPECT_OK(a->Validate());
+
+  // Off (the default): min_block rounding only.
+  o.size_divisions = 0;
+  auto b = MakeAllocator(o, MakeSim(80 * kGiB));
+  GPUALLOC_ASSERT_OK(b->Allocate(1200 * kKiB));
+  EXPECT_EQ(b->GetStats().bytes_in_use, 1200 * kKiB);
+
+  // Platform and async modes have no chunks to round: refused at creation.
+  for (AllocatorMode mode : {AllocatorMode::kPlatform, AllocatorMode::kAsync}) {
+    o.mode = mode;
+    o.size_divisions = 4;
+    auto c = CreateAllocator(o, MakeSim(80 * kGiB));
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("Options.size_divisions"),
+              std::string::npos)
+        << c.status();
+    EXPECT_NE(c.status().message().find(AllocatorModeName(mode)),
+              std::string::npos)
+        << c.status();
   }
 }
 

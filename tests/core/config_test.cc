@@ -49,10 +49,12 @@ const ConfigSetting& SettingOf(const Config& c, const std::string& key) {
 }
 
 const std::vector<std::string> kAllKeys = {
-    "allocator",     "preallocate",  "mem_fraction", "mem_limit",
-    "expandable",    "arch",         "gc",           "backend",
-    "device_memory", "cross_stream", "growth",       "granularity",
-    "min_block",     "split_bound",  "name",         "memory_kind"};
+    "allocator",    "preallocate", "mem_fraction",
+    "mem_limit",    "expandable",  "arch",
+    "gc",           "backend",     "device_memory",
+    "cross_stream", "growth",      "granularity",
+    "min_block",    "split_bound", "size_divisions",
+    "name",         "memory_kind"};
 
 TEST(ConfigTest, DefaultsAreJaxs) {
   auto c = Resolve("");
@@ -92,6 +94,8 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(SettingOf(*c, "granularity").value, "profile");
   EXPECT_EQ(SettingOf(*c, "min_block").value, "profile");
   EXPECT_EQ(SettingOf(*c, "split_bound").value, "0");
+  EXPECT_EQ(SettingOf(*c, "size_divisions").value, "0");
+  EXPECT_EQ(c->options.size_divisions, 0u);
   EXPECT_EQ(c->options.growth_granularity, defaults.growth_granularity);
   EXPECT_EQ(c->options.min_block_size, defaults.min_block_size);
   EXPECT_EQ(c->options.max_internal_fragmentation,
@@ -166,6 +170,12 @@ TEST(ConfigTest, EachVariableAndAlias) {
       {"GPUALLOC_SPLIT_BOUND", "1MiB", "split_bound", "1048576",
        ValueOrigin::kVariable},
       {"GPUALLOC_SPLIT_BOUND", "0", "split_bound", "0", ValueOrigin::kVariable},
+      {"GPUALLOC_SIZE_DIVISIONS", "4", "size_divisions", "4",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_SIZE_DIVISIONS", " 64 ", "size_divisions", "64",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_SIZE_DIVISIONS", "0", "size_divisions", "0",
+       ValueOrigin::kVariable},
       {"GPUALLOC_NAME", "train step", "name", "train step",
        ValueOrigin::kVariable},
       {"GPUALLOC_MEMORY_KIND", "fine", "memory_kind", "fine",
@@ -225,6 +235,7 @@ TEST(ConfigTest, VariablesReachTheOptions) {
                         {"GPUALLOC_GRANULARITY", "2MiB"},
                         {"GPUALLOC_MIN_BLOCK", "512"},
                         {"GPUALLOC_SPLIT_BOUND", "1MiB"},
+                        {"GPUALLOC_SIZE_DIVISIONS", "8"},
                         {"GPUALLOC_NAME", "job"},
                         {"GPUALLOC_MEMORY_KIND", "fine"}});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -244,6 +255,7 @@ TEST(ConfigTest, VariablesReachTheOptions) {
   EXPECT_EQ(c->options.growth_granularity, 2 * kMiB);
   EXPECT_EQ(c->options.min_block_size, 512u);
   EXPECT_EQ(c->options.max_internal_fragmentation, 1 * kMiB);
+  EXPECT_EQ(c->options.size_divisions, 8u);
   EXPECT_EQ(c->options.name, "job");
   for (const ConfigSetting& s : c->settings) {
     EXPECT_EQ(s.origin, ValueOrigin::kVariable) << s.key;
@@ -284,6 +296,8 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
        "1000000000", "2000000000", ""},
       {"cross_stream", "GPUALLOC_CROSS_STREAM", "", "stream_wait",
        "when_complete", "", "stream_wait", "when_complete", ""},
+      {"size_divisions", "GPUALLOC_SIZE_DIVISIONS", "", "2", "16", "", "2",
+       "16", ""},
       {"name", "GPUALLOC_NAME", "", "a", "b", "", "a", "b", ""},
       {"memory_kind", "GPUALLOC_MEMORY_KIND", "", "fine", "coarse", "", "fine",
        "coarse", ""},
@@ -359,6 +373,10 @@ TEST(ConfigTest, BadOverridesAreRejectedLikeParsedOnes) {
   cases.back().o.min_block_size = 100;
   cases.push_back({"backend enum", {}, "option backend"});
   cases.back().o.backend = static_cast<BackendKind>(42);
+  cases.push_back({"size divisions", {}, "option size_divisions=\"3\""});
+  cases.back().o.size_divisions = 3;
+  cases.push_back({"size divisions 1", {}, "option size_divisions=\"1\""});
+  cases.back().o.size_divisions = 1;
   for (const Case& t : cases) {
     SCOPED_TRACE(t.name);
     auto c = ResolveConfig(t.o, MapEnvironment({}));
@@ -435,7 +453,7 @@ struct BadCase {
 };
 
 TEST(ConfigTest, BadValueForEveryVariable) {
-  const std::vector<BadCase> cases = {
+  std::vector<BadCase> cases = {
       {"GPUALLOC_ALLOCATOR", "cuda_async", "not one of bfc, platform, async"},
       {"GPUALLOC_ALLOCATOR", "", "empty"},
       {"XLA_PYTHON_CLIENT_ALLOCATOR", "async",
@@ -484,6 +502,11 @@ TEST(ConfigTest, BadValueForEveryVariable) {
       {"GPUALLOC_SPLIT_BOUND", "1.5B", "whole number of bytes"},
       {"GPUALLOC_NAME", "", "empty"},
   };
+  for (const char* n : {"3", "1", "128", "-4", "4.0", "four", "0x4",
+                        "99999999999999999999999"}) {
+    cases.push_back({"GPUALLOC_SIZE_DIVISIONS", n,
+                     "not 0 (off) or a power of two from 2 to 64"});
+  }
   for (const BadCase& t : cases) {
     SCOPED_TRACE(t.variable + "=" + t.value);
     auto c = Resolve("", {{t.variable, t.value}});
@@ -734,6 +757,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"granularity", "profile", ValueOrigin::kDefault, "default"},
       {"min_block", "profile", ValueOrigin::kDefault, "default"},
       {"split_bound", "0", ValueOrigin::kDefault, "default"},
+      {"size_divisions", "0", ValueOrigin::kDefault, "default"},
       {"name", "x", ValueOrigin::kOption, "config string"},
       {"memory_kind", "coarse", ValueOrigin::kDefault, "default"},
   };
@@ -751,7 +775,8 @@ TEST(ConfigTest, SettingValuesReadBackAsTheSameConfig) {
   auto c = Resolve(
       "mem_limit=1.5GiB,mem_fraction=0.3,device_memory=80GB,"
       "backend=sim,arch=H200,allocator=async,expandable=1,growth=doubling,"
-      "granularity=32MiB,min_block=1KiB,split_bound=0.5MiB");
+      "granularity=32MiB,min_block=1KiB,split_bound=0.5MiB,"
+      "size_divisions=8");
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<std::string> parts;
   for (const ConfigSetting& s : c->settings) {
@@ -916,6 +941,9 @@ std::string UnsupportedLine(const std::string& variable,
 
 TEST(ConfigTest, EveryPytorchKey) {
   const std::string kCuda = "PYTORCH_CUDA_ALLOC_CONF";
+  const std::string kListForm =
+      "roundup_power2_divisions (its list form; the integer form "
+      "roundup_power2_divisions:N is supported)";
   const std::vector<PytorchCase> cases = {
       {kCuda, "expandable_segments:True", {{"expandable", "true"}}, ""},
       {kCuda, "expandable_segments:False", {{"expandable", "false"}}, ""},
@@ -932,11 +960,13 @@ TEST(ConfigTest, EveryPytorchKey) {
        ""},
       // No equivalent in gpualloc: named in the warning, nothing set.
       {kCuda, "max_split_size_mb:512", {}, "max_split_size_mb"},
-      {kCuda, "roundup_power2_divisions:4", {}, "roundup_power2_divisions"},
-      {kCuda,
-       "roundup_power2_divisions:[256:1,512:2,>:8]",
-       {},
-       "roundup_power2_divisions"},
+      {kCuda, "roundup_power2_divisions:4", {{"size_divisions", "4"}}, ""},
+      {kCuda, "roundup_power2_divisions:64", {{"size_divisions", "64"}}, ""},
+      // 1 and 0 are PyTorch's "no rounding".
+      {kCuda, "roundup_power2_divisions:1", {{"size_divisions", "0"}}, ""},
+      {kCuda, "roundup_power2_divisions:0", {{"size_divisions", "0"}}, ""},
+      // The list form (divisions per size range) is not supported.
+      {kCuda, "roundup_power2_divisions:[256:1,512:2,>:8]", {}, kListForm},
       {kCuda,
        "max_non_split_rounding_mb:1024",
        {},
@@ -958,13 +988,13 @@ TEST(ConfigTest, EveryPytorchKey) {
       {"PYTORCH_ALLOC_CONF",
        "expandable_segments:True,max_split_size_mb:512,"
        "garbage_collection_threshold:0.8,roundup_power2_divisions:4",
-       {{"expandable", "true"}, {"gc", "true"}},
-       "max_split_size_mb, roundup_power2_divisions"},
+       {{"expandable", "true"}, {"gc", "true"}, {"size_divisions", "4"}},
+       "max_split_size_mb"},
       {kCuda,
        "expandable_segments:True,max_split_size_mb:512,"
        "garbage_collection_threshold:0.8,roundup_power2_divisions:[256:1,>:8]",
        {{"expandable", "true"}, {"gc", "true"}},
-       "max_split_size_mb, roundup_power2_divisions"},
+       "max_split_size_mb, " + kListForm},
       {"PYTORCH_HIP_ALLOC_CONF",
        "expandable_segments:True,max_split_size_mb:512",
        {{"expandable", "true"}},
@@ -1009,6 +1039,11 @@ TEST(ConfigTest, EveryPytorchKey) {
   EXPECT_EQ(c->options.mode, AllocatorMode::kAsync);
   EXPECT_EQ(SettingOf(*c, "mem_fraction").source,
             "PYTORCH_CUDA_ALLOC_CONF per_process_memory_fraction:0.4");
+  c = Resolve("", {{kCuda, "roundup_power2_divisions:8"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.size_divisions, 8u);
+  EXPECT_EQ(SettingOf(*c, "size_divisions").source,
+            "PYTORCH_CUDA_ALLOC_CONF roundup_power2_divisions:8");
 }
 
 // A bad PYTORCH_CUDA_ALLOC_CONF and a part of the error.
@@ -1037,6 +1072,12 @@ TEST(ConfigTest, BadPytorchConfigurations) {
        "expandable_segments=\"True;max_split_size_mb:64\""},
       {":True", "empty key before ':'"},
       {"expandable_segments:", "empty value for expandable_segments"},
+      {"roundup_power2_divisions:3",
+       "PYTORCH_CUDA_ALLOC_CONF roundup_power2_divisions=\"3\" (entry 1): not "
+       "0 (off) or a power of two from 2 to 64"},
+      {"roundup_power2_divisions:128", "not 0 (off) or a power of two"},
+      {"roundup_power2_divisions:four", "not 0 (off) or a power of two"},
+      {"roundup_power2_divisions:-2", "not 0 (off) or a power of two"},
       {"roundup_power2_divisions:[256:1,>:8", "'[' without ']'"},
       {"roundup_power2_divisions:256:1]", "']' without '['"},
       {"expandable_segments:True,max_split_size_mb:64,expandable_segments:"
@@ -1150,6 +1191,21 @@ TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
        "keys gpualloc does not support, ignored: max_split_size_mb; "
        "per_process_memory_fraction:0.5 overridden by GPUALLOC_MEM_FRACTION "
        "(mem_fraction=0.9)"},
+      {"size_divisions=0",
+       {{kConf, "roundup_power2_divisions:4"}},
+       "size_divisions",
+       "0",
+       "config string (overrides PYTORCH_CUDA_ALLOC_CONF "
+       "roundup_power2_divisions:4)",
+       "roundup_power2_divisions:4 overridden by config string "
+       "(size_divisions=0)"},
+      {"",
+       {{"GPUALLOC_SIZE_DIVISIONS", "0"},
+        {kConf, "roundup_power2_divisions:1"}},
+       "size_divisions",
+       "0",
+       "GPUALLOC_SIZE_DIVISIONS",
+       ""},
       // A JAX/XLA/TF alias that agrees: the alias is named.
       {"",
        {{"XLA_PYTHON_CLIENT_MEM_FRACTION", ".5"},

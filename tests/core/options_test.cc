@@ -87,6 +87,23 @@ TEST(OptionsTest, LimitOverridesFractionAndRoundsDownToGranules) {
   EXPECT_EQ(r->limit, 10 * kGiB);
 }
 
+TEST(OptionsTest, SizeDivisionsArePowersOfTwoUpTo64) {
+  Options o;
+  auto r = ResolveOptions(o, H100());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size_divisions, 0u);  // off by default
+  for (std::uint32_t n : {2u, 4u, 8u, 16u, 32u, 64u}) {
+    o.size_divisions = n;
+    r = ResolveOptions(o, H100());
+    ASSERT_TRUE(r.ok()) << n << ": " << r.status();
+    EXPECT_EQ(r->size_divisions, n);
+  }
+  // Platform and async take 0.
+  o.size_divisions = 0;
+  o.mode = AllocatorMode::kPlatform;
+  EXPECT_TRUE(ResolveOptions(o, H100()).ok());
+}
+
 TEST(OptionsTest, ExplicitArchProfile) {
   Options o;
   o.arch = "mi300x";
@@ -150,6 +167,21 @@ TEST(OptionsTest, BadOptionsNameTheField) {
   add(
       "expandable without virtual memory",
       [](Options& o) { o.expandable = Tristate::kOn; }, "expandable");
+  for (std::uint32_t n : {1u, 3u, 12u, 128u, 0x80000000u}) {
+    add(
+        "size_divisions " + std::to_string(n),
+        [n](Options& o) { o.size_divisions = n; }, "Options.size_divisions");
+  }
+  for (AllocatorMode mode : {AllocatorMode::kPlatform, AllocatorMode::kAsync}) {
+    add(
+        std::string("size_divisions in ") +
+            std::string(AllocatorModeName(mode)),
+        [mode](Options& o) {
+          o.mode = mode;
+          o.size_divisions = 4;
+        },
+        std::string("allocator=") + std::string(AllocatorModeName(mode)));
+  }
   for (const BadCase& c : cases) {
     auto r = ResolveOptions(c.options, H100());
     ASSERT_FALSE(r.ok()) << c.name;

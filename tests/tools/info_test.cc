@@ -118,14 +118,20 @@ TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
   EXPECT_EQ(run.out,
             "gpualloc: PYTORCH_CUDA_ALLOC_CONF: keys gpualloc does not "
             "support, ignored: max_split_size_mb, roundup_power2_divisions "
-            "(docs/ARCHITECTURE.md, \"PyTorch's variables\")\n");
+            "(its list form; the integer form roundup_power2_divisions:N is "
+            "supported) (docs/ARCHITECTURE.md, \"PyTorch's variables\")\n");
 
-  // A GPUALLOC_* variable wins, and says what it overrides.
+  // A GPUALLOC_* variable wins, and says what it overrides; the integer form
+  // of roundup_power2_divisions sets size_divisions.
   run = RunInfo(
       "GPUALLOC_BACKEND=sim GPUALLOC_EXPANDABLE=false "
-      "PYTORCH_ALLOC_CONF=expandable_segments:True",
+      "PYTORCH_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:4",
       "", "2>&1");
   EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "size_divisions +4 +alias +PYTORCH_ALLOC_CONF "
+                           "roundup_power2_divisions:4"));
+  EXPECT_THAT(run.out, Not(HasSubstr("does not support")));
   EXPECT_THAT(run.out, ::testing::ContainsRegex(
                            "expandable +false +variable +GPUALLOC_EXPANDABLE "
                            "\\(overrides PYTORCH_ALLOC_CONF "
@@ -202,10 +208,12 @@ TEST(InfoTest, HelpAndUsage) {
 
 // Every key gpualloc/config.h documents, in its order.
 const char* const kConfigKeys[] = {
-    "allocator",     "preallocate",  "mem_fraction", "mem_limit",
-    "expandable",    "arch",         "gc",           "backend",
-    "device_memory", "cross_stream", "growth",       "granularity",
-    "min_block",     "split_bound",  "name",         "memory_kind"};
+    "allocator",    "preallocate", "mem_fraction",
+    "mem_limit",    "expandable",  "arch",
+    "gc",           "backend",     "device_memory",
+    "cross_stream", "growth",      "granularity",
+    "min_block",    "split_bound", "size_divisions",
+    "name",         "memory_kind"};
 
 TEST(InfoTest, HelpListsEveryConfigurationKey) {
   for (const char* tool : {GPUALLOC_INFO_PATH, GPUALLOC_REPLAY_PATH}) {
