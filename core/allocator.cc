@@ -30,16 +30,7 @@ namespace {
 
 // The oracle of a backend without streams: its work runs in call order, so
 // memory freed "on" any stream is free for every stream.
-class NoStreams final : public core::ReuseOracle {
- public:
-  bool KnownComplete(std::uintptr_t, std::uint64_t) const override {
-    return true;
-  }
-  Verdict Prepare(std::uintptr_t, std::uint64_t, std::uintptr_t,
-                  bool) override {
-    return Verdict::kReady;
-  }
-};
+using NoStreams = core::AllCompleteOracle;
 
 class BfcAllocator final : public Allocator, private core::SlabSource {
  public:
@@ -112,11 +103,14 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
   absl::Status ReleaseStream(Stream given) override {
     core::LockGuard lock(&mu_);
     const std::uintptr_t stream = Key(given).handle;
-    if (pools_.IsRouted(stream)) {
+    if (pools_.IsRouted(stream) || (capturing_ && CaptureNow())) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "ReleaseStream(stream %#x): the stream allocates to private pool "
-          "%d; call EndAllocateToPool first",
-          given.handle, *pools_.RoutedPool(stream)));
+          "ReleaseStream(stream %#x): %s; call it after EndAllocateToPool",
+          given.handle,
+          pools_.IsRouted(stream)
+              ? "the stream allocates to a private pool"
+              : "a stream allocating to a private pool is capturing a graph, "
+                "and releasing records an event"));
     }
     // Without streams (all map to one) or never seen: nothing names it.
     if (stream_mask_ == 0 || (core_.StreamReferences(stream) == 0 &&
@@ -178,12 +172,15 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
 
   absl::Status Trim() override {
     core::LockGuard lock(&mu_);
-    if (capturing_) {
+    if (capturing_ && CaptureNow()) {
       return absl::FailedPreconditionError(
           "Trim during a graph capture: returning memory would make the "
           "device synchronize; call it after EndAllocateToPool");
     }
+    // No routed stream captures now: Trim may wait for work as usual.
+    const bool routed = std::exchange(capturing_, false);
     absl::Status status = ReleaseFree();
+    capturing_ = routed;
     MaybeValidate();
     return status;
   }
@@ -221,30 +218,33 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
     return status;
   }
 
+  // A capture may begin on a routed stream at any moment (PyTorch calls
+  // beginAllocateToPool before cudaStreamBeginCapture), so while any stream
+  // allocates to a pool on a backend that can capture, every operation
+  // behaves as during a capture; the cold paths that would otherwise refuse
+  // (Trim, ReleaseStream) ask the backend (CaptureNow).
   absl::Status BeginAllocateToPool(PoolId pool, Stream stream) override {
-    bool capturing = false;
-    if (backend_->info().capabilities.graph_capture) {
-      absl::StatusOr<bool> asked = backend_->IsCapturing(stream);
-      if (!asked.ok()) {
-        return absl::Status(
-            asked.status().code(),
-            absl::StrFormat("BeginAllocateToPool(pool %d, stream %#x): asking "
-                            "the backend whether the stream captures: %s",
-                            pool, stream.handle, asked.status().message()));
-      }
-      capturing = *asked;
-    }
     core::LockGuard lock(&mu_);
-    GPUALLOC_RETURN_IF_ERROR(pools_.Begin(pool, Key(stream).handle, capturing));
-    capturing_ = pools_.captures() != 0;
+    GPUALLOC_RETURN_IF_ERROR(pools_.Begin(pool, Key(stream).handle));
+    capturing_ = backend_->info().capabilities.graph_capture;
     return absl::OkStatus();
   }
 
   absl::Status EndAllocateToPool(PoolId pool) override {
     core::LockGuard lock(&mu_);
     GPUALLOC_RETURN_IF_ERROR(pools_.End(pool));
-    capturing_ = pools_.captures() != 0;
+    capturing_ = pools_.routed() && backend_->info().capabilities.graph_capture;
     return absl::OkStatus();
+  }
+
+  // Whether a routed stream captures now (an answer the backend cannot give
+  // counts as yes).
+  bool CaptureNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (std::uintptr_t stream : pools_.RoutedStreams()) {
+      absl::StatusOr<bool> asked = backend_->IsCapturing(Stream(stream));
+      if (!asked.ok() || *asked) return true;
+    }
+    return false;
   }
 
   // One attempt at the request; an out-of-memory answer goes through
@@ -367,13 +367,27 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
     return base;
   }
   // AllocateSlow, its device calls in relaxed capture mode during a capture.
+  // While streams allocate to pools, the backend is asked first whether one
+  // of them captures now; if none does, the slow path runs as usual (events,
+  // host waits, returned memory).
   absl::StatusOr<DeviceAddress> AllocateSlowRelaxed(
       std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
       std::uint64_t needed, Stream stream, core::PendingOutOfMemory* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (capturing_ && !CaptureNow()) {
+      capturing_ = false;
+      absl::StatusOr<DeviceAddress> a =
+          AllocateSlow(size, bytes, align, needed, stream, pending);
+      capturing_ = true;
+      return a;
+    }
     core::RelaxedCapture relaxed(*backend_, capturing_);
     GPUALLOC_RETURN_IF_ERROR(relaxed.status());
     return AllocateSlow(size, bytes, align, needed, stream, pending);
+  }
+  bool Contiguous(DeviceAddress a, DeviceAddress b) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called under mu_, via the pools
+    return core_.RegionAt(a) == core_.RegionAt(b);
   }
   void ReturnSlab(DeviceAddress base,
                   absl::Span<const std::uintptr_t> streams) override
@@ -400,7 +414,7 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
            pools_.bytes_in_use();
   }
   std::uint64_t Requested() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return core_.counters().bytes_requested - pools_.bytes_reserved() +
+    return core_.counters().bytes_requested - pools_.slabs_requested() +
            pools_.bytes_requested();
   }
 
@@ -689,41 +703,9 @@ class BfcAllocator final : public Allocator, private core::SlabSource {
                            core::PendingOutOfMemory* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Stats s = StatsLocked();
-    const std::uint64_t free_bytes = core_.FreeBytes();
-    std::string hint;
-    if (free_bytes >= size) {
-      hint = absl::StrFormat(
-          "%s are free but in pieces (largest %s): fragmentation. %s",
-          core::FormatBytes(free_bytes),
-          core::FormatBytes(s.largest_free_block_bytes),
-          resolved_.options.preallocate
-              ? "Growing on demand (preallocate=false) lets garbage collection "
-                "return whole free regions; freeing long-lived blocks earlier, "
-                "or allocating them first, keeps the pool in one piece"
-              : "Free memory is split across separate regions or between live "
-                "blocks; raise the limit, or free long-lived blocks earlier");
-    } else if (s.bytes_reserved + size <= s.bytes_limit) {
-      hint =
-          "the device refused more memory (other processes may hold it); lower "
-          "the limit or free device memory elsewhere";
-    } else {
-      hint = absl::StrFormat(
-          "the limit is reached; raise memory_fraction (now %g) or "
-          "memory_limit, or lower the batch size",
-          resolved_.options.memory_fraction);
-    }
     return Exhausted(
-        absl::ResourceExhaustedError(absl::StrFormat(
-            "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. "
-            "limit "
-            "%d, in use %d, reserved %d, largest free block %d, fragmentation "
-            "%.1f%%. Hint: %s",
-            bytes, size, backend_->info().name,
-            resolved_.options.name.empty()
-                ? ""
-                : " (" + resolved_.options.name + ")",
-            why.message(), s.bytes_limit, s.bytes_in_use, s.bytes_reserved,
-            s.largest_free_block_bytes, 100 * s.fragmentation, hint)),
+        core::BfcOutOfMemoryError(backend_->info(), resolved_.options, bytes,
+                                  size, why.message(), s, core_.FreeBytes()),
         s, pending);
   }
 

@@ -145,6 +145,19 @@ class ReuseOracle {
                           std::uintptr_t to, bool may_wait) = 0;
 };
 
+// An oracle to which all work is complete: a backend without streams (its
+// work runs in call order), or conditions that no longer matter.
+class AllCompleteOracle final : public ReuseOracle {
+ public:
+  bool KnownComplete(std::uintptr_t, std::uint64_t) const override {
+    return true;
+  }
+  Verdict Prepare(std::uintptr_t, std::uint64_t, std::uintptr_t,
+                  bool) override {
+    return Verdict::kReady;
+  }
+};
+
 }  // namespace gpualloc::core
 
 #endif  // GPUALLOC_CORE_FENCES_H_

@@ -102,4 +102,39 @@ absl::StatusOr<void*> CallOutOfMemoryHandler(
   return error;
 }
 
+absl::Status BfcOutOfMemoryError(const DeviceInfo& device,
+                                 const Options& options, std::uint64_t bytes,
+                                 std::uint64_t size, absl::string_view why,
+                                 const Stats& s, std::uint64_t free_bytes) {
+  std::string hint;
+  if (free_bytes >= size) {
+    hint = absl::StrFormat(
+        "%s are free but in pieces (largest %s): fragmentation. %s",
+        FormatBytes(free_bytes), FormatBytes(s.largest_free_block_bytes),
+        options.preallocate
+            ? "Growing on demand (preallocate=false) lets garbage collection "
+              "return whole free regions; freeing long-lived blocks earlier, "
+              "or allocating them first, keeps the pool in one piece"
+            : "Free memory is split across separate regions or between live "
+              "blocks; raise the limit, or free long-lived blocks earlier");
+  } else if (s.bytes_reserved + size <= s.bytes_limit) {
+    hint =
+        "the device refused more memory (other processes may hold it); lower "
+        "the limit or free device memory elsewhere";
+  } else {
+    hint = absl::StrFormat(
+        "the limit is reached; raise memory_fraction (now %g) or "
+        "memory_limit, or lower the batch size",
+        options.memory_fraction);
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. limit "
+      "%d, in use %d, reserved %d, largest free block %d, fragmentation "
+      "%.1f%%. Hint: %s",
+      bytes, size, device.name,
+      options.name.empty() ? "" : " (" + options.name + ")", why, s.bytes_limit,
+      s.bytes_in_use, s.bytes_reserved, s.largest_free_block_bytes,
+      100 * s.fragmentation, hint));
+}
+
 }  // namespace gpualloc::core

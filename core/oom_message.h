@@ -39,6 +39,15 @@ absl::Status OutOfMemoryError(const DeviceInfo& device, const Options& options,
 absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
                            const OutOfMemoryFacts& facts);
 
+// The BFC mode's report: "out of memory: Allocate(BYTES, rounded to SIZE) on
+// DEVICE (NAME): WHY. limit, in use, reserved, largest free block,
+// fragmentation. Hint: ..." with the hint chosen by what ran out (pieces,
+// the device, the limit). `free_bytes`: reserved but not in use.
+absl::Status BfcOutOfMemoryError(const DeviceInfo& device,
+                                 const Options& options, std::uint64_t bytes,
+                                 std::uint64_t size, absl::string_view why,
+                                 const Stats& s, std::uint64_t free_bytes);
+
 // The out-of-memory handler. A mode keeps the handler as a
 //   std::shared_ptr<const OutOfMemoryHandler> oom_handler_
 //       ABSL_GUARDED_BY(mu_);

@@ -98,8 +98,7 @@ absl::Status PrivatePools::Release(PoolId id, std::uintptr_t last_use,
   return absl::OkStatus();
 }
 
-absl::Status PrivatePools::Begin(PoolId id, std::uintptr_t stream,
-                                 bool capturing) {
+absl::Status PrivatePools::Begin(PoolId id, std::uintptr_t stream) {
   GPUALLOC_ASSIGN_OR_RETURN(Pool * pool, Find(id, "BeginAllocateToPool"));
   auto it = routes_.find(stream);
   if (it != routes_.end()) {
@@ -108,9 +107,8 @@ absl::Status PrivatePools::Begin(PoolId id, std::uintptr_t stream,
         "allocates to pool %d; call EndAllocateToPool(%d) first",
         id, stream, it->second.pool, it->second.pool));
   }
-  routes_[stream] = Route{id, capturing};
+  routes_[stream] = Route{id};
   ++pool->routed;
-  captures_ += capturing;
   AddUser(*pool, stream);
   return absl::OkStatus();
 }
@@ -123,7 +121,6 @@ absl::Status PrivatePools::End(PoolId id) {
   }
   for (auto it = routes_.begin(); it != routes_.end();) {
     if (it->second.pool == id) {
-      captures_ -= it->second.capturing;
       routes_.erase(it++);
     } else {
       ++it;
@@ -131,6 +128,12 @@ absl::Status PrivatePools::End(PoolId id) {
   }
   pool->routed = 0;
   return absl::OkStatus();
+}
+
+std::vector<std::uintptr_t> PrivatePools::RoutedStreams() const {
+  std::vector<std::uintptr_t> streams;
+  for (const auto& [stream, route] : routes_) streams.push_back(stream);
+  return streams;
 }
 
 void PrivatePools::AddUser(Pool& pool, std::uintptr_t stream) {
@@ -164,11 +167,12 @@ absl::StatusOr<DeviceAddress> PrivatePools::Allocate(
                         taken.status().message()));
   }
   const DeviceAddress base = *taken;
-  slabs_.emplace(base, Slab{bytes, id});
+  slabs_.emplace(base, Slab{bytes, wanted, id});
   pool.slab_bytes += bytes;
   slab_bytes_ += bytes;
+  slab_requested_ += wanted;
   ++slabs_taken_;
-  AddSlab(pool, base, bytes, oracle);
+  AddSlab(pool, base, bytes, oracle, slabs);
   std::optional<DeviceAddress> a = core.Allocate(
       size, requested, alignment, stream, oracle, BfcCore::Search::kAll);
   if (!a.has_value()) {  // the slab alone holds the request
@@ -181,13 +185,17 @@ absl::StatusOr<DeviceAddress> PrivatePools::Allocate(
 }
 
 void PrivatePools::AddSlab(Pool& pool, DeviceAddress base, std::uint64_t bytes,
-                           const ReuseOracle* oracle) {
+                           const ReuseOracle* oracle, const SlabSource& slabs) {
   BfcCore& core = *pool.core;
   RegionId id = core.AddRegion(base, bytes);
-  if (std::optional<RegionId> left = core.RegionAt(base - 1)) {
+  // Joined only within one general region: a pool block never spans two
+  // backend allocations.
+  if (std::optional<RegionId> left = core.RegionAt(base - 1);
+      left.has_value() && slabs.Contiguous(base - 1, base)) {
     id = core.JoinRegions(*left, id, oracle);
   }
-  if (std::optional<RegionId> right = core.RegionAt(base + bytes)) {
+  if (std::optional<RegionId> right = core.RegionAt(base + bytes);
+      right.has_value() && slabs.Contiguous(base + bytes - 1, base + bytes)) {
     id = core.JoinRegions(id, *right, oracle);
   }
 }
@@ -252,6 +260,9 @@ std::uint64_t PrivatePools::StreamReferences(std::uintptr_t stream) const {
 
 void PrivatePools::ReturnFree(Pool& pool, SlabSource& slabs) {
   BfcCore& core = *pool.core;
+  // A released pool's free pieces merge whatever streams freed them: the
+  // blocks go back fenced by all of those streams.
+  if (core.multi_stream()) core.Settle(AllCompleteOracle());
   for (RegionId region : core.FreeRegions()) {
     const DeviceAddress base = core.region_base(region);
     const DeviceAddress end = base + core.region_size(region);
@@ -260,6 +271,7 @@ void PrivatePools::ReturnFree(Pool& pool, SlabSource& slabs) {
       slabs.ReturnSlab(it->first, pool.users);
       pool.slab_bytes -= it->second.bytes;
       slab_bytes_ -= it->second.bytes;
+      slab_requested_ -= it->second.requested;
       it = slabs_.erase(it);
     }
     core.RemoveRegion(region);

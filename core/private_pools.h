@@ -96,6 +96,9 @@ class SlabSource {
   // out-of-memory report) when it cannot.
   virtual absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t* bytes,
                                                  std::uintptr_t key) = 0;
+  // Whether general memory is contiguous from `a` to `b` (one region of the
+  // general core): only such neighbouring blocks may join.
+  virtual bool Contiguous(DeviceAddress a, DeviceAddress b) const = 0;
   // Gives the block at `base` back to general memory, reusable once the
   // work queued so far on each of `streams` has completed.
   virtual void ReturnSlab(DeviceAddress base,
@@ -114,11 +117,12 @@ class PrivatePools {
   // Drops a reference; at the last one the pool's memory goes back as its
   // regions become free. `last_use` joins the streams that used it.
   absl::Status Release(PoolId id, std::uintptr_t last_use, SlabSource& slabs);
-  // `capturing`: the stream captures a graph (counted by captures()).
-  absl::Status Begin(PoolId id, std::uintptr_t stream, bool capturing);
+  absl::Status Begin(PoolId id, std::uintptr_t stream);
   absl::Status End(PoolId id);
-  // Streams allocating to a pool while capturing a graph.
-  std::uint32_t captures() const { return captures_; }
+  // Whether any stream allocates to a pool now.
+  bool routed() const { return !routes_.empty(); }
+  // The streams allocating to a pool now.
+  std::vector<std::uintptr_t> RoutedStreams() const;
   // The pool `stream` allocates to, or none.
   std::optional<PoolId> RoutedPool(std::uintptr_t stream) const {
     if (routes_.empty()) return std::nullopt;
@@ -153,6 +157,8 @@ class PrivatePools {
 
   // Totals over the live pools, and what pools ever did.
   std::uint64_t bytes_reserved() const { return slab_bytes_; }
+  // What the general core counts as requested for the slabs.
+  std::uint64_t slabs_requested() const { return slab_requested_; }
   std::uint64_t bytes_in_use() const;
   std::uint64_t bytes_requested() const;
   // Allocations pools served, ever (released pools included).
@@ -188,11 +194,11 @@ class PrivatePools {
   };
   struct Slab {
     std::uint64_t bytes = 0;
+    std::uint64_t requested = 0;  // what was asked of the general core
     PoolId pool = 0;
   };
   struct Route {
     PoolId pool = 0;
-    bool capturing = false;
   };
 
   absl::StatusOr<Pool*> Find(PoolId id, absl::string_view call);
@@ -202,9 +208,11 @@ class PrivatePools {
   // Adds the slab [base, base + bytes) to the pool's core, joined to the
   // pool's regions that touch it.
   void AddSlab(Pool& pool, DeviceAddress base, std::uint64_t bytes,
-               const ReuseOracle* oracle);
-  // A released pool: returns every region that is entirely free; forgets
-  // the pool once nothing is left.
+               const ReuseOracle* oracle, const SlabSource& slabs);
+  // A released pool: returns every region that holds no live block (its
+  // free pieces' stream conditions dropped first: every stream that used
+  // the pool fences the returned blocks); forgets the pool once nothing is
+  // left.
   void ReturnFree(Pool& pool, SlabSource& slabs);
 
   const BfcConfig config_;
@@ -213,8 +221,8 @@ class PrivatePools {
   absl::flat_hash_map<PoolId, Pool> pools_;
   absl::flat_hash_map<std::uintptr_t, Route> routes_;
   absl::btree_map<DeviceAddress, Slab> slabs_;  // base -> slab
-  std::uint32_t captures_ = 0;
   std::uint64_t slab_bytes_ = 0;
+  std::uint64_t slab_requested_ = 0;
   std::uint64_t slabs_taken_ = 0;
   // Allocations of pools already forgotten.
   std::uint64_t forgotten_allocs_ = 0;

@@ -322,22 +322,25 @@ class Allocator {
   // `last_use` (where the graph was last launched) and on every stream that
   // used pool memory.
   //
-  // While a stream the backend reports capturing (Backend::IsCapturing)
-  // allocates to a pool, the allocator makes no event call and no host wait
-  // on any stream (memory other streams freed is reused only when already
-  // known complete; everything else waits for the capture to end, as PyTorch
-  // defers record_stream events), never returns memory to the device, and
-  // makes its device calls in the backend's relaxed capture mode. Memory the
-  // graph reads that was allocated outside the pool must stay allocated while
-  // the graph may replay (PyTorch's static inputs).
+  // A capture may begin on a routed stream at any moment (PyTorch begins
+  // allocating to the pool first). So while a stream allocates to a pool on a
+  // backend with capabilities.graph_capture, the fast path asks the device
+  // nothing (memory other streams freed is reused only when already known
+  // complete, as PyTorch defers record_stream events), and the slow paths ask
+  // the backend whether a routed stream captures now (Backend::IsCapturing).
+  // While one does, the allocator makes no event call and no host wait on any
+  // stream, never returns memory to the device, and makes its device calls in
+  // the backend's relaxed capture mode. Memory the graph reads that was
+  // allocated outside the pool must stay allocated while the graph may
+  // replay (PyTorch's static inputs).
   //
   // Errors name the pool and the stream: an unknown or released pool is
   // NotFound; a stream already allocating to a pool, EndAllocateToPool of a
   // pool nobody allocates to, and ReleasePool of the last reference while a
   // stream still allocates to it are FailedPrecondition; nothing changes on
-  // error. Trim during a capture is FailedPrecondition (it would make the
-  // device synchronize). Only the bfc mode has pools: the others answer
-  // Unimplemented.
+  // error. Trim and ReleaseStream during a capture are FailedPrecondition
+  // (they would wait or record an event). Only the bfc mode has pools: the
+  // others answer Unimplemented.
   virtual absl::StatusOr<PoolId> CreatePool();
   virtual absl::Status RetainPool(PoolId pool);
   virtual absl::Status ReleasePool(PoolId pool, Stream last_use = Stream());

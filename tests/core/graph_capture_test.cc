@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
@@ -70,10 +71,11 @@ class Scenario {
       EXPECT_TRUE(made.ok()) << made.status();
       pool = *made;
     }
-    EXPECT_TRUE(sim_->BeginCapture(kCapture).ok());
+    // PyTorch's order: the stream allocates to the pool, then captures.
     if (use_pool_) {
       EXPECT_TRUE(alloc_->BeginAllocateToPool(pool, kCapture).ok());
     }
+    EXPECT_TRUE(sim_->BeginCapture(kCapture).ok());
     // A second pool, allocated to by another stream, never captured.
     PoolId side_pool = 0;
     if (use_pool_) {
@@ -338,6 +340,41 @@ TEST_P(GraphCaptureTest, WithoutThePoolTheSameCaptureFails) {
   std::printf("  first: %s\n", what.c_str());
 }
 
+// Trim and ReleaseStream would record events or wait: refused while a routed
+// stream captures, allowed while streams allocate to pools without capturing.
+TEST(GraphCaptureColdPathsTest, TrimAndReleaseStreamWaitForTheCaptureToEnd) {
+  std::shared_ptr<SimBackend> sim = MakeSim(8 * kGiB);
+  std::unique_ptr<Allocator> alloc =
+      MakeAllocator(ModeOptions(kBfcExpandable, 2 * kGiB), sim);
+  // Memory another stream used and freed: something to release.
+  absl::StatusOr<void*> other = alloc->Allocate(8 * kMiB, kOthers[0]);
+  ASSERT_TRUE(other.ok());
+  sim->Use(kOthers[0], Addr(*other), 8 * kMiB);
+  ASSERT_TRUE(alloc->Deallocate(*other, kOthers[0]).ok());
+  const PoolId pool = *alloc->CreatePool();
+  ASSERT_TRUE(alloc->BeginAllocateToPool(pool, kCapture).ok());
+  ASSERT_TRUE(sim->BeginCapture(kCapture).ok());
+  absl::StatusOr<void*> p = alloc->Allocate(kMiB, kCapture);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const absl::Status trim = alloc->Trim();
+  EXPECT_TRUE(absl::IsFailedPrecondition(trim)) << trim;
+  const absl::Status released = alloc->ReleaseStream(kOthers[0]);
+  EXPECT_TRUE(absl::IsFailedPrecondition(released)) << released;
+  EXPECT_THAT(std::string(released.message()),
+              ::testing::HasSubstr("capturing a graph"));
+  absl::StatusOr<SimGraph> graph = sim->EndCapture(kCapture);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  // Still allocating to the pool, but nothing captures: both work.
+  EXPECT_TRUE(alloc->ReleaseStream(kOthers[0]).ok());
+  EXPECT_TRUE(alloc->Trim().ok());
+  EXPECT_EQ(sim->capture_violations(), 0u);
+  EXPECT_EQ(sim->hazards(), 0u);
+  ASSERT_TRUE(alloc->EndAllocateToPool(pool).ok());
+  ASSERT_TRUE(alloc->Deallocate(*p, kCapture).ok());
+  ASSERT_TRUE(alloc->ReleasePool(pool, kCapture).ok());
+  EXPECT_TRUE(alloc->Validate().ok());
+}
+
 // Two graphs captured one after the other on one stream, each a generated
 // forward pass (per layer: two temporaries freed within the layer, one
 // activation kept for the next layer, the last one the graph's output).
@@ -371,8 +408,8 @@ SharingFigures CaptureTwoGraphs(const AllocatorModeSpec& spec, bool share) {
   for (int g = 0; g < 2; ++g) {
     std::mt19937_64 rng(1234 + g);
     const PoolId pool = g == 0 ? first : second;
-    EXPECT_TRUE(sim->BeginCapture(kCapture).ok());
     EXPECT_TRUE(alloc->BeginAllocateToPool(pool, kCapture).ok());
+    EXPECT_TRUE(sim->BeginCapture(kCapture).ok());
     auto take = [&](std::uint64_t bytes) {
       absl::StatusOr<void*> p = alloc->Allocate(bytes, kCapture);
       EXPECT_TRUE(p.ok()) << p.status();

@@ -131,6 +131,24 @@ TEST_P(PrivatePoolsTest, ReleasedPoolGivesItsMemoryBackOnceItsBlocksAreFree) {
   EXPECT_TRUE(absl::IsNotFound(alloc_->BeginAllocateToPool(*pool, kS1)));
 }
 
+// Pieces freed on different streams stay apart inside the pool; a released
+// pool still gives the whole region back.
+TEST_P(PrivatePoolsTest, ReleasedPoolReturnsPiecesFreedOnDifferentStreams) {
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* a = Alloc(kMiB, kS1);
+  void* b = Alloc(kMiB, kS1);
+  ASSERT_TRUE(alloc_->RecordStream(b, kS2).ok());
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  ASSERT_TRUE(alloc_->Deallocate(a, kS1).ok());
+  ASSERT_TRUE(alloc_->Deallocate(b, kS2).ok());
+  ASSERT_GT(alloc_->GetStats().pool_bytes_reserved, 0u);
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS1).ok());
+  EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
+  EXPECT_TRUE(alloc_->GetSnapshot().pools.empty());
+}
+
 TEST_P(PrivatePoolsTest, SharedPoolNeedsEveryReferenceReleased) {
   absl::StatusOr<PoolId> pool = alloc_->CreatePool();
   ASSERT_TRUE(pool.ok());
@@ -283,6 +301,9 @@ TEST_P(PrivatePoolsTest, SplitBoundSurplusOfABlockBelongsToThePool) {
       held += c.pool == *pool ? c.size : 0;
   }
   EXPECT_EQ(held, alloc_->GetStats().pool_bytes_reserved);
+  // Requested bytes are the callers', whatever surplus the blocks carry.
+  EXPECT_EQ(alloc_->GetStats().bytes_requested, (512 + 1500 + 3000 + 100 + 6000)
+                                                    << 10);
   for (void* p : in_pool) ASSERT_TRUE(alloc_->Deallocate(p, kS2).ok());
   ASSERT_TRUE(alloc_->ReleasePool(*pool, kS2).ok());
   EXPECT_EQ(alloc_->GetStats().pool_bytes_reserved, 0u);
