@@ -1,0 +1,335 @@
+// core/bfc_allocator.h: the BFC allocator facade (Options::mode kBfc): the
+// lock, growth, garbage collection, statistics, out-of-memory reports and
+// private pools around BfcCore.
+//
+// The facade is the only place that holds the lock and the only place in core/
+// that calls the backend (through the abstract Backend, never a vendor API).
+// Its hot paths (Allocate, Deallocate) are inline here; the rest lives in
+//   core/allocator.cc       construction, queries, Trim, Validate, statistics;
+//   core/bfc_slow_path.cc   growth, waiting for other streams, garbage
+//                           collection and out-of-memory reports;
+//   core/bfc_pools.cc       private pools and graph capture.
+// Only core/ includes this header (CreateAllocator builds the facade).
+#ifndef GPUALLOC_CORE_BFC_ALLOCATOR_H_
+#define GPUALLOC_CORE_BFC_ALLOCATOR_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "core/alignment.h"
+#include "core/bfc.h"
+#include "core/layer.h"
+#include "core/lock.h"
+#include "core/oom_message.h"
+#include "core/options.h"
+#include "core/private_pools.h"
+#include "core/region_source.h"
+#include "core/size_class.h"
+#include "core/status_macros.h"
+#include "core/stream_order.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
+
+namespace gpualloc::core {
+
+// The oracle of a backend without streams: its work runs in call order, so
+// memory freed "on" any stream is free for every stream.
+using NoStreams = AllCompleteOracle;
+
+class BfcAllocator final : public Allocator, private SlabSource {
+ public:
+  BfcAllocator(ResolvedOptions resolved, std::shared_ptr<Backend> backend)
+      : resolved_(std::move(resolved)),
+        backend_(std::move(backend)),
+        core_(BfcConfig{resolved_.min_block_size,
+                        resolved_.options.max_internal_fragmentation,
+                        resolved_.large_page}),
+        stream_order_(backend_.get(), resolved_.options.cross_stream_reuse),
+        oracle_(backend_->info().capabilities.streams
+                    ? static_cast<ReuseOracle*>(&stream_order_)
+                    : &no_streams_),
+        // The top bit is the released streams' (no stream handle has it).
+        stream_mask_(backend_->info().capabilities.streams
+                         ? ~StreamOrder::kReleasedBit
+                         : 0),
+        known_only_(*oracle_),
+        pools_(core_.config(),
+               RoundUpToMultiple(kSlabUnit, resolved_.min_block_size)),
+        source_(MakeSource()) {
+    stream_order_.BindSearches(&core_.counters().num_allocs);
+  }
+
+  // Live allocations die with the allocator, as with any caching allocator:
+  // every region goes back to the device with source_ (declared last,
+  // destroyed first).
+  ~BfcAllocator() override;
+
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream given,
+                                 std::size_t alignment) override {
+    return AllocateHandlingOutOfMemory(*this, bytes, given, alignment);
+  }
+
+  // For AllocateHandlingOutOfMemory: a failure final after the handler.
+  void CountOutOfMemory() {
+    LockGuard lock(&mu_);
+    ++num_ooms_;
+  }
+
+  absl::Status Deallocate(void* ptr, Stream stream) override {
+    if (ptr == nullptr)
+      return absl::OkStatus();  // like free(NULL) and cudaFree(0)
+    LockGuard lock(&mu_);
+    if (ABSL_PREDICT_FALSE(pools_on_)) return DeallocateWithPools(ptr, stream);
+    absl::Status status =
+        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr),
+                         Key(stream).handle, stream_order_.stamp(), oracle_);
+    MaybeValidate();
+    return status;
+  }
+
+  absl::Status RecordStream(void* ptr, Stream stream) override;
+
+  absl::Status ReleaseStream(Stream given) override;
+
+  Stats GetStats() const override;
+
+  void ResetPeakStats() override;
+
+  void SetOutOfMemoryHandler(OutOfMemoryHandler handler) override;
+
+  Snapshot GetSnapshot() const override;
+
+  absl::Status Trim() override;
+
+  absl::Status Validate() const override;
+
+  const DeviceInfo& device() const override { return backend_->info(); }
+  const Options& options() const override { return resolved_.options; }
+
+  absl::StatusOr<PoolId> CreatePool() override;
+
+  absl::Status RetainPool(PoolId pool) override;
+
+  absl::Status ReleasePool(PoolId pool, Stream last_use) override;
+
+  // A capture may begin on a routed stream at any moment (PyTorch calls
+  // beginAllocateToPool before cudaStreamBeginCapture), so while any stream
+  // allocates to a pool on a backend that can capture, every operation
+  // behaves as during a capture; the cold paths that would otherwise refuse
+  // (Trim, ReleaseStream) ask the backend (CaptureNow).
+  absl::Status BeginAllocateToPool(PoolId pool, Stream stream) override;
+
+  absl::Status EndAllocateToPool(PoolId pool) override;
+
+  // Whether a routed stream captures now (an answer the backend cannot give
+  // counts as yes).
+  bool CaptureNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // One attempt at the request; an out-of-memory answer goes through
+  // NoteOutOfMemory (`pending`: null on the handler's retry).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE absl::StatusOr<void*> AllocateOnce(
+      std::size_t bytes, Stream given, std::size_t alignment,
+      PendingOutOfMemory* pending) {
+    const Stream stream = Key(given);
+    const std::uint64_t min_block = resolved_.min_block_size;
+    if (alignment != 0) {  // 0, the common case, needs no check
+      GPUALLOC_RETURN_IF_ERROR(
+          CheckAlignment(bytes, alignment, resolved_.max_alignment));
+    }
+    const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
+    // Sizes beyond the limit are rejected before any arithmetic can overflow.
+    if (bytes > resolved_.limit) return RejectTooLarge(bytes, pending);
+    const std::uint64_t size =
+        ChunkSize(bytes, min_block, resolved_.size_divisions);
+    const std::uint64_t needed = size + (align - min_block);
+    if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
+
+    LockGuard lock(&mu_);
+    if (ABSL_PREDICT_FALSE(pools_on_)) {
+      return AllocateWithPools(size, bytes, align, needed, stream, pending);
+    }
+    std::optional<DeviceAddress> address =
+        core_.Allocate(size, bytes, align, stream.handle, oracle_);
+    if (!address.has_value()) {
+      if (stream_order_.has_error()) return EventFailure(bytes, given);
+      absl::StatusOr<DeviceAddress> grown =
+          AllocateSlow(size, bytes, align, needed, stream, pending);
+      if (!grown.ok()) return grown.status();
+      address = *grown;
+    }
+    MaybeValidate();
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+  }
+
+ private:
+  std::unique_ptr<RegionSource> MakeSource();
+
+  // Private pools grow by blocks of whole multiples of this.
+  static constexpr std::uint64_t kSlabUnit = std::uint64_t{2} << 20;
+
+  // The allocation path once a private pool was made: the stream's pool, or
+  // the general core asking only what it may during a capture; the
+  // statistics that pools change are kept here.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<void*> AllocateWithPools(
+      std::uint64_t size, std::size_t bytes, std::uint64_t align,
+      std::uint64_t needed, Stream stream, PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ABSL_ATTRIBUTE_NOINLINE absl::Status DeallocateWithPools(void* ptr,
+                                                           Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // SlabSource: a block for a private pool, from general memory any stream
+  // may use at once.
+  absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t* bytes,
+                                         std::uintptr_t key) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllocateSlow, its device calls in relaxed capture mode during a capture.
+  // While streams allocate to pools, the backend is asked first whether one
+  // of them captures now; if none does, the slow path runs as usual (events,
+  // host waits, returned memory).
+  absl::StatusOr<DeviceAddress> AllocateSlowRelaxed(
+      std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
+      std::uint64_t needed, Stream stream, PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Contiguous(DeviceAddress a, DeviceAddress b) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void ReturnSlab(DeviceAddress base,
+                  absl::Span<const std::uintptr_t> streams) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // What the core may ask the device: nothing during a graph capture.
+  ReuseOracle* Oracle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ABSL_PREDICT_FALSE(capturing_) ? &known_only_ : oracle_;
+  }
+  // Whether the slow path may record, query and wait for events.
+  bool MayAsk() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return oracle_ == &stream_order_ && !capturing_;
+  }
+  // Memory handed out: the general core's, its pool slabs replaced by what
+  // the pools handed out of them.
+  std::uint64_t InUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return core_.counters().bytes_in_use - pools_.bytes_reserved() +
+           pools_.bytes_in_use();
+  }
+  std::uint64_t Requested() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return core_.counters().bytes_requested - pools_.slabs_requested() +
+           pools_.bytes_requested();
+  }
+
+  // A stream handle no caller uses: "every stream" where one is excluded.
+  static constexpr std::uintptr_t kNoStream = UINTPTR_MAX;
+
+  // The stream as the core sees it: a backend without streams runs its work
+  // in call order, so all streams are one.
+  Stream Key(Stream stream) const {
+    return Stream(stream.handle & stream_mask_);
+  }
+
+  // `full`: also walk every mapping (Validate()); after each operation
+  // (debug_checks=2) the mappings are checked at the regions' ends only.
+  absl::Status ValidateLocked(bool full) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_VALIDATE_EACH_OP(ValidateLocked(/*full=*/false));
+  }
+
+  Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Status RejectTooLarge(std::size_t bytes, PendingOutOfMemory* pending);
+  absl::Status RejectTooLargeLocked(std::size_t bytes,
+                                    PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Every out-of-memory answer: counted now, or prepared for the handler.
+  absl::Status Exhausted(absl::Status error, const Stats& stats,
+                         PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Returns every free region or granule to the device (Trim, garbage
+  // collection). With several streams, free pieces of different streams'
+  // frees are separate chunks until their work is known complete: the host
+  // waits for that work first, so that they merge into whole free regions
+  // and granules that can go back.
+  absl::Status ReleaseFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // One more attempt at the core; *event_failed tells a failing event call
+  // from an honest "nothing fits".
+  std::optional<DeviceAddress> Retry(
+      std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
+      Stream stream, bool* event_failed,
+      BfcCore::Search search = BfcCore::Search::kAll)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Several streams, before growing: ask the device (without waiting) how
+  // far the other streams whose frees fence memory have come, merge the
+  // pieces whose work completed, look at every fitting chunk, then at runs of
+  // neighbouring chunks. Growth is never the answer to work nobody asked
+  // about.
+  std::optional<DeviceAddress> SettleAndRetry(std::uint64_t size,
+                                              std::uint64_t bytes,
+                                              std::uint64_t align,
+                                              Stream stream, bool* event_failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Out of fitting free chunks: grow (or preallocate), then wait for the work
+  // of other streams' frees, then collect free regions and grow again; each
+  // step retries the core before the next. Only then out of memory.
+  absl::StatusOr<DeviceAddress> AllocateSlow(
+      std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
+      std::uint64_t needed, Stream stream, PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // A backend event call failed while looking at memory other streams freed:
+  // report it (nothing was handed out) instead of guessing.
+  absl::Status EventFailure(std::uint64_t bytes, Stream stream,
+                            absl::Status error = absl::OkStatus())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Status OutOfMemory(std::uint64_t bytes, std::uint64_t size,
+                           const absl::Status& why, PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ResolvedOptions resolved_;
+  const std::shared_ptr<Backend> backend_;
+
+  mutable Lock mu_;
+  // Whether a private pool was ever made: Allocate and Deallocate then take
+  // their pool-aware paths (kept next to the lock, on the hot cache line).
+  bool pools_on_ ABSL_GUARDED_BY(mu_) = false;
+  BfcCore core_ ABSL_GUARDED_BY(mu_);
+  StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
+  NoStreams no_streams_;
+  ReuseOracle* const oracle_;  // &stream_order_ or &no_streams_
+  // All ones with streams, 0 without (Key).
+  const std::uintptr_t stream_mask_;
+  std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t streams_released_ ABSL_GUARDED_BY(mu_) = 0;
+  // The oracle during a graph capture: *oracle_'s known answers only.
+  KnownOnlyOracle known_only_ ABSL_GUARDED_BY(mu_);
+  PrivatePools pools_ ABSL_GUARDED_BY(mu_);
+  // Whether a stream allocating to a pool is capturing a graph (no event
+  // calls, host waits or returned memory, and device calls in relaxed mode).
+  bool capturing_ ABSL_GUARDED_BY(mu_) = false;
+  // The out-of-memory report a pool's growth prepares for the handler.
+  PendingOutOfMemory* slab_pending_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Once a pool was made: the statistics pools change.
+  std::uint64_t peak_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t peak_requested_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t largest_alloc_ ABSL_GUARDED_BY(mu_) = 0;
+  // Where regions come from: separate backend allocations or expandable
+  // regions. Declared last, destroyed first: it returns every region while
+  // the core and the stream order still exist.
+  const std::unique_ptr<RegionSource> source_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpualloc::core
+
+#endif  // GPUALLOC_CORE_BFC_ALLOCATOR_H_

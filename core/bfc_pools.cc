@@ -1,0 +1,146 @@
+// core/bfc_pools.cc: the BFC facade's private pools and graph capture
+// (core/private_pools.h).
+#include "absl/strings/str_format.h"
+#include "core/bfc_allocator.h"
+
+namespace gpualloc::core {
+
+absl::StatusOr<PoolId> BfcAllocator::CreatePool() {
+  LockGuard lock(&mu_);
+  if (!pools_on_) {  // from now on the pool-aware paths and figures
+    peak_in_use_ = core_.counters().peak_bytes_in_use;
+    peak_requested_ = core_.counters().peak_bytes_requested;
+    largest_alloc_ = core_.counters().largest_alloc_size;
+    pools_on_ = true;
+  }
+  // A key no stream has, like a released stream's: its slabs are strangers
+  // to every stream, and conditions naming it are complete.
+  return pools_.Create(StreamOrder::kReleasedBit | ++streams_released_);
+}
+
+absl::Status BfcAllocator::RetainPool(PoolId pool) {
+  LockGuard lock(&mu_);
+  return pools_.Retain(pool);
+}
+
+absl::Status BfcAllocator::ReleasePool(PoolId pool, Stream last_use) {
+  LockGuard lock(&mu_);
+  absl::Status status = pools_.Release(pool, Key(last_use).handle, *this);
+  MaybeValidate();
+  return status;
+}
+
+absl::Status BfcAllocator::BeginAllocateToPool(PoolId pool, Stream stream) {
+  LockGuard lock(&mu_);
+  GPUALLOC_RETURN_IF_ERROR(pools_.Begin(pool, Key(stream).handle));
+  capturing_ = backend_->info().capabilities.graph_capture;
+  return absl::OkStatus();
+}
+
+absl::Status BfcAllocator::EndAllocateToPool(PoolId pool) {
+  LockGuard lock(&mu_);
+  GPUALLOC_RETURN_IF_ERROR(pools_.End(pool));
+  capturing_ = pools_.routed() && backend_->info().capabilities.graph_capture;
+  return absl::OkStatus();
+}
+
+bool BfcAllocator::CaptureNow() {
+  for (std::uintptr_t stream : pools_.RoutedStreams()) {
+    absl::StatusOr<bool> asked = backend_->IsCapturing(Stream(stream));
+    if (!asked.ok() || *asked) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
+    std::uint64_t size, std::size_t bytes, std::uint64_t align,
+    std::uint64_t needed, Stream stream, PendingOutOfMemory* pending) {
+  absl::StatusOr<DeviceAddress> address;
+  std::uint64_t chunk = 0;
+  if (std::optional<PoolId> pool = pools_.RoutedPool(stream.handle)) {
+    slab_pending_ = pending;
+    address = pools_.Allocate(*pool, size, bytes, align, stream.handle,
+                              Oracle(), *this);
+    slab_pending_ = nullptr;
+    if (address.ok()) chunk = pools_.AllocatedSize(*address);
+  } else {
+    std::optional<DeviceAddress> a =
+        core_.Allocate(size, bytes, align, stream.handle, Oracle());
+    if (a.has_value()) {
+      address = *a;
+    } else if (stream_order_.has_error()) {
+      address = EventFailure(bytes, stream);
+    } else {
+      address =
+          AllocateSlowRelaxed(size, bytes, align, needed, stream, pending);
+    }
+    if (address.ok()) chunk = core_.AllocatedSize(*address);
+  }
+  if (!address.ok()) return address.status();
+  peak_in_use_ = std::max(peak_in_use_, InUse());
+  peak_requested_ = std::max(peak_requested_, Requested());
+  largest_alloc_ = std::max(largest_alloc_, chunk);
+  MaybeValidate();
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
+}
+
+absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
+  const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+  absl::Status status =
+      pools_.Owns(address)
+          ? pools_.Deallocate(address, Key(stream).handle,
+                              stream_order_.stamp(), oracle_, *this)
+          : core_.Deallocate(address, Key(stream).handle, stream_order_.stamp(),
+                             oracle_);
+  MaybeValidate();
+  return status;
+}
+
+absl::StatusOr<DeviceAddress> BfcAllocator::TakeSlab(std::uint64_t* bytes,
+                                                     std::uintptr_t key) {
+  const std::uint64_t min_block = resolved_.min_block_size;
+  const std::uint64_t want = *bytes;
+  if (want > resolved_.limit) return RejectTooLargeLocked(want, slab_pending_);
+  absl::StatusOr<DeviceAddress> base;
+  if (std::optional<DeviceAddress> a =
+          core_.Allocate(want, want, min_block, key, Oracle())) {
+    base = *a;
+  } else if (stream_order_.has_error()) {
+    base = EventFailure(want, Stream(key));
+  } else {
+    base = AllocateSlowRelaxed(want, want, min_block, want, Stream(key),
+                               slab_pending_);
+  }
+  if (base.ok()) *bytes = core_.AllocatedSize(*base);
+  return base;
+}
+
+absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlowRelaxed(
+    std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
+    std::uint64_t needed, Stream stream, PendingOutOfMemory* pending) {
+  if (capturing_ && !CaptureNow()) {
+    capturing_ = false;
+    absl::StatusOr<DeviceAddress> a =
+        AllocateSlow(size, bytes, align, needed, stream, pending);
+    capturing_ = true;
+    return a;
+  }
+  RelaxedCapture relaxed(*backend_, capturing_);
+  GPUALLOC_RETURN_IF_ERROR(relaxed.status());
+  return AllocateSlow(size, bytes, align, needed, stream, pending);
+}
+
+bool BfcAllocator::Contiguous(DeviceAddress a, DeviceAddress b) const
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called under mu_, via the pools
+  return core_.RegionAt(a) == core_.RegionAt(b);
+}
+
+void BfcAllocator::ReturnSlab(DeviceAddress base,
+                              absl::Span<const std::uintptr_t> streams) {
+  for (std::size_t i = 1; i < streams.size(); ++i) {
+    (void)core_.RecordStream(base, streams[i]);
+  }
+  (void)core_.Deallocate(base, streams.front(), stream_order_.stamp(), oracle_);
+}
+
+}  // namespace gpualloc::core
