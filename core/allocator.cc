@@ -18,7 +18,8 @@ BfcAllocator::~BfcAllocator() {
   LockGuard lock(&mu_);
   ReportLiveAtDestruction("bfc", backend_->info(),
                           core_.counters().num_chunks_in_use -
-                              pools_.num_slabs() + pools_.num_chunks_in_use(),
+                              pools_.num_slabs() + pools_.num_chunks_in_use() -
+                              tags_.num_slabs() + tags_.num_chunks_in_use(),
                           Requested());
   // Every region goes back to the device with source_ (declared last,
   // destroyed first): live allocations die with the allocator, as with any
@@ -27,9 +28,15 @@ BfcAllocator::~BfcAllocator() {
 absl::Status BfcAllocator::RecordStream(void* ptr, Stream stream) {
   const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
   LockGuard lock(&mu_);
-  absl::Status status = pools_.Owns(address)
-                            ? pools_.RecordStream(address, Key(stream).handle)
-                            : core_.RecordStream(address, Key(stream).handle);
+  absl::Status status;
+  if (pools_.Owns(address)) {
+    status = pools_.RecordStream(address, Key(stream).handle);
+  } else if (tags_.Owns(address)) {
+    status = CheckAwake(address, "RecordStream");
+    if (status.ok()) status = tags_.RecordStream(address, Key(stream).handle);
+  } else {
+    status = core_.RecordStream(address, Key(stream).handle);
+  }
   MaybeValidate();
   return status;
 }
@@ -49,7 +56,8 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   // Without streams (all map to one) or never seen: nothing names it.
   if (stream_mask_ == 0 ||
       (core_.StreamReferences(stream) == 0 &&
-       pools_.StreamReferences(stream) == 0 && !stream_order_.Knows(stream))) {
+       pools_.StreamReferences(stream) == 0 &&
+       tags_.StreamReferences(stream) == 0 && !stream_order_.Knows(stream))) {
     return absl::OkStatus();
   }
   const std::uintptr_t key = StreamOrder::kReleasedBit | ++streams_released_;
@@ -63,6 +71,7 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   }
   core_.RenameStream(stream, key);
   pools_.RenameStream(stream, key);
+  tags_.RenameStream(stream, key);
   MaybeValidate();
   return absl::OkStatus();
 }
@@ -78,6 +87,7 @@ void BfcAllocator::ResetPeakStats() {
   peak_in_use_ = InUse();
   peak_requested_ = Requested();
   largest_alloc_ = 0;
+  peak_reserved_ = Physical();
 }
 
 void BfcAllocator::SetOutOfMemoryHandler(OutOfMemoryHandler handler) {
@@ -94,10 +104,18 @@ Snapshot BfcAllocator::GetSnapshot() const {
   if (pools_on_) {
     for (RegionSnapshot& r : s.regions) {
       for (ChunkSnapshot& c : r.chunks) {
-        if (c.in_use) c.pool = pools_.SlabOwner(c.address);
+        if (!c.in_use) continue;
+        c.pool = pools_.SlabOwner(c.address);
+        c.tag = static_cast<Tag>(tags_.SlabOwner(c.address));
       }
     }
     pools_.AppendSnapshot(&s.pools);
+    const std::size_t first_tag = s.pools.size();
+    tags_.AppendSnapshot(&s.pools);
+    for (std::size_t i = first_tag; i < s.pools.size(); ++i) {
+      s.pools[i].tag = static_cast<Tag>(s.pools[i].id);
+      s.pools[i].asleep = asleep_.contains(s.pools[i].tag);
+    }
   }
   s.stats = StatsLocked();
   return s;
@@ -112,6 +130,7 @@ absl::Status BfcAllocator::Trim() {
   }
   // No routed stream captures now: Trim may wait for work as usual.
   const bool routed = std::exchange(capturing_, false);
+  if (pools_on_) ReturnFreeTagMemory();
   absl::Status status = ReleaseFree();
   capturing_ = routed;
   MaybeValidate();
@@ -133,12 +152,15 @@ std::unique_ptr<RegionSource> BfcAllocator::MakeSource() {
 absl::Status BfcAllocator::ValidateLocked(bool full) const {
   GPUALLOC_RETURN_IF_ERROR(core_.Validate());
   GPUALLOC_RETURN_IF_ERROR(source_->Validate(full));
-  if (pools_on_) GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
-  // F2: never more reserved than the limit.
-  if (core_.counters().bytes_reserved > resolved_.limit) {
+  if (pools_on_) {
+    GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
+    GPUALLOC_RETURN_IF_ERROR(tags_.Validate(core_));
+  }
+  // F2: never more reserved from the device than the limit.
+  if (Physical() > resolved_.limit) {
     return absl::InternalError(
         absl::StrFormat("invariant F2 broken: %d bytes reserved, limit %d",
-                        core_.counters().bytes_reserved, resolved_.limit));
+                        Physical(), resolved_.limit));
   }
   return absl::OkStatus();
 }
@@ -169,7 +191,13 @@ Stats BfcAllocator::StatsLocked() const {
   s.stream_waits = stream_order_.stream_waits();
   s.host_waits = stream_order_.host_waits();
   if (pools_on_) {
-    s.num_allocs = k.num_allocs - pools_.slabs_taken() + pools_.num_allocs();
+    s.num_allocs = k.num_allocs - pools_.slabs_taken() + pools_.num_allocs() -
+                   tags_.slabs_taken() + tags_.num_allocs();
+    // With tags asleep, their live blocks count in bytes_in_use but their
+    // memory is not reserved (bytes_sleeping).
+    s.bytes_reserved = Physical();
+    if (slept_) s.peak_bytes_reserved = std::max(peak_reserved_, Physical());
+    s.bytes_sleeping = source_->sleeping_bytes();
     s.bytes_in_use = InUse();
     s.peak_bytes_in_use = peak_in_use_;
     s.largest_alloc_size = largest_alloc_;

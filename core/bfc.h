@@ -151,6 +151,15 @@ class BfcCore {
   // REQUIRES: the range is non-empty, lies in one free chunk, and its ends
   // are multiples of min_block_size.
   void CarveFree(DeviceAddress address, std::uint64_t bytes);
+  // Takes exactly [address, address + size) out of the free chunk that holds
+  // it as an in-use chunk allocated on `stream` (Allocate's counters and
+  // statistics); the rest of that chunk stays free with its condition. For
+  // memory just mapped for one owner, which must share its granules with no
+  // other allocation (Allocator::Sleep's tags).
+  // REQUIRES: size > 0; the range lies in one free chunk that `stream` may
+  // use; its ends are multiples of min_block_size.
+  void AllocateAt(DeviceAddress address, std::uint64_t size,
+                  std::uint64_t requested, std::uintptr_t stream);
   // The free bytes at the region's ends that memory mapped next to them
   // would merge with: any free end while one stream was seen, else only
   // ends no stream's work may still use.
@@ -316,6 +325,8 @@ class BfcCore {
   // bins, re-keyed. The front gets a copy of the stream condition when
   // `copy_fence` (it stays free), none otherwise (it is about to be used).
   ChunkId SplitFront(ChunkId id, std::uint64_t size, bool copy_fence);
+  // The chunk of region `rid` that holds `address` (a walk from its start).
+  ChunkId ChunkHolding(RegionId rid, DeviceAddress address) const;
   // Takes chunk record `id` out of its region's list and deletes it.
   void Unlink(ChunkId id);
   // Gives chunk `to` a copy of chunk `from`'s stream condition.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "core/alignment.h"
 #include "core/bfc.h"
 #include "core/layer.h"
@@ -60,6 +61,7 @@ class BfcAllocator final : public Allocator, private SlabSource {
         known_only_(*oracle_),
         pools_(core_.config(),
                RoundUpToMultiple(kSlabUnit, resolved_.min_block_size)),
+        tags_(core_.config(), resolved_.granularity, "tag"),
         source_(MakeSource()) {
     stream_order_.BindSearches(&core_.counters().num_allocs);
   }
@@ -70,9 +72,15 @@ class BfcAllocator final : public Allocator, private SlabSource {
   ~BfcAllocator() override;
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream given,
-                                 std::size_t alignment) override {
+                                 std::size_t alignment, Tag tag) override {
+    if (ABSL_PREDICT_FALSE(tag != 0)) {
+      return AllocateTagged(bytes, given, alignment, tag);
+    }
     return AllocateHandlingOutOfMemory(*this, bytes, given, alignment);
   }
+  // (Out of line, so that the untagged path inlines with tag 0.)
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<void*> AllocateTagged(
+      std::size_t bytes, Stream given, std::size_t alignment, Tag tag);
 
   // For AllocateHandlingOutOfMemory: a failure final after the handler.
   void CountOutOfMemory() {
@@ -126,6 +134,10 @@ class BfcAllocator final : public Allocator, private SlabSource {
 
   absl::Status EndAllocateToPool(PoolId pool) override;
 
+  // Sleep and wake (core/bfc_tags.cc).
+  absl::StatusOr<SleepReport> Sleep(Tag tag, bool backup) override;
+  absl::Status Wake(Tag tag) override;
+
   // Whether a routed stream captures now (an answer the backend cannot give
   // counts as yes).
   bool CaptureNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -134,7 +146,7 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // NoteOutOfMemory (`pending`: null on the handler's retry).
   ABSL_ATTRIBUTE_ALWAYS_INLINE absl::StatusOr<void*> AllocateOnce(
       std::size_t bytes, Stream given, std::size_t alignment,
-      PendingOutOfMemory* pending) {
+      PendingOutOfMemory* pending, Tag tag = 0) {
     const Stream stream = Key(given);
     const std::uint64_t min_block = resolved_.min_block_size;
     if (alignment != 0) {  // 0, the common case, needs no check
@@ -150,8 +162,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
     if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
 
     LockGuard lock(&mu_);
-    if (ABSL_PREDICT_FALSE(pools_on_)) {
-      return AllocateWithPools(size, bytes, align, needed, stream, pending);
+    if (ABSL_PREDICT_FALSE(pools_on_ || tag != 0)) {
+      return AllocateWithPools(size, bytes, align, needed, stream, pending,
+                               tag);
     }
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
@@ -177,8 +190,78 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // statistics that pools change are kept here.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<void*> AllocateWithPools(
       std::uint64_t size, std::size_t bytes, std::uint64_t align,
-      std::uint64_t needed, Stream stream, PendingOutOfMemory* pending)
+      std::uint64_t needed, Stream stream, PendingOutOfMemory* pending, Tag tag)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Turns the pool-aware paths and figures on (the first pool or tag).
+  void EnablePoolPaths() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Tags (core/bfc_tags.cc) ---------------------------------------------
+  // A tag's memory is a pool of its own (tags_, the tag as its id) whose
+  // slabs are mappings of their own where memory can sleep (TakeTagSlab), so
+  // that no granule holds another tag's or untagged memory.
+  absl::StatusOr<DeviceAddress> AllocateToTag(Tag tag, std::uint64_t size,
+                                              std::size_t bytes,
+                                              std::uint64_t align,
+                                              Stream stream,
+                                              PendingOutOfMemory* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition when the tagged chunk at `address` is asleep.
+  absl::Status CheckAwake(DeviceAddress address, absl::string_view call) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A slab for a tag: with expandable regions, a new mapping of exactly the
+  // slab (whole granules); otherwise a block of general memory.
+  absl::StatusOr<DeviceAddress> TakeTagSlab(std::uint64_t* bytes,
+                                            std::uintptr_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why Sleep / Wake cannot run now, or OK.
+  absl::Status CheckSleepable(absl::string_view call, Tag tag, bool backup)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sleep or wake `slabs` in order; on an error, the ones done are turned
+  // back (their content lost) and the error names `call`.
+  absl::Status SleepSlabs(
+      const std::vector<std::pair<DeviceAddress, std::uint64_t>>& slabs,
+      bool sleep, absl::string_view call, std::uint64_t* bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Trim: the tags' regions that hold no live block go back to general
+  // memory (a tag asleep keeps its memory).
+  void ReturnFreeTagMemory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Memory reserved from the device: regions, less the memory asleep.
+  std::uint64_t Physical() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return core_.counters().bytes_reserved - source_->sleeping_bytes();
+  }
+  // The tags' SlabSource: TakeTagSlab, the rest as for private pools.
+  class TagSlabs final : public SlabSource {
+   public:
+    explicit TagSlabs(BfcAllocator& a) : a_(a) {}
+    absl::StatusOr<DeviceAddress> TakeSlab(std::uint64_t* bytes,
+                                           std::uintptr_t key) override
+        ABSL_NO_THREAD_SAFETY_ANALYSIS {  // called under mu_, via tags_
+      return a_.TakeTagSlab(bytes, key);
+    }
+    bool Contiguous(DeviceAddress a, DeviceAddress b) const override {
+      return a_.Contiguous(a, b);
+    }
+    void ReturnSlab(DeviceAddress base,
+                    absl::Span<const std::uintptr_t> streams) override
+        ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      a_.ReturnSlab(base, streams);
+    }
+
+   private:
+    BfcAllocator& a_;
+  };
+  // A tag asleep: its slabs, and the content of its live blocks when
+  // Sleep made a backup.
+  struct HostCopy {
+    DeviceAddress address = 0;
+    std::uint64_t bytes = 0;
+    std::unique_ptr<unsigned char[]> data;
+  };
+  struct AsleepTag {
+    std::vector<std::pair<DeviceAddress, std::uint64_t>> slabs;
+    std::vector<HostCopy> backup;
+    std::uint64_t bytes = 0;  // released
+  };
 
   ABSL_ATTRIBUTE_NOINLINE absl::Status DeallocateWithPools(void* ptr,
                                                            Stream stream)
@@ -215,11 +298,13 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // the pools handed out of them.
   std::uint64_t InUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return core_.counters().bytes_in_use - pools_.bytes_reserved() +
-           pools_.bytes_in_use();
+           pools_.bytes_in_use() - tags_.bytes_reserved() +
+           tags_.bytes_in_use();
   }
   std::uint64_t Requested() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return core_.counters().bytes_requested - pools_.slabs_requested() +
-           pools_.bytes_requested();
+           pools_.bytes_requested() - tags_.slabs_requested() +
+           tags_.bytes_requested();
   }
 
   // A stream handle no caller uses: "every stream" where one is excluded.
@@ -300,8 +385,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
   const std::shared_ptr<Backend> backend_;
 
   mutable Lock mu_;
-  // Whether a private pool was ever made: Allocate and Deallocate then take
-  // their pool-aware paths (kept next to the lock, on the hot cache line).
+  // Whether a private pool or a tag was ever made: Allocate and Deallocate
+  // then take their pool-aware paths (kept next to the lock, on the hot
+  // cache line).
   bool pools_on_ ABSL_GUARDED_BY(mu_) = false;
   BfcCore core_ ABSL_GUARDED_BY(mu_);
   StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
@@ -315,6 +401,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // The oracle during a graph capture: *oracle_'s known answers only.
   KnownOnlyOracle known_only_ ABSL_GUARDED_BY(mu_);
   PrivatePools pools_ ABSL_GUARDED_BY(mu_);
+  PrivatePools tags_ ABSL_GUARDED_BY(mu_);
+  TagSlabs tag_slabs_{*this};
+  absl::flat_hash_map<Tag, AsleepTag> asleep_ ABSL_GUARDED_BY(mu_);
   // Whether a stream allocating to a pool is capturing a graph (no event
   // calls, host waits or returned memory, and device calls in relaxed mode).
   bool capturing_ ABSL_GUARDED_BY(mu_) = false;
@@ -324,6 +413,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
   std::uint64_t peak_in_use_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t peak_requested_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t largest_alloc_ ABSL_GUARDED_BY(mu_) = 0;
+  // Once a tag slept (the core's peak then counts memory asleep): the peak
+  // of physical memory reserved (Physical()), sampled after each allocation
+  // and Wake.
+  bool slept_ ABSL_GUARDED_BY(mu_) = false;
+  std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_) = 0;
   // Where regions come from: separate backend allocations or expandable
   // regions. Declared last, destroyed first: it returns every region while
   // the core and the stream order still exist.

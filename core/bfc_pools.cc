@@ -7,15 +7,19 @@ namespace gpualloc::core {
 
 absl::StatusOr<PoolId> BfcAllocator::CreatePool() {
   LockGuard lock(&mu_);
-  if (!pools_on_) {  // from now on the pool-aware paths and figures
-    peak_in_use_ = core_.counters().peak_bytes_in_use;
-    peak_requested_ = core_.counters().peak_bytes_requested;
-    largest_alloc_ = core_.counters().largest_alloc_size;
-    pools_on_ = true;
-  }
+  EnablePoolPaths();
   // A key no stream has, like a released stream's: its slabs are strangers
   // to every stream, and conditions naming it are complete.
   return pools_.Create(StreamOrder::kReleasedBit | ++streams_released_);
+}
+
+void BfcAllocator::EnablePoolPaths() {
+  if (pools_on_) return;  // from now on the pool-aware paths and figures
+  peak_in_use_ = core_.counters().peak_bytes_in_use;
+  peak_requested_ = core_.counters().peak_bytes_requested;
+  largest_alloc_ = core_.counters().largest_alloc_size;
+  peak_reserved_ = core_.counters().peak_bytes_reserved;
+  pools_on_ = true;
 }
 
 absl::Status BfcAllocator::RetainPool(PoolId pool) {
@@ -54,10 +58,14 @@ bool BfcAllocator::CaptureNow() {
 
 absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
     std::uint64_t size, std::size_t bytes, std::uint64_t align,
-    std::uint64_t needed, Stream stream, PendingOutOfMemory* pending) {
+    std::uint64_t needed, Stream stream, PendingOutOfMemory* pending, Tag tag) {
   absl::StatusOr<DeviceAddress> address;
   std::uint64_t chunk = 0;
-  if (std::optional<PoolId> pool = pools_.RoutedPool(stream.handle)) {
+  if (tag != 0) {
+    EnablePoolPaths();
+    address = AllocateToTag(tag, size, bytes, align, stream, pending);
+    if (address.ok()) chunk = tags_.AllocatedSize(*address);
+  } else if (std::optional<PoolId> pool = pools_.RoutedPool(stream.handle)) {
     slab_pending_ = pending;
     address = pools_.Allocate(*pool, size, bytes, align, stream.handle,
                               Oracle(), *this);
@@ -80,18 +88,27 @@ absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
   peak_in_use_ = std::max(peak_in_use_, InUse());
   peak_requested_ = std::max(peak_requested_, Requested());
   largest_alloc_ = std::max(largest_alloc_, chunk);
+  peak_reserved_ = std::max(peak_reserved_, Physical());
   MaybeValidate();
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
 }
 
 absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
   const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
-  absl::Status status =
-      pools_.Owns(address)
-          ? pools_.Deallocate(address, Key(stream).handle,
-                              stream_order_.stamp(), oracle_, *this)
-          : core_.Deallocate(address, Key(stream).handle, stream_order_.stamp(),
-                             oracle_);
+  absl::Status status;
+  if (pools_.Owns(address)) {
+    status = pools_.Deallocate(address, Key(stream).handle,
+                               stream_order_.stamp(), oracle_, *this);
+  } else if (tags_.Owns(address)) {
+    status = CheckAwake(address, "Deallocate");
+    if (status.ok()) {
+      status = tags_.Deallocate(address, Key(stream).handle,
+                                stream_order_.stamp(), oracle_, tag_slabs_);
+    }
+  } else {
+    status = core_.Deallocate(address, Key(stream).handle,
+                              stream_order_.stamp(), oracle_);
+  }
   MaybeValidate();
   return status;
 }

@@ -98,15 +98,41 @@ RegionId BfcCore::JoinRegions(RegionId left, RegionId right,
   return left;
 }
 
-void BfcCore::CarveFree(DeviceAddress address, std::uint64_t bytes) {
-  const std::optional<RegionId> found = RegionAt(address);
-  GPUALLOC_DCHECK(found.has_value());
-  const RegionId rid = *found;
-  // The free chunk holding the range.
+ChunkId BfcCore::ChunkHolding(RegionId rid, DeviceAddress address) const {
   ChunkId id = regions_[rid].first;
   while (chunks_[id].address + chunks_[id].size <= address) {
     id = chunks_[id].next;
   }
+  return id;
+}
+
+void BfcCore::AllocateAt(DeviceAddress address, std::uint64_t size,
+                         std::uint64_t requested, std::uintptr_t stream) {
+  NoteStream(stream);
+  const std::optional<RegionId> found = RegionAt(address);
+  GPUALLOC_DCHECK(found.has_value());
+  ChunkId id = ChunkHolding(*found, address);
+  GPUALLOC_DCHECK(!chunks_[id].in_use && size > 0 &&
+                  address + size <= chunks_[id].address + chunks_[id].size);
+  if (chunks_[id].address < address) {
+    // The part before stays free, with the chunk's condition.
+    InsertFree(SplitFront(id, address - chunks_[id].address,
+                          /*copy_fence=*/true));
+  }
+  if (chunks_[id].size > size) {
+    id = SplitFront(id, size, /*copy_fence=*/false);
+  } else {
+    RemoveFree(id);
+    ReleaseFenceSet(chunks_[id]);
+  }
+  TakeChunk(id, requested, stream);
+}
+
+void BfcCore::CarveFree(DeviceAddress address, std::uint64_t bytes) {
+  const std::optional<RegionId> found = RegionAt(address);
+  GPUALLOC_DCHECK(found.has_value());
+  const RegionId rid = *found;
+  const ChunkId id = ChunkHolding(rid, address);
   const DeviceAddress end = address + bytes;
   const Chunk& c = chunks_[id];
   GPUALLOC_DCHECK(!c.in_use && c.address <= address &&

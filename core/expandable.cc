@@ -1,6 +1,8 @@
 // core/expandable.cc: growth planning and the mappings of expandable regions.
 #include "core/expandable.h"
 
+#include <utility>
+
 #include "absl/strings/str_format.h"
 #include "core/size_class.h"
 
@@ -55,6 +57,7 @@ std::optional<GrowthPlan> PlanGrowth(const std::vector<Extent>& extents,
 
 ExpandableSpace::~ExpandableSpace() {
   for (const auto& [address, m] : mappings_) {
+    if (m.asleep) continue;
     if (backend_.Unmap(address, m.bytes).ok()) {
       (void)backend_.ReleasePhysical(m.handle);
     }
@@ -141,6 +144,13 @@ absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
   while (it != mappings_.end() && it->first + it->second.bytes <= end) {
     const DeviceAddress at = it->first;
     const Mapping m = it->second;
+    if (m.asleep) {  // nothing behind it to unmap or release
+      *unmapped += m.bytes;
+      mapped_bytes_ -= m.bytes;
+      sleeping_bytes_ -= m.bytes;
+      it = mappings_.erase(it);
+      continue;
+    }
     absl::Status status = backend_.Unmap(at, m.bytes);
     if (!status.ok()) {
       return Context(status,
@@ -156,6 +166,66 @@ absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
                                              "bytes unmapped at %#x",
                                              m.bytes, at));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpandableSpace::Sleep(DeviceAddress address, std::uint64_t bytes,
+                                    std::uint64_t* done) {
+  *done = 0;
+  const DeviceAddress end = address + bytes;
+  for (auto it = mappings_.lower_bound(address);
+       it != mappings_.end() && it->first + it->second.bytes <= end; ++it) {
+    Mapping& m = it->second;
+    if (m.asleep) continue;
+    absl::Status status = backend_.Unmap(it->first, m.bytes);
+    if (!status.ok()) {
+      return Context(status, absl::StrFormat("unmapping %d bytes at %#x to "
+                                             "put them to sleep",
+                                             m.bytes, it->first));
+    }
+    ++unmaps_;
+    m.asleep = true;
+    sleeping_bytes_ += m.bytes;
+    *done += m.bytes;
+    const PhysicalHandle handle = std::exchange(m.handle, 0);
+    status = backend_.ReleasePhysical(handle);
+    if (!status.ok()) {
+      return Context(status, absl::StrFormat("releasing the handle of the %d "
+                                             "bytes unmapped at %#x",
+                                             m.bytes, it->first));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpandableSpace::Wake(DeviceAddress address, std::uint64_t bytes,
+                                   std::uint64_t* done) {
+  *done = 0;
+  const DeviceAddress end = address + bytes;
+  for (auto it = mappings_.lower_bound(address);
+       it != mappings_.end() && it->first + it->second.bytes <= end; ++it) {
+    Mapping& m = it->second;
+    if (!m.asleep) continue;
+    const DeviceAddress at = it->first;
+    absl::StatusOr<PhysicalHandle> handle = backend_.CreatePhysical(m.bytes);
+    absl::Status status = handle.status();
+    if (status.ok()) status = backend_.Map(at, m.bytes, *handle);
+    if (status.ok()) {
+      status = backend_.SetAccess(at, m.bytes);
+      if (!status.ok()) (void)backend_.Unmap(at, m.bytes);
+    }
+    if (!status.ok()) {
+      if (handle.ok()) (void)backend_.ReleasePhysical(*handle);
+      return Context(status, absl::StrFormat("mapping %d bytes at %#x again "
+                                             "to wake them",
+                                             m.bytes, at));
+    }
+    ++maps_;
+    m.handle = *handle;
+    m.asleep = false;
+    sleeping_bytes_ -= m.bytes;
+    *done += m.bytes;
   }
   return absl::OkStatus();
 }

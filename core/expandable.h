@@ -95,7 +95,8 @@ class ExpandableSpace {
   // Unmaps every mapping inside [address, address + bytes), one call each,
   // and releases its handle. On error the mappings before the failing one are
   // gone (reported through *unmapped, in bytes) and the rest stay; a failed
-  // release after a successful unmap counts the mapping as gone.
+  // release after a successful unmap counts the mapping as gone. A mapping
+  // asleep (Sleep) is only forgotten: nothing is behind it.
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes,
                      std::uint64_t* unmapped);
   // The runs of whole mappings inside [address, address + bytes), merged
@@ -103,7 +104,24 @@ class ExpandableSpace {
   std::vector<std::pair<DeviceAddress, std::uint64_t>> MappedRunsWithin(
       DeviceAddress address, std::uint64_t bytes) const;
 
+  // Sleep and wake (Allocator::Sleep): the mappings inside [address,
+  // address + bytes) give their physical memory back but stay in the
+  // mapping table without a handle ("asleep"), so that the address range
+  // stays theirs and everything that walks the mappings sees them as before;
+  // Wake maps a fresh handle of the same size at each again and makes it
+  // accessible. Both act mapping by mapping and stop at the first error,
+  // *done then telling how many bytes changed state.
+  // REQUIRES: the range holds whole mappings only, all awake (Sleep) or all
+  // asleep (Wake).
+  absl::Status Sleep(DeviceAddress address, std::uint64_t bytes,
+                     std::uint64_t* done);
+  absl::Status Wake(DeviceAddress address, std::uint64_t bytes,
+                    std::uint64_t* done);
+
+  // Bytes of every mapping, awake or asleep.
   std::uint64_t mapped_bytes() const { return mapped_bytes_; }
+  // Of them, bytes asleep (no physical memory behind them).
+  std::uint64_t sleeping_bytes() const { return sleeping_bytes_; }
   // Whether a mapping starts / ends exactly at `address` (O(log mappings)).
   bool MappingStartsAt(DeviceAddress address) const {
     return mappings_.contains(address);
@@ -121,6 +139,7 @@ class ExpandableSpace {
   struct Mapping {
     std::uint64_t bytes = 0;
     PhysicalHandle handle = 0;
+    bool asleep = false;
   };
   // Maps one new handle of `bytes` at `address` (create, map).
   absl::Status MapOne(DeviceAddress address, std::uint64_t bytes);
@@ -131,6 +150,7 @@ class ExpandableSpace {
   std::uint64_t size_ = 0;
   absl::btree_map<DeviceAddress, Mapping> mappings_;  // by start
   std::uint64_t mapped_bytes_ = 0;
+  std::uint64_t sleeping_bytes_ = 0;
   std::uint64_t maps_ = 0;
   std::uint64_t unmaps_ = 0;
 };

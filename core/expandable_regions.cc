@@ -84,7 +84,7 @@ class ExpandableRegions final : public RegionSource {
       GPUALLOC_RETURN_IF_ERROR(
           UnmapFree(plan->address, plan->address + plan->bytes, &stream));
     }
-    const std::uint64_t reserved = c_.core.counters().bytes_reserved;
+    const std::uint64_t reserved = Physical();
     if (reserved + plan->bytes > c_.resolved.limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "mapping %d more bytes would pass the limit of %d bytes (%d mapped)",
@@ -112,6 +112,49 @@ class ExpandableRegions final : public RegionSource {
     // 0.2 to 1.3 points less utilization, because Trim and garbage
     // collection can unmap only whole handles).
     return MapRegion(plan->address, bytes, bytes);
+  }
+
+  bool CanSleep() const override { return true; }
+
+  // The smallest hole that takes `bytes` without joining free memory next to
+  // it (PlanGrowth with no free ends), mapped as one handle.
+  absl::StatusOr<DeviceAddress> MapExclusive(std::uint64_t bytes) override {
+    GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
+    std::vector<Extent> extents;
+    for (DeviceAddress base : c_.core.RegionBases()) {
+      extents.push_back(
+          Extent{base, c_.core.region_size(*c_.core.RegionAt(base)), 0, 0});
+    }
+    const std::optional<GrowthPlan> plan =
+        PlanGrowth(extents, space_.base(), space_.size(), bytes, space_.unit());
+    if (!plan.has_value()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "no hole of the reserved range of %d bytes can take %d bytes",
+          space_.size(), bytes));
+    }
+    if (Physical() + bytes > c_.resolved.limit && !c_.capturing) {
+      const Stream none;
+      GPUALLOC_RETURN_IF_ERROR(UnmapFree(1, 0, &none));
+    }
+    if (Physical() + bytes > c_.resolved.limit) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "mapping %d more bytes would pass the limit of %d bytes (%d mapped)",
+          bytes, c_.resolved.limit, Physical()));
+    }
+    GPUALLOC_RETURN_IF_ERROR(MapRegion(plan->address, bytes, bytes));
+    return plan->address;
+  }
+
+  absl::Status Sleep(DeviceAddress address, std::uint64_t bytes,
+                     std::uint64_t* done) override {
+    return space_.Sleep(address, bytes, done);
+  }
+  absl::Status Wake(DeviceAddress address, std::uint64_t bytes,
+                    std::uint64_t* done) override {
+    return space_.Wake(address, bytes, done);
+  }
+  std::uint64_t sleeping_bytes() const override {
+    return space_.sleeping_bytes();
   }
 
   // (An empty keep range: [1, 0) touches no chunk.)
@@ -144,6 +187,11 @@ class ExpandableRegions final : public RegionSource {
   std::uint64_t backend_frees() const override { return space_.unmaps(); }
 
  private:
+  // Memory reserved from the device: what is mapped and awake.
+  std::uint64_t Physical() const {
+    return c_.core.counters().bytes_reserved - space_.sleeping_bytes();
+  }
+
   // Preallocation, and a doubling growth, map in at most this many handles.
   static constexpr std::uint64_t kMaxHandles = 64;
 

@@ -94,18 +94,22 @@ absl::StatusOr<void*> CallOutOfMemoryHandler(
 // A mode's Allocate: self.AllocateOnce(bytes, stream, alignment, &pending),
 // then the handler when that attempt prepared a call; a failure that is
 // final after the handler is counted by self.CountOutOfMemory().
-template <typename Mode>
+// `extra` (the BFC mode's tag) is passed on to AllocateOnce.
+template <typename Mode, typename... Extra>
 absl::StatusOr<void*> AllocateHandlingOutOfMemory(Mode& self, std::size_t bytes,
                                                   Stream stream,
-                                                  std::size_t alignment) {
+                                                  std::size_t alignment,
+                                                  Extra... extra) {
   PendingOutOfMemory pending = nullptr;
   absl::StatusOr<void*> result =
-      self.AllocateOnce(bytes, stream, alignment, &pending);
+      self.AllocateOnce(bytes, stream, alignment, &pending, extra...);
   if (ABSL_PREDICT_FALSE(!result.ok()) && pending != nullptr) {
     const std::unique_ptr<OutOfMemoryCall> call(pending);
     result = CallOutOfMemoryHandler(
         *call, std::move(result).status(), bytes, stream, alignment,
-        [&] { return self.AllocateOnce(bytes, stream, alignment, nullptr); },
+        [&] {
+          return self.AllocateOnce(bytes, stream, alignment, nullptr, extra...);
+        },
         [&] { self.CountOutOfMemory(); });
   }
   return result;  // one named result: returned in place

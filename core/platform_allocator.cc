@@ -56,8 +56,9 @@ class PlatformAllocator final : public Allocator {
     });
   }
 
+  // Tags change nothing here: this mode keeps no memory (Sleep refuses).
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
-                                 std::size_t alignment) override {
+                                 std::size_t alignment, Tag /*tag*/) override {
     return AllocateHandlingOutOfMemory(*this, bytes, stream, alignment);
   }
 

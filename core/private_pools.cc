@@ -53,8 +53,11 @@ RelaxedCapture::RelaxedCapture(Backend& backend, bool capturing)
   active_ = true;
 }
 
-PoolId PrivatePools::Create(std::uintptr_t key) {
-  const PoolId id = next_id_++;
+PoolId PrivatePools::Create(std::uintptr_t key, PoolId id) {
+  if (id == 0) {
+    while (pools_.contains(next_id_)) ++next_id_;
+    id = next_id_++;
+  }
   Pool& pool = pools_[id];
   pool.id = id;
   pool.key = key;
@@ -67,7 +70,7 @@ absl::StatusOr<PrivatePools::Pool*> PrivatePools::Find(PoolId id,
   auto it = pools_.find(id);
   if (it == pools_.end() || it->second.references == 0) {
     return absl::NotFoundError(absl::StrFormat(
-        "%s(pool %d): %s", call, id,
+        "%s(%s %d): %s", call, kind_, id,
         id == 0 || id >= next_id_
             ? "no such pool (CreatePool makes them)"
             : "the pool was released (its last reference dropped)"));
@@ -149,6 +152,7 @@ absl::StatusOr<DeviceAddress> PrivatePools::Allocate(
     SlabSource& slabs) {
   Pool& pool = pools_.at(id);
   BfcCore& core = *pool.core;
+  AddUser(pool, stream);
   if (std::optional<DeviceAddress> a = core.Allocate(
           size, requested, alignment, stream, oracle, BfcCore::Search::kAll)) {
     return *a;
@@ -161,9 +165,9 @@ absl::StatusOr<DeviceAddress> PrivatePools::Allocate(
   if (!taken.ok()) {
     return absl::Status(
         taken.status().code(),
-        absl::StrFormat("private pool %d, Allocate(%d bytes) on stream %#x: "
+        absl::StrFormat("%s %d, Allocate(%d bytes) on stream %#x: "
                         "a new block of %d bytes for the pool: %s",
-                        id, requested, stream, wanted,
+                        kind_, id, requested, stream, wanted,
                         taken.status().message()));
   }
   const DeviceAddress base = *taken;
@@ -176,10 +180,10 @@ absl::StatusOr<DeviceAddress> PrivatePools::Allocate(
   std::optional<DeviceAddress> a = core.Allocate(
       size, requested, alignment, stream, oracle, BfcCore::Search::kAll);
   if (!a.has_value()) {  // the slab alone holds the request
-    return absl::InternalError(absl::StrFormat(
-        "private pool %d: a new block of %d bytes at %#x does not hold a "
-        "request of %d bytes aligned to %d",
-        id, bytes, base, size, alignment));
+    return absl::InternalError(
+        absl::StrFormat("%s %d: a new block of %d bytes at %#x does not hold a "
+                        "request of %d bytes aligned to %d",
+                        kind_, id, bytes, base, size, alignment));
   }
   return *a;
 }
@@ -258,11 +262,33 @@ std::uint64_t PrivatePools::StreamReferences(std::uintptr_t stream) const {
   return n;
 }
 
-void PrivatePools::ReturnFree(Pool& pool, SlabSource& slabs) {
+std::vector<std::pair<DeviceAddress, std::uint64_t>> PrivatePools::Slabs(
+    PoolId id) const {
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> out;
+  for (const auto& [base, slab] : slabs_) {
+    if (slab.pool == id) out.emplace_back(base, slab.bytes);
+  }
+  return out;
+}
+
+std::vector<std::pair<DeviceAddress, std::uint64_t>> PrivatePools::ChunksInUse(
+    PoolId id) const {
+  std::vector<RegionSnapshot> regions;
+  pools_.at(id).core->AppendSnapshot(&regions);
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> out;
+  for (const RegionSnapshot& r : regions) {
+    for (const ChunkSnapshot& c : r.chunks) {
+      if (c.in_use) out.emplace_back(c.address, c.size);
+    }
+  }
+  return out;
+}
+
+void PrivatePools::ReturnFree(Pool& pool, SlabSource& slabs, bool settle) {
   BfcCore& core = *pool.core;
   // A released pool's free pieces merge whatever streams freed them: the
   // blocks go back fenced by all of those streams.
-  if (core.multi_stream()) core.Settle(AllCompleteOracle());
+  if (settle && core.multi_stream()) core.Settle(AllCompleteOracle());
   for (RegionId region : core.FreeRegions()) {
     const DeviceAddress base = core.region_base(region);
     const DeviceAddress end = base + core.region_size(region);
@@ -315,8 +341,8 @@ absl::Status PrivatePools::Validate(const BfcCore& general) const {
   for (const auto& [id, pool] : pools_) {
     absl::Status valid = pool.core->Validate();
     if (!valid.ok()) {
-      return absl::Status(valid.code(), absl::StrFormat("private pool %d: %s",
-                                                        id, valid.message()));
+      return absl::Status(valid.code(), absl::StrFormat("%s %d: %s", kind_, id,
+                                                        valid.message()));
     }
     if (pool.core->counters().bytes_reserved != pool.slab_bytes) {
       return absl::InternalError(absl::StrFormat(

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -109,10 +110,15 @@ class PrivatePools {
  public:
   // `config`: the general core's (pool cores carve the same way). Slabs are
   // multiples of `slab_unit` bytes.
-  PrivatePools(const BfcConfig& config, std::uint64_t slab_unit)
-      : config_(config), slab_unit_(slab_unit) {}
+  // `kind` names a pool in messages ("private pool", "tag").
+  PrivatePools(const BfcConfig& config, std::uint64_t slab_unit,
+               absl::string_view kind = "private pool")
+      : config_(config), slab_unit_(slab_unit), kind_(kind) {}
 
-  PoolId Create(std::uintptr_t key);
+  // A new pool allocating slabs on `key`; its id is `id` when given (not in
+  // use), else the next free number.
+  PoolId Create(std::uintptr_t key, PoolId id = 0);
+  bool Has(PoolId id) const { return pools_.contains(id); }
   absl::Status Retain(PoolId id);
   // Drops a reference; at the last one the pool's memory goes back as its
   // regions become free. `last_use` joins the streams that used it.
@@ -142,6 +148,27 @@ class PrivatePools {
                                          std::uintptr_t stream,
                                          ReuseOracle* oracle,
                                          SlabSource& slabs);
+  // The pool whose slab holds `address`, or 0.
+  PoolId PoolOf(DeviceAddress address) const {
+    const Slab* slab = SlabAt(address);
+    return slab == nullptr ? 0 : slab->pool;
+  }
+  // Pool `id`'s slabs as [base, base + bytes), in address order, and the
+  // streams whose work used its memory. REQUIRES: Has(id).
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> Slabs(PoolId id) const;
+  const std::vector<std::uintptr_t>& Users(PoolId id) const {
+    return pools_.at(id).users;
+  }
+  // Pool `id`'s chunks in use as [address, address + size), in address
+  // order. REQUIRES: Has(id).
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> ChunksInUse(
+      PoolId id) const;
+  // Gives the regions of pool `id` that hold no live block back to general
+  // memory, fenced by every stream that used the pool (Trim); a pool left
+  // empty is forgotten. REQUIRES: Has(id).
+  void ReturnFreeRegions(PoolId id, SlabSource& slabs) {
+    ReturnFree(pools_.at(id), slabs, /*settle=*/false);
+  }
   // Whether `address` lies in a slab some pool holds.
   bool Owns(DeviceAddress address) const { return SlabAt(address) != nullptr; }
   // BfcCore::Deallocate / RecordStream on the pool holding `address`.
@@ -213,10 +240,14 @@ class PrivatePools {
   // free pieces' stream conditions dropped first: every stream that used
   // the pool fences the returned blocks); forgets the pool once nothing is
   // left.
-  void ReturnFree(Pool& pool, SlabSource& slabs);
+  // `settle`: first drop the stream conditions of the pool's free pieces,
+  // so that they merge (only for a released pool: nobody allocates from it
+  // again).
+  void ReturnFree(Pool& pool, SlabSource& slabs, bool settle = true);
 
   const BfcConfig config_;
   const std::uint64_t slab_unit_;
+  const absl::string_view kind_;
   PoolId next_id_ = 1;
   absl::flat_hash_map<PoolId, Pool> pools_;
   absl::flat_hash_map<std::uintptr_t, Route> routes_;

@@ -72,6 +72,30 @@ class RegionSource {
   // `full`: every mapping is walked (Validate()); otherwise only what is
   // cheap enough to check after every operation (debug_checks=2).
   virtual absl::Status Validate(bool full) const = 0;
+  // --- Tagged memory and sleep (Allocator::Sleep); expandable regions only.
+  // Whether the source can release the physical memory of a range while
+  // keeping its addresses.
+  virtual bool CanSleep() const { return false; }
+  // Maps `bytes` (a multiple of the granule) as a mapping of its own in a
+  // hole of the address range, added to the core's regions as growth is,
+  // and returns where; the caller takes exactly that range out of free
+  // memory (BfcCore::AllocateAt), so no other allocation shares its
+  // granules. Where the limit would be passed, free granules no pending work
+  // uses are unmapped first (no host wait). ResourceExhausted when that is
+  // not enough.
+  virtual absl::StatusOr<DeviceAddress> MapExclusive(std::uint64_t bytes);
+  // Releases the physical memory of the whole mappings in [address, address
+  // + bytes), keeping the addresses; Wake maps fresh memory there. On error
+  // *done bytes changed state. REQUIRES: CanSleep(); the range is in-use
+  // chunks of whole mappings that MapExclusive made.
+  virtual absl::Status Sleep(DeviceAddress address, std::uint64_t bytes,
+                             std::uint64_t* done);
+  virtual absl::Status Wake(DeviceAddress address, std::uint64_t bytes,
+                            std::uint64_t* done);
+  // Bytes asleep: counted in the core's regions, but with no physical memory
+  // behind them (not reserved from the device).
+  virtual std::uint64_t sleeping_bytes() const { return 0; }
+
   // Regions or mappings made and undone (Stats::backend_allocs/frees).
   virtual std::uint64_t backend_allocs() const = 0;
   virtual std::uint64_t backend_frees() const = 0;

@@ -154,4 +154,19 @@ absl::Status WaitForFreeMemory(StreamOrder& order,
                       doing, waited.message()));
 }
 
+// Only expandable regions can keep addresses without memory behind them.
+absl::StatusOr<DeviceAddress> RegionSource::MapExclusive(std::uint64_t) {
+  return absl::UnimplementedError("this region source cannot map exclusively");
+}
+absl::Status RegionSource::Sleep(DeviceAddress, std::uint64_t,
+                                 std::uint64_t* done) {
+  *done = 0;
+  return absl::UnimplementedError("this region source cannot sleep");
+}
+absl::Status RegionSource::Wake(DeviceAddress, std::uint64_t,
+                                std::uint64_t* done) {
+  *done = 0;
+  return absl::UnimplementedError("this region source cannot wake");
+}
+
 }  // namespace gpualloc::core

@@ -157,6 +157,25 @@ struct Stats {
   // like any other).
   std::uint64_t pool_bytes_reserved = 0;
   std::uint64_t pool_bytes_in_use = 0;
+  // Memory of tags put to sleep (Allocator::Sleep): given back to the device
+  // (not in bytes_reserved), its addresses kept for Wake.
+  std::uint64_t bytes_sleeping = 0;
+};
+
+// A label on allocations that Allocator::Sleep and Wake act on; 0 is none.
+using Tag = std::uint32_t;
+
+// What Allocator::Sleep did.
+struct SleepReport {
+  std::uint64_t allocations = 0;     // live allocations of the tag, asleep now
+  std::uint64_t bytes_in_use = 0;    // their bytes (chunk sizes)
+  std::uint64_t bytes_released = 0;  // physical memory given back
+  // Granules holding the tag's memory that stayed mapped because untagged
+  // live blocks share them. The bfc mode gives a tag granules of its own,
+  // so none are shared and this is 0; it is reported so that a caller can
+  // check what it relies on.
+  std::uint64_t bytes_kept = 0;
+  std::uint64_t bytes_backed_up = 0;  // copied to host memory (backup)
 };
 
 // Every region and chunk, in address order.
@@ -169,6 +188,9 @@ struct ChunkSnapshot {
   // An in-use chunk the private pool with this id holds (its memory is
   // listed under Snapshot::pools), else 0.
   std::uint64_t pool = 0;
+  // An in-use chunk holding the memory of this tag (see Allocator::Sleep),
+  // else 0.
+  std::uint32_t tag = 0;
 };
 struct RegionSnapshot {
   std::uint64_t base = 0;
@@ -187,6 +209,10 @@ struct PoolSnapshot {
   std::uint64_t bytes_reserved = 0;     // memory the pool holds
   std::uint64_t bytes_in_use = 0;       // of it, handed out and not freed
   std::vector<RegionSnapshot> regions;
+  // The memory of a tag (Allocator::Sleep) is listed as a pool too, with the
+  // tag as its id; `asleep` while its memory is given back.
+  std::uint32_t tag = 0;
+  bool asleep = false;
 };
 
 struct Snapshot {
@@ -249,9 +275,16 @@ class Allocator {
   // returns a unique non-null pointer to a minimum-size block. A request beyond
   // what the allocator can ever serve, or that cannot be served now even after
   // garbage collection, is ResourceExhausted with a report of why.
+  //
+  // `tag` (non-zero) labels the allocation for Sleep and Wake: in the bfc
+  // mode tagged memory is carved from granules that hold no other tag's or
+  // untagged memory. Allocating with a tag that is asleep is
+  // FailedPrecondition. The platform and async modes accept tags and keep
+  // nothing by them (their Sleep answers FailedPrecondition).
   virtual absl::StatusOr<void*> Allocate(std::size_t bytes,
                                          Stream stream = Stream(),
-                                         std::size_t alignment = 0) = 0;
+                                         std::size_t alignment = 0,
+                                         Tag tag = 0) = 0;
   // Releases what Allocate returned. The free rule, the same in every mode:
   // the memory is reused only after the work queued so far on `stream`, on
   // the stream the block was allocated on, and on every stream RecordStream
@@ -347,6 +380,30 @@ class Allocator {
   virtual absl::Status BeginAllocateToPool(PoolId pool, Stream stream);
   // Ends every stream's allocating to `pool`.
   virtual absl::Status EndAllocateToPool(PoolId pool);
+
+  // --- Sleep and wake: giving memory back without losing addresses --------
+  // Sleep(tag) makes the host wait for the work queued on every stream that
+  // used the tag's memory, then unmaps and releases the physical memory of
+  // every granule holding only the tag's memory (live or free), keeping the
+  // addresses reserved: pointers and captured graphs stay valid for after
+  // Wake. The tag's allocations stay live but may not be used, freed
+  // (Deallocate, RecordStream: FailedPrecondition) or added to until
+  // Wake(tag) maps fresh physical memory at the same addresses. Their
+  // content is lost, unless `backup` copied it to host memory first
+  // (capabilities.host_copy), which Wake copies back.
+  //
+  // Released memory is reusable by the rest of the allocator at once: a Wake
+  // needs the limit to have room for the tag again (ResourceExhausted,
+  // nothing changed, otherwise). Sleeping a tag with no memory only marks it
+  // asleep. Errors, nothing changed: tag 0 is InvalidArgument; a tag
+  // already asleep (Sleep) or not asleep (Wake), a backup without
+  // host_copy, a graph capture underway, and a backend without virtual
+  // memory or an allocator without expandable regions are
+  // FailedPrecondition, naming the backend. On a device error half way, what
+  // was released is mapped again (its content lost unless backed up) and
+  // the error names the step. Only the bfc mode sleeps.
+  virtual absl::StatusOr<SleepReport> Sleep(Tag tag, bool backup = false);
+  virtual absl::Status Wake(Tag tag);
 
   virtual const DeviceInfo& device() const = 0;
   virtual const Options& options() const = 0;

@@ -1,0 +1,265 @@
+// core/bfc_tags.cc: the BFC facade's tagged memory and Sleep / Wake
+// (Allocator::Sleep). A tag's memory is a pool of its own (tags_, keyed by
+// the tag) whose slabs, with expandable regions, are mappings of their own:
+// sleeping unmaps exactly them and keeps their addresses.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "core/bfc_allocator.h"
+
+namespace gpualloc {
+
+// Sleep and wake in the modes that keep no memory.
+absl::StatusOr<SleepReport> Allocator::Sleep(Tag tag, bool) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "Sleep(tag %d): sleeping memory needs allocator mode bfc with "
+      "expandable regions; this allocator runs in mode %s",
+      tag, AllocatorModeName(options().mode)));
+}
+absl::Status Allocator::Wake(Tag tag) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "Wake(tag %d): sleeping memory needs allocator mode bfc with "
+      "expandable regions; this allocator runs in mode %s",
+      tag, AllocatorModeName(options().mode)));
+}
+
+namespace core {
+
+absl::StatusOr<void*> BfcAllocator::AllocateTagged(std::size_t bytes,
+                                                   Stream given,
+                                                   std::size_t alignment,
+                                                   Tag tag) {
+  return AllocateHandlingOutOfMemory(*this, bytes, given, alignment, tag);
+}
+
+absl::StatusOr<DeviceAddress> BfcAllocator::AllocateToTag(
+    Tag tag, std::uint64_t size, std::size_t bytes, std::uint64_t align,
+    Stream stream, PendingOutOfMemory* pending) {
+  if (std::optional<PoolId> pool = pools_.RoutedPool(stream.handle)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Allocate(%d bytes, tag %d) on stream %#x: the stream allocates to "
+        "private pool %d, whose memory a graph replays and may not sleep",
+        bytes, tag, stream.handle, *pool));
+  }
+  if (asleep_.contains(tag)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Allocate(%d bytes, tag %d): tag %d is asleep; Wake(%d) first", bytes,
+        tag, tag, tag));
+  }
+  if (!tags_.Has(tag)) {
+    // A key no stream has, like a private pool's (CreatePool).
+    tags_.Create(StreamOrder::kReleasedBit | ++streams_released_, tag);
+  }
+  slab_pending_ = pending;
+  absl::StatusOr<DeviceAddress> address = tags_.Allocate(
+      tag, size, bytes, align, stream.handle, Oracle(), tag_slabs_);
+  slab_pending_ = nullptr;
+  return address;
+}
+
+absl::Status BfcAllocator::CheckAwake(DeviceAddress address,
+                                      absl::string_view call) const {
+  const Tag tag = static_cast<Tag>(tags_.PoolOf(address));
+  if (!asleep_.contains(tag)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s(%#x): the allocation's tag %d is asleep (its memory is given back); "
+      "Wake(%d) first",
+      call, address, tag, tag));
+}
+
+absl::StatusOr<DeviceAddress> BfcAllocator::TakeTagSlab(std::uint64_t* bytes,
+                                                        std::uintptr_t key) {
+  if (!source_->CanSleep()) return TakeSlab(bytes, key);
+  const std::uint64_t want = RoundUpToMultiple(*bytes, resolved_.granularity);
+  if (want > resolved_.limit) return RejectTooLargeLocked(want, slab_pending_);
+  // The first memory of a preallocating allocator is the preallocation.
+  if (resolved_.options.preallocate && core_.num_regions() == 0) {
+    absl::Status preallocated = source_->Preallocate();
+    if (!preallocated.ok() && !absl::IsResourceExhausted(preallocated)) {
+      return preallocated;
+    }
+  }
+  RelaxedCapture relaxed(*backend_, capturing_);
+  GPUALLOC_RETURN_IF_ERROR(relaxed.status());
+  absl::StatusOr<DeviceAddress> base = source_->MapExclusive(want);
+  // Out of room: the free memory that waits for other streams' work, then
+  // mapped again.
+  if (absl::IsResourceExhausted(base.status()) &&
+      resolved_.options.garbage_collection && !capturing_ &&
+      source_->HasFreeToRelease()) {
+    GPUALLOC_RETURN_IF_ERROR(ReleaseFree());
+    base = source_->MapExclusive(want);
+  }
+  if (!base.ok()) {
+    if (!absl::IsResourceExhausted(base.status())) return base.status();
+    return OutOfMemory(want, want, base.status(), slab_pending_);
+  }
+  core_.AllocateAt(*base, want, want, key);
+  *bytes = want;
+  return *base;
+}
+
+absl::Status BfcAllocator::CheckSleepable(absl::string_view call, Tag tag,
+                                          bool backup) {
+  const DeviceInfo& info = backend_->info();
+  if (tag == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s(tag 0): 0 is no tag; tag allocations with a non-zero tag", call));
+  }
+  if (!source_->CanSleep()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s(tag %d): giving memory back while keeping its addresses needs "
+        "expandable regions over virtual memory; %s",
+        call, tag,
+        info.capabilities.virtual_memory
+            ? "this allocator has them off (expandable=off)"
+            : absl::StrFormat("backend %s (%s) has no virtual memory",
+                              info.backend, info.name)));
+  }
+  if (backup && !info.capabilities.host_copy) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s(tag %d, backup): backend %s (%s) cannot copy device memory to "
+        "the host (capabilities.host_copy); sleep without a backup",
+        call, tag, info.backend, info.name));
+  }
+  if (capturing_ && CaptureNow()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s(tag %d) during a graph capture: it would make the host wait and "
+        "map or unmap memory; call it after EndAllocateToPool",
+        call, tag));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BfcAllocator::SleepSlabs(
+    const std::vector<std::pair<DeviceAddress, std::uint64_t>>& slabs,
+    bool sleep, absl::string_view call, std::uint64_t* bytes) {
+  *bytes = 0;
+  for (std::size_t i = 0; i < slabs.size(); ++i) {
+    const auto [base, size] = slabs[i];
+    std::uint64_t done = 0;
+    absl::Status status = sleep ? source_->Sleep(base, size, &done)
+                                : source_->Wake(base, size, &done);
+    *bytes += done;
+    if (status.ok()) continue;
+    // Turn back what changed, this slab's part included.
+    std::uint64_t ignored = 0;
+    for (std::size_t j = 0; j <= i; ++j) {
+      (void)(sleep ? source_->Wake(slabs[j].first, slabs[j].second, &ignored)
+                   : source_->Sleep(slabs[j].first, slabs[j].second, &ignored));
+    }
+    *bytes = 0;
+    return absl::Status(
+        status.code(),
+        absl::StrFormat("%s: %s; the tag's memory was %s again", call,
+                        status.message(),
+                        sleep ? "mapped (its content is lost)" : "released"));
+  }
+  return absl::OkStatus();
+}
+
+void BfcAllocator::ReturnFreeTagMemory() {
+  std::vector<PoolId> awake;
+  std::vector<PoolSnapshot> pools;
+  tags_.AppendSnapshot(&pools);
+  for (const PoolSnapshot& p : pools) {
+    if (!asleep_.contains(static_cast<Tag>(p.id))) awake.push_back(p.id);
+  }
+  for (PoolId id : awake) tags_.ReturnFreeRegions(id, tag_slabs_);
+}
+
+absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
+  LockGuard lock(&mu_);
+  GPUALLOC_RETURN_IF_ERROR(CheckSleepable("Sleep", tag, backup));
+  if (asleep_.contains(tag)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "Sleep(tag %d): the tag is asleep already; Wake(%d) first", tag, tag));
+  }
+  const std::string call = absl::StrFormat("Sleep(tag %d)", tag);
+  SleepReport report;
+  AsleepTag asleep;
+  if (tags_.Has(tag)) {
+    // The work queued so far that may use the tag's memory, done.
+    if (MayAsk()) {
+      absl::Status waited = stream_order_.WaitForAll(tags_.Users(tag));
+      if (!waited.ok()) {
+        (void)stream_order_.TakeError();
+        return absl::Status(
+            waited.code(),
+            absl::StrFormat("%s: waiting for the work that uses its memory: "
+                            "%s; nothing changed",
+                            call, waited.message()));
+      }
+    }
+    for (const auto& [address, size] : tags_.ChunksInUse(tag)) {
+      ++report.allocations;
+      report.bytes_in_use += size;
+      if (!backup) continue;
+      HostCopy copy{address, size, std::make_unique<unsigned char[]>(size)};
+      absl::Status copied =
+          backend_->CopyToHost(copy.data.get(), address, size);
+      if (!copied.ok()) {
+        return absl::Status(
+            copied.code(),
+            absl::StrFormat("%s: backing up %d bytes at %#x: %s; nothing "
+                            "changed",
+                            call, size, address, copied.message()));
+      }
+      report.bytes_backed_up += size;
+      asleep.backup.push_back(std::move(copy));
+    }
+    asleep.slabs = tags_.Slabs(tag);
+    GPUALLOC_RETURN_IF_ERROR(
+        SleepSlabs(asleep.slabs, /*sleep=*/true, call, &asleep.bytes));
+    report.bytes_released = asleep.bytes;
+  }
+  if (!slept_) {
+    peak_reserved_ =
+        std::max(peak_reserved_, core_.counters().peak_bytes_reserved);
+    slept_ = true;
+  }
+  asleep_.emplace(tag, std::move(asleep));
+  MaybeValidate();
+  return report;
+}
+
+absl::Status BfcAllocator::Wake(Tag tag) {
+  LockGuard lock(&mu_);
+  GPUALLOC_RETURN_IF_ERROR(CheckSleepable("Wake", tag, /*backup=*/false));
+  auto it = asleep_.find(tag);
+  if (it == asleep_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("Wake(tag %d): the tag is not asleep", tag));
+  }
+  AsleepTag& asleep = it->second;
+  const std::string call = absl::StrFormat("Wake(tag %d)", tag);
+  if (Physical() + asleep.bytes > resolved_.limit) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: mapping its %d bytes again would pass the limit of %d bytes "
+        "(%d reserved now); free memory or Trim first. The tag stays asleep",
+        call, asleep.bytes, resolved_.limit, Physical()));
+  }
+  std::uint64_t woken = 0;
+  GPUALLOC_RETURN_IF_ERROR(
+      SleepSlabs(asleep.slabs, /*sleep=*/false, call, &woken));
+  for (const HostCopy& copy : asleep.backup) {
+    absl::Status copied =
+        backend_->CopyFromHost(copy.address, copy.data.get(), copy.bytes);
+    if (!copied.ok()) {
+      (void)SleepSlabs(asleep.slabs, /*sleep=*/true, call, &woken);
+      return absl::Status(
+          copied.code(),
+          absl::StrFormat("%s: restoring %d bytes at %#x from the backup: "
+                          "%s; the tag stays asleep",
+                          call, copy.bytes, copy.address, copied.message()));
+    }
+  }
+  asleep_.erase(it);
+  peak_reserved_ = std::max(peak_reserved_, Physical());
+  MaybeValidate();
+  return absl::OkStatus();
+}
+
+}  // namespace core
+}  // namespace gpualloc

@@ -1,0 +1,363 @@
+// tests/core/sleep_wake_test.cc: tagged allocations, Sleep and Wake on the
+// simulated device's host-backed virtual memory: what is released (the
+// tag's granules, nothing else), that untagged memory keeps its content,
+// that addresses survive and a backup restores the content, the errors, and
+// that nothing changes on a failed call.
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace gpualloc {
+namespace {
+
+using testing::Addr;
+using testing::kGiB;
+using testing::kMiB;
+using testing::MakeAllocator;
+using testing::MakeSim;
+
+constexpr std::uint64_t kGranule = 2 * kMiB;  // the H100 profile's
+
+Options Expandable(bool preallocate) {
+  Options o;
+  o.preallocate = preallocate;
+  o.memory_limit = 512 * kMiB;
+  o.expandable = Tristate::kOn;
+  return o;
+}
+
+// Fills `bytes` at `p` with a pattern derived from `seed`.
+void Fill(void* p, std::uint64_t bytes, unsigned seed) {
+  auto* b = static_cast<unsigned char*>(p);
+  for (std::uint64_t i = 0; i < bytes; ++i) {
+    b[i] = static_cast<unsigned char>((i * 131 + seed * 7 + 1) & 0xff);
+  }
+}
+bool Holds(const void* p, std::uint64_t bytes, unsigned seed) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::uint64_t i = 0; i < bytes; ++i) {
+    if (b[i] != static_cast<unsigned char>((i * 131 + seed * 7 + 1) & 0xff))
+      return false;
+  }
+  return true;
+}
+
+struct Block {
+  void* p = nullptr;
+  std::uint64_t bytes = 0;
+  Tag tag = 0;
+  unsigned seed = 0;
+};
+
+// Untagged and tagged blocks interleaved, each filled with its pattern.
+std::vector<Block> MakeBlocks(Allocator& a, SimBackend& sim) {
+  const std::uint64_t sizes[] = {300 * 1024,    3 * kMiB,  1000,
+                                 5 * kMiB + 17, 64 * 1024, 7 * kMiB};
+  std::vector<Block> blocks;
+  unsigned seed = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (std::uint64_t bytes : sizes) {
+      for (Tag tag : {Tag{0}, Tag{1}, Tag{2}}) {
+        auto p = a.Allocate(bytes, Stream(), 0, tag);
+        EXPECT_TRUE(p.ok()) << p.status();
+        if (!p.ok()) continue;
+        Fill(*p, bytes, ++seed);
+        sim.Use(Stream(1 + tag), Addr(*p), bytes);
+        blocks.push_back(Block{*p, bytes, tag, seed});
+      }
+    }
+  }
+  return blocks;
+}
+
+std::uint64_t TagBytesReserved(const Snapshot& s, Tag tag) {
+  for (const PoolSnapshot& p : s.pools) {
+    if (p.tag == tag) return p.bytes_reserved;
+  }
+  return 0;
+}
+
+class SleepWakeTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SleepWakeTest, ReleasesTheTagsGranulesAndKeepsEverythingElse) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(/*preallocate=*/GetParam()), sim);
+  std::vector<Block> blocks = MakeBlocks(*a, *sim);
+  GPUALLOC_ASSERT_OK(a->Validate());
+  const Snapshot before = a->GetSnapshot();
+  const std::uint64_t tag1 = TagBytesReserved(before, 1);
+  std::uint64_t tag1_live = 0;
+  for (const Block& b : blocks) tag1_live += b.tag == 1 ? b.bytes : 0;
+  ASSERT_GT(tag1, 0u);
+  EXPECT_EQ(tag1 % kGranule, 0u);
+  // Granules of the tag's own: rounded up per block at most.
+  EXPECT_LE(tag1, tag1_live + 18 * kGranule);
+  const std::uint64_t physical = sim->physical_bytes();
+  EXPECT_EQ(physical, before.stats.bytes_reserved);
+
+  auto report = a->Sleep(1, /*backup=*/true);
+  GPUALLOC_ASSERT_OK(report.status());
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(report->allocations, 18u);
+  EXPECT_EQ(report->bytes_released, tag1);
+  EXPECT_EQ(report->bytes_kept, 0u);
+  EXPECT_GE(report->bytes_backed_up, tag1_live);
+  EXPECT_EQ(sim->physical_bytes(), physical - tag1);
+  const Stats asleep = a->GetStats();
+  EXPECT_EQ(asleep.bytes_sleeping, tag1);
+  EXPECT_EQ(asleep.bytes_reserved, physical - tag1);
+  EXPECT_EQ(sim->mapped_bytes(), physical - tag1);
+  // The sleeping addresses are not accessible; everything else keeps its
+  // content.
+  for (const Block& b : blocks) {
+    EXPECT_EQ(sim->IsAccessible(Addr(b.p), b.bytes), b.tag != 1);
+    if (b.tag != 1) {
+      EXPECT_TRUE(Holds(b.p, b.bytes, b.seed)) << b.tag;
+    }
+  }
+
+  // Memory given back is the rest's to use, and comes back for Wake.
+  auto other = a->Allocate(16 * kMiB);
+  GPUALLOC_ASSERT_OK(other.status());
+  GPUALLOC_ASSERT_OK(a->Deallocate(*other));
+  GPUALLOC_ASSERT_OK(a->Trim());
+
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_sleeping, 0u);
+  for (const Block& b : blocks) {
+    EXPECT_TRUE(sim->IsAccessible(Addr(b.p), b.bytes));
+    EXPECT_TRUE(Holds(b.p, b.bytes, b.seed)) << "tag " << b.tag;
+  }
+  // Free everything; the tags' memory goes back with Trim.
+  for (const Block& b : blocks) GPUALLOC_EXPECT_OK(a->Deallocate(b.p));
+  sim->CompleteAll();
+  GPUALLOC_EXPECT_OK(a->Trim());
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_in_use, 0u);
+  EXPECT_EQ(sim->hazards(), 0u);
+  EXPECT_EQ(sim->access_violations(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Preallocate, SleepWakeTest, ::testing::Bool());
+
+TEST(SleepWakeTest, AsleepTagRefusesAllocateFreeAndRecordStream) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(kMiB, Stream(), 0, 7);
+  GPUALLOC_ASSERT_OK(p.status());
+  GPUALLOC_ASSERT_OK(a->Sleep(7).status());
+  const Stats s = a->GetStats();
+  auto again = a->Allocate(kMiB, Stream(), 0, 7);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("tag 7 is asleep"), std::string::npos)
+      << again.status();
+  absl::Status freed = a->Deallocate(*p);
+  EXPECT_EQ(freed.code(), absl::StatusCode::kFailedPrecondition) << freed;
+  EXPECT_NE(freed.message().find("asleep"), std::string::npos) << freed;
+  EXPECT_EQ(a->RecordStream(*p, Stream(3)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->Sleep(7).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->GetStats().bytes_in_use, s.bytes_in_use);
+  EXPECT_EQ(a->GetStats().num_allocs, s.num_allocs);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  // Other tags and untagged memory are not affected.
+  auto q = a->Allocate(kMiB, Stream(), 0, 8);
+  GPUALLOC_ASSERT_OK(q.status());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*q));
+  GPUALLOC_ASSERT_OK(a->Wake(7));
+  EXPECT_EQ(a->Wake(7).code(), absl::StatusCode::kFailedPrecondition);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(SleepWakeTest, SleepWaitsForTheTagsWork) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(4 * kMiB, Stream(5), 0, 1);
+  GPUALLOC_ASSERT_OK(p.status());
+  sim->Use(Stream(5), Addr(*p), 4 * kMiB);
+  EXPECT_GT(sim->pending_work(), 0u);
+  GPUALLOC_ASSERT_OK(a->Sleep(1).status());
+  EXPECT_EQ(sim->pending_work(), 0u);  // the host waited for it
+  EXPECT_GE(a->GetStats().host_waits, 1u);
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  sim->Use(Stream(5), Addr(*p), 4 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p, Stream(5)));
+  EXPECT_EQ(sim->hazards(), 0u);
+  EXPECT_EQ(sim->access_violations(), 0u);
+}
+
+TEST(SleepWakeTest, WithoutBackupTheAddressesComeBack) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(p.status());
+  auto report = a->Sleep(1);
+  GPUALLOC_ASSERT_OK(report.status());
+  EXPECT_EQ(report->bytes_backed_up, 0u);
+  EXPECT_EQ(report->bytes_released, 4 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  Fill(*p, 3 * kMiB, 9);  // mapped and writable again
+  EXPECT_TRUE(Holds(*p, 3 * kMiB, 9));
+  // The tag grows on at the same addresses.
+  auto q = a->Allocate(kMiB / 2, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(q.status());
+  EXPECT_EQ(Addr(*q), Addr(*p) + 3 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*q));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(SleepWakeTest, EmptyTagOnlyBecomesAsleep) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto report = a->Sleep(4);
+  GPUALLOC_ASSERT_OK(report.status());
+  EXPECT_EQ(report->bytes_released, 0u);
+  EXPECT_EQ(a->Allocate(10, Stream(), 0, 4).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  GPUALLOC_EXPECT_OK(a->Wake(4));
+  auto p = a->Allocate(10, Stream(), 0, 4);
+  GPUALLOC_ASSERT_OK(p.status());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+}
+
+TEST(SleepWakeTest, ErrorsNameWhatIsMissingAndChangeNothing) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  EXPECT_EQ(a->Sleep(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->Wake(0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a->Wake(3).code(), absl::StatusCode::kFailedPrecondition);
+
+  // No virtual memory: the backend is named.
+  SimOptions no_vm;
+  no_vm.total_bytes = kGiB;
+  no_vm.virtual_memory = false;
+  auto sim2 = MakeSim(no_vm);
+  Options o;
+  o.preallocate = false;
+  auto b = MakeAllocator(o, sim2);
+  auto p = b->Allocate(kMiB, Stream(), 0, 1);  // tags work, Sleep does not
+  GPUALLOC_ASSERT_OK(p.status());
+  auto slept = b->Sleep(1);
+  EXPECT_EQ(slept.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(slept.status().message().find("backend sim"), std::string::npos)
+      << slept.status();
+  EXPECT_NE(slept.status().message().find("no virtual memory"),
+            std::string::npos)
+      << slept.status();
+  EXPECT_EQ(b->Wake(1).code(), absl::StatusCode::kFailedPrecondition);
+  GPUALLOC_EXPECT_OK(b->Deallocate(*p));
+
+  // Expandable regions off.
+  Options off = Expandable(false);
+  off.expandable = Tristate::kOff;
+  auto c = MakeAllocator(off, MakeSim(kGiB, true));
+  EXPECT_NE(c->Sleep(1).status().message().find("expandable=off"),
+            std::string::npos);
+
+  // A backup needs host copies (fake memory has none).
+  auto d = MakeAllocator(Expandable(false), MakeSim(kGiB, false));
+  auto q = d->Allocate(kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(q.status());
+  auto backed = d->Sleep(1, /*backup=*/true);
+  EXPECT_EQ(backed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(backed.status().message().find("host_copy"), std::string::npos)
+      << backed.status();
+  GPUALLOC_EXPECT_OK(d->Sleep(1).status());  // without one it works
+  GPUALLOC_EXPECT_OK(d->Wake(1));
+
+  // Other modes.
+  Options platform;
+  platform.mode = AllocatorMode::kPlatform;
+  auto e = MakeAllocator(platform, MakeSim(kGiB, true));
+  auto r = e->Allocate(kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(r.status());
+  EXPECT_NE(e->Sleep(1).status().message().find("mode platform"),
+            std::string::npos);
+  GPUALLOC_EXPECT_OK(e->Deallocate(*r));
+}
+
+TEST(SleepWakeTest, WakeNeedsRoomUnderTheLimit) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/false);
+  Options o = Expandable(false);
+  o.memory_limit = 64 * kMiB;
+  auto a = MakeAllocator(o, sim);
+  auto p = a->Allocate(40 * kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(p.status());
+  GPUALLOC_ASSERT_OK(a->Sleep(1).status());
+  auto big = a->Allocate(40 * kMiB);  // the released memory is usable
+  GPUALLOC_ASSERT_OK(big.status());
+  absl::Status woken = a->Wake(1);
+  EXPECT_EQ(woken.code(), absl::StatusCode::kResourceExhausted) << woken;
+  EXPECT_NE(woken.message().find("stays asleep"), std::string::npos);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_ASSERT_OK(a->Deallocate(*big));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(SleepWakeTest, DeviceFaultsTurnBackWhatChanged) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+    GPUALLOC_ASSERT_OK(p.status());
+    Fill(*p, 3 * kMiB, i);
+    ptrs.push_back(*p);
+  }
+  const std::uint64_t physical = sim->physical_bytes();
+  // The second unmap fails: the first comes back.
+  sim->FailNthCall(SimOp::kUnmap, 2, absl::InternalError("injected"));
+  absl::StatusOr<SleepReport> slept = a->Sleep(1, /*backup=*/true);
+  EXPECT_EQ(slept.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(slept.status().message().find("Sleep(tag 1)"), std::string::npos)
+      << slept.status();
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(sim->physical_bytes(), physical);
+  EXPECT_EQ(a->GetStats().bytes_sleeping, 0u);
+  // Asleep now; the second map fails: the first goes back to sleep.
+  GPUALLOC_ASSERT_OK(a->Sleep(1, /*backup=*/true).status());
+  sim->FailNthCall(SimOp::kMap, 2, absl::InternalError("injected"));
+  absl::Status woken = a->Wake(1);
+  EXPECT_EQ(woken.code(), absl::StatusCode::kInternal);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_GT(a->GetStats().bytes_sleeping, 0u);
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Holds(ptrs[i], 3 * kMiB, i)) << i;
+  for (void* p : ptrs) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+TEST(SleepWakeTest, SnapshotListsTagsAndSleep) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(kMiB, Stream(), 0, 9);
+  GPUALLOC_ASSERT_OK(p.status());
+  GPUALLOC_ASSERT_OK(a->Sleep(9).status());
+  const Snapshot s = a->GetSnapshot();
+  ASSERT_EQ(s.pools.size(), 1u);
+  EXPECT_EQ(s.pools[0].tag, 9u);
+  EXPECT_TRUE(s.pools[0].asleep);
+  EXPECT_EQ(s.pools[0].bytes_in_use, kMiB);
+  int slabs = 0;
+  for (const RegionSnapshot& r : s.regions) {
+    for (const ChunkSnapshot& c : r.chunks) slabs += c.tag == 9 ? 1 : 0;
+  }
+  EXPECT_EQ(slabs, 1);
+  GPUALLOC_ASSERT_OK(a->Wake(9));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+}
+
+}  // namespace
+}  // namespace gpualloc
