@@ -92,4 +92,11 @@ absl::Status Backend::SetAccess(DeviceAddress, std::uint64_t) {
   return NotSupported("SetAccess", "virtual_memory");
 }
 
+absl::Status Backend::CopyToHost(void*, DeviceAddress, std::uint64_t) {
+  return NotSupported("CopyToHost", "host_copy");
+}
+absl::Status Backend::CopyFromHost(DeviceAddress, const void*, std::uint64_t) {
+  return NotSupported("CopyFromHost", "host_copy");
+}
+
 }  // namespace gpualloc

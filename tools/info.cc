@@ -129,7 +129,8 @@ void PrintDevice(const gpualloc::DeviceInfo& d) {
                    ", streams: ", YesNo(c.streams),
                    ", stream-ordered pools: ", YesNo(c.stream_ordered_pools),
                    ", graph capture: ", YesNo(c.graph_capture),
-                   ", host accessible: ", YesNo(c.host_accessible)));
+                   ", host accessible: ", YesNo(c.host_accessible),
+                   ", host copy: ", YesNo(c.host_copy)));
   Row("driver version",
       d.driver_version.empty() ? "(none reported)" : d.driver_version);
 }

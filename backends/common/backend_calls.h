@@ -41,7 +41,11 @@
   absl::Status Map(DeviceAddress address, std::uint64_t bytes,                 \
                    PhysicalHandle handle) override;                            \
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;     \
-  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override; \
+  absl::Status CopyToHost(void* host, DeviceAddress source,                    \
+                          std::uint64_t bytes) override;                       \
+  absl::Status CopyFromHost(DeviceAddress destination, const void* host,       \
+                            std::uint64_t bytes) override;
 // clang-format on
 
 #endif  // GPUALLOC_BACKENDS_COMMON_BACKEND_CALLS_H_

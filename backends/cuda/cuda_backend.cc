@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/common/capture_mode.h"
+#include "backends/common/host_copy.h"
 #include "backends/common/tracked.h"
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_vmm.h"
@@ -220,6 +221,7 @@ class CudaBackend::Impl {
       info_.capabilities.stream_ordered_pools = api.has_pools() && pools != 0;
       info_.capabilities.virtual_memory = api.has_virtual_memory() && vmm != 0;
       info_.capabilities.graph_capture = api.has_capture();
+      info_.capabilities.host_copy = api.has_host_copy();
       if (info_.capabilities.virtual_memory) {
         const CUmemAllocationProp prop = PinnedOn(device_);
         std::size_t minimum = 0, recommended = 0;
@@ -420,6 +422,24 @@ class CudaBackend::Impl {
           return common::FromVendorMode(&exchanged, kCaptureModes,
                                         "cuThreadExchangeStreamCaptureMode");
         });
+  }
+
+  // --- Copies between device and host memory -------------------------------
+  // cuMemcpyDtoH or cuMemcpyHtoD (`call`, made by `copy`) of `bytes` at
+  // `device`. A copy of 0 bytes, or one with a null host pointer, never
+  // reaches the driver.
+  template <typename Copy>
+  absl::Status HostCopy(absl::string_view call, DeviceAddress device,
+                        const void* host, std::uint64_t bytes,
+                        Copy copy) const {
+    if (bytes == 0 || host == nullptr) {
+      return common::CheckHostPointer(call, device, host, bytes);
+    }
+    return InContext<absl::Status>([&] {
+      return CudaError(
+          *api_, absl::StrCat(call, "(", Hex(device), ", ", bytes, " bytes)"),
+          copy());
+    });
   }
 
   // --- The stream-ordered pool
@@ -718,6 +738,26 @@ absl::Status CudaBackend::SetAccess(DeviceAddress address,
   if (!info().capabilities.virtual_memory)
     return Backend::SetAccess(address, bytes);
   return impl_->vmm().SetAccess(address, bytes);
+}
+
+absl::Status CudaBackend::CopyToHost(void* host, DeviceAddress source,
+                                     std::uint64_t bytes) {
+  if (!info().capabilities.host_copy) {
+    return Backend::CopyToHost(host, source, bytes);
+  }
+  return impl_->HostCopy("cuMemcpyDtoH", source, host, bytes, [&] {
+    return api().cuMemcpyDtoH(host, static_cast<CUdeviceptr>(source), bytes);
+  });
+}
+absl::Status CudaBackend::CopyFromHost(DeviceAddress destination,
+                                       const void* host, std::uint64_t bytes) {
+  if (!info().capabilities.host_copy) {
+    return Backend::CopyFromHost(destination, host, bytes);
+  }
+  return impl_->HostCopy("cuMemcpyHtoD", destination, host, bytes, [&] {
+    return api().cuMemcpyHtoD(static_cast<CUdeviceptr>(destination), host,
+                              bytes);
+  });
 }
 
 }  // namespace gpualloc::cuda

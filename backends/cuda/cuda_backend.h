@@ -5,8 +5,10 @@
 // (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess and their
 // inverses), events on the caller's streams, the stream-capture queries
 // (cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode: graph_capture when
-// the driver has both), and one stream-ordered pool of its own
-// (cuMemPoolCreate; cuMemAllocFromPoolAsync / cuMemFreeAsync). It
+// the driver has both), synchronous copies between device and host memory
+// (cuMemcpyDtoH / cuMemcpyHtoD: host_copy when the driver has both), and one
+// stream-ordered pool of its own (cuMemPoolCreate; cuMemAllocFromPoolAsync /
+// cuMemFreeAsync). It
 // works in the device's primary context, retained at creation, made current on
 // the calling thread for each call that needs it and the thread's previous
 // context put back when the call returns (a thread working on another device

@@ -9,10 +9,10 @@
 // function pointers, CudaDriverApi. CudaBackend takes the table by injection,
 // so tests hand it a fake driver's table.
 //
-// The entry points come in four groups: the core ones (without any of them
-// there is no backend), the virtual-memory ones, the stream-ordered pool ones
-// and the graph-capture ones (a driver without them gives a backend without
-// that capability).
+// The entry points come in five groups: the core ones (without any of them
+// there is no backend), the virtual-memory ones, the stream-ordered pool ones,
+// the graph-capture ones and the copies between device and host memory (a
+// driver without them gives a backend without that capability).
 //
 // Only backends/cuda and its tests include this header: it needs the toolkit's
 // cuda.h (types and enums only; no cuda* function is called directly).
@@ -89,6 +89,12 @@ inline constexpr absl::string_view kCudaDriverLibrary = "libcuda.so.1";
   X(cuStreamIsCapturing)                      \
   X(cuThreadExchangeStreamCaptureMode)
 
+// Synchronous copies between device and host memory (cuMemcpyDtoH_v2,
+// cuMemcpyHtoD_v2: the legacy default-stream flavour).
+#define GPUALLOC_CUDA_COPY_ENTRY_POINTS(X) \
+  X(cuMemcpyDtoH)                          \
+  X(cuMemcpyHtoD)
+
 // The entry-point table. Null members were not resolved.
 struct CudaDriverApi {
 #define GPUALLOC_CUDA_DECLARE_MEMBER_(name) decltype(&::name) name = nullptr;
@@ -96,6 +102,7 @@ struct CudaDriverApi {
   GPUALLOC_CUDA_VMM_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_POOL_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_CAPTURE_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
+  GPUALLOC_CUDA_COPY_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
 #undef GPUALLOC_CUDA_DECLARE_MEMBER_
 
   // Where the table came from, for messages ("libcuda.so.1", "fake driver").
@@ -110,6 +117,7 @@ struct CudaDriverApi {
   bool has_virtual_memory() const;
   bool has_pools() const;
   bool has_capture() const;
+  bool has_host_copy() const;
 };
 
 // cuGetProcAddress as the loader calls it: base name, out pointer, CUDA

@@ -88,6 +88,7 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
   (void)Bind(library, "hipStreamIsCapturing", api->StreamIsCapturing);
   (void)Bind(library, "hipThreadExchangeStreamCaptureMode",
              api->ThreadExchangeStreamCaptureMode);
+  (void)Bind(library, "hipMemcpy", api->Memcpy);
   need("hipMemPoolCreate", api->MemPoolCreate);
   need("hipMemPoolDestroy", api->MemPoolDestroy);
   need("hipMallocFromPoolAsync", api->MallocFromPoolAsync);

@@ -158,6 +158,11 @@ struct HipApi {
   hipError_t (*ThreadExchangeStreamCaptureMode)(hipStreamCaptureMode* mode) =
       nullptr;
 
+  // Synchronous copies between device and host memory. Optional (null:
+  // capabilities.host_copy is off).
+  hipError_t (*Memcpy)(void* destination, const void* source, size_t bytes,
+                       hipMemcpyKind kind) = nullptr;
+
   // Stream-ordered pools.
   hipError_t (*MemPoolCreate)(hipMemPool_t* pool,
                               const hipMemPoolProps* properties) = nullptr;

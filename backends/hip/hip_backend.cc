@@ -286,6 +286,10 @@ absl::Status HipBackend::Probe() {
         "graph_capture off: the runtime lacks hipStreamIsCapturing or "
         "hipThreadExchangeStreamCaptureMode");
   }
+  info_.capabilities.host_copy = api.Memcpy != nullptr;
+  if (!info_.capabilities.host_copy) {
+    notes_.push_back("host_copy off: the runtime lacks hipMemcpy");
+  }
   notes_.push_back(absl::StrCat(
       "plain allocations: ", MemoryKindName(memory_kind_), "-grained",
       memory_kind_ == MemoryKind::kFine

@@ -16,6 +16,8 @@
 //    2 MiB fragments;
 //  - coarse-grained memory by default, fine-grained (hipExtMallocWithFlags
 //    with hipDeviceMallocFinegrained) when the configuration asks for it;
+//  - synchronous copies between device and host memory with hipMemcpy
+//    (host_copy when the runtime has it);
 //  - the profile (gfx90a, gfx942, generic) chosen from gcnArchName with its
 //    target features stripped, and every such decision written down in
 //    notes() for reports.
@@ -119,6 +121,11 @@ class HipBackend final : public Backend {
                                                      hipMemPool_t pool,
                                                      Stream stream);
   absl::StatusOr<PoolUsage> PoolUsageOnDevice();
+  // hipMemcpy of `bytes` from `source` to `destination` in direction `kind`;
+  // `device` is the device side, for messages (hip_copy.cc).
+  absl::Status HostCopy(DeviceAddress device, void* destination,
+                        const void* source, std::uint64_t bytes,
+                        hipMemcpyKind kind);
 
   const std::shared_ptr<const HipApi> api_;
   const int ordinal_;

@@ -56,6 +56,10 @@ absl::string_view SimOpName(SimOp op) {
       return "is_capturing";
     case SimOp::kExchangeCaptureMode:
       return "exchange_capture_mode";
+    case SimOp::kCopyToHost:
+      return "copy_to_host";
+    case SimOp::kCopyFromHost:
+      return "copy_from_host";
     case SimOp::kCount:
       break;
   }

@@ -39,7 +39,7 @@ const char* ModeName(CaptureMode mode) {
 enum class Rule {
   kNone,
   kOnCapturingStream,  // RecordEvent, StreamWaitEvent on a capturing stream
-  kHostWait,           // SynchronizeEvent, Free
+  kHostWait,           // SynchronizeEvent, Free, CopyToHost, CopyFromHost
   kDeviceMemory,       // allocates, maps or frees, unless kRelaxed
 };
 
@@ -58,6 +58,10 @@ CallRule RuleOf(SimOp op) {
       return {Rule::kHostWait, "SynchronizeEvent"};
     case SimOp::kFree:
       return {Rule::kHostWait, "Free"};
+    case SimOp::kCopyToHost:
+      return {Rule::kHostWait, "CopyToHost"};
+    case SimOp::kCopyFromHost:
+      return {Rule::kHostWait, "CopyFromHost"};
     case SimOp::kAllocate:
       return {Rule::kDeviceMemory, "Allocate"};
     case SimOp::kReserveAddress:

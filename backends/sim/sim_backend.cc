@@ -20,6 +20,8 @@
 //  - capture.h: graph capture: captured work, graphs, and the capture rules
 //    every call is checked against while a stream captures (Call).
 //  - sim_options.h: SimOptions checked and turned into the DeviceInfo.
+//  - host_copy.h: the checks of the copies between device and host memory
+//    (host-backed memory only; the copy itself is a memcpy).
 // Plain allocations, pool segments and physical handles share the device's
 // capacity.
 //
@@ -31,12 +33,14 @@
 #include "gpualloc/sim_backend.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -44,6 +48,7 @@
 #include "absl/strings/string_view.h"
 #include "backends/sim/call_ledger.h"
 #include "backends/sim/capture.h"
+#include "backends/sim/host_copy.h"
 #include "backends/sim/placement.h"
 #include "backends/sim/pool.h"
 #include "backends/sim/sim_options.h"
@@ -338,6 +343,28 @@ class SimBackend::Impl {
                                 return vm_.SetAccess(address, bytes);
                               });
   }
+
+  // --- Copies between device and host memory
+  // ---------------------------------------
+
+  // CopyToHost or CopyFromHost (`op`) of [device, device + bytes): once the
+  // range and `host` pass the checks, `copy` runs with the range's address.
+  absl::Status Copy(SimOp op, DeviceAddress device, const void* host,
+                    std::uint64_t bytes, absl::FunctionRef<void(void*)> copy) {
+    return Call<absl::Status>(op, [&](std::uint64_t& cost) GPUALLOC_SIM_LOCKED {
+      cost = bytes;
+      const DeviceAddress end = sim::SaturatingEnd(device, bytes);
+      const bool whole = bytes != 0 && end - device == bytes;
+      const sim::CopyRange range =
+          whole && Usable(device, end)         ? sim::CopyRange::kUsable
+          : whole && vm_.Reserved(device, end) ? sim::CopyRange::kReserved
+                                               : sim::CopyRange::kElsewhere;
+      absl::Status s = sim::CheckCopy(info_, op, device, host, bytes, range);
+      if (s.ok() && bytes != 0) copy(reinterpret_cast<void*>(device));
+      return s;
+    });
+  }
+
   // Runs `f` on one part under the lock (the calls that are not backend
   // calls: the test's view and control of the device).
   template <typename F>
@@ -715,6 +742,24 @@ std::uint64_t SimBackend::physical_bytes() const {
 std::uint64_t SimBackend::reserved_address_bytes() const {
   return impl_->WithVm(
       [](sim::VirtualMemory& vm) { return vm.reserved_bytes(); });
+}
+absl::Status SimBackend::CopyToHost(void* host, DeviceAddress source,
+                                    std::uint64_t bytes) {
+  if (!info().capabilities.host_copy) {
+    return impl_->Unsupported(SimOp::kCopyToHost,
+                              sim::FakeMemoryCopy(info(), "CopyToHost"));
+  }
+  return impl_->Copy(SimOp::kCopyToHost, source, host, bytes,
+                     [&](void* device) { std::memcpy(host, device, bytes); });
+}
+absl::Status SimBackend::CopyFromHost(DeviceAddress destination,
+                                      const void* host, std::uint64_t bytes) {
+  if (!info().capabilities.host_copy) {
+    return impl_->Unsupported(SimOp::kCopyFromHost,
+                              sim::FakeMemoryCopy(info(), "CopyFromHost"));
+  }
+  return impl_->Copy(SimOp::kCopyFromHost, destination, host, bytes,
+                     [&](void* device) { std::memcpy(device, host, bytes); });
 }
 bool SimBackend::IsAccessible(DeviceAddress address,
                               std::uint64_t bytes) const {

@@ -53,6 +53,8 @@ absl::StatusOr<DeviceInfo> MakeDeviceInfo(const SimOptions& options,
   // Graph capture records the work of streams: it needs them too.
   info.capabilities.graph_capture = options.streams && options.graph_capture;
   info.capabilities.host_accessible = options.memory == SimMemory::kHostBacked;
+  // Fake memory has no bytes to copy.
+  info.capabilities.host_copy = options.memory == SimMemory::kHostBacked;
   info.driver_version = "gpualloc-sim";
 
   if (options.memory != SimMemory::kFake &&

@@ -421,4 +421,9 @@ bool VirtualMemory::Accessible(DeviceAddress start, DeviceAddress end) const {
   return it->second >= end;
 }
 
+bool VirtualMemory::Reserved(DeviceAddress start, DeviceAddress end) const {
+  auto it = Holding(reservations_, start);
+  return it != reservations_.end() && end - it->first <= it->second.size;
+}
+
 }  // namespace gpualloc::sim

@@ -67,6 +67,8 @@ class VirtualMemory {
   std::uint64_t HandleBytes(PhysicalHandle handle) const;
   // Whether all of [start, end) (non-empty) is mapped with access set.
   bool Accessible(DeviceAddress start, DeviceAddress end) const;
+  // Whether all of [start, end) (non-empty) lies inside one reservation.
+  bool Reserved(DeviceAddress start, DeviceAddress end) const;
   std::uint64_t mapped_bytes() const { return mapped_bytes_; }
   std::uint64_t physical_bytes() const { return physical_bytes_; }
   std::uint64_t reserved_bytes() const { return reserved_bytes_; }

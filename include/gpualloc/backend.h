@@ -91,6 +91,9 @@ struct Capabilities {
   // Streams can capture work into graphs (cuStreamBeginCapture), and the
   // backend answers IsCapturing and ExchangeCaptureMode.
   bool graph_capture = false;
+  // The backend copies between device memory and host memory: CopyToHost /
+  // CopyFromHost.
+  bool host_copy = false;
 };
 
 // A thread's stream-capture mode (CUstreamCaptureMode / hipStreamCaptureMode):
@@ -223,6 +226,27 @@ class Backend {
   // Makes mapped [address, address + bytes), which may span several
   // mappings, readable and writable by this device (cuMemSetAccess).
   virtual absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes);
+
+  // --- Copies between device and host memory (capabilities.host_copy) ------
+  // cuMemcpyDtoH / cuMemcpyHtoD (hipMemcpy): what the allocator needs to
+  // keep the content of memory whose physical pages it gives back for a while
+  // (Sleep with a backup) and to restore it afterwards. Synchronous: the call
+  // returns once the copy is done, and the copy is ordered after all work
+  // queued before it on the device; the caller has already waited for the
+  // streams that use the memory. The device range must lie in memory the
+  // backend handed out (Allocate, PoolAllocate) or mapped and made
+  // accessible (Map + SetAccess); anything else is an error (InvalidArgument
+  // or FailedPrecondition naming the address, or the vendor's error
+  // translated). 0 bytes is OK and does nothing; a null host pointer with
+  // bytes > 0 is InvalidArgument. Without the capability both return
+  // Unimplemented naming the backend.
+  //
+  // Copies [source, source + bytes) of device memory to `host`.
+  virtual absl::Status CopyToHost(void* host, DeviceAddress source,
+                                  std::uint64_t bytes);
+  // Copies `bytes` from `host` to [destination, destination + bytes).
+  virtual absl::Status CopyFromHost(DeviceAddress destination, const void* host,
+                                    std::uint64_t bytes);
 
  protected:
   // Unimplemented naming this backend and the missing capability.

@@ -132,6 +132,25 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     return free >= bytes;
   }
 
+  // Whether the device can hold blocks of `sizes`, each followed by a
+  // granule of guard, and `extra` bytes more.
+  bool HasRoomForBlocks(const std::vector<std::uint64_t>& sizes,
+                        std::uint64_t extra = 0) {
+    std::uint64_t needed = extra;
+    for (std::uint64_t size : sizes) {
+      needed += size + info().recommended_granularity;
+    }
+    return HasRoomFor(needed);
+  }
+
+  // AllocateOrFail of each size, in order (0 where one failed).
+  std::vector<DeviceAddress> AllocateEachOrFail(
+      const std::vector<std::uint64_t>& sizes) {
+    std::vector<DeviceAddress> addresses;
+    for (std::uint64_t size : sizes) addresses.push_back(AllocateOrFail(size));
+    return addresses;
+  }
+
   // Creates an event and remembers it for TearDown; 0 on failure (reported).
   EventHandle CreateEventOrFail() {
     absl::StatusOr<EventHandle> event = backend_->CreateEvent();
@@ -201,6 +220,29 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     mappings_.emplace_back(address, bytes);
     const absl::Status access = backend_->SetAccess(address, bytes);
     EXPECT_TRUE(access.ok()) << "SetAccess: " << access;
+  }
+  // Reserves 4 granules and maps, at the start, a handle of one granule
+  // (`*first`) and one of two (`*second`) back to back, then sets access
+  // over both in one SetAccess.
+  // The reservation, or 0 on failure (reported).
+  DeviceAddress MapAdjacentHandles(PhysicalHandle* first,
+                                   PhysicalHandle* second) {
+    const std::uint64_t g = Granule();
+    const DeviceAddress r = ReserveOrFail(4 * g, 0);
+    *first = CreatePhysicalOrFail(g);
+    *second = CreatePhysicalOrFail(2 * g);
+    if (r == 0 || *first == 0 || *second == 0) return 0;
+    const absl::Status mapped_first = backend_->Map(r, g, *first);
+    EXPECT_TRUE(mapped_first.ok()) << "Map: " << mapped_first;
+    if (!mapped_first.ok()) return 0;
+    mappings_.emplace_back(r, g);
+    const absl::Status mapped_second = backend_->Map(r + g, 2 * g, *second);
+    EXPECT_TRUE(mapped_second.ok()) << "Map: " << mapped_second;
+    if (!mapped_second.ok()) return 0;
+    mappings_.emplace_back(r + g, 2 * g);
+    const absl::Status access = backend_->SetAccess(r, 3 * g);
+    EXPECT_TRUE(access.ok()) << "SetAccess: " << access;
+    return access.ok() ? r : 0;
   }
   // Unmaps mappings MapOrFail made that tile [address, address + bytes).
   void UnmapOrFail(DeviceAddress address, std::uint64_t bytes) {
@@ -399,16 +441,9 @@ TEST_P(BackendConformanceTest, HostAccessibleMemoryHoldsAPattern) {
   }
   const std::vector<std::uint64_t> sizes = {1,        256,      4096 + 3,
                                             kMiB - 1, 2 * kMiB, 5 * kMiB + 7};
-  std::uint64_t needed = 0;
-  for (std::uint64_t size : sizes)
-    needed += size + info().recommended_granularity;
-  if (!HasRoomFor(needed)) GTEST_SKIP() << "device is full";
-
-  std::vector<DeviceAddress> addresses;
-  for (std::uint64_t size : sizes) {
-    addresses.push_back(AllocateOrFail(size));
-    ASSERT_NE(addresses.back(), 0u);
-  }
+  if (!HasRoomForBlocks(sizes)) GTEST_SKIP() << "device is full";
+  const std::vector<DeviceAddress> addresses = AllocateEachOrFail(sizes);
+  ASSERT_EQ(std::count(addresses.begin(), addresses.end(), 0u), 0);
   auto pattern = [](std::size_t block, std::uint64_t offset) {
     return static_cast<unsigned char>((offset * 131 + block * 29 + 7) & 0xff);
   };
@@ -836,18 +871,9 @@ TEST_P(BackendConformanceTest, HostAccessiblePatternThroughAdjacentMappings) {
   }
   const std::uint64_t g = Granule();
   if (!HasRoomFor(4 * g)) GTEST_SKIP() << "device is full";
-  const DeviceAddress r = ReserveOrFail(4 * g, 0);
-  const PhysicalHandle first = CreatePhysicalOrFail(g);
-  const PhysicalHandle second = CreatePhysicalOrFail(2 * g);
+  PhysicalHandle first = 0, second = 0;
+  const DeviceAddress r = MapAdjacentHandles(&first, &second);
   ASSERT_NE(r, 0u);
-  ASSERT_NE(first, 0u);
-  ASSERT_NE(second, 0u);
-  ASSERT_TRUE(backend_->Map(r, g, first).ok());
-  mappings_.emplace_back(r, g);
-  ASSERT_TRUE(backend_->Map(r + g, 2 * g, second).ok());
-  mappings_.emplace_back(r + g, 2 * g);
-  // One SetAccess over both mappings.
-  ASSERT_TRUE(backend_->SetAccess(r, 3 * g).ok());
 
   auto pattern = [](std::uint64_t offset) {
     return static_cast<unsigned char>((offset * 131 + offset / 4099 + 7) &
@@ -876,6 +902,129 @@ TEST_P(BackendConformanceTest, HostAccessiblePatternThroughAdjacentMappings) {
   UnmapOrFail(r + 2 * g, 2 * g);
   ReleasePhysicalOrFail(second);
   FreeAddressOrFail(r, 4 * g);
+}
+
+// --- Copies between device and host memory (capabilities.host_copy) -------
+
+// A byte of the pattern the copy tests write: `seed` tells blocks apart.
+inline unsigned char CopyPattern(std::uint64_t seed, std::uint64_t offset) {
+  return static_cast<unsigned char>(
+      (offset * 131 + offset / 4099 + seed * 29 + 7) & 0xff);
+}
+
+TEST_P(BackendConformanceTest, HostCopyCallsNeedTheCapability) {
+  if (info().capabilities.host_copy) {
+    GTEST_SKIP() << info().name << " copies to and from host memory";
+  }
+  unsigned char host[16] = {};
+  EXPECT_TRUE(
+      absl::IsUnimplemented(backend_->CopyToHost(host, kMiB, sizeof(host))));
+  EXPECT_TRUE(
+      absl::IsUnimplemented(backend_->CopyFromHost(kMiB, host, sizeof(host))));
+}
+
+TEST_P(BackendConformanceTest, HostCopyRoundTripsAPattern) {
+  if (!info().capabilities.host_copy) GTEST_SKIP() << "no host copy";
+  const std::vector<std::uint64_t> sizes = {1, 256, 4096 + 3, kMiB + 5};
+  if (!HasRoomForBlocks(sizes, 2 * kMiB)) GTEST_SKIP() << "device is full";
+  std::vector<DeviceAddress> addresses = AllocateEachOrFail(sizes);
+  ASSERT_EQ(std::count(addresses.begin(), addresses.end(), 0u), 0);
+  if (info().capabilities.stream_ordered_pools) {
+    const absl::Status configured = backend_->ConfigurePool(PoolOptions{});
+    ASSERT_TRUE(configured.ok()) << configured;
+    absl::StatusOr<DeviceAddress> block =
+        backend_->PoolAllocate(kMiB, Stream());
+    ASSERT_TRUE(block.ok()) << block.status();
+    pool_live_.push_back(*block);
+    addresses.push_back(*block);
+  }
+  const auto size_of = [&](std::size_t i) {
+    return i < sizes.size() ? sizes[i] : kMiB;
+  };
+  // Write every block first, then read every block back: an overlap shows
+  // up as a block overwritten by a later one.
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    std::vector<unsigned char> out(size_of(i));
+    for (std::uint64_t off = 0; off < out.size(); ++off) {
+      out[off] = CopyPattern(i, off);
+    }
+    const absl::Status s =
+        backend_->CopyFromHost(addresses[i], out.data(), out.size());
+    ASSERT_TRUE(s.ok()) << "block " << i << ": " << s;
+  }
+  for (std::size_t i = 0; i < addresses.size(); ++i) {
+    std::vector<unsigned char> in(size_of(i), 0);
+    const absl::Status s =
+        backend_->CopyToHost(in.data(), addresses[i], in.size());
+    ASSERT_TRUE(s.ok()) << "block " << i << ": " << s;
+    std::uint64_t wrong = 0;
+    for (std::uint64_t off = 0; off < in.size(); ++off) {
+      wrong += in[off] != CopyPattern(i, off);
+    }
+    EXPECT_EQ(wrong, 0u) << "block " << i << " of " << in.size() << " bytes";
+  }
+  // Part of a block, from inside it.
+  const DeviceAddress last = addresses[sizes.size() - 1];
+  std::vector<unsigned char> part(1000, 0);
+  ASSERT_TRUE(backend_->CopyToHost(part.data(), last + 4097, part.size()).ok());
+  for (std::uint64_t off = 0; off < part.size(); ++off) {
+    ASSERT_EQ(part[off], CopyPattern(sizes.size() - 1, 4097 + off)) << off;
+  }
+  if (info().capabilities.stream_ordered_pools) {
+    ASSERT_TRUE(backend_->PoolFree(addresses.back(), Stream()).ok());
+    pool_live_.clear();
+  }
+}
+
+TEST_P(BackendConformanceTest, HostCopyThroughAdjacentMappings) {
+  if (!info().capabilities.host_copy) GTEST_SKIP() << "no host copy";
+  if (!info().capabilities.virtual_memory) GTEST_SKIP() << "no VMM";
+  const std::uint64_t g = Granule();
+  if (!HasRoomFor(4 * g)) GTEST_SKIP() << "device is full";
+  PhysicalHandle first = 0, second = 0;
+  const DeviceAddress r = MapAdjacentHandles(&first, &second);
+  ASSERT_NE(r, 0u);
+
+  // One copy each way across the boundary between the two mappings.
+  std::vector<unsigned char> out(3 * g);
+  for (std::uint64_t off = 0; off < out.size(); ++off) {
+    out[off] = CopyPattern(1, off);
+  }
+  const absl::Status written = backend_->CopyFromHost(r, out.data(), 3 * g);
+  ASSERT_TRUE(written.ok()) << written;
+  std::vector<unsigned char> in(3 * g, 0);
+  const absl::Status read = backend_->CopyToHost(in.data(), r, 3 * g);
+  ASSERT_TRUE(read.ok()) << read;
+  EXPECT_TRUE(in == out) << "the pattern did not come back";
+
+  UnmapOrFail(r, 3 * g);
+  ReleasePhysicalOrFail(first);
+  ReleasePhysicalOrFail(second);
+  FreeAddressOrFail(r, 4 * g);
+}
+
+TEST_P(BackendConformanceTest, HostCopyEdgeCases) {
+  if (!info().capabilities.host_copy) GTEST_SKIP() << "no host copy";
+  if (!HasRoomFor(2 * kMiB)) GTEST_SKIP() << "device is full";
+  const DeviceAddress a = AllocateOrFail(4096);
+  ASSERT_NE(a, 0u);
+  unsigned char host[64] = {};
+  // 0 bytes does nothing, whatever the host pointer.
+  EXPECT_TRUE(backend_->CopyToHost(host, a, 0).ok());
+  EXPECT_TRUE(backend_->CopyFromHost(a, host, 0).ok());
+  EXPECT_TRUE(backend_->CopyToHost(nullptr, a, 0).ok());
+  EXPECT_TRUE(backend_->CopyFromHost(a, nullptr, 0).ok());
+  // A null host pointer with bytes to copy.
+  const absl::Status to_null = backend_->CopyToHost(nullptr, a, 16);
+  EXPECT_TRUE(absl::IsInvalidArgument(to_null)) << to_null;
+  const absl::Status from_null = backend_->CopyFromHost(a, nullptr, 16);
+  EXPECT_TRUE(absl::IsInvalidArgument(from_null)) << from_null;
+  // An address outside any allocation (the first pages are never device
+  // memory).
+  const DeviceAddress nowhere = 4096;
+  EXPECT_FALSE(backend_->CopyToHost(host, nowhere, sizeof(host)).ok());
+  EXPECT_FALSE(backend_->CopyFromHost(nowhere, host, sizeof(host)).ok());
+  FreeOrFail(a);
 }
 
 }  // namespace gpualloc::testing

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "backends/common/vmm_ledger.h"
 #include "backends/cuda/cuda_driver.h"
@@ -90,7 +91,7 @@ TEST(CudaEntryPointsTest, ResolvesEveryBaseNameForTheCompiledVersion) {
         "cuThreadExchangeStreamCaptureMode"}) {
     EXPECT_TRUE(names.contains(expected)) << expected;
   }
-  EXPECT_EQ(names.size(), 38u);
+  EXPECT_EQ(names.size(), 40u);
 }
 
 TEST(CudaEntryPointsTest, ANewerDriverIsAskedForTheCompiledVersion) {
@@ -711,6 +712,75 @@ TEST(CudaBackendTest, WithoutTheCaptureEntryPointsCaptureIsOff) {
       absl::IsUnimplemented((*backend)->IsCapturing(Stream()).status()));
   EXPECT_TRUE(absl::IsUnimplemented(
       (*backend)->ExchangeCaptureMode(CaptureMode::kRelaxed).status()));
+}
+
+TEST(CudaBackendTest, HostCopiesGoThroughTheDriver) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  auto backend = MakeBackend(fake);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_TRUE(backend->info().capabilities.host_copy);
+  absl::StatusOr<DeviceAddress> a = backend->Allocate(3 * kMiB);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<unsigned char> out(3 * kMiB), in(3 * kMiB, 0);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<unsigned char>(i * 13 + 5);
+  }
+  const CUcontext before = FakeCudaDriver::ThreadContext();
+  EXPECT_TRUE(backend->CopyFromHost(*a, out.data(), out.size()).ok());
+  EXPECT_TRUE(backend->CopyToHost(in.data(), *a, in.size()).ok());
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(fake->count("cuMemcpyHtoD"), 1);
+  EXPECT_EQ(fake->count("cuMemcpyDtoH"), 1);
+  // The primary context was current for them (the fake refuses them
+  // otherwise), and the thread's own context is back.
+  EXPECT_EQ(FakeCudaDriver::ThreadContext(), before);
+
+  // 0 bytes and a null host pointer never reach the driver.
+  EXPECT_TRUE(backend->CopyToHost(nullptr, *a, 0).ok());
+  const absl::Status null_host = backend->CopyFromHost(*a, nullptr, 16);
+  EXPECT_TRUE(absl::IsInvalidArgument(null_host)) << null_host;
+  EXPECT_THAT(null_host.message(), HasSubstr("null"));
+  EXPECT_EQ(fake->count_prefix("cuMemcpy"), 2);
+
+  // Driver errors translate, naming the call, the address and the size.
+  fake->FailNext("cuMemcpyDtoH", CUDA_ERROR_ILLEGAL_ADDRESS);
+  const absl::Status illegal = backend->CopyToHost(in.data(), *a, 16);
+  EXPECT_EQ(illegal.code(), absl::StatusCode::kInternal) << illegal;
+  EXPECT_THAT(illegal.message(),
+              AllOf(HasSubstr("cuMemcpyDtoH(" + absl::StrFormat("%#x", *a) +
+                              ", 16 bytes) failed"),
+                    HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS")));
+  fake->FailNext("cuMemcpyHtoD", CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(backend->CopyFromHost(*a, out.data(), 16)));
+  // The fake answers CUDA_ERROR_INVALID_VALUE for a range it did not hand
+  // out, as the driver does.
+  EXPECT_TRUE(absl::IsInvalidArgument(backend->CopyToHost(in.data(), 16, 16)));
+  EXPECT_TRUE(backend->Free(*a).ok());
+}
+
+TEST(CudaBackendTest, WithoutTheCopyEntryPointsHostCopyIsOff) {
+  FakeCudaOptions o = SmallDevice();
+  o.missing_symbols = {"cuMemcpyHtoD"};
+  auto fake = FakeCudaDriver::Create(o);
+  auto api = fake->Api();
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_FALSE((*api)->has_host_copy());
+  // The group goes whole, and the missing one is noted.
+  EXPECT_EQ((*api)->cuMemcpyDtoH, nullptr);
+  EXPECT_THAT((*api)->missing,
+              ::testing::ElementsAre(HasSubstr("cuMemcpyHtoD")));
+  auto backend = CudaBackend::Create(*api, 0);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_FALSE((*backend)->info().capabilities.host_copy);
+  EXPECT_TRUE((*backend)->info().capabilities.virtual_memory);
+  unsigned char host[16] = {};
+  const absl::Status to = (*backend)->CopyToHost(host, 0x1000, sizeof(host));
+  EXPECT_TRUE(absl::IsUnimplemented(to)) << to;
+  EXPECT_THAT(to.message(), HasSubstr("host_copy"));
+  EXPECT_TRUE(absl::IsUnimplemented(
+      (*backend)->CopyFromHost(0x1000, host, sizeof(host))));
+  EXPECT_EQ(fake->count_prefix("cuMemcpy"), 0);
 }
 
 TEST(CudaBackendTest, EveryThreadGetsThePrimaryContext) {

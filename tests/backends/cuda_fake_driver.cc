@@ -5,13 +5,19 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "tests/backends/fake_device_bytes.h"
 
 namespace gpualloc::cuda::testing {
 namespace {
+
+using gpualloc::testing::FakeDeviceBytes;
+using gpualloc::testing::FakeRegion;
+using gpualloc::testing::FakeRegionKind;
 
 constexpr CUdeviceptr kAddressBase = 0x7f0000000000;
 constexpr CUdeviceptr kReserveBase = 0x200000000000;
@@ -73,6 +79,8 @@ struct FakeCudaDriver::State {
   std::uint64_t pool_used = 0, pool_reserved = 0, pool_used_high = 0,
                 pool_reserved_high = 0;
   std::map<std::uintptr_t, int> capture_status;  // raw values
+  // The bytes behind the addresses, for cuMemcpyDtoH / cuMemcpyHtoD.
+  FakeDeviceBytes bytes;
 
   CUdeviceptr NewAddress(std::uint64_t bytes, std::uint64_t granule) {
     const CUdeviceptr at = next_address;
@@ -86,7 +94,21 @@ struct FakeCudaDriver::State {
         it->second.mappings == 0) {
       used -= it->second.bytes;
       handles.erase(it);
+      bytes.Drop({FakeRegionKind::kPhysical, h});
     }
+  }
+  // Where a copy may touch `address`: a plain allocation, a pool block, or
+  // a mapping with access set (its handle's bytes).
+  std::optional<FakeRegion> CopyRegion(CUdeviceptr address) const {
+    const auto size = [](std::uint64_t n) { return n; };
+    if (auto r = FakeDeviceBytes::In(allocations, address, size)) return r;
+    if (auto r = FakeDeviceBytes::In(pool_blocks, address, size)) return r;
+    auto r = FakeDeviceBytes::In(mappings, address, [](const Mapping& m) {
+      return m.accessible ? m.bytes : 0;
+    });
+    if (r)
+      r->key = {FakeRegionKind::kPhysical, mappings.at(r->key.second).handle};
+    return r;
   }
 };
 
@@ -387,6 +409,7 @@ CUresult FakeMemFree(CUdeviceptr ptr) {
   if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   s.used -= it->second;
   s.allocations.erase(it);
+  s.bytes.Drop({FakeRegionKind::kAllocation, ptr});
   // cuMemFree synchronizes the device.
   for (auto& [id, e] : s.events) e.done = true;
   return CUDA_SUCCESS;
@@ -719,7 +742,32 @@ CUresult FakeMemFreeAsync(CUdeviceptr ptr, CUstream) {
   if (it == s.pool_blocks.end()) return CUDA_ERROR_INVALID_VALUE;
   s.pool_used -= it->second;
   s.pool_blocks.erase(it);
+  s.bytes.Drop({FakeRegionKind::kAllocation, ptr});
   return CUDA_SUCCESS;
+}
+
+// --- Copies between device and host memory
+// ----------------------------------------
+// cuMemcpyDtoH (`to_host` set) or cuMemcpyHtoD (`from_host` set) of
+// [address, address + bytes).
+CUresult FakeCopy(const char* name, CUdeviceptr address, size_t bytes,
+                  void* to_host, const void* from_host) {
+  FAKE_ENTER(name);
+  FAKE_NEED_CONTEXT();
+  if (to_host == nullptr && from_host == nullptr && bytes != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return s.bytes.Copy(address, bytes, to_host, from_host,
+                      [&](std::uint64_t at) { return s.CopyRegion(at); })
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult FakeMemcpyDtoH(void* host, CUdeviceptr source, size_t bytes) {
+  return FakeCopy("cuMemcpyDtoH", source, bytes, host, nullptr);
+}
+CUresult FakeMemcpyHtoD(CUdeviceptr destination, const void* host,
+                        size_t bytes) {
+  return FakeCopy("cuMemcpyHtoD", destination, bytes, nullptr, host);
 }
 
 #undef FAKE_ENTER
@@ -774,6 +822,8 @@ const std::map<std::string, void*>& EntryPoints() {
       {"cuStreamIsCapturing", reinterpret_cast<void*>(&FakeStreamIsCapturing)},
       {"cuThreadExchangeStreamCaptureMode",
        reinterpret_cast<void*>(&FakeThreadExchangeStreamCaptureMode)},
+      {"cuMemcpyDtoH", reinterpret_cast<void*>(&FakeMemcpyDtoH)},
+      {"cuMemcpyHtoD", reinterpret_cast<void*>(&FakeMemcpyHtoD)},
   };
   return *kTable;
 }

@@ -6,7 +6,9 @@
 // the real loader does), records every call, keeps a small model of device
 // memory (plain allocations, reservations, physical handles, mappings and
 // access, one pool, events) and returns the CUresult a real driver would for
-// misuse, or one a test chose (FailNext). Fake addresses are numbers only.
+// misuse, or one a test chose (FailNext). Fake addresses are numbers only;
+// the bytes cuMemcpyHtoD writes behind them are kept per allocation, pool
+// block or physical handle (fake_device_bytes.h) for cuMemcpyDtoH to read.
 //
 // The entry points are plain functions, so one fake at a time is "installed"
 // (the newest one alive). Thread-safe.
@@ -26,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/cuda/cuda_driver.h"
+#include "tests/backends/fake_device_bytes.h"
 
 namespace gpualloc::cuda::testing {
 

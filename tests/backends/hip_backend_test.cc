@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "backends/hip/hip_api.h"
@@ -554,6 +555,67 @@ TEST(HipBackendTest, WithoutTheCaptureEntryPointsCaptureIsOff) {
   EXPECT_TRUE(absl::IsUnimplemented(
       b.ExchangeCaptureMode(CaptureMode::kRelaxed).status()));
   EXPECT_EQ(fake.CountCalls("hipStreamIsCapturing"), 0);
+}
+
+// ------------------------------------------- copies between device and host
+
+TEST(HipBackendTest, HostCopiesUseHipMemcpyOnTheBackendsDevice) {
+  FakeHipConfig config = testing::Rocm61();
+  config.device_count = 2;
+  FakeHipRuntime fake(config);
+  auto made = Create(fake, MemoryKind::kCoarse, /*ordinal=*/1);
+  ASSERT_TRUE(made.ok()) << made.status();
+  HipBackend& b = **made;
+  EXPECT_TRUE(b.info().capabilities.host_copy);
+  absl::StatusOr<DeviceAddress> a = b.Allocate(3 * kMiB);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<unsigned char> out(3 * kMiB), in(3 * kMiB, 0);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<unsigned char>(i * 13 + 5);
+  }
+  fake.SetCurrentDevice(0);
+  EXPECT_TRUE(b.CopyFromHost(*a, out.data(), out.size()).ok());
+  EXPECT_TRUE(b.CopyToHost(in.data(), *a, in.size()).ok());
+  EXPECT_EQ(in, out);
+  // On the backend's device, and the caller's put back.
+  EXPECT_THAT(fake.DevicesOf("hipMemcpy"), ElementsAre(1, 1));
+  EXPECT_EQ(fake.CurrentDevice(), 0);
+
+  // 0 bytes and a null host pointer never reach the runtime.
+  EXPECT_TRUE(b.CopyFromHost(*a, nullptr, 0).ok());
+  const absl::Status null_host = b.CopyToHost(nullptr, *a, 16);
+  EXPECT_TRUE(absl::IsInvalidArgument(null_host)) << null_host;
+  EXPECT_THAT(null_host.message(), HasSubstr("null"));
+  EXPECT_EQ(fake.CountCalls("hipMemcpy"), 2);
+
+  // Runtime errors translate, naming the call, the address and the size.
+  fake.FailNext("hipMemcpy", hipErrorLaunchFailure);
+  const absl::Status failed = b.CopyToHost(in.data(), *a, 16);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
+  EXPECT_THAT(failed.message(),
+              HasSubstr(absl::StrCat("hipMemcpy(", absl::StrFormat("%#x", *a),
+                                     ", 16 bytes, hipMemcpyDeviceToHost) "
+                                     "failed: hipErrorLaunchFailure")));
+  fake.FailNext("hipMemcpy", hipErrorOutOfMemory);
+  EXPECT_TRUE(absl::IsResourceExhausted(b.CopyFromHost(*a, out.data(), 16)));
+  // The fake answers hipErrorInvalidValue for a range it did not hand out.
+  EXPECT_TRUE(absl::IsInvalidArgument(b.CopyFromHost(16, out.data(), 16)));
+  EXPECT_TRUE(b.Free(*a).ok());
+}
+
+TEST(HipBackendTest, WithoutHipMemcpyHostCopyIsOff) {
+  FakeHipConfig config = testing::Rocm61();
+  config.has_memcpy = false;
+  FakeHipRuntime fake(config);
+  auto made = Create(fake);
+  ASSERT_TRUE(made.ok()) << made.status();
+  HipBackend& b = **made;
+  EXPECT_FALSE(b.info().capabilities.host_copy);
+  EXPECT_THAT(Notes(b), HasSubstr("host_copy off"));
+  unsigned char host[16] = {};
+  EXPECT_TRUE(absl::IsUnimplemented(b.CopyToHost(host, 0x1000, 16)));
+  EXPECT_TRUE(absl::IsUnimplemented(b.CopyFromHost(0x1000, host, 16)));
+  EXPECT_EQ(fake.CountCalls("hipMemcpy"), 0);
 }
 
 // ------------------------------------------------------- the current device

@@ -4,7 +4,9 @@
 // This machine has no AMD GPU, so the HIP backend's logic is driven through a
 // fake: an in-process model of one or more devices that records every call,
 // keeps device memory, events, pools, reservations and mappings minimally
-// (fake addresses, never dereferenced), reports the runtime version it is told
+// (fake addresses, never dereferenced; the bytes hipMemcpy writes behind them
+// are kept per allocation, pool block or physical handle, fake_device_bytes.h),
+// reports the runtime version it is told
 // to, and reproduces what each ROCm release really does:
 //   - ROCm 5.2: hipMemAddressReserve returns success and leaves the pointer
 //     untouched (a no-op); the virtual-memory attribute is unknown;
@@ -33,13 +35,19 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backends/hip/hip_api.h"
+#include "tests/backends/fake_device_bytes.h"
 
 namespace gpualloc::hip::testing {
+
+using gpualloc::testing::FakeDeviceBytes;
+using gpualloc::testing::FakeRegion;
+using gpualloc::testing::FakeRegionKind;
 
 inline constexpr std::uint64_t kFakeKiB = std::uint64_t{1} << 10;
 inline constexpr std::uint64_t kFakeMiB = std::uint64_t{1} << 20;
@@ -71,6 +79,8 @@ struct FakeHipConfig {
   std::uint64_t recommended_granularity = 2 * kFakeMiB;
   // hipStreamIsCapturing and hipThreadExchangeStreamCaptureMode present.
   bool has_capture = true;
+  // hipMemcpy present.
+  bool has_memcpy = true;
 };
 
 // The three ROCm behaviours, on an MI300X.
@@ -141,6 +151,7 @@ class FakeHipRuntime {
         config_.has_capture ? &StreamIsCapturing_ : nullptr;
     api->ThreadExchangeStreamCaptureMode =
         config_.has_capture ? &ThreadExchangeStreamCaptureMode_ : nullptr;
+    api->Memcpy = config_.has_memcpy ? &Memcpy_ : nullptr;
     api->MemPoolCreate = &MemPoolCreate_;
     api->MemPoolDestroy = &MemPoolDestroy_;
     api->MallocFromPoolAsync = &MallocFromPoolAsync_;
@@ -420,7 +431,11 @@ class FakeHipRuntime {
     if (it == f.plain_.end()) return hipErrorInvalidValue;
     f.used_ -= it->second.bytes;
     f.plain_.erase(it);
+    f.bytes_.Drop({FakeRegionKind::kAllocation, AddressOf(p)});
     return hipSuccess;
+  }
+  static std::uint64_t AddressOf(const void* p) {
+    return reinterpret_cast<std::uint64_t>(p);
   }
   static hipError_t EventCreateWithFlags_(hipEvent_t* e, unsigned) {
     GPUALLOC_FAKE_ENTER("hipEventCreateWithFlags");
@@ -530,6 +545,7 @@ class FakeHipRuntime {
     f.pool_used_ -= it->second;
     f.pool_cached_ += it->second;
     f.pool_blocks_.erase(it);
+    f.bytes_.Drop({FakeRegionKind::kAllocation, AddressOf(p)});
     return hipSuccess;
   }
   static hipError_t MemPoolTrimTo_(hipMemPool_t, size_t keep) {
@@ -633,6 +649,7 @@ class FakeHipRuntime {
         it->second.mappings == 0) {
       used_ -= it->second.bytes;
       handles_.erase(it);
+      bytes_.Drop({FakeRegionKind::kPhysical, id});
     }
   }
   static hipError_t MemRelease_(hipMemGenericAllocationHandle_t h) {
@@ -681,6 +698,42 @@ class FakeHipRuntime {
     if (at + bytes > it->first + it->second.first) return hipErrorInvalidValue;
     return hipSuccess;
   }
+  // Where a copy may touch `address`: a plain allocation, a pool block, or
+  // a mapping (its handle's bytes). mu_ held.
+  std::optional<FakeRegion> CopyRegion(std::uint64_t address) const {
+    if (auto r = FakeDeviceBytes::In(plain_, address,
+                                     [](const Plain& p) { return p.bytes; })) {
+      return r;
+    }
+    const auto size = [](std::uint64_t n) { return n; };
+    if (auto r = FakeDeviceBytes::In(pool_blocks_, address, size)) return r;
+    auto r = FakeDeviceBytes::In(
+        mappings_, address,
+        [](const std::pair<std::uint64_t, std::uint64_t>& m) {
+          return m.first;
+        });
+    if (r) {
+      r->key = {FakeRegionKind::kPhysical, mappings_.at(r->key.second).second};
+    }
+    return r;
+  }
+  static hipError_t Memcpy_(void* destination, const void* source, size_t bytes,
+                            hipMemcpyKind kind) {
+    GPUALLOC_FAKE_ENTER("hipMemcpy");
+    if ((destination == nullptr || source == nullptr) && bytes != 0) {
+      return hipErrorInvalidValue;
+    }
+    const auto region = [&](std::uint64_t at) { return f.CopyRegion(at); };
+    bool copied = false;
+    if (kind == hipMemcpyDeviceToHost) {
+      copied =
+          f.bytes_.Copy(AddressOf(source), bytes, destination, nullptr, region);
+    } else if (kind == hipMemcpyHostToDevice) {
+      copied =
+          f.bytes_.Copy(AddressOf(destination), bytes, nullptr, source, region);
+    }
+    return copied ? hipSuccess : hipErrorInvalidValue;
+  }
 #undef GPUALLOC_FAKE_ENTER
 
   const FakeHipConfig config_;
@@ -708,6 +761,8 @@ class FakeHipRuntime {
   std::uint64_t last_handle_ = 0;
   std::map<std::uint64_t, Physical> handles_;
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> mappings_;
+  // The bytes behind the addresses, for hipMemcpy.
+  FakeDeviceBytes bytes_;
 };
 
 // An entry-point table that owns a fresh fake: the fake lives as long as

@@ -91,6 +91,8 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kSetAccess), "set_access");
   EXPECT_EQ(SimOpName(SimOp::kIsCapturing), "is_capturing");
   EXPECT_EQ(SimOpName(SimOp::kExchangeCaptureMode), "exchange_capture_mode");
+  EXPECT_EQ(SimOpName(SimOp::kCopyToHost), "copy_to_host");
+  EXPECT_EQ(SimOpName(SimOp::kCopyFromHost), "copy_from_host");
   EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
   // Every op has a name of its own.
   for (int i = 0; i < kNumSimOps; ++i) {
@@ -546,6 +548,109 @@ TEST(SimBackendTest, HostBackedMemoryHoldsAPatternAndIsAligned) {
     GPUALLOC_ASSERT_OK(sim->Free(a));
     EXPECT_FALSE(IsMapped(a)) << "Free must unmap " << a;
   }
+}
+
+TEST(SimBackendTest, FakeMemoryHasNoHostCopy) {
+  auto sim = Create(Profile("h100", 256 * kMiB));
+  ASSERT_NE(sim, nullptr);
+  EXPECT_FALSE(sim->info().capabilities.host_copy);
+  absl::StatusOr<DeviceAddress> a = sim->Allocate(4096);
+  ASSERT_TRUE(a.ok()) << a.status();
+  unsigned char host[16] = {};
+  const absl::Status to = sim->CopyToHost(host, *a, sizeof(host));
+  EXPECT_TRUE(absl::IsUnimplemented(to)) << to;
+  EXPECT_TRUE(absl::StrContains(to.message(), "kFake")) << to;
+  EXPECT_TRUE(absl::StrContains(to.message(), "CopyToHost")) << to;
+  const absl::Status from = sim->CopyFromHost(*a, host, sizeof(host));
+  EXPECT_TRUE(absl::IsUnimplemented(from)) << from;
+  EXPECT_TRUE(absl::StrContains(from.message(), "CopyFromHost")) << from;
+  // Counted as failed calls, at no cost.
+  EXPECT_EQ(sim->calls(SimOp::kCopyToHost), 1u);
+  EXPECT_EQ(sim->failed_calls(SimOp::kCopyToHost), 1u);
+  EXPECT_EQ(sim->failed_calls(SimOp::kCopyFromHost), 1u);
+}
+
+TEST(SimBackendTest, HostCopiesAreCheckedCountedAndCosted) {
+  auto sim = Create(Profile("h100", 256 * kMiB, SimMemory::kHostBacked));
+  ASSERT_NE(sim, nullptr);
+  EXPECT_TRUE(sim->info().capabilities.host_copy);
+  // The cost model: 10 us per call plus 1 MiB / 50 GB/s per MiB.
+  EXPECT_EQ(sim->CallCostNs(SimOp::kCopyToHost, 0), 10'000u);
+  EXPECT_EQ(sim->CallCostNs(SimOp::kCopyFromHost, kMiB), 10'000u + 20'972u);
+  absl::StatusOr<DeviceAddress> a = sim->Allocate(kMiB);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<unsigned char> out(kMiB), in(kMiB, 0);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<unsigned char>(i * 7 + 1);
+  }
+  const std::uint64_t before = sim->modeled_ns();
+  GPUALLOC_ASSERT_OK(sim->CopyFromHost(*a, out.data(), kMiB));
+  // The device memory holds the bytes (host-backed: readable directly).
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(*a), out.data(), kMiB),
+            0);
+  GPUALLOC_ASSERT_OK(sim->CopyToHost(in.data(), *a, kMiB));
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(sim->modeled_ns() - before,
+            2 * sim->CallCostNs(SimOp::kCopyToHost, kMiB));
+  EXPECT_EQ(sim->calls(SimOp::kCopyToHost), 1u);
+  EXPECT_EQ(sim->calls(SimOp::kCopyFromHost), 1u);
+
+  // Past the end of the allocation, and outside any: InvalidArgument naming
+  // the address; nothing copied.
+  const absl::Status past = sim->CopyToHost(in.data(), *a + 16, kMiB);
+  EXPECT_TRUE(absl::IsInvalidArgument(past)) << past;
+  EXPECT_TRUE(
+      absl::StrContains(past.message(), absl::StrFormat("%#x", *a + 16)))
+      << past;
+  EXPECT_TRUE(absl::IsInvalidArgument(sim->CopyFromHost(16, out.data(), 1)));
+  const DeviceAddress top = ~DeviceAddress{0} - 8;
+  EXPECT_TRUE(absl::IsInvalidArgument(sim->CopyToHost(in.data(), top, 64)));
+  // Reserved, but only partly mapped with access set: FailedPrecondition.
+  const std::uint64_t g = sim->info().recommended_granularity;
+  absl::StatusOr<DeviceAddress> r = sim->ReserveAddress(2 * g, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<PhysicalHandle> h = sim->CreatePhysical(g);
+  ASSERT_TRUE(h.ok()) << h.status();
+  GPUALLOC_ASSERT_OK(sim->Map(*r, g, *h));
+  const absl::Status no_access = sim->CopyFromHost(*r, out.data(), 64);
+  EXPECT_TRUE(absl::IsFailedPrecondition(no_access)) << no_access;
+  EXPECT_TRUE(absl::StrContains(no_access.message(), "SetAccess")) << no_access;
+  GPUALLOC_ASSERT_OK(sim->SetAccess(*r, g));
+  GPUALLOC_EXPECT_OK(sim->CopyFromHost(*r + g - 64, out.data(), 64));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      sim->CopyFromHost(*r + g - 64, out.data(), 128)));
+  // A null host pointer: InvalidArgument; 0 bytes: nothing, but a call.
+  EXPECT_TRUE(absl::IsInvalidArgument(sim->CopyToHost(nullptr, *a, 1)));
+  GPUALLOC_EXPECT_OK(sim->CopyToHost(nullptr, 16, 0));
+  EXPECT_EQ(sim->failed_calls(SimOp::kCopyToHost), 3u);
+  EXPECT_EQ(sim->failed_calls(SimOp::kCopyFromHost), 3u);
+  // Fault injection reaches them like every call.
+  sim->FailNthCall(SimOp::kCopyToHost, 1, absl::InternalError("injected"));
+  EXPECT_TRUE(absl::IsInternal(sim->CopyToHost(in.data(), *a, 1)));
+  GPUALLOC_ASSERT_OK(sim->Unmap(*r, g));
+  GPUALLOC_ASSERT_OK(sim->ReleasePhysical(*h));
+  GPUALLOC_ASSERT_OK(sim->FreeAddress(*r, 2 * g));
+  GPUALLOC_ASSERT_OK(sim->Free(*a));
+}
+
+TEST(SimBackendTest, AHostCopyDuringACaptureIsAViolation) {
+  auto sim = Create(Profile("h100", 256 * kMiB, SimMemory::kHostBacked));
+  ASSERT_NE(sim, nullptr);
+  absl::StatusOr<DeviceAddress> a = sim->Allocate(4096);
+  ASSERT_TRUE(a.ok()) << a.status();
+  unsigned char host[16] = {};
+  GPUALLOC_ASSERT_OK(sim->BeginCapture(Stream(0x10)));
+  // Even in the relaxed mode: a synchronous copy waits for the device.
+  GPUALLOC_ASSERT_OK(sim->ExchangeCaptureMode(CaptureMode::kRelaxed));
+  const absl::Status copy = sim->CopyToHost(host, *a, sizeof(host));
+  EXPECT_TRUE(absl::IsFailedPrecondition(copy)) << copy;
+  EXPECT_TRUE(absl::StrContains(copy.message(), "CopyToHost")) << copy;
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(sim->CopyFromHost(*a, host, sizeof(host))));
+  EXPECT_EQ(sim->capture_violations(), 2u);
+  EXPECT_FALSE(sim->EndCapture(Stream(0x10)).ok());
+  GPUALLOC_EXPECT_OK(sim->CopyToHost(host, *a, sizeof(host)));
+  GPUALLOC_ASSERT_OK(sim->Free(*a));
 }
 
 TEST(SimBackendTest, HostBackedMmapFailureIsResourceExhausted) {

@@ -67,6 +67,8 @@ TEST(InfoTest, PrintsDeviceProfileAndConfiguration) {
   EXPECT_EQ(run.exit_code, 0) << run.out;
   EXPECT_THAT(run.out, HasSubstr("Device"));
   EXPECT_THAT(run.out, HasSubstr("sm_90"));
+  // The simulator's fake memory has no bytes to copy.
+  EXPECT_THAT(run.out, HasSubstr("host accessible: no, host copy: no"));
   EXPECT_THAT(run.out, HasSubstr("80000000000 B (74.51 GiB)"));
   EXPECT_THAT(run.out, HasSubstr("Architecture profile"));
   EXPECT_THAT(run.out, HasSubstr("h100 (NVIDIA H100 80GB HBM3)"));
