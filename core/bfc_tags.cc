@@ -61,7 +61,11 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateToTag(
 absl::Status BfcAllocator::CheckAwake(DeviceAddress address,
                                       absl::string_view call) const {
   const Tag tag = static_cast<Tag>(tags_.PoolOf(address));
-  if (!asleep_.contains(tag)) return absl::OkStatus();
+  // (Only a live block's start: a bad address gets its usual answer, which
+  // touches nothing.)
+  if (!asleep_.contains(tag) || tags_.AllocatedSize(address) == 0) {
+    return absl::OkStatus();
+  }
   return absl::FailedPreconditionError(absl::StrFormat(
       "%s(%#x): the allocation's tag %d is asleep (its memory is given back); "
       "Wake(%d) first",
@@ -154,7 +158,9 @@ absl::Status BfcAllocator::SleepSlabs(
         status.code(),
         absl::StrFormat("%s: %s; the tag's memory was %s again", call,
                         status.message(),
-                        sleep ? "mapped (its content is lost)" : "released"));
+                        sleep ? "mapped (its content restored from the "
+                                "backup if Sleep made one, else lost)"
+                              : "released"));
   }
   return absl::OkStatus();
 }
@@ -166,7 +172,19 @@ void BfcAllocator::ReturnFreeTagMemory() {
   for (const PoolSnapshot& p : pools) {
     if (!asleep_.contains(static_cast<Tag>(p.id))) awake.push_back(p.id);
   }
-  for (PoolId id : awake) tags_.ReturnFreeRegions(id, tag_slabs_);
+  for (PoolId id : awake) {
+    // Free pieces of different streams' frees merge once their work is
+    // done: the host waits for it, as Trim does for general memory.
+    if (MayAsk()) {
+      if (!WaitForFreeMemory(stream_order_,
+                             tags_.PendingStreams(id, stream_order_),
+                             "returning a tag's memory")
+               .ok()) {
+        continue;  // kept for now; the error is the event's, met again later
+      }
+    }
+    tags_.ReturnFreeRegions(id, tag_slabs_, *oracle_);
+  }
 }
 
 absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
@@ -210,8 +228,15 @@ absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
       asleep.backup.push_back(std::move(copy));
     }
     asleep.slabs = tags_.Slabs(tag);
-    GPUALLOC_RETURN_IF_ERROR(
-        SleepSlabs(asleep.slabs, /*sleep=*/true, call, &asleep.bytes));
+    absl::Status slept =
+        SleepSlabs(asleep.slabs, /*sleep=*/true, call, &asleep.bytes);
+    if (!slept.ok()) {
+      // Mapped again: the content comes back from the backup, if any.
+      for (const HostCopy& copy : asleep.backup) {
+        (void)backend_->CopyFromHost(copy.address, copy.data.get(), copy.bytes);
+      }
+      return slept;
+    }
     report.bytes_released = asleep.bytes;
   }
   if (!slept_) {

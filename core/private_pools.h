@@ -166,8 +166,18 @@ class PrivatePools {
   // Gives the regions of pool `id` that hold no live block back to general
   // memory, fenced by every stream that used the pool (Trim); a pool left
   // empty is forgotten. REQUIRES: Has(id).
-  void ReturnFreeRegions(PoolId id, SlabSource& slabs) {
-    ReturnFree(pools_.at(id), slabs, /*settle=*/false);
+  // `known` first drops the conditions of free pieces it knows complete, so
+  // that they merge (the caller waited for the work of PendingStreams).
+  void ReturnFreeRegions(PoolId id, SlabSource& slabs,
+                         const ReuseOracle& known) {
+    Pool& pool = pools_.at(id);
+    if (pool.core->multi_stream()) pool.core->Settle(known);
+    ReturnFree(pool, slabs, /*settle=*/false);
+  }
+  // The streams whose work may still use pool `id`'s free memory.
+  std::vector<std::uintptr_t> PendingStreams(PoolId id,
+                                             const ReuseOracle& known) const {
+    return pools_.at(id).core->PendingStreams(known, UINTPTR_MAX);
   }
   // Whether `address` lies in a slab some pool holds.
   bool Owns(DeviceAddress address) const { return SlabAt(address) != nullptr; }

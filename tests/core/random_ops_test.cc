@@ -6,10 +6,16 @@
 // checked before it is freed: an overlap or a corrupting split would show up.
 // Besides allocations, frees and trims, the sequences inject device refusals,
 // free on other streams, declare extra streams with RecordStream and try bad
-// frees, which must change nothing. The seed is printed;
+// frees, which must change nothing. With tags, allocations carry one of a
+// few tags and tags are put to sleep (with or without a backup) and woken
+// at random: a sleeping tag's blocks refuse frees and new allocations, and
+// their fill patterns survive a backup (or are written afresh after a Wake
+// without one). The seed is printed;
 // GPUALLOC_TEST_SEED=<seed> replays a failure.
 #include <iostream>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +41,7 @@ struct Config {
   const char* profile = "h100";
   std::uint64_t min_block = 0;  // 0: the profile's
   int streams = 1;              // frees and RecordStream on streams 0..n-1
+  int tags = 0;                 // allocations tagged 0..n; Sleep and Wake
 };
 
 void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
@@ -69,6 +76,29 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
                               /*exact_sizes=*/config.split_bound == 0);
 
   int ooms = 0, allocs = 0, frees = 0, trims = 0, bad_frees = 0;
+  int sleeps = 0, wakes = 0, refused = 0;
+  std::map<std::uint64_t, Tag> tag_of;  // live tagged blocks
+  std::set<Tag> asleep;
+  const bool sleeps_here =
+      o.mode == AllocatorMode::kBfc && config.mode.expandable;
+  auto is_asleep = [&](std::uint64_t address) {
+    auto it = tag_of.find(address);
+    return it != tag_of.end() && asleep.contains(it->second);
+  };
+  // Wakes `tag`; without a backup its blocks are written afresh.
+  auto wake = [&](Tag tag, bool backed_up) -> absl::Status {
+    absl::Status s = a->Wake(tag);
+    if (!s.ok()) return s;
+    asleep.erase(tag);
+    ++wakes;
+    if (!backed_up) {
+      for (const auto& [address, t] : tag_of) {
+        if (t == tag) shadow.Fill(address);
+      }
+    }
+    return s;
+  };
+  std::map<Tag, bool> backed_up;
   std::size_t peak_live = 0;
   auto random_stream = [&] { return Stream(rng() % config.streams); };
   auto random_live = [&] {
@@ -91,9 +121,16 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
       const std::uint64_t alignment =
           (rng() % 8 == 0) ? (256ull << (rng() % 10)) : 0;
       const Stream stream = random_stream();
+      Tag tag = static_cast<Tag>(rng() % (config.tags + 1));
+      if (asleep.contains(tag) && rng() % 8 != 0) tag = 0;  // now and then
       const Stats before = a->GetStats();
-      auto p = a->Allocate(size, stream, alignment);
-      if (!p.ok()) {
+      auto p = a->Allocate(size, stream, alignment, tag);
+      if (asleep.contains(tag)) {
+        ASSERT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition)
+            << p.status();
+        ASSERT_EQ(a->GetStats().num_allocs, before.num_allocs);
+        ++refused;
+      } else if (!p.ok()) {
         ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted)
             << p.status();
         ASSERT_NE(p.status().message().find("out of memory"), std::string::npos)
@@ -105,22 +142,81 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
         GPUALLOC_ASSERT_OK(shadow.Add(Addr(*p), size, alignment, stream.handle,
                                       static_cast<unsigned char>(rng())));
         shadow.Fill(Addr(*p));
+        if (tag != 0) tag_of[Addr(*p)] = tag;
         ++allocs;
         peak_live = std::max(peak_live, shadow.blocks().size());
       }
     } else if (op < 94) {
-      const std::uint64_t address = random_live();
-      GPUALLOC_ASSERT_OK(shadow.CheckFill(address));
-      GPUALLOC_ASSERT_OK(
-          a->Deallocate(reinterpret_cast<void*>(address), random_stream()));
-      GPUALLOC_ASSERT_OK(shadow.Remove(address));
-      ++frees;
+      std::uint64_t address = random_live();
+      if (is_asleep(address) && rng() % 4 != 0) address = random_live();
+      if (is_asleep(address)) {  // refused, nothing changes
+        const Stats before = a->GetStats();
+        ASSERT_EQ(a->Deallocate(reinterpret_cast<void*>(address)).code(),
+                  absl::StatusCode::kFailedPrecondition);
+        ASSERT_EQ(a->GetStats().bytes_in_use, before.bytes_in_use);
+        ++refused;
+      } else {
+        GPUALLOC_ASSERT_OK(shadow.CheckFill(address));
+        GPUALLOC_ASSERT_OK(
+            a->Deallocate(reinterpret_cast<void*>(address), random_stream()));
+        GPUALLOC_ASSERT_OK(shadow.Remove(address));
+        tag_of.erase(address);
+        ++frees;
+      }
+    } else if (op < 96 && config.tags > 0 && rng() % 2 == 0) {
+      // Sleep or wake one tag.
+      Tag tag = static_cast<Tag>(1 + rng() % config.tags);
+      // Tags sleep for short spells.
+      if (!asleep.empty() && rng() % 4 != 0) tag = *asleep.begin();
+      if (asleep.contains(tag)) {
+        absl::Status s = wake(tag, backed_up[tag]);
+        // The limit has no room for it: the program frees memory (blocks of
+        // tags awake) until it has.
+        for (int i = 0; absl::IsResourceExhausted(s) && i < 64; ++i) {
+          std::uint64_t victim = random_live();
+          if (is_asleep(victim)) continue;
+          GPUALLOC_ASSERT_OK(shadow.CheckFill(victim));
+          GPUALLOC_ASSERT_OK(a->Deallocate(reinterpret_cast<void*>(victim)));
+          GPUALLOC_ASSERT_OK(shadow.Remove(victim));
+          tag_of.erase(victim);
+          ++frees;
+          GPUALLOC_ASSERT_OK(a->Trim());
+          s = wake(tag, backed_up[tag]);
+          if (shadow.blocks().empty()) break;
+        }
+        // The limit may have no room for it now.
+        if (!s.ok()) {
+          ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+        }
+      } else {
+        const bool backup = rng() % 2 == 0;
+        absl::StatusOr<SleepReport> r = a->Sleep(tag, backup);
+        if (!sleeps_here) {
+          ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+              << r.status();
+        } else {
+          GPUALLOC_ASSERT_OK(r.status());
+          std::uint64_t live = 0;
+          for (const auto& [address, t] : tag_of) live += t == tag ? 1 : 0;
+          ASSERT_EQ(r->allocations, live);
+          ASSERT_EQ(r->bytes_kept, 0u);
+          asleep.insert(tag);
+          backed_up[tag] = backup;
+          ++sleeps;
+        }
+      }
     } else if (op < 96) {
       GPUALLOC_ASSERT_OK(a->Trim());
       ++trims;
     } else if (op < 98 && config.streams > 1) {
-      GPUALLOC_ASSERT_OK(a->RecordStream(reinterpret_cast<void*>(random_live()),
-                                         random_stream()));
+      const std::uint64_t address = random_live();
+      const absl::Status s =
+          a->RecordStream(reinterpret_cast<void*>(address), random_stream());
+      if (is_asleep(address)) {
+        ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      } else {
+        GPUALLOC_ASSERT_OK(s);
+      }
     } else {
       // A bad free, interior or of a block freed lately: a clear Status
       // naming the address, and nothing changes.
@@ -171,16 +267,38 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
       ASSERT_EQ(s.bytes_reserved, sim->bytes_allocated());
     }
   }
+  // Every tag awake (freeing untagged blocks while the limit has no room).
+  while (!asleep.empty()) {
+    const Tag tag = *asleep.begin();
+    const absl::Status s = wake(tag, backed_up[tag]);
+    if (s.ok()) continue;
+    ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    std::uint64_t victim = 0;
+    for (const auto& [address, block] : shadow.blocks()) {
+      if (!is_asleep(address)) victim = address;
+    }
+    ASSERT_NE(victim, 0u) << s;
+    GPUALLOC_ASSERT_OK(a->Deallocate(reinterpret_cast<void*>(victim)));
+    GPUALLOC_ASSERT_OK(shadow.Remove(victim));
+    tag_of.erase(victim);
+    GPUALLOC_ASSERT_OK(a->Trim());
+  }
   std::cout << "  " << allocs << " allocations, " << frees << " frees, "
-            << trims << " trims, " << bad_frees << " bad frees, " << ooms
-            << " out-of-memory answers, peak " << peak_live << " live blocks, "
-            << a->GetStats().backend_allocs << " backend allocations\n";
+            << sleeps << " sleeps, " << wakes << " wakes, " << refused
+            << " refused (tag asleep), " << trims << " trims, " << bad_frees
+            << " bad frees, " << ooms << " out-of-memory answers, peak "
+            << peak_live << " live blocks, " << a->GetStats().backend_allocs
+            << " backend allocations\n";
   // Every path was exercised.
   EXPECT_GT(allocs, kSteps / 4);
   EXPECT_GT(frees, kSteps / 4);
   EXPECT_GT(ooms, 10);
   EXPECT_GT(bad_frees, 0);
   EXPECT_GT(peak_live, 50u);
+  if (config.tags > 0 && sleeps_here) {
+    EXPECT_GT(sleeps, 5);
+    EXPECT_GT(refused, 10);
+  }
   // Containment: every live block lies inside a block of the snapshot, and
   // in the async and platform modes each is a block of its own.
   const Snapshot snap = a->GetSnapshot();
@@ -235,6 +353,13 @@ INSTANTIATE_TEST_SUITE_P(
                GrowthPolicy::kExact, 0, true, "mi300x"},
         Config{"expandable_min_block_64", testing::kBfcExpandable,
                GrowthPolicy::kExact, 0, true, "h100", 64},
+        // Tags with Sleep and Wake (separate regions: tags without sleep).
+        Config{"expandable_tags", testing::kBfcExpandable, GrowthPolicy::kExact,
+               0, true, "h100", 0, 3, 2},
+        Config{"expandable_preallocate_tags", kExpandablePreallocated,
+               GrowthPolicy::kExact, 0, true, "h100", 0, 1, 3},
+        Config{"separate_tags", testing::kBfcSeparate, GrowthPolicy::kExact, 0,
+               true, "h100", 0, 3, 2},
         // The platform and async modes, on three streams.
         Config{"platform_h100", testing::kPlatform, GrowthPolicy::kExact, 0,
                true, "h100", 0, 3},

@@ -64,11 +64,13 @@ std::vector<Block> MakeBlocks(Allocator& a, SimBackend& sim) {
   for (int round = 0; round < 3; ++round) {
     for (std::uint64_t bytes : sizes) {
       for (Tag tag : {Tag{0}, Tag{1}, Tag{2}}) {
-        auto p = a.Allocate(bytes, Stream(), 0, tag);
+        // Each tag's work on a stream of its own.
+        const Stream stream(1 + tag);
+        auto p = a.Allocate(bytes, stream, 0, tag);
         EXPECT_TRUE(p.ok()) << p.status();
         if (!p.ok()) continue;
         Fill(*p, bytes, ++seed);
-        sim.Use(Stream(1 + tag), Addr(*p), bytes);
+        sim.Use(stream, Addr(*p), bytes);
         blocks.push_back(Block{*p, bytes, tag, seed});
       }
     }
@@ -136,7 +138,9 @@ TEST_P(SleepWakeTest, ReleasesTheTagsGranulesAndKeepsEverythingElse) {
     EXPECT_TRUE(Holds(b.p, b.bytes, b.seed)) << "tag " << b.tag;
   }
   // Free everything; the tags' memory goes back with Trim.
-  for (const Block& b : blocks) GPUALLOC_EXPECT_OK(a->Deallocate(b.p));
+  for (const Block& b : blocks) {
+    GPUALLOC_EXPECT_OK(a->Deallocate(b.p, Stream(1 + b.tag)));
+  }
   sim->CompleteAll();
   GPUALLOC_EXPECT_OK(a->Trim());
   GPUALLOC_EXPECT_OK(a->Validate());
@@ -317,7 +321,8 @@ TEST(SleepWakeTest, DeviceFaultsTurnBackWhatChanged) {
     ptrs.push_back(*p);
   }
   const std::uint64_t physical = sim->physical_bytes();
-  // The second unmap fails: the first comes back.
+  // The second unmap fails: the first comes back, with its content (backed
+  // up).
   sim->FailNthCall(SimOp::kUnmap, 2, absl::InternalError("injected"));
   absl::StatusOr<SleepReport> slept = a->Sleep(1, /*backup=*/true);
   EXPECT_EQ(slept.status().code(), absl::StatusCode::kInternal);
