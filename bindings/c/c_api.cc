@@ -209,12 +209,13 @@ absl::Status Create(const char* config, const EnvLookup& env,
 }
 
 absl::Status Malloc(gpualloc_t* handle, int device, size_t size,
-                    size_t alignment, void* stream, void** out) {
+                    size_t alignment, void* stream, void** out, Tag tag = 0) {
   if (out == nullptr) return NullArgument("out");
   *out = nullptr;
   absl::StatusOr<Allocator*> a = AllocatorOf(handle, device);
   if (!a.ok()) return a.status();
-  absl::StatusOr<void*> p = (*a)->Allocate(size, StreamOf(stream), alignment);
+  absl::StatusOr<void*> p =
+      (*a)->Allocate(size, StreamOf(stream), alignment, tag);
   if (!p.ok()) return p.status();
   *out = *p;
   return absl::OkStatus();
@@ -243,6 +244,7 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   full.fragmentation = s.fragmentation;
   full.pool_bytes_reserved = s.pool_bytes_reserved;
   full.pool_bytes_in_use = s.pool_bytes_in_use;
+  full.bytes_sleeping = s.bytes_sleeping;
   // The caller's struct may be older (smaller): fill the whole fields that
   // fit, never part of one (a struct_size between two field boundaries gets
   // the fields before it). Or newer (larger): fill this library's fields and
@@ -270,6 +272,7 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
       GPUALLOC_FIELD_END(fragmentation),
       GPUALLOC_FIELD_END(pool_bytes_reserved),
       GPUALLOC_FIELD_END(pool_bytes_in_use),
+      GPUALLOC_FIELD_END(bytes_sleeping),
 #undef GPUALLOC_FIELD_END
   };
   static_assert(
@@ -377,6 +380,16 @@ gpualloc_status_t gpualloc_malloc_aligned(gpualloc_t* allocator, int device,
   });
 }
 
+gpualloc_status_t gpualloc_malloc_tagged(gpualloc_t* allocator, int device,
+                                         size_t size, size_t alignment,
+                                         void* stream, uint32_t tag,
+                                         void** out) {
+  return Boundary("gpualloc_malloc_tagged", [&] {
+    return gpualloc::Malloc(allocator, device, size, alignment, stream, out,
+                            tag);
+  });
+}
+
 gpualloc_status_t gpualloc_free(gpualloc_t* allocator, int device, void* ptr,
                                 void* stream) {
   return Boundary("gpualloc_free", [&]() -> absl::Status {
@@ -471,6 +484,31 @@ gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator, int device,
           return a.ReleaseStream(gpualloc::StreamOf(stream));
         });
   });
+}
+
+gpualloc_status_t gpualloc_sleep(gpualloc_t* allocator, int device,
+                                 uint32_t tag, int backup,
+                                 gpualloc_sleep_report_t* report) {
+  return gpualloc::OnPool("gpualloc_sleep", allocator, device,
+                          [&](gpualloc::Allocator& a) -> absl::Status {
+                            absl::StatusOr<gpualloc::SleepReport> r =
+                                a.Sleep(tag, backup != 0);
+                            if (!r.ok()) return r.status();
+                            if (report != nullptr) {
+                              report->allocations = r->allocations;
+                              report->bytes_in_use = r->bytes_in_use;
+                              report->bytes_released = r->bytes_released;
+                              report->bytes_kept = r->bytes_kept;
+                              report->bytes_backed_up = r->bytes_backed_up;
+                            }
+                            return absl::OkStatus();
+                          });
+}
+
+gpualloc_status_t gpualloc_wake(gpualloc_t* allocator, int device,
+                                uint32_t tag) {
+  return gpualloc::OnPool("gpualloc_wake", allocator, device,
+                          [&](gpualloc::Allocator& a) { return a.Wake(tag); });
 }
 
 gpualloc_status_t gpualloc_create_pool(gpualloc_t* allocator, int device,

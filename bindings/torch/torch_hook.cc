@@ -124,6 +124,9 @@ int PoolCall(const char* name, Call call) {
   return s;
 }
 
+// The tag gpualloc_torch_malloc gives this thread's allocations.
+thread_local std::uint32_t current_tag = 0;
+
 }  // namespace
 
 extern "C" {
@@ -133,7 +136,8 @@ GPUALLOC_API void* gpualloc_torch_malloc(size_t size, int device,
   gpualloc_t* handle = Handle("gpualloc_torch_malloc");
   if (handle == nullptr) return nullptr;
   void* p = nullptr;
-  if (gpualloc_malloc(handle, device, size, stream, &p) != GPUALLOC_OK) {
+  if (gpualloc_malloc_tagged(handle, device, size, 0, stream, current_tag,
+                             &p) != GPUALLOC_OK) {
     FailWithLastError();
     return nullptr;
   }
@@ -316,6 +320,28 @@ GPUALLOC_API int gpualloc_torch_end_allocate_to_pool(int device,
   return PoolCall("gpualloc_torch_end_allocate_to_pool", [&](gpualloc_t* h) {
     return gpualloc_end_allocate_to_pool(h, device, pool);
   });
+}
+
+// Sleep and wake (gpualloc.h's gpualloc_sleep says how they behave): the
+// calling thread's allocations from now on carry `tag` (0: none), e.g. the
+// weights or the KV cache; later the tag's memory is given back and mapped
+// again at the same addresses. Through ctypes:
+//   lib.gpualloc_torch_set_tag(1); load the weights;
+//   lib.gpualloc_torch_set_tag(0) lib.gpualloc_torch_sleep(device, 1, 1)   #
+//   backup=1 keeps the content
+//   ... another phase uses the memory ...
+//   lib.gpualloc_torch_wake(device, 1)
+// Each returns 0 or a gpualloc_status_t with the reason in
+// gpualloc_torch_last_error().
+GPUALLOC_API void gpualloc_torch_set_tag(uint32_t tag) { current_tag = tag; }
+GPUALLOC_API int gpualloc_torch_sleep(int device, uint32_t tag, int backup) {
+  return PoolCall("gpualloc_torch_sleep", [&](gpualloc_t* h) {
+    return gpualloc_sleep(h, device, tag, backup, nullptr);
+  });
+}
+GPUALLOC_API int gpualloc_torch_wake(int device, uint32_t tag) {
+  return PoolCall("gpualloc_torch_wake",
+                  [&](gpualloc_t* h) { return gpualloc_wake(h, device, tag); });
 }
 
 // The device's snapshot as JSON (docs/ARCHITECTURE.md, "Snapshot JSON"), to be

@@ -112,6 +112,9 @@ typedef struct gpualloc_stats {
    * they handed out (in bytes_in_use). */
   uint64_t pool_bytes_reserved;
   uint64_t pool_bytes_in_use;
+  /* Memory of tags asleep (gpualloc_sleep): given back to the device, not in
+   * bytes_reserved. */
+  uint64_t bytes_sleeping;
 } gpualloc_stats_t;
 
 /* Every device: the device argument of gpualloc_trim, gpualloc_release_stream
@@ -149,6 +152,14 @@ GPUALLOC_API gpualloc_status_t gpualloc_malloc_aligned(gpualloc_t* allocator,
                                                        size_t alignment,
                                                        void* stream,
                                                        void** out);
+/* As gpualloc_malloc_aligned, labelled with `tag` (0: none) for gpualloc_sleep
+ * and gpualloc_wake: allocator=bfc carves a tag's memory from granules of its
+ * own. A tag that is asleep is GPUALLOC_FAILED_PRECONDITION. */
+GPUALLOC_API gpualloc_status_t gpualloc_malloc_tagged(gpualloc_t* allocator,
+                                                      int device, size_t size,
+                                                      size_t alignment,
+                                                      void* stream,
+                                                      uint32_t tag, void** out);
 /* Releases `ptr`; `stream` is the stream its last use was queued on. A pointer
  * this allocator did not hand out, an interior pointer or a second free is
  * GPUALLOC_INVALID_ARGUMENT or GPUALLOC_FAILED_PRECONDITION with the address
@@ -196,6 +207,32 @@ GPUALLOC_API gpualloc_status_t gpualloc_begin_allocate_to_pool(
     gpualloc_t* allocator, int device, uint64_t pool, void* stream);
 GPUALLOC_API gpualloc_status_t
 gpualloc_end_allocate_to_pool(gpualloc_t* allocator, int device, uint64_t pool);
+
+/* Sleep and wake (vLLM's sleep mode, RL weight offloading): gpualloc_sleep
+ * waits for the work queued on the streams that used the tag's memory, then
+ * releases the physical memory of every granule holding only that tag's
+ * memory, keeping the addresses: the tag's pointers (and graphs captured
+ * with them) are valid again after gpualloc_wake, which maps fresh memory at
+ * the same addresses. The content is lost unless `backup` (non-zero) copied
+ * it to host memory, which gpualloc_wake copies back. While asleep, freeing
+ * or allocating with the tag is GPUALLOC_FAILED_PRECONDITION. Needs
+ * allocator=bfc with expandable regions on a backend with virtual memory
+ * (GPUALLOC_FAILED_PRECONDITION naming what is missing otherwise); a wake
+ * for which the limit has no room is GPUALLOC_RESOURCE_EXHAUSTED and leaves
+ * the tag asleep. `report` (may be NULL) receives what happened. The C++
+ * API's Allocator::Sleep says more. */
+typedef struct gpualloc_sleep_report {
+  uint64_t allocations;     /* the tag's live allocations, now asleep */
+  uint64_t bytes_in_use;    /* their bytes */
+  uint64_t bytes_released;  /* physical memory given back */
+  uint64_t bytes_kept;      /* granules shared with other memory, kept */
+  uint64_t bytes_backed_up; /* copied to host memory */
+} gpualloc_sleep_report_t;
+GPUALLOC_API gpualloc_status_t gpualloc_sleep(gpualloc_t* allocator, int device,
+                                              uint32_t tag, int backup,
+                                              gpualloc_sleep_report_t* report);
+GPUALLOC_API gpualloc_status_t gpualloc_wake(gpualloc_t* allocator, int device,
+                                             uint32_t tag);
 
 /* Fills *out (see gpualloc_stats_t: set out->struct_size first). A device not
  * used yet is created, so its bytes_limit is known. */

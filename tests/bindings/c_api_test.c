@@ -656,6 +656,44 @@ static void TestPrivatePools(void) {
   gpualloc_destroy(a);
 }
 
+/* Sleep and wake: a tag's memory is given back and mapped again at the same
+ * address; a sleeping tag refuses frees and allocations. */
+static void TestSleepWake(void) {
+  gpualloc_t* a = NULL;
+  CHECK_OK(gpualloc_create_isolated(kConfig, &a));
+  void* p = NULL;
+  void* untagged = NULL;
+  CHECK_OK(gpualloc_malloc_tagged(a, 0, 3u << 20, 0, NULL, 5, &p));
+  CHECK_OK(gpualloc_malloc(a, 0, 1000, NULL, &untagged));
+  const uint64_t reserved = Stats(a).bytes_reserved;
+  gpualloc_sleep_report_t report;
+  memset(&report, 0, sizeof(report));
+  /* The simulated device's addresses are numbers only: no host copies. */
+  CHECK_STATUS(gpualloc_sleep(a, 0, 5, 1, &report),
+               GPUALLOC_FAILED_PRECONDITION);
+  CHECK_ERROR_MENTIONS("host_copy");
+  CHECK_OK(gpualloc_sleep(a, 0, 5, 0, &report));
+  CHECK(report.allocations == 1 && report.bytes_released == (4u << 20));
+  CHECK(report.bytes_kept == 0 && report.bytes_backed_up == 0);
+  gpualloc_stats_t s = Stats(a);
+  CHECK(s.bytes_sleeping == (4u << 20));
+  CHECK(s.bytes_reserved == reserved - (4u << 20));
+  void* q = NULL;
+  CHECK_STATUS(gpualloc_malloc_tagged(a, 0, 10, 0, NULL, 5, &q),
+               GPUALLOC_FAILED_PRECONDITION);
+  CHECK_ERROR_MENTIONS("asleep");
+  CHECK_STATUS(gpualloc_free(a, 0, p, NULL), GPUALLOC_FAILED_PRECONDITION);
+  CHECK_OK(gpualloc_validate(a, 0));
+  CHECK_OK(gpualloc_wake(a, 0, 5));
+  CHECK_STATUS(gpualloc_wake(a, 0, 5), GPUALLOC_FAILED_PRECONDITION);
+  CHECK(Stats(a).bytes_sleeping == 0);
+  CHECK_OK(gpualloc_free(a, 0, p, NULL));
+  CHECK_OK(gpualloc_free(a, 0, untagged, NULL));
+  CHECK_STATUS(gpualloc_sleep(a, 0, 0, 0, NULL), GPUALLOC_INVALID_ARGUMENT);
+  CHECK_OK(gpualloc_validate(a, 0));
+  gpualloc_destroy(a);
+}
+
 static void TestNames(void) {
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_OK), "OK") == 0);
   CHECK(strcmp(gpualloc_status_name(GPUALLOC_RESOURCE_EXHAUSTED),
@@ -677,6 +715,7 @@ int main(void) {
   TestOutOfHostMemoryAtTheBoundary();
   TestOomHandler();
   TestPrivatePools();
+  TestSleepWake();
   TestNames();
   printf("c_api_test: %d checks passed (gpualloc %s)\n", checks,
          gpualloc_version());

@@ -315,6 +315,28 @@ int main(int argc, char** argv) {
     CHECK(strstr(torch_last_error(), "released") != NULL);
   }
 
+  /* Sleep and wake through the current tag: the tagged block's memory goes
+   * back to the device and comes back at the same address. */
+  {
+    typedef void (*set_tag_fn)(uint32_t);
+    typedef int (*sleep_fn)(int, uint32_t, int);
+    typedef int (*wake_fn)(int, uint32_t);
+    set_tag_fn set_tag = (set_tag_fn)Symbol(lib, "gpualloc_torch_set_tag");
+    sleep_fn sleep = (sleep_fn)Symbol(lib, "gpualloc_torch_sleep");
+    wake_fn wake = (wake_fn)Symbol(lib, "gpualloc_torch_wake");
+    set_tag(3);
+    void* weights = torch_malloc(5u << 20, 0, NULL);
+    set_tag(0);
+    CHECK(weights != NULL);
+    CHECK(sleep(0, 3, 0) == 0);
+    CHECK(Stats().bytes_sleeping == (6u << 20));
+    CHECK(sleep(0, 3, 0) == GPUALLOC_FAILED_PRECONDITION);
+    CHECK(strstr(torch_last_error(), "asleep") != NULL);
+    CHECK(wake(0, 3) == 0);
+    CHECK(Stats().bytes_sleeping == 0);
+    torch_free(weights, 5u << 20, 0, NULL);
+  }
+
   /* Out-of-memory handler: a request too large for the limit calls it once
    * and still fails (counted); half the limit twice succeeds only because the
    * handler frees the first half. */
