@@ -54,6 +54,7 @@ constexpr StatsField kStatsFields[] = {
 constexpr StatsField kOptionalStatsFields[] = {
     {"pool_bytes_reserved", &Stats::pool_bytes_reserved},
     {"pool_bytes_in_use", &Stats::pool_bytes_in_use},
+    {"bytes_sleeping", &Stats::bytes_sleeping},
 };
 
 // ---- Reading -------------------------------------------------------------
@@ -373,6 +374,7 @@ void AppendRegions(std::string* out,
                       ",\"state\":\"", c.in_use ? "in_use" : "free",
                       "\",\"stream\":", c.stream);
       if (c.pool != 0) absl::StrAppend(out, ",\"pool\":", c.pool);
+      if (c.tag != 0) absl::StrAppend(out, ",\"tag\":", c.tag);
       *out += "}";
     }
     *out += "]}";
@@ -417,7 +419,12 @@ std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
                       ",\"references\":", p.references, ",\"streams\":[",
                       absl::StrJoin(p.streams, ","),
                       "],\"bytes_reserved\":", p.bytes_reserved,
-                      ",\"bytes_in_use\":", p.bytes_in_use, ",\"regions\":");
+                      ",\"bytes_in_use\":", p.bytes_in_use);
+      if (p.tag != 0) {
+        absl::StrAppend(&out, ",\"tag\":", p.tag,
+                        ",\"asleep\":", p.asleep ? "true" : "false");
+      }
+      out += ",\"regions\":";
       AppendRegions(&out, p.regions);
       out += "}";
     }
@@ -460,6 +467,11 @@ absl::StatusOr<std::vector<RegionSnapshot>> ParseRegions(
       if (c.Find("pool") != nullptr) {
         GPUALLOC_JSON_ASSIGN(chunk.pool, Unsigned(c, cpath, "pool"));
       }
+      if (c.Find("tag") != nullptr) {
+        std::uint64_t tag = 0;
+        GPUALLOC_JSON_ASSIGN(tag, Unsigned(c, cpath, "tag"));
+        chunk.tag = static_cast<std::uint32_t>(tag);
+      }
       const JsonValue* state = nullptr;
       GPUALLOC_JSON_ASSIGN(state, Member(c, cpath, "state",
                                          JsonValue::Kind::kString, "a string"));
@@ -488,6 +500,15 @@ absl::StatusOr<PoolSnapshot> ParsePool(const JsonValue& p,
   GPUALLOC_JSON_ASSIGN(pool.bytes_reserved,
                        Unsigned(p, path, "bytes_reserved"));
   GPUALLOC_JSON_ASSIGN(pool.bytes_in_use, Unsigned(p, path, "bytes_in_use"));
+  if (p.Find("tag") != nullptr) {  // a tag's memory (Allocator::Sleep)
+    std::uint64_t tag = 0;
+    GPUALLOC_JSON_ASSIGN(tag, Unsigned(p, path, "tag"));
+    pool.tag = static_cast<std::uint32_t>(tag);
+    const JsonValue* asleep = nullptr;
+    GPUALLOC_JSON_ASSIGN(
+        asleep, Member(p, path, "asleep", JsonValue::Kind::kBool, "a boolean"));
+    pool.asleep = asleep->boolean;
+  }
   const JsonValue* streams = nullptr;
   GPUALLOC_JSON_ASSIGN(
       streams, Member(p, path, "streams", JsonValue::Kind::kArray, "an array"));

@@ -97,6 +97,33 @@ TEST(SnapshotJsonTest, RoundTripsARealSnapshot) {
   EXPECT_EQ(SnapshotToJson(*back, &f.allocator->device()), json);
 }
 
+// Tags (Allocator::Sleep): the tag of a chunk and of a tag's pool, and
+// whether it sleeps, with the bytes asleep.
+TEST(SnapshotJsonTest, RoundTripsTagsAndSleep) {
+  auto backend = SimBackend::Create(SimOptions()).value();
+  Options options;
+  options.preallocate = false;
+  std::unique_ptr<Allocator> a = CreateAllocator(options, backend).value();
+  void* p = a->Allocate(3 * kMiB, Stream(), 0, /*tag=*/4).value();
+  void* q = a->Allocate(kMiB, Stream(), 0, /*tag=*/6).value();
+  ASSERT_TRUE(a->Sleep(4).ok());
+  const Snapshot s = a->GetSnapshot();
+  const std::string json = SnapshotToJson(s, nullptr);
+  EXPECT_THAT(json, HasSubstr("\"tag\":4,\"asleep\":true"));
+  EXPECT_THAT(json, HasSubstr("\"tag\":6,\"asleep\":false"));
+  EXPECT_THAT(json, HasSubstr("\"bytes_sleeping\":4194304"));
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->pools.size(), 2u);
+  EXPECT_EQ(back->pools[0].tag, 4u);
+  EXPECT_TRUE(back->pools[0].asleep);
+  EXPECT_EQ(back->stats.bytes_sleeping, 4 * kMiB);
+  EXPECT_EQ(SnapshotToJson(*back, nullptr), json);
+  ASSERT_TRUE(a->Wake(4).ok());
+  ASSERT_TRUE(a->Deallocate(p).ok());
+  ASSERT_TRUE(a->Deallocate(q).ok());
+}
+
 TEST(SnapshotJsonTest, WritesTheDocumentedFields) {
   Fixture f = MakeFragmented();
   const std::string json = SnapshotToJson(f.snapshot, &f.allocator->device());
