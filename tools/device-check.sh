@@ -17,7 +17,10 @@
 #    granularity and alignment observed, usable device memory; and each call
 #    on its own (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap,
 #    cuMemRelease, cuMemAlloc, cuMemFree) at 2 MiB, 20 MiB and 1 GiB, median
-#    host us next to the simulator's cost model for the device's profile.
+#    host us next to the simulator's cost model for the device's profile; and
+#    Sleep / Wake of 1 GiB of tagged memory (each call's host time, the free
+#    device memory before and after the sleep, the content after a wake from
+#    a host backup).
 # 5. When PyTorch with CUDA is installed, trains a small transformer
 #    (tools/torch_train_check.py) with PyTorch's allocator and, when the build
 #    made libgpualloc_torch.so, with gpualloc through the pluggable-allocator

@@ -17,7 +17,8 @@
 // and reports the granularity and the alignment observed, and the device
 // memory actually usable (free after the allocators were made, and the
 // largest single cuMemAlloc that succeeds, found by bisection). It also
-// writes and reads back a pattern through BFC, pool and mapped memory.
+// writes and reads back a pattern through BFC, pool and mapped memory, and
+// times Sleep / Wake of 1 GiB of tagged memory (with and without a backup).
 //
 //   gpualloc-device-bench [--out FILE] [--max-size BYTES] [--reps N]
 //
@@ -111,13 +112,9 @@ MemoryCheckCalls LoadMemoryCheckCalls() {
   return c;
 }
 
-// Writes a byte to [ptr, ptr + bytes) and reads the first and last KiB back.
-std::string CheckMemory(const MemoryCheckCalls& c, std::uint64_t ptr,
-                        std::uint64_t bytes, unsigned char value) {
-  if (!c.ok()) return "skipped (cuMemsetD8/cuMemcpyDtoH not found)";
-  if (c.memset_d8(ptr, value, bytes) != CUDA_SUCCESS)
-    return "cuMemsetD8 failed";
-  if (c.synchronize() != CUDA_SUCCESS) return "cuCtxSynchronize failed";
+// Reads the first and last KiB of [ptr, ptr + bytes) back, expecting `value`.
+std::string VerifyMemory(const MemoryCheckCalls& c, std::uint64_t ptr,
+                         std::uint64_t bytes, unsigned char value) {
   const std::uint64_t n = std::min<std::uint64_t>(bytes, kKiB);
   std::vector<unsigned char> host(n);
   for (std::uint64_t at : {std::uint64_t{0}, bytes - n}) {
@@ -129,6 +126,69 @@ std::string CheckMemory(const MemoryCheckCalls& c, std::uint64_t ptr,
     }
   }
   return "ok";
+}
+
+// Writes a byte to [ptr, ptr + bytes) and reads the first and last KiB back.
+std::string CheckMemory(const MemoryCheckCalls& c, std::uint64_t ptr,
+                        std::uint64_t bytes, unsigned char value) {
+  if (!c.ok()) return "skipped (cuMemsetD8/cuMemcpyDtoH not found)";
+  if (c.memset_d8(ptr, value, bytes) != CUDA_SUCCESS)
+    return "cuMemsetD8 failed";
+  if (c.synchronize() != CUDA_SUCCESS) return "cuCtxSynchronize failed";
+  return VerifyMemory(c, ptr, bytes, value);
+}
+
+// Sleep and wake of `bytes` of tagged memory (Allocator::Sleep): the host
+// time of each call, the device memory cuMemGetInfo reports free before and
+// after the sleep, and, with a host backup, the content after the wake.
+std::string SleepWake(const std::shared_ptr<CudaBackend>& backend,
+                      const MemoryCheckCalls& calls, std::uint64_t bytes,
+                      std::vector<std::string>* errors) {
+  gpualloc::Options o;
+  o.preallocate = false;
+  o.expandable = gpualloc::Tristate::kOn;
+  o.name = "bench-sleep";
+  auto a = gpualloc::CreateAllocator(o, backend);
+  if (!a.ok()) return absl::StrCat("n/a: ", a.status().ToString());
+  auto p = (*a)->Allocate(bytes, gpualloc::Stream(), 0, /*tag=*/1);
+  if (!p.ok()) return absl::StrCat("n/a: ", p.status().ToString());
+  const std::uint64_t ptr = reinterpret_cast<std::uintptr_t>(*p);
+  auto free_bytes = [&]() -> std::int64_t {
+    absl::StatusOr<std::uint64_t> f = backend->FreeBytes();
+    return f.ok() ? static_cast<std::int64_t>(*f) : -1;
+  };
+  double us[4] = {-1, -1, -1, -1};
+  auto timed = [&](absl::Status status) {
+    if (!status.ok()) errors->push_back("sleep/wake: " + status.ToString());
+    return status.ok();
+  };
+  std::string content = "n/a";
+  const std::int64_t before = free_bytes();
+  std::int64_t after = -1;
+  Clock::time_point t = Clock::now();
+  bool ok = timed((*a)->Sleep(1).status());
+  us[0] = ElapsedNs(t) / 1000;
+  after = free_bytes();
+  t = Clock::now();
+  ok = ok && timed((*a)->Wake(1));
+  us[1] = ElapsedNs(t) / 1000;
+  if (ok && CheckMemory(calls, ptr, bytes, 0x6b) == "ok") {
+    t = Clock::now();
+    ok = timed((*a)->Sleep(1, /*backup=*/true).status());
+    us[2] = ElapsedNs(t) / 1000;
+    t = Clock::now();
+    ok = ok && timed((*a)->Wake(1));
+    us[3] = ElapsedNs(t) / 1000;
+    content = ok ? VerifyMemory(calls, ptr, bytes, 0x6b) : "n/a";
+    if (content != "ok" && ok) errors->push_back("sleep/wake: " + content);
+  }
+  (void)(*a)->Deallocate(*p);
+  return absl::StrFormat(
+      "Sleep %s us (device memory free %s -> %s), Wake %s us; with a host "
+      "backup: Sleep %s us, Wake %s us, content after the wake %s",
+      Cell(us[0]), before < 0 ? "?" : Human(before),
+      after < 0 ? "?" : Human(after), Cell(us[1]), Cell(us[2]), Cell(us[3]),
+      content);
 }
 
 struct Args {
@@ -539,6 +599,11 @@ int Run(const Args& args) {
     line(absl::StrFormat(
         "- write/read-back check (%s): BFC %s, pool %s, mapped %s", Human(size),
         bfc_check, pool_check, vmm_check));
+  }
+  if (info.capabilities.virtual_memory) {
+    const std::uint64_t size = std::min<std::uint64_t>(args.max_size, kGiB);
+    line(absl::StrFormat("- sleep/wake of %s of tagged memory: %s", Human(size),
+                         SleepWake(backend, calls, size, &errors)));
   }
 
   line("");
