@@ -4,6 +4,7 @@
 // that addresses survive and a backup restores the content, the errors, and
 // that nothing changes on a failed call.
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -362,6 +363,62 @@ TEST(SleepWakeTest, SnapshotListsTagsAndSleep) {
   EXPECT_EQ(slabs, 1);
   GPUALLOC_ASSERT_OK(a->Wake(9));
   GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+}
+
+// Figures: 1 GiB of tagged memory next to 256 MiB untagged on a simulated
+// H100 (fake memory, no backup; then host-backed with a backup of 256 MiB):
+// what Sleep and Wake release, the device calls they make and the modeled
+// time of those calls (the simulator's cost model for the profile).
+TEST(SleepWakeTest, Figures) {
+  struct Case {
+    const char* name;
+    std::uint64_t tagged;
+    bool host_backed;
+    bool backup;
+  };
+  for (const Case& k : {Case{"1 GiB, no backup", kGiB, false, false},
+                        Case{"256 MiB, backup", 256 * kMiB, true, true}}) {
+    auto sim = MakeSim(4 * kGiB, k.host_backed);
+    Options o = Expandable(false);
+    o.memory_limit = 2 * kGiB;
+    auto a = MakeAllocator(o, sim);
+    auto untagged = a->Allocate(256 * kMiB);
+    GPUALLOC_ASSERT_OK(untagged.status());
+    std::vector<void*> tagged;
+    for (std::uint64_t done = 0; done < k.tagged; done += 64 * kMiB) {
+      auto p = a->Allocate(64 * kMiB - 1000, Stream(), 0, 1);
+      GPUALLOC_ASSERT_OK(p.status());
+      tagged.push_back(*p);
+    }
+    const std::uint64_t physical = sim->physical_bytes();
+    sim->ResetCounters();
+    auto report = a->Sleep(1, k.backup);
+    GPUALLOC_ASSERT_OK(report.status());
+    const std::uint64_t sleep_ns = sim->modeled_ns();
+    const std::uint64_t sleep_calls = sim->calls(SimOp::kUnmap) +
+                                      sim->calls(SimOp::kReleasePhysical) +
+                                      sim->calls(SimOp::kCopyToHost);
+    const std::uint64_t asleep = sim->physical_bytes();
+    sim->ResetCounters();
+    GPUALLOC_ASSERT_OK(a->Wake(1));
+    const std::uint64_t wake_ns = sim->modeled_ns();
+    const std::uint64_t wake_calls =
+        sim->calls(SimOp::kCreatePhysical) + sim->calls(SimOp::kMap) +
+        sim->calls(SimOp::kSetAccess) + sim->calls(SimOp::kCopyFromHost);
+    EXPECT_EQ(physical - asleep, report->bytes_released);
+    EXPECT_EQ(report->bytes_released, k.tagged);
+    std::printf(
+        "  sleep/wake, %s (simulated H100): physical %.0f MiB -> %.0f MiB "
+        "(%.0f MiB released, %.0f MiB kept, %.0f MiB backed up); Sleep %d "
+        "device calls, %.1f us modeled; Wake %d calls, %.1f us modeled\n",
+        k.name, physical / double(kMiB), asleep / double(kMiB),
+        report->bytes_released / double(kMiB),
+        report->bytes_kept / double(kMiB),
+        report->bytes_backed_up / double(kMiB), static_cast<int>(sleep_calls),
+        sleep_ns / 1e3, static_cast<int>(wake_calls), wake_ns / 1e3);
+    for (void* p : tagged) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+    GPUALLOC_EXPECT_OK(a->Deallocate(*untagged));
+  }
 }
 
 }  // namespace
