@@ -129,10 +129,8 @@ absl::Status BfcAllocator::Trim() {
         "device synchronize; call it after EndAllocateToPool");
   }
   // No routed stream captures now: Trim may wait for work as usual.
-  const bool routed = std::exchange(capturing_, false);
-  if (pools_on_) ReturnFreeTagMemory();
-  absl::Status status = ReleaseFree();
-  capturing_ = routed;
+  const CaptureOff capture_off(capturing_);
+  absl::Status status = ReleaseAllFree();
   MaybeValidate();
   return status;
 }
@@ -155,6 +153,7 @@ absl::Status BfcAllocator::ValidateLocked(bool full) const {
   if (pools_on_) {
     GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
     GPUALLOC_RETURN_IF_ERROR(tags_.Validate(core_));
+    GPUALLOC_RETURN_IF_ERROR(SleepValidate());
   }
   // F2: never more reserved from the device than the limit.
   if (Physical() > resolved_.limit) {

@@ -160,6 +160,8 @@ class BfcCore {
   // use; its ends are multiples of min_block_size.
   void AllocateAt(DeviceAddress address, std::uint64_t size,
                   std::uint64_t requested, std::uintptr_t stream);
+  // Whether [address, address + bytes) lies in one free chunk.
+  bool IsFreeRange(DeviceAddress address, std::uint64_t bytes) const;
   // The free bytes at the region's ends that memory mapped next to them
   // would merge with: any free end while one stream was seen, else only
   // ends no stream's work may still use.

@@ -217,14 +217,37 @@ class BfcAllocator final : public Allocator, private SlabSource {
   absl::Status CheckSleepable(absl::string_view call, Tag tag, bool backup)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sleep or wake `slabs` in order; on an error, the ones done are turned
-  // back (their content lost) and the error names `call`.
+  // back (*clean: whether that worked) and the error names `call`.
   absl::Status SleepSlabs(
       const std::vector<std::pair<DeviceAddress, std::uint64_t>>& slabs,
-      bool sleep, absl::string_view call, std::uint64_t* bytes)
+      bool sleep, absl::string_view call, bool* clean)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Trim: the tags' regions that hold no live block go back to general
-  // memory (a tag asleep keeps its memory).
+  // Bytes of the tag's memory asleep.
+  std::uint64_t SleepingBytesOf(Tag tag) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Invariant S1: a tag awake has none of its memory asleep, and the memory
+  // asleep is exactly the tags' asleep.
+  absl::Status SleepValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tags' blocks that lie in free memory go back to general memory (a
+  // tag asleep keeps its memory).
   void ReturnFreeTagMemory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Trim, garbage collection, a Wake short of room: the tags' free blocks,
+  // then every free region or granule, back to the device.
+  absl::Status ReleaseAllFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For a scope in which no routed stream captures (CaptureNow() said no):
+  // the slow paths may wait and return memory as usual.
+  class CaptureOff {
+   public:
+    explicit CaptureOff(bool& capturing)
+        : capturing_(capturing), saved_(std::exchange(capturing, false)) {}
+    ~CaptureOff() { capturing_ = saved_; }
+    CaptureOff(const CaptureOff&) = delete;
+    CaptureOff& operator=(const CaptureOff&) = delete;
+
+   private:
+    bool& capturing_;
+    const bool saved_;
+  };
   // Memory reserved from the device: regions, less the memory asleep.
   std::uint64_t Physical() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return core_.counters().bytes_reserved - source_->sleeping_bytes();
@@ -250,17 +273,15 @@ class BfcAllocator final : public Allocator, private SlabSource {
    private:
     BfcAllocator& a_;
   };
-  // A tag asleep: its slabs, and the content of its live blocks when
-  // Sleep made a backup.
+  // A tag asleep: the content of its live blocks when Sleep made a backup
+  // (its memory asleep is found in the mappings: SleepingBytesOf).
   struct HostCopy {
     DeviceAddress address = 0;
     std::uint64_t bytes = 0;
     std::unique_ptr<unsigned char[]> data;
   };
   struct AsleepTag {
-    std::vector<std::pair<DeviceAddress, std::uint64_t>> slabs;
     std::vector<HostCopy> backup;
-    std::uint64_t bytes = 0;  // released
   };
 
   ABSL_ATTRIBUTE_NOINLINE absl::Status DeallocateWithPools(void* ptr,

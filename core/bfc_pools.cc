@@ -136,11 +136,8 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlowRelaxed(
     std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
     std::uint64_t needed, Stream stream, PendingOutOfMemory* pending) {
   if (capturing_ && !CaptureNow()) {
-    capturing_ = false;
-    absl::StatusOr<DeviceAddress> a =
-        AllocateSlow(size, bytes, align, needed, stream, pending);
-    capturing_ = true;
-    return a;
+    const CaptureOff capture_off(capturing_);
+    return AllocateSlow(size, bytes, align, needed, stream, pending);
   }
   RelaxedCapture relaxed(*backend_, capturing_);
   GPUALLOC_RETURN_IF_ERROR(relaxed.status());

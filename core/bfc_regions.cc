@@ -106,6 +106,13 @@ ChunkId BfcCore::ChunkHolding(RegionId rid, DeviceAddress address) const {
   return id;
 }
 
+bool BfcCore::IsFreeRange(DeviceAddress address, std::uint64_t bytes) const {
+  const std::optional<RegionId> found = RegionAt(address);
+  if (!found.has_value()) return false;
+  const Chunk& c = chunks_[ChunkHolding(*found, address)];
+  return !c.in_use && address + bytes <= c.address + c.size;
+}
+
 void BfcCore::AllocateAt(DeviceAddress address, std::uint64_t size,
                          std::uint64_t requested, std::uintptr_t stream) {
   NoteStream(stream);

@@ -155,6 +155,11 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
     }
   }
 
+  // (The tags' free blocks first go back to general memory.)
+  if (grows && resolved_.options.garbage_collection && !capturing_ &&
+      pools_on_) {
+    ReturnFreeTagMemory();
+  }
   if (grows && resolved_.options.garbage_collection && !capturing_ &&
       source_->HasFreeToRelease()) {
     GPUALLOC_RETURN_IF_ERROR(ReleaseFree());

@@ -136,55 +136,81 @@ absl::Status BfcAllocator::CheckSleepable(absl::string_view call, Tag tag,
   return absl::OkStatus();
 }
 
+// Each slab in turn; on an error, the slabs done are turned back. *clean
+// says whether that worked (else some of the tag's mappings are asleep and
+// some awake, and the caller keeps the tag asleep).
 absl::Status BfcAllocator::SleepSlabs(
     const std::vector<std::pair<DeviceAddress, std::uint64_t>>& slabs,
-    bool sleep, absl::string_view call, std::uint64_t* bytes) {
-  *bytes = 0;
+    bool sleep, absl::string_view call, bool* clean) {
+  *clean = true;
   for (std::size_t i = 0; i < slabs.size(); ++i) {
     const auto [base, size] = slabs[i];
     std::uint64_t done = 0;
     absl::Status status = sleep ? source_->Sleep(base, size, &done)
                                 : source_->Wake(base, size, &done);
-    *bytes += done;
     if (status.ok()) continue;
-    // Turn back what changed, this slab's part included.
-    std::uint64_t ignored = 0;
     for (std::size_t j = 0; j <= i; ++j) {
-      (void)(sleep ? source_->Wake(slabs[j].first, slabs[j].second, &ignored)
-                   : source_->Sleep(slabs[j].first, slabs[j].second, &ignored));
+      std::uint64_t ignored = 0;
+      const absl::Status back =
+          sleep ? source_->Wake(slabs[j].first, slabs[j].second, &ignored)
+                : source_->Sleep(slabs[j].first, slabs[j].second, &ignored);
+      *clean = *clean && back.ok();
     }
-    *bytes = 0;
-    return absl::Status(
-        status.code(),
-        absl::StrFormat("%s: %s; the tag's memory was %s again", call,
-                        status.message(),
-                        sleep ? "mapped (its content restored from the "
-                                "backup if Sleep made one, else lost)"
-                              : "released"));
+    return absl::Status(status.code(),
+                        absl::StrFormat("%s: %s", call, status.message()));
   }
   return absl::OkStatus();
 }
 
-void BfcAllocator::ReturnFreeTagMemory() {
-  std::vector<PoolId> awake;
-  std::vector<PoolSnapshot> pools;
-  tags_.AppendSnapshot(&pools);
-  for (const PoolSnapshot& p : pools) {
-    if (!asleep_.contains(static_cast<Tag>(p.id))) awake.push_back(p.id);
+std::uint64_t BfcAllocator::SleepingBytesOf(Tag tag) const {
+  std::uint64_t n = 0;
+  if (!tags_.Has(tag)) return n;
+  for (const auto& [base, bytes] : tags_.Slabs(tag)) {
+    n += source_->SleepingWithin(base, bytes);
   }
-  for (PoolId id : awake) {
+  return n;
+}
+
+void BfcAllocator::ReturnFreeTagMemory() {
+  for (PoolId id : tags_.Ids()) {
+    if (asleep_.contains(static_cast<Tag>(id))) continue;  // keeps its memory
     // Free pieces of different streams' frees merge once their work is
     // done: the host waits for it, as Trim does for general memory.
-    if (MayAsk()) {
-      if (!WaitForFreeMemory(stream_order_,
-                             tags_.PendingStreams(id, stream_order_),
-                             "returning a tag's memory")
-               .ok()) {
-        continue;  // kept for now; the error is the event's, met again later
-      }
+    if (MayAsk() && !WaitForFreeMemory(stream_order_,
+                                       tags_.PendingStreams(id, stream_order_),
+                                       "returning a tag's memory")
+                         .ok()) {
+      continue;  // kept for now; the error is the event's, met again later
     }
-    tags_.ReturnFreeRegions(id, tag_slabs_, *oracle_);
+    tags_.ReturnFreeSlabs(id, tag_slabs_, *oracle_);
   }
+}
+
+absl::Status BfcAllocator::ReleaseAllFree() {
+  if (pools_on_) ReturnFreeTagMemory();
+  return ReleaseFree();
+}
+
+absl::Status BfcAllocator::SleepValidate() const {
+  std::uint64_t asleep = 0;
+  for (PoolId id : tags_.Ids()) {
+    const Tag tag = static_cast<Tag>(id);
+    const std::uint64_t n = SleepingBytesOf(tag);
+    if (n != 0 && !asleep_.contains(tag)) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant S1 broken: tag %d is awake but %d bytes of its memory "
+          "are asleep",
+          tag, n));
+    }
+    asleep += n;
+  }
+  if (asleep != source_->sleeping_bytes()) {
+    return absl::InternalError(absl::StrFormat(
+        "invariant S1 broken: %d bytes asleep, of which the tags asleep hold "
+        "%d",
+        source_->sleeping_bytes(), asleep));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
@@ -194,6 +220,8 @@ absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "Sleep(tag %d): the tag is asleep already; Wake(%d) first", tag, tag));
   }
+  // No routed stream captures (CheckSleepable): wait as usual.
+  const CaptureOff capture_off(capturing_);
   const std::string call = absl::StrFormat("Sleep(tag %d)", tag);
   SleepReport report;
   AsleepTag asleep;
@@ -214,9 +242,14 @@ absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
       ++report.allocations;
       report.bytes_in_use += size;
       if (!backup) continue;
-      HostCopy copy{address, size, std::make_unique<unsigned char[]>(size)};
+      // Not zero-filled, and out of host memory is an answer, not a throw.
+      HostCopy copy{address, size,
+                    std::unique_ptr<unsigned char[]>(
+                        new (std::nothrow) unsigned char[size])};
       absl::Status copied =
-          backend_->CopyToHost(copy.data.get(), address, size);
+          copy.data == nullptr
+              ? absl::ResourceExhaustedError("out of host memory")
+              : backend_->CopyToHost(copy.data.get(), address, size);
       if (!copied.ok()) {
         return absl::Status(
             copied.code(),
@@ -227,17 +260,32 @@ absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
       report.bytes_backed_up += size;
       asleep.backup.push_back(std::move(copy));
     }
-    asleep.slabs = tags_.Slabs(tag);
+    bool clean = true;
     absl::Status slept =
-        SleepSlabs(asleep.slabs, /*sleep=*/true, call, &asleep.bytes);
-    if (!slept.ok()) {
+        SleepSlabs(tags_.Slabs(tag), /*sleep=*/true, call, &clean);
+    if (!slept.ok() && clean) {
       // Mapped again: the content comes back from the backup, if any.
       for (const HostCopy& copy : asleep.backup) {
         (void)backend_->CopyFromHost(copy.address, copy.data.get(), copy.bytes);
       }
-      return slept;
+      return absl::Status(
+          slept.code(),
+          absl::StrFormat("%s; the tag's memory was mapped again (%s)",
+                          slept.message(),
+                          backup ? "its content restored from the backup"
+                                 : "its content lost"));
     }
-    report.bytes_released = asleep.bytes;
+    if (!slept.ok()) {
+      // Part asleep and part awake: the tag stays asleep (refused) until a
+      // Wake maps the rest.
+      asleep_.emplace(tag, std::move(asleep));
+      return absl::Status(
+          slept.code(),
+          absl::StrFormat("%s; mapping its memory again failed too, so the "
+                          "tag is left asleep: Wake(%d) maps the rest",
+                          slept.message(), tag));
+    }
+    report.bytes_released = SleepingBytesOf(tag);
   }
   if (!slept_) {
     peak_reserved_ =
@@ -257,28 +305,45 @@ absl::Status BfcAllocator::Wake(Tag tag) {
     return absl::FailedPreconditionError(
         absl::StrFormat("Wake(tag %d): the tag is not asleep", tag));
   }
-  AsleepTag& asleep = it->second;
+  const CaptureOff capture_off(capturing_);
   const std::string call = absl::StrFormat("Wake(tag %d)", tag);
-  if (Physical() + asleep.bytes > resolved_.limit) {
+  const std::uint64_t bytes = SleepingBytesOf(tag);
+  // Free memory still mapped makes room first, as garbage collection would.
+  if (Physical() + bytes > resolved_.limit &&
+      resolved_.options.garbage_collection) {
+    GPUALLOC_RETURN_IF_ERROR(ReleaseAllFree());
+  }
+  if (Physical() + bytes > resolved_.limit) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s: mapping its %d bytes again would pass the limit of %d bytes "
-        "(%d reserved now); free memory or Trim first. The tag stays asleep",
-        call, asleep.bytes, resolved_.limit, Physical()));
+        "(%d reserved now, none of it free); free memory first. The tag "
+        "stays asleep",
+        call, bytes, resolved_.limit, Physical()));
   }
-  std::uint64_t woken = 0;
-  GPUALLOC_RETURN_IF_ERROR(
-      SleepSlabs(asleep.slabs, /*sleep=*/false, call, &woken));
-  for (const HostCopy& copy : asleep.backup) {
-    absl::Status copied =
-        backend_->CopyFromHost(copy.address, copy.data.get(), copy.bytes);
-    if (!copied.ok()) {
-      (void)SleepSlabs(asleep.slabs, /*sleep=*/true, call, &woken);
-      return absl::Status(
-          copied.code(),
-          absl::StrFormat("%s: restoring %d bytes at %#x from the backup: "
-                          "%s; the tag stays asleep",
-                          call, copy.bytes, copy.address, copied.message()));
+  const std::vector<std::pair<DeviceAddress, std::uint64_t>> slabs =
+      tags_.Has(tag) ? tags_.Slabs(tag)
+                     : std::vector<std::pair<DeviceAddress, std::uint64_t>>();
+  bool clean = true;
+  absl::Status status = SleepSlabs(slabs, /*sleep=*/false, call, &clean);
+  for (const HostCopy& copy : it->second.backup) {
+    if (!status.ok()) break;
+    status = backend_->CopyFromHost(copy.address, copy.data.get(), copy.bytes);
+    if (!status.ok()) {
+      status = absl::Status(
+          status.code(),
+          absl::StrFormat("%s: restoring %d bytes at %#x from the backup: %s",
+                          call, copy.bytes, copy.address, status.message()));
+      for (const auto& [base, size] : slabs) {
+        std::uint64_t ignored = 0;
+        clean = clean && source_->Sleep(base, size, &ignored).ok();
+      }
     }
+  }
+  if (!status.ok()) {
+    return absl::Status(
+        status.code(),
+        absl::StrFormat("%s; the tag stays asleep%s", status.message(),
+                        clean ? "" : " with part of its memory mapped"));
   }
   asleep_.erase(it);
   peak_reserved_ = std::max(peak_reserved_, Physical());

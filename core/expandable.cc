@@ -57,7 +57,11 @@ std::optional<GrowthPlan> PlanGrowth(const std::vector<Extent>& extents,
 
 ExpandableSpace::~ExpandableSpace() {
   for (const auto& [address, m] : mappings_) {
-    if (m.asleep) continue;
+    if (m.asleep) {
+      // A handle kept by a failed release (Sleep) goes now.
+      if (m.handle != 0) (void)backend_.ReleasePhysical(m.handle);
+      continue;
+    }
     if (backend_.Unmap(address, m.bytes).ok()) {
       (void)backend_.ReleasePhysical(m.handle);
     }
@@ -144,7 +148,8 @@ absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
   while (it != mappings_.end() && it->first + it->second.bytes <= end) {
     const DeviceAddress at = it->first;
     const Mapping m = it->second;
-    if (m.asleep) {  // nothing behind it to unmap or release
+    if (m.asleep) {  // nothing mapped; a handle kept goes
+      if (m.handle != 0) (void)backend_.ReleasePhysical(m.handle);
       *unmapped += m.bytes;
       mapped_bytes_ -= m.bytes;
       sleeping_bytes_ -= m.bytes;
@@ -185,18 +190,43 @@ absl::Status ExpandableSpace::Sleep(DeviceAddress address, std::uint64_t bytes,
                                              m.bytes, it->first));
     }
     ++unmaps_;
+    status = backend_.ReleasePhysical(m.handle);
+    if (!status.ok()) {
+      // The memory is still the handle's: map it back (content and all), or
+      // else keep the handle for Wake, so that it is never lost.
+      absl::Status back = backend_.Map(it->first, m.bytes, m.handle);
+      if (back.ok()) back = backend_.SetAccess(it->first, m.bytes);
+      if (back.ok()) {
+        ++maps_;
+      } else {
+        m.asleep = true;
+        sleeping_bytes_ += m.bytes;
+        *done += m.bytes;
+      }
+      return Context(
+          status,
+          absl::StrFormat("releasing the handle of the %d bytes "
+                          "unmapped at %#x (%s)",
+                          m.bytes, it->first,
+                          back.ok() ? "mapped back" : "kept for the wake"));
+    }
+    m.handle = 0;
     m.asleep = true;
     sleeping_bytes_ += m.bytes;
     *done += m.bytes;
-    const PhysicalHandle handle = std::exchange(m.handle, 0);
-    status = backend_.ReleasePhysical(handle);
-    if (!status.ok()) {
-      return Context(status, absl::StrFormat("releasing the handle of the %d "
-                                             "bytes unmapped at %#x",
-                                             m.bytes, it->first));
-    }
   }
   return absl::OkStatus();
+}
+
+std::uint64_t ExpandableSpace::SleepingWithin(DeviceAddress address,
+                                              std::uint64_t bytes) const {
+  std::uint64_t n = 0;
+  const DeviceAddress end = address + bytes;
+  for (auto it = mappings_.lower_bound(address);
+       it != mappings_.end() && it->first + it->second.bytes <= end; ++it) {
+    if (it->second.asleep) n += it->second.bytes;
+  }
+  return n;
 }
 
 absl::Status ExpandableSpace::Wake(DeviceAddress address, std::uint64_t bytes,
@@ -208,7 +238,11 @@ absl::Status ExpandableSpace::Wake(DeviceAddress address, std::uint64_t bytes,
     Mapping& m = it->second;
     if (!m.asleep) continue;
     const DeviceAddress at = it->first;
-    absl::StatusOr<PhysicalHandle> handle = backend_.CreatePhysical(m.bytes);
+    // A handle a failed release left is mapped again as it is.
+    const bool kept = m.handle != 0;
+    absl::StatusOr<PhysicalHandle> handle =
+        kept ? absl::StatusOr<PhysicalHandle>(m.handle)
+             : backend_.CreatePhysical(m.bytes);
     absl::Status status = handle.status();
     if (status.ok()) status = backend_.Map(at, m.bytes, *handle);
     if (status.ok()) {
@@ -216,7 +250,7 @@ absl::Status ExpandableSpace::Wake(DeviceAddress address, std::uint64_t bytes,
       if (!status.ok()) (void)backend_.Unmap(at, m.bytes);
     }
     if (!status.ok()) {
-      if (handle.ok()) (void)backend_.ReleasePhysical(*handle);
+      if (handle.ok() && !kept) (void)backend_.ReleasePhysical(*handle);
       return Context(status, absl::StrFormat("mapping %d bytes at %#x again "
                                              "to wake them",
                                              m.bytes, at));
@@ -231,13 +265,14 @@ absl::Status ExpandableSpace::Wake(DeviceAddress address, std::uint64_t bytes,
 }
 
 std::vector<std::pair<DeviceAddress, std::uint64_t>>
-ExpandableSpace::MappedRunsWithin(DeviceAddress address,
-                                  std::uint64_t bytes) const {
+ExpandableSpace::MappedRunsWithin(DeviceAddress address, std::uint64_t bytes,
+                                  bool merged) const {
   std::vector<std::pair<DeviceAddress, std::uint64_t>> runs;
   const DeviceAddress end = address + bytes;
   for (auto it = mappings_.lower_bound(address);
        it != mappings_.end() && it->first + it->second.bytes <= end; ++it) {
-    if (!runs.empty() && runs.back().first + runs.back().second == it->first) {
+    if (merged && !runs.empty() &&
+        runs.back().first + runs.back().second == it->first) {
       runs.back().second += it->second.bytes;
     } else {
       runs.emplace_back(it->first, it->second.bytes);

@@ -100,9 +100,9 @@ class ExpandableSpace {
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes,
                      std::uint64_t* unmapped);
   // The runs of whole mappings inside [address, address + bytes), merged
-  // where adjacent, in address order.
+  // where adjacent (unless not `merged`), in address order.
   std::vector<std::pair<DeviceAddress, std::uint64_t>> MappedRunsWithin(
-      DeviceAddress address, std::uint64_t bytes) const;
+      DeviceAddress address, std::uint64_t bytes, bool merged = true) const;
 
   // Sleep and wake (Allocator::Sleep): the mappings inside [address,
   // address + bytes) give their physical memory back but stay in the
@@ -110,13 +110,19 @@ class ExpandableSpace {
   // stays theirs and everything that walks the mappings sees them as before;
   // Wake maps a fresh handle of the same size at each again and makes it
   // accessible. Both act mapping by mapping and stop at the first error,
-  // *done then telling how many bytes changed state.
+  // *done then telling how many bytes changed state. A handle whose release
+  // fails after its unmap is mapped back (the error says so); if that fails
+  // too, the mapping is asleep with its handle kept, which Wake maps again
+  // (never lost).
   // REQUIRES: the range holds whole mappings only, all awake (Sleep) or all
   // asleep (Wake).
   absl::Status Sleep(DeviceAddress address, std::uint64_t bytes,
                      std::uint64_t* done);
   absl::Status Wake(DeviceAddress address, std::uint64_t bytes,
                     std::uint64_t* done);
+  // Bytes of the mappings inside [address, address + bytes) that are asleep.
+  std::uint64_t SleepingWithin(DeviceAddress address,
+                               std::uint64_t bytes) const;
 
   // Bytes of every mapping, awake or asleep.
   std::uint64_t mapped_bytes() const { return mapped_bytes_; }

@@ -134,7 +134,8 @@ class ExpandableRegions final : public RegionSource {
     }
     if (Physical() + bytes > c_.resolved.limit && !c_.capturing) {
       const Stream none;
-      GPUALLOC_RETURN_IF_ERROR(UnmapFree(1, 0, &none));
+      GPUALLOC_RETURN_IF_ERROR(
+          UnmapFree(1, 0, &none, Physical() + bytes - c_.resolved.limit));
     }
     if (Physical() + bytes > c_.resolved.limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -155,6 +156,10 @@ class ExpandableRegions final : public RegionSource {
   }
   std::uint64_t sleeping_bytes() const override {
     return space_.sleeping_bytes();
+  }
+  std::uint64_t SleepingWithin(DeviceAddress address,
+                               std::uint64_t bytes) const override {
+    return space_.SleepingWithin(address, bytes);
   }
 
   // (An empty keep range: [1, 0) touches no chunk.)
@@ -276,15 +281,19 @@ class ExpandableRegions final : public RegionSource {
   // where none covers the frees yet) and memory whose work is still pending
   // stays mapped for now (a later growth finds its event complete); growth
   // never makes the host wait. Otherwise (Trim, garbage collection) the host
-  // waits for that work first.
+  // waits for that work first. Stops once `enough` bytes are unmapped
+  // (the smallest free chunks come first).
   absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end,
-                         const Stream* for_stream) {
+                         const Stream* for_stream,
+                         std::uint64_t enough = UINT64_MAX) {
     std::vector<std::pair<DeviceAddress, std::uint64_t>> targets;
     for (const BfcCore::FreeSpan& span : c_.core.FreeSpans(space_.unit())) {
       if (span.address <= keep_end && span.address + span.size >= keep_begin) {
         continue;
       }
-      for (const auto& run : space_.MappedRunsWithin(span.address, span.size))
+      // (One mapping at a time when only some are wanted.)
+      for (const auto& run : space_.MappedRunsWithin(span.address, span.size,
+                                                     enough == UINT64_MAX))
         targets.push_back(run);
     }
     if (targets.empty()) return absl::OkStatus();
@@ -296,10 +305,13 @@ class ExpandableRegions final : public RegionSource {
           "unmapping it"));
     }
     absl::Status first_error;
+    std::uint64_t total = 0;
     for (const auto& [address, bytes] : targets) {
+      if (total >= enough) break;
       std::uint64_t unmapped = 0;
       absl::Status status = space_.Unmap(address, bytes, &unmapped);
       if (unmapped != 0) c_.core.CarveFree(address, unmapped);
+      total += unmapped;
       if (!status.ok() && first_error.ok()) first_error = status;
     }
     return first_error;

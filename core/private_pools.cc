@@ -284,11 +284,37 @@ std::vector<std::pair<DeviceAddress, std::uint64_t>> PrivatePools::ChunksInUse(
   return out;
 }
 
-void PrivatePools::ReturnFree(Pool& pool, SlabSource& slabs, bool settle) {
+void PrivatePools::ReturnFreeSlabs(PoolId id, SlabSource& slabs,
+                                   const ReuseOracle& known) {
+  Pool& pool = pools_.at(id);
+  BfcCore& core = *pool.core;
+  if (core.multi_stream()) core.Settle(known);
+  for (auto it = slabs_.begin(); it != slabs_.end();) {
+    const Slab& slab = it->second;
+    if (slab.pool != id || !core.IsFreeRange(it->first, slab.bytes)) {
+      ++it;
+      continue;
+    }
+    core.CarveFree(it->first, slab.bytes);
+    slabs.ReturnSlab(it->first, pool.users);
+    pool.slab_bytes -= slab.bytes;
+    slab_bytes_ -= slab.bytes;
+    slab_requested_ -= slab.requested;
+    it = slabs_.erase(it);
+  }
+}
+
+std::vector<PoolId> PrivatePools::Ids() const {
+  std::vector<PoolId> ids;
+  for (const auto& [id, pool] : pools_) ids.push_back(id);
+  return ids;
+}
+
+void PrivatePools::ReturnFree(Pool& pool, SlabSource& slabs) {
   BfcCore& core = *pool.core;
   // A released pool's free pieces merge whatever streams freed them: the
   // blocks go back fenced by all of those streams.
-  if (settle && core.multi_stream()) core.Settle(AllCompleteOracle());
+  if (core.multi_stream()) core.Settle(AllCompleteOracle());
   for (RegionId region : core.FreeRegions()) {
     const DeviceAddress base = core.region_base(region);
     const DeviceAddress end = base + core.region_size(region);

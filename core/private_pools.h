@@ -163,17 +163,14 @@ class PrivatePools {
   // order. REQUIRES: Has(id).
   std::vector<std::pair<DeviceAddress, std::uint64_t>> ChunksInUse(
       PoolId id) const;
-  // Gives the regions of pool `id` that hold no live block back to general
-  // memory, fenced by every stream that used the pool (Trim); a pool left
-  // empty is forgotten. REQUIRES: Has(id).
-  // `known` first drops the conditions of free pieces it knows complete, so
-  // that they merge (the caller waited for the work of PendingStreams).
-  void ReturnFreeRegions(PoolId id, SlabSource& slabs,
-                         const ReuseOracle& known) {
-    Pool& pool = pools_.at(id);
-    if (pool.core->multi_stream()) pool.core->Settle(known);
-    ReturnFree(pool, slabs, /*settle=*/false);
-  }
+  // Gives every slab of pool `id` that lies in one free chunk back to
+  // general memory, fenced by every stream that used the pool (Trim, garbage
+  // collection). `known` first drops the conditions of free pieces it knows
+  // complete, so that they merge (the caller waited for the work of
+  // PendingStreams). The pool stays, even empty. REQUIRES: Has(id).
+  void ReturnFreeSlabs(PoolId id, SlabSource& slabs, const ReuseOracle& known);
+  // The ids of the pools, in no order.
+  std::vector<PoolId> Ids() const;
   // The streams whose work may still use pool `id`'s free memory.
   std::vector<std::uintptr_t> PendingStreams(PoolId id,
                                              const ReuseOracle& known) const {
@@ -250,10 +247,7 @@ class PrivatePools {
   // free pieces' stream conditions dropped first: every stream that used
   // the pool fences the returned blocks); forgets the pool once nothing is
   // left.
-  // `settle`: first drop the stream conditions of the pool's free pieces,
-  // so that they merge (only for a released pool: nobody allocates from it
-  // again).
-  void ReturnFree(Pool& pool, SlabSource& slabs, bool settle = true);
+  void ReturnFree(Pool& pool, SlabSource& slabs);
 
   const BfcConfig config_;
   const std::uint64_t slab_unit_;

@@ -80,9 +80,9 @@ class RegionSource {
   // hole of the address range, added to the core's regions as growth is,
   // and returns where; the caller takes exactly that range out of free
   // memory (BfcCore::AllocateAt), so no other allocation shares its
-  // granules. Where the limit would be passed, free granules no pending work
-  // uses are unmapped first (no host wait). ResourceExhausted when that is
-  // not enough.
+  // granules. Where the limit would be passed, just enough free granules
+  // that no pending work uses are unmapped first (no host wait; the smallest
+  // free runs first). ResourceExhausted when that is not enough.
   virtual absl::StatusOr<DeviceAddress> MapExclusive(std::uint64_t bytes);
   // Releases the physical memory of the whole mappings in [address, address
   // + bytes), keeping the addresses; Wake maps fresh memory there. On error
@@ -95,6 +95,10 @@ class RegionSource {
   // Bytes asleep: counted in the core's regions, but with no physical memory
   // behind them (not reserved from the device).
   virtual std::uint64_t sleeping_bytes() const { return 0; }
+  // Of them, the bytes inside [address, address + bytes).
+  virtual std::uint64_t SleepingWithin(DeviceAddress, std::uint64_t) const {
+    return 0;
+  }
 
   // Regions or mappings made and undone (Stats::backend_allocs/frees).
   virtual std::uint64_t backend_allocs() const = 0;

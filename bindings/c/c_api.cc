@@ -221,6 +221,22 @@ absl::Status Malloc(gpualloc_t* handle, int device, size_t size,
   return absl::OkStatus();
 }
 
+// The caller's struct (its first field is struct_size, left as the caller
+// set it) may be older (smaller): fill the whole fields that fit, never part
+// of one. Or newer (larger): fill this library's fields, leave the rest.
+// `field_ends`: the end offset of each field, in order.
+template <typename T, std::size_t N>
+void CopyFieldsThatFit(const T* full, T* out, std::uint64_t out_size,
+                       const std::size_t (&field_ends)[N]) {
+  std::size_t size = sizeof(std::uint64_t);
+  for (std::size_t end : field_ends) {
+    if (end <= out_size) size = end;
+  }
+  std::memcpy(reinterpret_cast<char*>(out) + sizeof(std::uint64_t),
+              reinterpret_cast<const char*>(full) + sizeof(std::uint64_t),
+              size - sizeof(std::uint64_t));
+}
+
 void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   gpualloc_stats_t full;
   std::memset(&full, 0, sizeof(full));
@@ -278,13 +294,30 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   static_assert(
       kFieldEnds[std::size(kFieldEnds) - 1] == sizeof(gpualloc_stats_t),
       "every gpualloc_stats_t field must be listed in kFieldEnds");
-  std::size_t size = sizeof(full.struct_size);
-  for (std::size_t end : kFieldEnds) {
-    if (end <= out->struct_size) size = end;
-  }
-  std::memcpy(reinterpret_cast<char*>(out) + sizeof(full.struct_size),
-              reinterpret_cast<const char*>(&full) + sizeof(full.struct_size),
-              static_cast<std::size_t>(size) - sizeof(full.struct_size));
+  CopyFieldsThatFit(&full, out, out->struct_size, kFieldEnds);
+}
+
+void CopyReport(const SleepReport& r, gpualloc_sleep_report_t* out) {
+  gpualloc_sleep_report_t full;
+  std::memset(&full, 0, sizeof(full));
+  full.struct_size = sizeof(full);
+  full.allocations = r.allocations;
+  full.bytes_in_use = r.bytes_in_use;
+  full.bytes_released = r.bytes_released;
+  full.bytes_kept = r.bytes_kept;
+  full.bytes_backed_up = r.bytes_backed_up;
+  constexpr std::size_t kFieldEnds[] = {
+#define GPUALLOC_FIELD_END(f) \
+  offsetof(gpualloc_sleep_report_t, f) + sizeof(gpualloc_sleep_report_t::f)
+      GPUALLOC_FIELD_END(struct_size),  GPUALLOC_FIELD_END(allocations),
+      GPUALLOC_FIELD_END(bytes_in_use), GPUALLOC_FIELD_END(bytes_released),
+      GPUALLOC_FIELD_END(bytes_kept),   GPUALLOC_FIELD_END(bytes_backed_up),
+#undef GPUALLOC_FIELD_END
+  };
+  static_assert(
+      kFieldEnds[std::size(kFieldEnds) - 1] == sizeof(gpualloc_sleep_report_t),
+      "every gpualloc_sleep_report_t field must be listed in kFieldEnds");
+  CopyFieldsThatFit(&full, out, out->struct_size, kFieldEnds);
 }
 
 }  // namespace
@@ -489,20 +522,19 @@ gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator, int device,
 gpualloc_status_t gpualloc_sleep(gpualloc_t* allocator, int device,
                                  uint32_t tag, int backup,
                                  gpualloc_sleep_report_t* report) {
-  return gpualloc::OnPool("gpualloc_sleep", allocator, device,
-                          [&](gpualloc::Allocator& a) -> absl::Status {
-                            absl::StatusOr<gpualloc::SleepReport> r =
-                                a.Sleep(tag, backup != 0);
-                            if (!r.ok()) return r.status();
-                            if (report != nullptr) {
-                              report->allocations = r->allocations;
-                              report->bytes_in_use = r->bytes_in_use;
-                              report->bytes_released = r->bytes_released;
-                              report->bytes_kept = r->bytes_kept;
-                              report->bytes_backed_up = r->bytes_backed_up;
-                            }
-                            return absl::OkStatus();
-                          });
+  return gpualloc::OnPool(
+      "gpualloc_sleep", allocator, device,
+      [&](gpualloc::Allocator& a) -> absl::Status {
+        if (report != nullptr && report->struct_size < sizeof(uint64_t)) {
+          return absl::InvalidArgumentError(
+              "report->struct_size is smaller than the struct_size field; "
+              "set it to sizeof(gpualloc_sleep_report_t)");
+        }
+        absl::StatusOr<gpualloc::SleepReport> r = a.Sleep(tag, backup != 0);
+        if (!r.ok()) return r.status();
+        if (report != nullptr) gpualloc::CopyReport(*r, report);
+        return absl::OkStatus();
+      });
 }
 
 gpualloc_status_t gpualloc_wake(gpualloc_t* allocator, int device,

@@ -277,10 +277,13 @@ class Allocator {
   // garbage collection, is ResourceExhausted with a report of why.
   //
   // `tag` (non-zero) labels the allocation for Sleep and Wake: in the bfc
-  // mode tagged memory is carved from granules that hold no other tag's or
-  // untagged memory. Allocating with a tag that is asleep is
-  // FailedPrecondition. The platform and async modes accept tags and keep
-  // nothing by them (their Sleep answers FailedPrecondition).
+  // mode each tag's memory is a pool of its own, and with expandable regions
+  // it is carved from granules that hold no other tag's or untagged memory
+  // (without them its blocks come from general memory and cannot sleep).
+  // Allocating with a tag that is asleep, or with a tag on a stream that
+  // allocates to a private pool, is FailedPrecondition. The platform and
+  // async modes accept tags and keep nothing by them (their Sleep answers
+  // FailedPrecondition).
   virtual absl::StatusOr<void*> Allocate(std::size_t bytes,
                                          Stream stream = Stream(),
                                          std::size_t alignment = 0,
@@ -383,25 +386,30 @@ class Allocator {
 
   // --- Sleep and wake: giving memory back without losing addresses --------
   // Sleep(tag) makes the host wait for the work queued on every stream that
-  // used the tag's memory, then unmaps and releases the physical memory of
-  // every granule holding only the tag's memory (live or free), keeping the
-  // addresses reserved: pointers and captured graphs stay valid for after
-  // Wake. The tag's allocations stay live but may not be used, freed
-  // (Deallocate, RecordStream: FailedPrecondition) or added to until
-  // Wake(tag) maps fresh physical memory at the same addresses. Their
-  // content is lost, unless `backup` copied it to host memory first
-  // (capabilities.host_copy), which Wake copies back.
+  // allocated, freed or recorded (RecordStream) the tag's memory (work on
+  // another stream must be declared with RecordStream, or be finished by the
+  // caller), then unmaps and releases the physical memory of every granule
+  // holding only the tag's memory (live or free), keeping the addresses
+  // reserved: pointers and captured graphs stay valid for after Wake. The
+  // tag's allocations stay live but may not be used, freed (Deallocate,
+  // RecordStream: FailedPrecondition) or added to until Wake(tag) maps fresh
+  // physical memory at the same addresses. Their content is lost, unless
+  // `backup` copied it to host memory first (capabilities.host_copy), which
+  // Wake copies back.
   //
   // Released memory is reusable by the rest of the allocator at once: a Wake
-  // needs the limit to have room for the tag again (ResourceExhausted,
-  // nothing changed, otherwise). Sleeping a tag with no memory only marks it
+  // needs the limit to have room for the tag again, giving back free memory
+  // first as garbage collection does (ResourceExhausted, nothing changed,
+  // when that is not enough). Sleeping a tag with no memory only marks it
   // asleep. Errors, nothing changed: tag 0 is InvalidArgument; a tag
   // already asleep (Sleep) or not asleep (Wake), a backup without
   // host_copy, a graph capture underway, and a backend without virtual
   // memory or an allocator without expandable regions are
   // FailedPrecondition, naming the backend. On a device error half way, what
-  // was released is mapped again (its content lost unless backed up) and
-  // the error names the step. Only the bfc mode sleeps.
+  // changed is turned back (memory released is mapped again, its content
+  // restored from the backup if Sleep made one) and the error names the
+  // step; should turning back fail too, the tag is left asleep, refused
+  // until a Wake succeeds, and the error says so. Only the bfc mode sleeps.
   virtual absl::StatusOr<SleepReport> Sleep(Tag tag, bool backup = false);
   virtual absl::Status Wake(Tag tag);
 

@@ -153,8 +153,9 @@ GPUALLOC_API gpualloc_status_t gpualloc_malloc_aligned(gpualloc_t* allocator,
                                                        void* stream,
                                                        void** out);
 /* As gpualloc_malloc_aligned, labelled with `tag` (0: none) for gpualloc_sleep
- * and gpualloc_wake: allocator=bfc carves a tag's memory from granules of its
- * own. A tag that is asleep is GPUALLOC_FAILED_PRECONDITION. */
+ * and gpualloc_wake: allocator=bfc with expandable regions carves a tag's
+ * memory from granules of its own. A tag that is asleep, or a stream that
+ * allocates to a private pool, is GPUALLOC_FAILED_PRECONDITION. */
 GPUALLOC_API gpualloc_status_t gpualloc_malloc_tagged(gpualloc_t* allocator,
                                                       int device, size_t size,
                                                       size_t alignment,
@@ -209,7 +210,8 @@ GPUALLOC_API gpualloc_status_t
 gpualloc_end_allocate_to_pool(gpualloc_t* allocator, int device, uint64_t pool);
 
 /* Sleep and wake (vLLM's sleep mode, RL weight offloading): gpualloc_sleep
- * waits for the work queued on the streams that used the tag's memory, then
+ * waits for the work queued on the streams that allocated, freed or recorded
+ * (gpualloc_record_stream) the tag's memory, then
  * releases the physical memory of every granule holding only that tag's
  * memory, keeping the addresses: the tag's pointers (and graphs captured
  * with them) are valid again after gpualloc_wake, which maps fresh memory at
@@ -219,9 +221,10 @@ gpualloc_end_allocate_to_pool(gpualloc_t* allocator, int device, uint64_t pool);
  * allocator=bfc with expandable regions on a backend with virtual memory
  * (GPUALLOC_FAILED_PRECONDITION naming what is missing otherwise); a wake
  * for which the limit has no room is GPUALLOC_RESOURCE_EXHAUSTED and leaves
- * the tag asleep. `report` (may be NULL) receives what happened. The C++
- * API's Allocator::Sleep says more. */
+ * the tag asleep. `report` (may be NULL; set report->struct_size first)
+ * receives what happened. The C++ API's Allocator::Sleep says more. */
 typedef struct gpualloc_sleep_report {
+  uint64_t struct_size;     /* set by the caller, as gpualloc_stats_t's */
   uint64_t allocations;     /* the tag's live allocations, now asleep */
   uint64_t bytes_in_use;    /* their bytes */
   uint64_t bytes_released;  /* physical memory given back */

@@ -668,6 +668,8 @@ static void TestSleepWake(void) {
   const uint64_t reserved = Stats(a).bytes_reserved;
   gpualloc_sleep_report_t report;
   memset(&report, 0, sizeof(report));
+  CHECK_STATUS(gpualloc_sleep(a, 0, 5, 0, &report), GPUALLOC_INVALID_ARGUMENT);
+  report.struct_size = sizeof(report);
   /* The simulated device's addresses are numbers only: no host copies. */
   CHECK_STATUS(gpualloc_sleep(a, 0, 5, 1, &report),
                GPUALLOC_FAILED_PRECONDITION);

@@ -305,7 +305,7 @@ TEST(SleepWakeTest, WakeNeedsRoomUnderTheLimit) {
   EXPECT_NE(woken.message().find("stays asleep"), std::string::npos);
   GPUALLOC_EXPECT_OK(a->Validate());
   GPUALLOC_ASSERT_OK(a->Deallocate(*big));
-  GPUALLOC_ASSERT_OK(a->Trim());
+  // Free memory still mapped is given back to make room (no Trim needed).
   GPUALLOC_ASSERT_OK(a->Wake(1));
   GPUALLOC_EXPECT_OK(a->Deallocate(*p));
   GPUALLOC_EXPECT_OK(a->Validate());
@@ -363,6 +363,165 @@ TEST(SleepWakeTest, SnapshotListsTagsAndSleep) {
   EXPECT_EQ(slabs, 1);
   GPUALLOC_ASSERT_OK(a->Wake(9));
   GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+}
+
+// A stream allocating to a private pool, not capturing: Sleep still waits
+// for the tag's streams before it unmaps.
+TEST(SleepWakeTest, WaitsWhileAStreamAllocatesToAPool) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto pool = a->CreatePool();
+  GPUALLOC_ASSERT_OK(pool.status());
+  GPUALLOC_ASSERT_OK(a->BeginAllocateToPool(*pool, Stream(9)));
+  auto p = a->Allocate(4 * kMiB, Stream(5), 0, 1);
+  GPUALLOC_ASSERT_OK(p.status());
+  sim->Use(Stream(5), Addr(*p), 4 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Sleep(1).status());
+  EXPECT_EQ(sim->pending_work(), 0u);
+  EXPECT_EQ(sim->hazards(), 0u);
+  // A tagged allocation on the routed stream is refused.
+  EXPECT_EQ(a->Allocate(kMiB, Stream(9), 0, 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  GPUALLOC_ASSERT_OK(a->EndAllocateToPool(*pool));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p, Stream(5)));
+  GPUALLOC_EXPECT_OK(a->ReleasePool(*pool));
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// When turning back a failed Sleep fails too, the tag is left asleep (its
+// blocks refused) and a Wake maps the rest.
+TEST(SleepWakeTest, FailedRollbackLeavesTheTagAsleep) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+    GPUALLOC_ASSERT_OK(p.status());
+    Fill(*p, 3 * kMiB, 20 + i);
+    ptrs.push_back(*p);
+  }
+  sim->FailNthCall(SimOp::kUnmap, 2, absl::InternalError("injected unmap"));
+  sim->FailNthCall(SimOp::kCreatePhysical, 1,
+                   absl::ResourceExhaustedError("injected create"));
+  auto slept = a->Sleep(1, /*backup=*/true);
+  EXPECT_EQ(slept.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(slept.status().message().find("left asleep"), std::string::npos)
+      << slept.status();
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->Allocate(kMiB, Stream(), 0, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->GetStats().bytes_sleeping, 0u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(sim->IsAccessible(Addr(ptrs[i]), 3 * kMiB));
+    EXPECT_TRUE(Holds(ptrs[i], 3 * kMiB, 20 + i)) << i;
+    GPUALLOC_EXPECT_OK(a->Deallocate(ptrs[i]));
+  }
+}
+
+// A release that fails after its unmap maps the handle back: nothing leaks
+// and the content stays.
+TEST(SleepWakeTest, FailedReleaseMapsTheHandleBack) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(p.status());
+  Fill(*p, 3 * kMiB, 5);
+  const std::uint64_t physical = sim->physical_bytes();
+  sim->FailNthCall(SimOp::kReleasePhysical, 1, absl::InternalError("injected"));
+  auto slept = a->Sleep(1);
+  EXPECT_EQ(slept.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(slept.status().message().find("mapped back"), std::string::npos)
+      << slept.status();
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(sim->physical_bytes(), physical);
+  EXPECT_EQ(a->GetStats().bytes_reserved, physical);
+  EXPECT_TRUE(Holds(*p, 3 * kMiB, 5));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+}
+
+// A failed restore whose re-sleep fails too leaves the tag asleep with its
+// memory mapped; the next Wake restores the content.
+TEST(SleepWakeTest, FailedRestoreThenWakeAgain) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(p.status());
+  Fill(*p, 3 * kMiB, 8);
+  GPUALLOC_ASSERT_OK(a->Sleep(1, /*backup=*/true).status());
+  sim->FailNthCall(SimOp::kCopyFromHost, 1, absl::InternalError("copy"));
+  sim->FailNthCall(SimOp::kUnmap, 1, absl::InternalError("unmap"));
+  absl::Status woken = a->Wake(1);
+  EXPECT_EQ(woken.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(woken.message().find("stays asleep with part of its memory"),
+            std::string::npos)
+      << woken;
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(a->Deallocate(*p).code(), absl::StatusCode::kFailedPrecondition);
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  EXPECT_TRUE(Holds(*p, 3 * kMiB, 8));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+}
+
+// With preallocation, a tag's first block unmaps only what it needs.
+TEST(SleepWakeTest, TagsKeepThePreallocation) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(/*preallocate=*/true), sim);
+  auto u = a->Allocate(kMiB);
+  GPUALLOC_ASSERT_OK(u.status());
+  const Stats before = a->GetStats();
+  ASSERT_EQ(before.bytes_reserved, 512 * kMiB);
+  auto t = a->Allocate(kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(t.status());
+  const Stats after = a->GetStats();
+  // One of the 64 handles of 8 MiB made way for a 2 MiB one.
+  EXPECT_EQ(after.bytes_reserved, 512 * kMiB - 8 * kMiB + 2 * kMiB);
+  EXPECT_EQ(after.backend_frees - before.backend_frees, 1u);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*t));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*u));
+}
+
+// Trim and garbage collection give back a tag's free blocks, even next to a
+// live one of the same tag.
+TEST(SleepWakeTest, FreeTagBlocksGoBack) {
+  auto sim = MakeSim(kGiB);
+  Options o = Expandable(false);
+  o.memory_limit = 128 * kMiB;
+  auto a = MakeAllocator(o, sim);
+  auto x = a->Allocate(40 * kMiB, Stream(), 0, 1);
+  auto y = a->Allocate(40 * kMiB, Stream(), 0, 1);
+  auto z = a->Allocate(40 * kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(z.status());
+  GPUALLOC_ASSERT_OK(a->Deallocate(*y));
+  GPUALLOC_ASSERT_OK(a->Deallocate(*z));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 40 * kMiB);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  // Garbage collection: tag 1's freed block serves untagged memory.
+  auto w = a->Allocate(40 * kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(w.status());
+  GPUALLOC_ASSERT_OK(a->Deallocate(*w));
+  auto u = a->Allocate(80 * kMiB);
+  GPUALLOC_ASSERT_OK(u.status());
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*u));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*x));
+}
+
+// Destroying the allocator with a tag asleep leaves nothing on the device.
+TEST(SleepWakeTest, DestructionWithATagAsleep) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  {
+    auto a = MakeAllocator(Expandable(false), sim);
+    auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+    auto q = a->Allocate(3 * kMiB);
+    GPUALLOC_ASSERT_OK(q.status());
+    GPUALLOC_ASSERT_OK(a->Sleep(1).status());
+  }
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
 }
 
 // Figures: 1 GiB of tagged memory next to 256 MiB untagged on a simulated
