@@ -5,7 +5,8 @@
 // granularity, alignment, page sizes and capabilities (from an architecture
 // profile or given explicitly); addresses that are either fake (nothing
 // touched, so a 192 GiB device costs no host memory) or backed by host memory
-// (so tests can write and check fill patterns); virtual memory with CUDA's
+// (so tests can write and check fill patterns, and copy to and from host
+// memory with CopyToHost / CopyFromHost); virtual memory with CUDA's
 // rules (reserve, create, map, set access, unmap, release, free), really
 // mapped in host-backed mode; streams and events whose work completes when a
 // test says so or in order on a modeled clock, with a hazard detector that
