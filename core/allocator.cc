@@ -118,6 +118,7 @@ Snapshot BfcAllocator::GetSnapshot() const {
     }
   }
   s.stats = StatsLocked();
+  if (history_ != nullptr) history_->AppendTo(&s);
   return s;
 }
 
@@ -142,7 +143,8 @@ absl::Status BfcAllocator::Validate() const {
 
 std::unique_ptr<RegionSource> BfcAllocator::MakeSource() {
   const RegionContext context{resolved_,     *backend_, core_,
-                              stream_order_, *oracle_,  capturing_};
+                              stream_order_, *oracle_,  capturing_,
+                              history_.get()};
   return resolved_.expandable ? MakeExpandableRegions(context)
                               : MakeSeparateRegions(context);
 }

@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/alignment.h"
 #include "core/bfc.h"
+#include "core/history.h"
 #include "core/layer.h"
 #include "core/lock.h"
 #include "core/oom_message.h"
@@ -92,7 +93,7 @@ class BfcAllocator final : public Allocator, private SlabSource {
     if (ptr == nullptr)
       return absl::OkStatus();  // like free(NULL) and cudaFree(0)
     LockGuard lock(&mu_);
-    if (ABSL_PREDICT_FALSE(pools_on_)) return DeallocateWithPools(ptr, stream);
+    if (ABSL_PREDICT_FALSE(slow_on_)) return DeallocateWithPools(ptr, stream);
     absl::Status status =
         core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr),
                          Key(stream).handle, stream_order_.stamp(), oracle_);
@@ -162,7 +163,7 @@ class BfcAllocator final : public Allocator, private SlabSource {
     if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
 
     LockGuard lock(&mu_);
-    if (ABSL_PREDICT_FALSE(pools_on_ || tag != 0)) {
+    if (ABSL_PREDICT_FALSE(slow_on_ || tag != 0)) {
       return AllocateWithPools(size, bytes, align, needed, stream, pending,
                                tag);
     }
@@ -353,9 +354,10 @@ class BfcAllocator final : public Allocator, private SlabSource {
                                     PendingOutOfMemory* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Every out-of-memory answer: counted now, or prepared for the handler.
-  absl::Status Exhausted(absl::Status error, const Stats& stats,
-                         PendingOutOfMemory* pending)
+  // Every out-of-memory answer (a request of `bytes`): counted now, or
+  // prepared for the handler; in the history.
+  absl::Status Exhausted(std::uint64_t bytes, absl::Status error,
+                         const Stats& stats, PendingOutOfMemory* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Returns every free region or granule to the device (Trim, garbage
@@ -406,9 +408,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
   const std::shared_ptr<Backend> backend_;
 
   mutable Lock mu_;
-  // Whether a private pool or a tag was ever made: Allocate and Deallocate
-  // then take their pool-aware paths (kept next to the lock, on the hot
-  // cache line).
+  // A private pool or a tag made, or the history on: Allocate and
+  // Deallocate take their out-of-line paths (one flag next to the lock, on
+  // the hot cache line).
+  bool slow_on_ ABSL_GUARDED_BY(mu_) = resolved_.history != 0;
+  // A private pool or a tag was made: the pool-aware statistics.
   bool pools_on_ ABSL_GUARDED_BY(mu_) = false;
   BfcCore core_ ABSL_GUARDED_BY(mu_);
   StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
@@ -439,6 +443,8 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // and Wake.
   bool slept_ ABSL_GUARDED_BY(mu_) = false;
   std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  // The allocation history (Options::history), null when off.
+  const std::unique_ptr<History> history_ = MakeHistory(resolved_.history);
   // Where regions come from: separate backend allocations or expandable
   // regions. Declared last, destroyed first: it returns every region while
   // the core and the stream order still exist.

@@ -19,7 +19,7 @@ void BfcAllocator::EnablePoolPaths() {
   peak_requested_ = core_.counters().peak_bytes_requested;
   largest_alloc_ = core_.counters().largest_alloc_size;
   peak_reserved_ = core_.counters().peak_bytes_reserved;
-  pools_on_ = true;
+  pools_on_ = slow_on_ = true;
 }
 
 absl::Status BfcAllocator::RetainPool(PoolId pool) {
@@ -89,12 +89,20 @@ absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
   peak_requested_ = std::max(peak_requested_, Requested());
   largest_alloc_ = std::max(largest_alloc_, chunk);
   peak_reserved_ = std::max(peak_reserved_, Physical());
+  if (history_ != nullptr) {
+    history_->Record(HistoryAction::kAlloc, *address, bytes, stream.handle);
+  }
   MaybeValidate();
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
 }
 
 absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
   const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+  const std::uint64_t chunk =
+      history_ == nullptr    ? 0
+      : pools_.Owns(address) ? pools_.AllocatedSize(address)
+      : tags_.Owns(address)  ? tags_.AllocatedSize(address)
+                             : core_.AllocatedSize(address);
   absl::Status status;
   if (pools_.Owns(address)) {
     status = pools_.Deallocate(address, Key(stream).handle,
@@ -108,6 +116,9 @@ absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
   } else {
     status = core_.Deallocate(address, Key(stream).handle,
                               stream_order_.stamp(), oracle_);
+  }
+  if (history_ != nullptr && status.ok()) {
+    RecordFree(*history_, address, chunk, Key(stream).handle);
   }
   MaybeValidate();
   return status;

@@ -15,6 +15,7 @@ absl::Status BfcAllocator::RejectTooLarge(std::size_t bytes,
 absl::Status BfcAllocator::RejectTooLargeLocked(std::size_t bytes,
                                                 PendingOutOfMemory* pending) {
   return Exhausted(
+      bytes,
       absl::ResourceExhaustedError(absl::StrFormat(
           "out of memory: Allocate(%d bytes) can never succeed: it exceeds "
           "the "
@@ -26,8 +27,10 @@ absl::Status BfcAllocator::RejectTooLargeLocked(std::size_t bytes,
       StatsLocked(), pending);
 }
 
-absl::Status BfcAllocator::Exhausted(absl::Status error, const Stats& stats,
+absl::Status BfcAllocator::Exhausted(std::uint64_t bytes, absl::Status error,
+                                     const Stats& stats,
                                      PendingOutOfMemory* pending) {
+  if (history_ != nullptr) RecordOom(*history_, bytes, stats);
   return NoteOutOfMemory(std::move(error), oom_handler_, stats, pending,
                          &num_ooms_);
 }
@@ -204,6 +207,7 @@ absl::Status BfcAllocator::OutOfMemory(std::uint64_t bytes, std::uint64_t size,
                                        PendingOutOfMemory* pending) {
   const Stats s = StatsLocked();
   return Exhausted(
+      bytes,
       BfcOutOfMemoryError(backend_->info(), resolved_.options, bytes, size,
                           why.message(), s, core_.FreeBytes()),
       s, pending);

@@ -176,6 +176,14 @@ constexpr ValueType<std::uint32_t> kDivisions = {
     },
     [](const std::uint32_t& n) { return absl::StrCat(n); }};
 
+// history: 0 (off) to 2^24 entries.
+constexpr ValueType<std::uint64_t> kHistory = {
+    config_internal::ParseHistory, nullptr,
+    [](std::uint64_t& n, const Where& where) {
+      return config_internal::CheckHistory(n, absl::StrCat(n), where);
+    },
+    [](const std::uint64_t& n) { return absl::StrCat(n); }};
+
 std::string PrintText(const std::string& text) { return text; }
 
 constexpr ValueType<std::string> kArch = {
@@ -313,6 +321,8 @@ constexpr std::array kKeys = {
              &Options::size_divisions>("size_divisions",
                                        "GPUALLOC_SIZE_DIVISIONS", {},
                                        "0 or a power of two 2..64"),
+    Describe<&O::history, kHistory, &Config::options, &Options::history>(
+        "history", "GPUALLOC_HISTORY", {}, "0 or events kept, <= 2^24"),
     Describe<&O::name, kText, &Config::options, &Options::name>(
         "name", "GPUALLOC_NAME", {}, "a label"),
     Describe<&O::memory_kind, kKeyword<config_internal::kMemoryKinds>,

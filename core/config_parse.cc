@@ -350,6 +350,8 @@ std::optional<std::uint64_t> Decimal(absl::string_view value) {
 
 constexpr absl::string_view kNotDivisions =
     "not 0 (off) or a power of two from 2 to 64";
+constexpr absl::string_view kNotHistory =
+    "not 0 (off) or a number of events up to 16777216 (2^24)";
 
 }  // namespace
 
@@ -367,6 +369,20 @@ absl::StatusOr<std::uint32_t> ParseSizeDivisions(absl::string_view value,
   if (!n.has_value()) return Bad(where, value, kNotDivisions);
   GPUALLOC_RETURN_IF_ERROR(CheckSizeDivisions(*n, value, where));
   return static_cast<std::uint32_t>(*n);
+}
+
+absl::Status CheckHistory(std::uint64_t n, absl::string_view value,
+                          const Where& where) {
+  if (n <= kMaxHistory) return absl::OkStatus();
+  return Bad(where, value, kNotHistory);
+}
+
+absl::StatusOr<std::uint64_t> ParseHistory(absl::string_view value,
+                                           const Where& where) {
+  const std::optional<std::uint64_t> n = Decimal(value);
+  if (!n.has_value()) return Bad(where, value, kNotHistory);
+  GPUALLOC_RETURN_IF_ERROR(CheckHistory(*n, value, where));
+  return *n;
 }
 
 absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&) {

@@ -67,6 +67,11 @@ absl::Status CheckSizeDivisions(std::uint64_t n, absl::string_view value,
                                 const Where& where);
 absl::StatusOr<std::uint32_t> ParseSizeDivisions(absl::string_view value,
                                                  const Where& where);
+// history: 0 (off) to 2^24 entries, in decimal.
+absl::Status CheckHistory(std::uint64_t n, absl::string_view value,
+                          const Where& where);
+absl::StatusOr<std::uint64_t> ParseHistory(absl::string_view value,
+                                           const Where& where);
 // "auto" or a profile name, in the profile's own spelling.
 absl::StatusOr<std::string> ParseArch(absl::string_view value,
                                       const Where& where);

@@ -263,6 +263,8 @@ class ExpandableRegions final : public RegionSource {
                          std::uint64_t handle_bytes) {
     GPUALLOC_RETURN_IF_ERROR(space_.Map(address, bytes, handle_bytes));
     RegionId id = c_.core.AddRegion(address, bytes);
+    if (c_.history != nullptr)
+      c_.history->Record(HistoryAction::kSegmentMap, address, bytes, 0);
     if (address > space_.base()) {
       if (std::optional<RegionId> before = c_.core.RegionAt(address - 1)) {
         id = c_.core.JoinRegions(*before, id, &c_.oracle);
@@ -312,6 +314,8 @@ class ExpandableRegions final : public RegionSource {
       absl::Status status = space_.Unmap(address, bytes, &unmapped);
       if (unmapped != 0) c_.core.CarveFree(address, unmapped);
       total += unmapped;
+      if (unmapped != 0 && c_.history != nullptr)
+        c_.history->Record(HistoryAction::kSegmentUnmap, address, unmapped, 0);
       if (!status.ok() && first_error.ok()) first_error = status;
     }
     return first_error;

@@ -152,6 +152,20 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
     }
   }
   r.size_divisions = options.size_divisions;
+  if (options.history > kMaxHistory) {
+    return Bad("history", absl::StrFormat("%d entries is more than the "
+                                          "largest history, %d entries",
+                                          options.history, kMaxHistory));
+  }
+  if (options.history != 0 && options.mode != AllocatorMode::kBfc) {
+    return Bad(
+        "history",
+        absl::StrFormat("%d: the allocation history belongs to "
+                        "allocator=bfc; allocator=%s records none "
+                        "(use 0)",
+                        options.history, AllocatorModeName(options.mode)));
+  }
+  r.history = options.history;
   if (options.large_page_placement && r.profile != nullptr) {
     const std::uint64_t page = r.profile->large_page_size;
     if (std::has_single_bit(page) && page > r.min_block_size)

@@ -22,6 +22,8 @@ struct ResolvedOptions {
   std::uint64_t min_block_size = 0;
   // Options.size_divisions, checked: 0 (off) or a power of two 2..64.
   std::uint32_t size_divisions = 0;
+  // Options.history, checked: entries, 0 (off) to kMaxHistory, bfc only.
+  std::uint64_t history = 0;
   std::uint64_t max_alignment = 0;  // largest alignment Allocate accepts
   // Expandable regions resolved for this device (Options.expandable).
   bool expandable = false;

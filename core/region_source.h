@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "core/bfc.h"
+#include "core/history.h"
 #include "core/layer.h"
 #include "core/options.h"
 #include "core/stream_order.h"
@@ -44,6 +45,9 @@ struct RegionContext {
   // (no free, unmap or event call), since that could synchronize the device
   // or touch a capturing stream.
   const bool& capturing;
+  // The allocation history (Options::history), null when off: regions made
+  // and undone are recorded there.
+  History* history = nullptr;
   bool streams() const { return &oracle == &stream_order; }
 };
 

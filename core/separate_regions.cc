@@ -99,6 +99,8 @@ class SeparateRegions final : public RegionSource {
     }
     ++allocs_;
     c_.core.AddRegion(*base, size);
+    if (c_.history != nullptr)
+      c_.history->Record(HistoryAction::kSegmentAlloc, *base, size, 0);
     return absl::OkStatus();
   }
 
@@ -122,6 +124,10 @@ class SeparateRegions final : public RegionSource {
         continue;  // the region stays usable
       }
       ++frees_;
+      if (c_.history != nullptr) {
+        c_.history->Record(HistoryAction::kSegmentFree, base,
+                           c_.core.region_size(id), 0);
+      }
       c_.core.RemoveRegion(id);
     }
     return first_error;

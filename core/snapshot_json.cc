@@ -382,6 +382,24 @@ void AppendRegions(std::string* out,
   *out += "]";
 }
 
+// ,"history":{"recorded":N,"dropped":N,"events":[{"action":"alloc",
+// "address":N,"size":N,"stream":N,"time_ns":N,"context":"..."},...]}
+void AppendHistory(std::string* out, const Snapshot& snapshot) {
+  out->reserve(out->size() + 120 * snapshot.history.size());
+  absl::StrAppend(out, ",\"history\":{\"recorded\":", snapshot.history_recorded,
+                  ",\"dropped\":", snapshot.history_dropped, ",\"events\":[");
+  for (std::size_t i = 0; i < snapshot.history.size(); ++i) {
+    const HistoryEvent& e = snapshot.history[i];
+    absl::StrAppend(out, i == 0 ? "" : ",", "{\"action\":\"",
+                    HistoryActionName(e.action), "\",\"address\":", e.address,
+                    ",\"size\":", e.size, ",\"stream\":", e.stream,
+                    ",\"time_ns\":", e.time_ns, ",\"context\":");
+    AppendJsonString(out, e.context);
+    *out += "}";
+  }
+  *out += "]}";
+}
+
 }  // namespace
 
 std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
@@ -429,6 +447,9 @@ std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
       out += "}";
     }
     out += "]";
+  }
+  if (snapshot.history_recorded != 0 || !snapshot.history.empty()) {
+    AppendHistory(&out, snapshot);
   }
   out += "}";
   return out;
@@ -531,6 +552,53 @@ absl::StatusOr<PoolSnapshot> ParsePool(const JsonValue& p,
   return pool;
 }
 
+// The "history" object AppendHistory wrote, into `snapshot`.
+absl::Status ParseHistory(const JsonValue& doc, Snapshot& snapshot) {
+  const JsonValue* h = nullptr;
+  GPUALLOC_JSON_ASSIGN(
+      h, Member(doc, "", "history", JsonValue::Kind::kObject, "an object"));
+  GPUALLOC_JSON_ASSIGN(snapshot.history_recorded,
+                       Unsigned(*h, "history", "recorded"));
+  GPUALLOC_JSON_ASSIGN(snapshot.history_dropped,
+                       Unsigned(*h, "history", "dropped"));
+  const JsonValue* events = nullptr;
+  GPUALLOC_JSON_ASSIGN(events, Member(*h, "history", "events",
+                                      JsonValue::Kind::kArray, "an array"));
+  for (std::size_t i = 0; i < events->items.size(); ++i) {
+    const JsonValue& v = events->items[i];
+    const std::string path = absl::StrCat("history.events[", i, "]");
+    if (v.kind != JsonValue::Kind::kObject)
+      return FieldError(path, "an object");
+    HistoryEvent e;
+    const JsonValue* action = nullptr;
+    GPUALLOC_JSON_ASSIGN(action, Member(v, path, "action",
+                                        JsonValue::Kind::kString, "a string"));
+    int a = 0;
+    while (a <= static_cast<int>(HistoryAction::kOom) &&
+           HistoryActionName(static_cast<HistoryAction>(a)) != action->text) {
+      ++a;
+    }
+    if (a > static_cast<int>(HistoryAction::kOom)) {
+      return FieldError(absl::StrCat(path, ".action"),
+                        absl::StrCat("an action such as \"alloc\", got \"",
+                                     action->text, "\""));
+    }
+    e.action = static_cast<HistoryAction>(a);
+    GPUALLOC_JSON_ASSIGN(e.address, Unsigned(v, path, "address"));
+    GPUALLOC_JSON_ASSIGN(e.size, Unsigned(v, path, "size"));
+    std::uint64_t stream = 0;
+    GPUALLOC_JSON_ASSIGN(stream, Unsigned(v, path, "stream"));
+    e.stream = static_cast<std::uintptr_t>(stream);
+    GPUALLOC_JSON_ASSIGN(e.time_ns, Unsigned(v, path, "time_ns"));
+    const JsonValue* context = nullptr;
+    GPUALLOC_JSON_ASSIGN(context, Member(v, path, "context",
+                                         JsonValue::Kind::kString, "a string"));
+    e.context = context->text;
+    snapshot.history.push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
@@ -583,6 +651,9 @@ absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
           pool, ParsePool(pools->items[i], absl::StrCat("pools[", i, "]")));
       snapshot.pools.push_back(std::move(pool));
     }
+  }
+  if (doc->Find("history") != nullptr) {
+    if (absl::Status s = ParseHistory(*doc, snapshot); !s.ok()) return s;
   }
   return snapshot;
 }

@@ -152,6 +152,7 @@ static absl::string_view KeyOfOptionsField(absl::string_view field) {
       {"memory_limit", "mem_limit"},
       {"max_internal_fragmentation", "split_bound"},
       {"size_divisions", "size_divisions"},
+      {"history", "history"},
       {"expandable", "expandable"},
       {"arch", "arch"},
   };

@@ -10,8 +10,10 @@
 // error falls back to a fixed message when its copy cannot be allocated.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -34,6 +36,7 @@
 #include "gpualloc/gpualloc.h"
 #include "gpualloc/registry.h"
 #include "gpualloc/snapshot_json.h"
+#include "gpualloc/torch_snapshot.h"
 
 // The handle: the registry, plus which devices were used (for
 // gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators), and
@@ -501,6 +504,34 @@ gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator, int device,
 }
 
 void gpualloc_string_free(char* text) { std::free(text); }
+
+gpualloc_status_t gpualloc_snapshot_torch_pickle(gpualloc_t* allocator,
+                                                 int device, const char* path) {
+  return Boundary("gpualloc_snapshot_torch_pickle", [&]() -> absl::Status {
+    if (path == nullptr) return gpualloc::NullArgument("path");
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    const std::string pickle =
+        gpualloc::TorchSnapshotPickle((*a)->GetSnapshot(), device);
+    errno = 0;
+    std::FILE* f = std::fopen(path, "wb");
+    const bool written =
+        f != nullptr &&
+        std::fwrite(pickle.data(), 1, pickle.size(), f) == pickle.size();
+    const int error = errno;
+    if ((f != nullptr && std::fclose(f) != 0) || !written) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", path, ": ",
+                       std::strerror(error != 0 ? error : EIO)));
+    }
+    return absl::OkStatus();
+  });
+}
+
+void gpualloc_set_context(const char* context) {
+  gpualloc::SetThreadContext(context == nullptr ? "" : context);
+}
 
 gpualloc_status_t gpualloc_trim(gpualloc_t* allocator, int device) {
   return Boundary("gpualloc_trim", [&]() -> absl::Status {

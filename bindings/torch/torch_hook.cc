@@ -361,4 +361,24 @@ GPUALLOC_API void gpualloc_torch_string_free(char* text) {
   gpualloc_string_free(text);
 }
 
+// The device's snapshot with its allocation history (GPUALLOC_HISTORY=N) as
+// the pickle torch.cuda.memory._dump_snapshot writes, for
+// https://pytorch.org/memory_viz, written to `path`. 0, or a
+// gpualloc_status_t with the reason in gpualloc_torch_last_error().
+GPUALLOC_API int gpualloc_torch_snapshot_pickle(int device, const char* path) {
+  gpualloc_t* handle = Handle("gpualloc_torch_snapshot_pickle");
+  if (handle == nullptr) return Instance().create_status;
+  const gpualloc_status_t s =
+      gpualloc_snapshot_torch_pickle(handle, device, path);
+  if (s != GPUALLOC_OK) FailWithLastError();
+  return s;
+}
+
+// The calling thread's context for the history's events (an op name, a
+// Python stack); NULL or "" clears it. Each distinct text is kept for the
+// life of the process.
+GPUALLOC_API void gpualloc_torch_set_context(const char* context) {
+  gpualloc_set_context(context);
+}
+
 }  // extern "C"

@@ -108,6 +108,14 @@ struct Options {
   // often, at up to 1/N of internal waste. Platform and async modes refuse
   // a non-zero value.
   std::uint32_t size_divisions = 0;
+  // Allocation history (bfc mode): the last N allocator events (allocs,
+  // frees, segment changes, out-of-memory answers) with the calling thread's
+  // context (SetThreadContext) in a ring buffer made at creation, returned
+  // by GetSnapshot (Snapshot::history) and exportable for PyTorch's
+  // memory_viz (gpualloc/torch_snapshot.h). 0 (off, the default) costs
+  // nothing; at most kMaxHistory. Platform and async modes refuse a
+  // non-zero value.
+  std::uint64_t history = 0;
   CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kWhenComplete;
   // Expandable regions (bfc mode): one reserved address range of four times
   // the device's size, grown by mapping one physical handle per growth where
@@ -215,11 +223,53 @@ struct PoolSnapshot {
   bool asleep = false;
 };
 
+// The largest Options::history (16 Mi entries, 40 bytes each).
+inline constexpr std::uint64_t kMaxHistory = std::uint64_t{1} << 24;
+
+// What the history records, by PyTorch's names (HistoryActionName).
+enum class HistoryAction : std::uint8_t {
+  kAlloc,          // an Allocate that succeeded: address, bytes as asked
+  kFreeRequested,  // a Deallocate: address, chunk size
+  kFreeCompleted,  // the same Deallocate (the chunk is free at once, its
+                   // stream-order condition attached)
+  kSegmentAlloc,   // a region from the backend: base, size
+  kSegmentFree,    // a region given back
+  kSegmentMap,     // expandable regions: a range mapped
+  kSegmentUnmap,   // a range unmapped
+  kOom,            // an out-of-memory answer: address = bytes the limit
+                   // still allows to reserve, size = bytes asked
+};
+// "alloc", "free_requested", "free_completed", "segment_alloc",
+// "segment_free", "segment_map", "segment_unmap", "oom".
+absl::string_view HistoryActionName(HistoryAction action);
+
+// One event of the history, oldest first in Snapshot::history.
+struct HistoryEvent {
+  HistoryAction action = HistoryAction::kAlloc;
+  std::uint64_t address = 0;
+  std::uint64_t size = 0;
+  std::uintptr_t stream = 0;
+  std::uint64_t time_ns = 0;  // std::chrono::steady_clock, in ns
+  std::string context;        // SetThreadContext's at the event; may be ""
+};
+
 struct Snapshot {
   std::vector<RegionSnapshot> regions;
   std::vector<PoolSnapshot> pools;
   Stats stats;
+  // Options::history's events (empty when off), oldest first; counts of
+  // the events recorded since creation and of those overwritten since.
+  std::vector<HistoryEvent> history;
+  std::uint64_t history_recorded = 0;
+  std::uint64_t history_dropped = 0;
 };
+
+// Sets the calling thread's context, stored with each history event the
+// thread causes from now on (a Python stack, an op name); "" clears it.
+// Each distinct context is copied once into a process-wide table and kept
+// for the life of the process, so that an event stores a 32-bit id: use a
+// bounded set of strings (op names, call sites), not unique ones.
+void SetThreadContext(absl::string_view context);
 
 // A failed request, as the out-of-memory handler sees it. The numbers are
 // those of the moment the request failed (the message states the same).

@@ -41,6 +41,9 @@
 //                                        to 64: chunk sizes rounded up to N
 //                                        steps per power of two, PyTorch's
 //                                        roundup_power2_divisions (bfc only)
+//   history       GPUALLOC_HISTORY       0 (off) or the number of events
+//                                        the allocation history keeps, at
+//                                        most 2^24 (bfc only)
 //   name          GPUALLOC_NAME          a label
 //   memory_kind   GPUALLOC_MEMORY_KIND   coarse|fine: AMD's coarse-grained
 //                                        device memory (the default) or
@@ -147,6 +150,7 @@ struct ConfigOverrides {
   std::optional<std::uint64_t> min_block_size;
   std::optional<std::uint64_t> max_internal_fragmentation;
   std::optional<std::uint32_t> size_divisions;
+  std::optional<std::uint64_t> history;
   std::optional<std::string> name;
   std::optional<MemoryKind> memory_kind;
 };

@@ -255,6 +255,19 @@ GPUALLOC_API gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator,
                                                       size_t* out_length);
 GPUALLOC_API void gpualloc_string_free(char* text);
 
+/* The device's snapshot with its allocation history (the history option) as
+ * the pickle PyTorch's torch.cuda.memory._dump_snapshot writes, for
+ * https://pytorch.org/memory_viz (gpualloc/torch_snapshot.h), written to the
+ * file `path`. A file that cannot be written is GPUALLOC_UNAVAILABLE naming
+ * it. */
+GPUALLOC_API gpualloc_status_t gpualloc_snapshot_torch_pickle(
+    gpualloc_t* allocator, int device, const char* path);
+
+/* Sets the calling thread's context, stored with each history event it
+ * causes (a Python stack, an op name); NULL or "" clears it. Each distinct
+ * text is kept for the life of the process: use a bounded set. */
+GPUALLOC_API void gpualloc_set_context(const char* context);
+
 /* A failed request, as an out-of-memory handler sees it (gpualloc::
  * OutOfMemoryInfo): the numbers of the moment it failed. */
 typedef struct gpualloc_oom_info {

@@ -7,6 +7,11 @@
 //    "regions":[{"base":N,"size":N,
 //                "chunks":[{"address":N,"size":N,"requested":N,
 //                           "state":"in_use"|"free","stream":N},...]},...]}
+//    "history":{"recorded":N,"dropped":N,
+//               "events":[{"action":"alloc"|"free_requested"|...,
+//                          "address":N,"size":N,"stream":N,"time_ns":N,
+//                          "context":"..."},...]}}
+// "history" is written when Options::history is on, read when present.
 // Regions and chunks are in address order. Every number is an unsigned 64-bit
 // integer written in decimal, except stats.fragmentation (a fraction).
 // "device" is present when a DeviceInfo is given.

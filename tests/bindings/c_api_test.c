@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpualloc/gpualloc.h"
 
@@ -364,6 +365,41 @@ static void TestStatsStructSize(void) {
   gpualloc_destroy(a);
 }
 
+/* The history option and the PyTorch snapshot pickle written to a file. */
+static void TestTorchSnapshotPickle(void) {
+  gpualloc_t* a = NULL;
+  CHECK_OK(gpualloc_create_isolated(
+      "backend=sim,device_memory=1GiB,preallocate=false,history=64", &a));
+  gpualloc_set_context("c test");
+  void* p = NULL;
+  CHECK_OK(gpualloc_malloc(a, 0, 4096, NULL, &p));
+  gpualloc_set_context(NULL);
+  char* json = NULL;
+  CHECK_OK(gpualloc_snapshot_json(a, 0, &json, NULL));
+  CHECK(strstr(json, "\"action\":\"alloc\"") != NULL);
+  CHECK(strstr(json, "\"context\":\"c test\"") != NULL);
+  gpualloc_string_free(json);
+  char path[] = "/tmp/gpualloc_c_api_test_XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  CHECK_OK(gpualloc_snapshot_torch_pickle(a, 0, path));
+  FILE* f = fopen(path, "rb");
+  CHECK(f != NULL);
+  unsigned char head[2] = {0, 0};
+  CHECK(fread(head, 1, 2, f) == 2);
+  CHECK(head[0] == 0x80 && head[1] == 2); /* pickle protocol 2 */
+  fclose(f);
+  remove(path);
+  CHECK_STATUS(gpualloc_snapshot_torch_pickle(a, 0, NULL),
+               GPUALLOC_INVALID_ARGUMENT);
+  CHECK_STATUS(gpualloc_snapshot_torch_pickle(a, 0, "/nonexistent/dir/x"),
+               GPUALLOC_UNAVAILABLE);
+  CHECK(strstr(gpualloc_last_error(), "/nonexistent/dir/x") != NULL);
+  CHECK_OK(gpualloc_free(a, 0, p, NULL));
+  gpualloc_destroy(a);
+}
+
 static void TestSnapshotAndTrim(void) {
   gpualloc_t* a = NULL;
   CHECK_OK(gpualloc_create_isolated(kConfig, &a));
@@ -713,6 +749,7 @@ int main(void) {
   TestBadFreeChangesNothing();
   TestStatsStructSize();
   TestSnapshotAndTrim();
+  TestTorchSnapshotPickle();
   TestLastErrorPerThread();
   TestOutOfHostMemoryAtTheBoundary();
   TestOomHandler();

@@ -17,7 +17,7 @@ if [[ -n "$leaked" ]]; then
 fi
 for want in malloc free empty_cache record_stream last_error get_stats \
   set_oom_handler create_pool retain_pool release_pool begin_allocate_to_pool \
-  end_allocate_to_pool set_tag sleep wake; do
+  end_allocate_to_pool set_tag sleep wake snapshot_pickle set_context; do
   grep -qx "gpualloc_torch_$want" <<<"$symbols" ||
     { echo "$lib: gpualloc_torch_$want is not exported" >&2; exit 1; }
 done

@@ -54,7 +54,7 @@ const std::vector<std::string> kAllKeys = {
     "gc",           "backend",     "device_memory",
     "cross_stream", "growth",      "granularity",
     "min_block",    "split_bound", "size_divisions",
-    "name",         "memory_kind"};
+    "history",      "name",        "memory_kind"};
 
 TEST(ConfigTest, DefaultsAreJaxs) {
   auto c = Resolve("");
@@ -176,6 +176,10 @@ TEST(ConfigTest, EachVariableAndAlias) {
        ValueOrigin::kVariable},
       {"GPUALLOC_SIZE_DIVISIONS", "0", "size_divisions", "0",
        ValueOrigin::kVariable},
+      {"GPUALLOC_HISTORY", "100000", "history", "100000",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_HISTORY", "16777216", "history", "16777216",
+       ValueOrigin::kVariable},
       {"GPUALLOC_NAME", "train step", "name", "train step",
        ValueOrigin::kVariable},
       {"GPUALLOC_MEMORY_KIND", "fine", "memory_kind", "fine",
@@ -236,6 +240,7 @@ TEST(ConfigTest, VariablesReachTheOptions) {
                         {"GPUALLOC_MIN_BLOCK", "512"},
                         {"GPUALLOC_SPLIT_BOUND", "1MiB"},
                         {"GPUALLOC_SIZE_DIVISIONS", "8"},
+                        {"GPUALLOC_HISTORY", "1000"},
                         {"GPUALLOC_NAME", "job"},
                         {"GPUALLOC_MEMORY_KIND", "fine"}});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -256,6 +261,7 @@ TEST(ConfigTest, VariablesReachTheOptions) {
   EXPECT_EQ(c->options.min_block_size, 512u);
   EXPECT_EQ(c->options.max_internal_fragmentation, 1 * kMiB);
   EXPECT_EQ(c->options.size_divisions, 8u);
+  EXPECT_EQ(c->options.history, 1000u);
   EXPECT_EQ(c->options.name, "job");
   for (const ConfigSetting& s : c->settings) {
     EXPECT_EQ(s.origin, ValueOrigin::kVariable) << s.key;
@@ -298,6 +304,7 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
        "when_complete", "", "stream_wait", "when_complete", ""},
       {"size_divisions", "GPUALLOC_SIZE_DIVISIONS", "", "2", "16", "", "2",
        "16", ""},
+      {"history", "GPUALLOC_HISTORY", "", "10", "20", "", "10", "20", ""},
       {"name", "GPUALLOC_NAME", "", "a", "b", "", "a", "b", ""},
       {"memory_kind", "GPUALLOC_MEMORY_KIND", "", "fine", "coarse", "", "fine",
        "coarse", ""},
@@ -377,6 +384,8 @@ TEST(ConfigTest, BadOverridesAreRejectedLikeParsedOnes) {
   cases.back().o.size_divisions = 3;
   cases.push_back({"size divisions 1", {}, "option size_divisions=\"1\""});
   cases.back().o.size_divisions = 1;
+  cases.push_back({"history", {}, "option history=\"16777217\""});
+  cases.back().o.history = (std::uint64_t{1} << 24) + 1;
   for (const Case& t : cases) {
     SCOPED_TRACE(t.name);
     auto c = ResolveConfig(t.o, MapEnvironment({}));
@@ -506,6 +515,10 @@ TEST(ConfigTest, BadValueForEveryVariable) {
                         "99999999999999999999999"}) {
     cases.push_back({"GPUALLOC_SIZE_DIVISIONS", n,
                      "not 0 (off) or a power of two from 2 to 64"});
+  }
+  for (const char* n : {"16777217", "-1", "1e6", "10k", "0x10"}) {
+    cases.push_back({"GPUALLOC_HISTORY", n,
+                     "not 0 (off) or a number of events up to 16777216"});
   }
   for (const BadCase& t : cases) {
     SCOPED_TRACE(t.variable + "=" + t.value);
@@ -758,6 +771,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"min_block", "profile", ValueOrigin::kDefault, "default"},
       {"split_bound", "0", ValueOrigin::kDefault, "default"},
       {"size_divisions", "0", ValueOrigin::kDefault, "default"},
+      {"history", "0", ValueOrigin::kDefault, "default"},
       {"name", "x", ValueOrigin::kOption, "config string"},
       {"memory_kind", "coarse", ValueOrigin::kDefault, "default"},
   };

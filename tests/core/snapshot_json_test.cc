@@ -206,3 +206,60 @@ TEST(SnapshotJsonTest, ErrorsNameTheFieldOrOffset) {
 
 }  // namespace
 }  // namespace gpualloc
+
+namespace gpualloc {
+namespace {
+
+// The allocation history (Options::history) is written and read back event
+// for event; a document without it (an older file) still loads.
+TEST(SnapshotJsonHistoryTest, RoundTripsTheHistory) {
+  auto backend = SimBackend::Create(SimOptions()).value();
+  Options options;
+  options.preallocate = false;
+  options.history = 16;
+  options.expandable = Tristate::kOff;
+  auto allocator = CreateAllocator(options, backend).value();
+  SetThreadContext("step \"1\"\n");
+  void* p = allocator->Allocate(kMiB, Stream(0xabc)).value();
+  SetThreadContext("");
+  ASSERT_TRUE(allocator->Deallocate(p, Stream(0xabc)).ok());
+  const Snapshot s = allocator->GetSnapshot();
+  ASSERT_EQ(s.history.size(), 4u);
+  const std::string json = SnapshotToJson(s);
+  EXPECT_THAT(json, HasSubstr(",\"history\":{\"recorded\":4,\"dropped\":0,"
+                              "\"events\":[{\"action\":\"segment_alloc\","));
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->history_recorded, 4u);
+  EXPECT_EQ(back->history_dropped, 0u);
+  ASSERT_EQ(back->history.size(), s.history.size());
+  for (std::size_t i = 0; i < s.history.size(); ++i) {
+    EXPECT_EQ(back->history[i].action, s.history[i].action);
+    EXPECT_EQ(back->history[i].address, s.history[i].address);
+    EXPECT_EQ(back->history[i].size, s.history[i].size);
+    EXPECT_EQ(back->history[i].stream, s.history[i].stream);
+    EXPECT_EQ(back->history[i].time_ns, s.history[i].time_ns);
+    EXPECT_EQ(back->history[i].context, s.history[i].context);
+  }
+  EXPECT_EQ(back->history[1].context, "step \"1\"\n");
+
+  // Without history: no "history" field, and an old document loads.
+  Snapshot none = s;
+  none.history.clear();
+  none.history_recorded = none.history_dropped = 0;
+  const std::string old = SnapshotToJson(none);
+  EXPECT_THAT(old, Not(HasSubstr("history")));
+  absl::StatusOr<Snapshot> loaded = SnapshotFromJson(old);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->history.empty());
+
+  std::string bad = json;
+  bad.replace(bad.find("\"free_requested\""), 16, "\"freed\"");
+  absl::StatusOr<Snapshot> wrong = SnapshotFromJson(bad);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.status().message(),
+              HasSubstr("history.events[2].action: expected an action"));
+}
+
+}  // namespace
+}  // namespace gpualloc

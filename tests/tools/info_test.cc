@@ -215,7 +215,7 @@ const char* const kConfigKeys[] = {
     "gc",           "backend",     "device_memory",
     "cross_stream", "growth",      "granularity",
     "min_block",    "split_bound", "size_divisions",
-    "name",         "memory_kind"};
+    "history",      "name",        "memory_kind"};
 
 TEST(InfoTest, HelpListsEveryConfigurationKey) {
   for (const char* tool : {GPUALLOC_INFO_PATH, GPUALLOC_REPLAY_PATH}) {

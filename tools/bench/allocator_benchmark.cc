@@ -68,6 +68,28 @@ void BM_FixedSizePair(benchmark::State& state) {
 }
 BENCHMARK(BM_FixedSizePair)->Arg(256)->Arg(1 << 20);
 
+// The allocation history's cost: a 256-byte pair (three events: alloc,
+// free_requested, free_completed) with Options::history off (0) and on
+// (1 Mi entries, wrapping), the thread's context set. The difference per
+// pair over three is the cost per event.
+void BM_HistoryPair(benchmark::State& state) {
+  Options o;
+  o.memory_limit = 16 * kGiB;
+  o.history = static_cast<std::uint64_t>(state.range(0));
+  auto a = CreateAllocator(o, Sim(16 * kGiB));
+  if (!a.ok()) std::abort();
+  SetThreadContext("benchmark");
+  void* keep = MustAllocate(**a, 1 << 20);
+  for (auto _ : state) {
+    void* p = MustAllocate(**a, 256);
+    benchmark::DoNotOptimize(p);
+    (void)(*a)->Deallocate(p);
+  }
+  (void)(*a)->Deallocate(keep);
+  SetThreadContext("");
+}
+BENCHMARK(BM_HistoryPair)->Arg(0)->Arg(1 << 20);
+
 // Random replacement (random_workload.h): each iteration frees a random live
 // allocation and allocates a new random size in its place (one pair).
 template <typename AllocateFn, typename FreeFn>

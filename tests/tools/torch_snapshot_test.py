@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The PyTorch memory snapshot export (gpualloc/torch_snapshot.h) end to end.
+
+    torch_snapshot_test.py WRITER TOOL
+
+WRITER is tests/tools/torch_snapshot_writer (replays a bundled trace on the
+simulator with the allocation history on and writes PREFIX.pickle and
+PREFIX.json), TOOL is gpualloc-torch-snapshot. Checked:
+  - round trip: tools/torch_snapshot_to_csv.py turns the exported pickle back
+    into the bundled CSV, byte for byte (separate and expandable regions);
+  - the exported segments and blocks are the allocator's regions and chunks
+    (the JSON snapshot written from the same GetSnapshot());
+  - schema: every field MemoryViz.js (pytorch.org/memory_viz) reads exists
+    with its type, and the key sets are those of a real PyTorch dump;
+  - gpualloc-torch-snapshot writes the same bytes from the JSON snapshot.
+Standard library only; GPUALLOC_SOURCE_ROOT overrides the source root.
+"""
+
+import json
+import os
+import pickle
+import pickletools
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.environ.get("GPUALLOC_SOURCE_ROOT") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRACES = os.path.join(ROOT, "tests", "data", "traces")
+CONVERTER = os.path.join(ROOT, "tools", "torch_snapshot_to_csv.py")
+REAL = os.path.join(TRACES, "torch-cs336-medium_1024_inference.pickle")
+WRITER = TOOL = None
+
+# (trace, configuration) pairs replayed.
+CASES = [
+    ("torch-cs336-medium_1024_inference", "preallocate=false,expandable=false"),
+    ("torch-cs336-medium_1024_inference", "preallocate=false,expandable=true"),
+    ("torch-opt125m-zo-finetune", "preallocate=false,expandable=false"),
+]
+
+INT, STR, LIST, BOOL = "int", "str", "list", "bool"
+
+
+def is_type(value, kind):
+    if kind == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, {STR: str, LIST: list, BOOL: bool}[kind])
+
+
+# What MemoryViz.js reads (annotate_snapshot, MemoryView, process_alloc_data,
+# format_frames, snapshot_change).
+VIZ_SEGMENT = {"device": INT, "address": INT, "total_size": INT,
+               "stream": INT, "frames": LIST, "blocks": LIST}
+VIZ_BLOCK = {"size": INT, "requested_size": INT, "state": STR, "frames": LIST}
+VIZ_EVENT = {"action": STR, "addr": INT, "size": INT, "stream": INT,
+             "frames": LIST}
+VIZ_FRAME = {"name": STR, "filename": STR, "line": INT}
+# The opcodes MemoryViz.js's own unpickler knows (its `unpickle`).
+VIZ_OPCODES = {"PROTO", "APPEND", "APPENDS", "LIST", "TUPLE", "NEWFALSE",
+               "NEWTRUE", "NONE", "BINGET", "BININT", "BININT1", "BININT2",
+               "EMPTY_DICT", "EMPTY_LIST", "FRAME", "LONG1", "LONG_BINGET",
+               "MARK", "MEMOIZE", "BINPUT", "LONG_BINPUT", "SETITEMS",
+               "SETITEM", "DICT", "SHORT_BINUNICODE", "BINUNICODE", "STOP",
+               "EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "BINFLOAT"}
+
+
+class Export(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.out = {}
+        for trace, config in CASES:
+            prefix = os.path.join(cls.tmp.name, "%s-%d" % (trace, len(cls.out)))
+            subprocess.run([WRITER, os.path.join(TRACES, trace + ".csv"),
+                            config, prefix], check=True, timeout=600)
+            with open(prefix + ".pickle", "rb") as f:
+                data = f.read()
+            with open(prefix + ".json") as f:
+                snap = json.load(f)
+            cls.out[(trace, config)] = (prefix, data, pickle.loads(data), snap)
+        with open(REAL, "rb") as f:
+            cls.real = pickle.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_round_trip_to_the_bundled_csv(self):
+        for (trace, config), (prefix, _, _, _) in self.out.items():
+            with self.subTest(trace=trace, config=config):
+                got = subprocess.run(
+                    [sys.executable, CONVERTER, prefix + ".pickle"],
+                    capture_output=True, check=True, timeout=300).stdout
+                with open(os.path.join(TRACES, trace + ".csv"), "rb") as f:
+                    want = f.read()
+                self.assertEqual(got, want)
+
+    def test_segments_are_the_allocators_regions(self):
+        for (trace, config), (_, _, snap, doc) in self.out.items():
+            with self.subTest(trace=trace, config=config):
+                segments = snap["segments"]
+                self.assertEqual(len(segments), len(doc["regions"]))
+                expandable = "expandable=true" in config
+                for seg, region in zip(segments, doc["regions"]):
+                    self.assertEqual(seg["address"], region["base"])
+                    self.assertEqual(seg["total_size"], region["size"])
+                    self.assertIs(seg["is_expandable"], expandable)
+                    got = [(b["address"], b["size"], b["state"],
+                            b["requested_size"]) for b in seg["blocks"]]
+                    want = [(c["address"], c["size"],
+                             "active_allocated" if c["state"] == "in_use"
+                             else "inactive", c["requested"])
+                            for c in region["chunks"]]
+                    self.assertEqual(got, want)
+                    self.assertEqual(seg["allocated_size"], sum(
+                        c["size"] for c in region["chunks"]
+                        if c["state"] == "in_use"))
+                    self.assertEqual(sum(b["size"] for b in seg["blocks"]),
+                                     seg["total_size"])
+                history = doc["history"]
+                self.assertEqual(history["dropped"], 0)
+                self.assertEqual(len(snap["device_traces"][0]),
+                                 len(history["events"]))
+
+    def check_fields(self, obj, fields, where):
+        for key, kind in fields.items():
+            self.assertIn(key, obj, where)
+            self.assertTrue(is_type(obj[key], kind),
+                            "%s[%r] is %r" % (where, key, obj[key]))
+
+    def test_memory_viz_fields(self):
+        for (trace, config), (_, _, snap, _) in self.out.items():
+            with self.subTest(trace=trace, config=config):
+                self.assertIsInstance(snap["segments"], list)
+                self.assertIsInstance(snap["device_traces"], list)
+                self.assertIsInstance(snap["allocator_settings"], dict)
+                spans = []
+                for i, seg in enumerate(snap["segments"]):
+                    self.check_fields(seg, VIZ_SEGMENT, "segments[%d]" % i)
+                    spans.append((seg["address"],
+                                  seg["address"] + seg["total_size"]))
+                    for j, b in enumerate(seg["blocks"]):
+                        self.check_fields(b, VIZ_BLOCK, "block %d.%d" % (i, j))
+                        self.assertIn(b["state"],
+                                      ("active_allocated", "inactive"))
+                        for frame in b["frames"]:
+                            self.check_fields(frame, VIZ_FRAME, "frame")
+                for trace_list in snap["device_traces"]:
+                    self.assertIsInstance(trace_list, list)
+                events = snap["device_traces"][0]
+                self.assertTrue(events)
+                for k, e in enumerate(events):
+                    self.check_fields(e, VIZ_EVENT, "event %d" % k)
+                    for frame in e["frames"]:
+                        self.check_fields(frame, VIZ_FRAME, "frame")
+                    if e["action"] == "oom":
+                        self.assertTrue(is_type(e["device_free"], INT))
+                allocs = [e for e in events if e["action"] == "alloc"]
+                self.assertEqual(allocs[0]["frames"],
+                                 [{"filename": "", "line": 0, "name": "op0"}])
+                # Every live block lies in a segment (MemoryView's
+                # find_segment), and a free_completed follows each
+                # free_requested at once (memory_viz shows one "free").
+                for seg in snap["segments"]:
+                    for b in seg["blocks"]:
+                        self.assertTrue(any(lo <= b["address"] < hi
+                                            for lo, hi in spans))
+                for k, e in enumerate(events):
+                    if e["action"] == "free_requested":
+                        nxt = events[k + 1]
+                        self.assertEqual((nxt["action"], nxt["addr"]),
+                                         ("free_completed", e["addr"]))
+
+    def test_only_opcodes_memory_viz_reads(self):
+        for (trace, config), (_, data, _, _) in self.out.items():
+            with self.subTest(trace=trace, config=config):
+                used = {op.name for op, _, _ in pickletools.genops(data)}
+                self.assertLessEqual(used, VIZ_OPCODES)
+                # Lists and dicts come in batches of at most 1000 items, as
+                # Python's pickler writes them (the viewer spreads each
+                # batch into one call).
+                self.assertIn("APPENDS", used)
+
+    def test_key_sets_match_a_real_pytorch_dump(self):
+        real = self.real
+        real_seg = real["segments"][0]
+        real_event = real["device_traces"][0][0]
+        for (trace, config), (_, _, snap, _) in self.out.items():
+            with self.subTest(trace=trace, config=config):
+                self.assertEqual(set(snap), set(real))
+                self.assertEqual(set(snap["allocator_settings"]),
+                                 set(real["allocator_settings"]))
+                for seg in snap["segments"]:
+                    self.assertEqual(set(seg), set(real_seg))
+                    for b in seg["blocks"]:
+                        self.assertEqual(set(b), set(real_seg["blocks"][0]))
+                for e in snap["device_traces"][0]:
+                    extra = {"device_free"} if e["action"] == "oom" else set()
+                    self.assertEqual(set(e), set(real_event) | extra)
+                for key in ("segment_pool_id",):
+                    self.assertEqual(type(snap["segments"][0][key]),
+                                     type(real_seg[key]))
+
+    def test_the_tool_writes_the_same_bytes_from_the_json(self):
+        for (trace, config), (prefix, data, _, _) in self.out.items():
+            with self.subTest(trace=trace, config=config):
+                out = prefix + ".tool.pickle"
+                subprocess.run([TOOL, prefix + ".json", "-o", out],
+                               check=True, timeout=300)
+                with open(out, "rb") as f:
+                    self.assertEqual(f.read(), data)
+                on_two = subprocess.run([TOOL, prefix + ".json", "--device", "2"],
+                                        capture_output=True, check=True,
+                                        timeout=300).stdout
+                snap = pickle.loads(on_two)
+                self.assertEqual([len(t) for t in snap["device_traces"][:2]],
+                                 [0, 0])
+                self.assertEqual({s["device"] for s in snap["segments"]}, {2})
+
+    def test_the_tool_rejects_bad_input(self):
+        bad = os.path.join(self.tmp.name, "bad.json")
+        with open(bad, "w") as f:
+            f.write("{}")
+        r = subprocess.run([TOOL, bad], capture_output=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"format", r.stderr)
+        r = subprocess.run([TOOL], capture_output=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: torch_snapshot_test.py WRITER TOOL [unittest args]")
+    WRITER, TOOL = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0]] + sys.argv[3:], verbosity=2)

@@ -1,0 +1,102 @@
+// tools/torch_snapshot.cc: gpualloc-torch-snapshot, a JSON allocator
+// snapshot (gpualloc/snapshot_json.h, with its history) as the pickle
+// PyTorch's torch.cuda.memory._dump_snapshot writes, for
+// https://pytorch.org/memory_viz.
+//
+//   gpualloc-torch-snapshot SNAPSHOT.json [-o OUT.pickle] [--device N]
+//
+// The pickle goes to OUT.pickle, or to stdout when -o is not given; --device
+// is the device index it is filed under (default: the JSON's device
+// ordinal, else 0). Exit status 0, 1 on a bad file, 2 on bad arguments.
+#include "gpualloc/torch_snapshot.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/snapshot_json.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gpualloc-torch-snapshot SNAPSHOT.json [-o OUT.pickle] "
+    "[--device N]\n";
+
+int Usage(const std::string& why) {
+  std::cerr << "gpualloc-torch-snapshot: " << why << "\n" << kUsage;
+  return 2;
+}
+
+// The "ordinal" of the document's "device" object, when there is one.
+int OrdinalOf(const std::string& json) {
+  const std::size_t at = json.find("\"device\":{\"ordinal\":");
+  if (at == std::string::npos) return 0;
+  return std::atoi(json.c_str() + at + 21);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string input;
+  std::string output;
+  int device = -1;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (arg == "-o" || arg == "--device") {
+      if (i + 1 == argc) return Usage(std::string(arg) + " needs a value");
+      const absl::string_view value = argv[++i];
+      if (arg == "-o") {
+        output = std::string(value);
+      } else if (!absl::SimpleAtoi(value, &device) || device < 0) {
+        return Usage("--device needs a device index >= 0, got " +
+                     std::string(value));
+      }
+    } else if (!arg.empty() && arg[0] == '-') {
+      return Usage("unknown option " + std::string(arg));
+    } else if (input.empty()) {
+      input = std::string(arg);
+    } else {
+      return Usage("one snapshot at a time");
+    }
+  }
+  if (input.empty()) return Usage("no snapshot given");
+  std::ifstream in(input, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    std::cerr << "gpualloc-torch-snapshot: " << input << ": cannot read\n";
+    return 1;
+  }
+  const std::string json = text.str();
+  absl::StatusOr<gpualloc::Snapshot> snapshot =
+      gpualloc::SnapshotFromJson(json);
+  if (!snapshot.ok()) {
+    std::cerr << "gpualloc-torch-snapshot: " << input << ": "
+              << snapshot.status().message() << "\n";
+    return 1;
+  }
+  if (device < 0) device = OrdinalOf(json);
+  const std::string pickle = gpualloc::TorchSnapshotPickle(*snapshot, device);
+  if (output.empty()) {
+    std::cout.write(pickle.data(), static_cast<std::streamsize>(pickle.size()));
+    std::cout.flush();
+    return std::cout ? 0 : 1;
+  }
+  std::ofstream out(output, std::ios::binary);
+  out.write(pickle.data(), static_cast<std::streamsize>(pickle.size()));
+  out.close();
+  if (!out) {
+    std::cerr << "gpualloc-torch-snapshot: " << output << ": cannot write\n";
+    return 1;
+  }
+  return 0;
+}
