@@ -366,7 +366,7 @@ absl::Status CheckOverrides(ConfigOverrides& o) {
 // seed, the meson test environment, tools/device-check.sh). They reach the
 // programs those scripts run, so they are allowed here; the library reads
 // none of them.
-constexpr std::array<absl::string_view, 7> kNotSettings = {
+constexpr std::array<absl::string_view, 8> kNotSettings = {
     "GPUALLOC_SKIP_DEPS",
     "GPUALLOC_TEST_LABEL",
     "GPUALLOC_TEST_SEED",
@@ -374,6 +374,7 @@ constexpr std::array<absl::string_view, 7> kNotSettings = {
     "GPUALLOC_ROOT",
     "GPUALLOC_BUILD_DIR",
     "GPUALLOC_DEVICE_CHECK_ASSUME_GPU",
+    "GPUALLOC_DEVICE_CHECK_PREBUILT",
 };
 
 // Every GPUALLOC_* variable set in `env` names a setting (or is one of the

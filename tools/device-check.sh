@@ -29,6 +29,8 @@
 #
 # Env: DEVICE_CHECK_BUDGET_S (default 285: the whole run), BUILD_DIR, NINJA_JOBS,
 # GPUALLOC_SKIP_DEPS=1 (do not try to install packages), CUDA_PATH,
+# GPUALLOC_DEVICE_CHECK_PREBUILT=1 (use the programs already in BUILD_DIR,
+# built on another machine with -Dcuda=enabled: nothing is compiled here),
 # GPUALLOC_DEVICE_CHECK_ASSUME_GPU=1 (run every step even without a GPU: for
 # testing this script).
 # Exit status: 0 when every step that ran passed (or there is no GPU), 1 otherwise.
@@ -155,33 +157,52 @@ build_log="$GPUALLOC_BUILD_DIR/device-check.log"
 mkdir -p "$GPUALLOC_BUILD_DIR"
 : >"$build_log"
 say "building in $GPUALLOC_BUILD_DIR (log: $build_log)"
-if [[ "${GPUALLOC_SKIP_DEPS:-0}" != 1 ]]; then
-  # Missing packages are installed when possible; a machine that cannot reach
-  # a mirror goes on with what it has.
-  timeout 120 "$root/tools/install-deps.sh" >>"$build_log" 2>&1 ||
-    say "install-deps.sh did not finish; going on with what is installed"
+if [[ "${GPUALLOC_DEVICE_CHECK_PREBUILT:-0}" == 1 ]]; then
+  # Built elsewhere (a machine with the build's packages) and copied here with
+  # the shared libraries it needs (LD_LIBRARY_PATH): nothing is set up or
+  # compiled, and the programs must be in the build directory already.
+  torch_target=""
+  [[ -f "$GPUALLOC_BUILD_DIR/bindings/torch/libgpualloc_torch.so" ]] &&
+    torch_target="bindings/torch/libgpualloc_torch.so"
+  if [[ ! -x "$GPUALLOC_BUILD_DIR/tools/cuda/gpualloc-device-bench" ]]; then
+    fail "GPUALLOC_DEVICE_CHECK_PREBUILT=1, but $GPUALLOC_BUILD_DIR/tools/cuda/gpualloc-device-bench is missing"
+    finish
+  fi
+  missing=$(ldd "$GPUALLOC_BUILD_DIR/tools/cuda/gpualloc-device-bench" 2>&1 | grep 'not found' || true)
+  if [[ -n "$missing" ]]; then
+    fail "the prebuilt programs lack shared libraries (set LD_LIBRARY_PATH): $missing"
+    finish
+  fi
+  add "- build: prebuilt in $GPUALLOC_BUILD_DIR (GPUALLOC_DEVICE_CHECK_PREBUILT=1)"
+else
+  if [[ "${GPUALLOC_SKIP_DEPS:-0}" != 1 ]]; then
+    # Missing packages are installed when possible; a machine that cannot reach
+    # a mirror goes on with what it has.
+    timeout 120 "$root/tools/install-deps.sh" >>"$build_log" 2>&1 ||
+      say "install-deps.sh did not finish; going on with what is installed"
+  fi
+  if ! timeout "$(left)" bash -c "source '$root/tools/lib-build.sh'; ga_setup" >>"$build_log" 2>&1; then
+    fail "meson setup (see $build_log)"
+    finish
+  fi
+  targets=(tools/cuda/gpualloc-device-bench)
+  all_targets=$(ninja -C "$GPUALLOC_BUILD_DIR" -t targets all 2>/dev/null | cut -d: -f1)
+  for t in tests/cuda_backend_test tests/cuda_conformance_test tests/registry_test; do
+    grep -qx "$t" <<<"$all_targets" && targets+=("$t")
+  done
+  # The stand-in libcuda modules cuda_backend_test dlopens.
+  while read -r t; do
+    [[ -n "$t" ]] && targets+=("$t")
+  done < <(grep -E '(^|/)libcuda_fake_libcuda_v[0-9]+\.so$' <<<"$all_targets")
+  torch_target=$(grep -E '(^|/)libgpualloc_torch\.so$' <<<"$all_targets" | head -n 1)
+  [[ -n "$torch_target" ]] && targets+=("$torch_target")
+  build_start=$SECONDS
+  if ! timeout "$(left)" ninja -C "$GPUALLOC_BUILD_DIR" -j "$NINJA_JOBS" "${targets[@]}" >>"$build_log" 2>&1; then
+    fail "build of ${targets[*]} (see $build_log)"
+    finish
+  fi
+  add "- build: ${#targets[@]} targets in $((SECONDS - build_start)) s"
 fi
-if ! timeout "$(left)" bash -c "source '$root/tools/lib-build.sh'; ga_setup" >>"$build_log" 2>&1; then
-  fail "meson setup (see $build_log)"
-  finish
-fi
-targets=(tools/cuda/gpualloc-device-bench)
-all_targets=$(ninja -C "$GPUALLOC_BUILD_DIR" -t targets all 2>/dev/null | cut -d: -f1)
-for t in tests/cuda_backend_test tests/cuda_conformance_test tests/registry_test; do
-  grep -qx "$t" <<<"$all_targets" && targets+=("$t")
-done
-# The stand-in libcuda modules cuda_backend_test dlopens.
-while read -r t; do
-  [[ -n "$t" ]] && targets+=("$t")
-done < <(grep -E '(^|/)libcuda_fake_libcuda_v[0-9]+\.so$' <<<"$all_targets")
-torch_target=$(grep -E '(^|/)libgpualloc_torch\.so$' <<<"$all_targets" | head -n 1)
-[[ -n "$torch_target" ]] && targets+=("$torch_target")
-build_start=$SECONDS
-if ! timeout "$(left)" ninja -C "$GPUALLOC_BUILD_DIR" -j "$NINJA_JOBS" "${targets[@]}" >>"$build_log" 2>&1; then
-  fail "build of ${targets[*]} (see $build_log)"
-  finish
-fi
-add "- build: ${#targets[@]} targets in $((SECONDS - build_start)) s"
 
 # --- 3. Tests --------------------------------------------------------------------
 add ""

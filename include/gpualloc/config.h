@@ -89,7 +89,8 @@
 //    in the configuration string. The project's build and test scripts' own
 //    variables (GPUALLOC_SKIP_DEPS, GPUALLOC_TEST_LABEL, GPUALLOC_TEST_SEED,
 //    GPUALLOC_SOURCE_ROOT, GPUALLOC_ROOT, GPUALLOC_BUILD_DIR,
-//    GPUALLOC_DEVICE_CHECK_ASSUME_GPU) are allowed. The check covers the
+//    GPUALLOC_DEVICE_CHECK_ASSUME_GPU, GPUALLOC_DEVICE_CHECK_PREBUILT) are
+//    allowed. The check covers the
 //    environments ProcessEnvironment and MapEnvironment return; another
 //    EnvLookup can only be asked for names, so it is not checked;
 //  - each key resolves on its own, but for mem_limit and mem_fraction, which

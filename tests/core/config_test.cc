@@ -841,6 +841,7 @@ TEST(ConfigTest, UnknownVariableIsAnError) {
                    {"GPUALLOC_TEST_SEED", "42"},
                    {"GPUALLOC_SOURCE_ROOT", "/src"},
                    {"GPUALLOC_DEVICE_CHECK_ASSUME_GPU", "1"},
+                   {"GPUALLOC_DEVICE_CHECK_PREBUILT", "1"},
                    {"GPUALLOCATOR", "x"},
                    {"XLA_FLAGS", "--xla_foo"}});
   EXPECT_TRUE(c.ok()) << c.status();

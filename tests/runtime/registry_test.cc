@@ -208,8 +208,11 @@ TEST(RegistryTest, OutOfRangeOrdinal) {
 
 TEST(RegistryTest, CreateFailsWhenDevicesCannotBeCounted) {
   auto registry = DeviceRegistry::Create(Resolve("backend=auto"));
-  ASSERT_FALSE(registry.ok());
-  EXPECT_EQ(registry.status().code(), absl::StatusCode::kFailedPrecondition);
+  // (Where a GPU backend works, auto counts its devices.)
+  if (!CreateBackend(Resolve(""), 0).ok()) {
+    ASSERT_FALSE(registry.ok());
+    EXPECT_EQ(registry.status().code(), absl::StatusCode::kFailedPrecondition);
+  }
   registry = DeviceRegistry::Create(Resolve("backend=sim"), nullptr, -1);
   ASSERT_FALSE(registry.ok());
   EXPECT_EQ(registry.status().code(), absl::StatusCode::kInvalidArgument);

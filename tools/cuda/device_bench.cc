@@ -214,6 +214,30 @@ int Run(const Args& args) {
   }
   std::shared_ptr<CudaBackend> backend = *made;
   const CudaDriverApi& d = **api;
+  // The direct driver calls below (cuMemAlloc, cuMemsetD8, cuMemcpyDtoH) need
+  // a current context: device 0's primary context, the one the backend and
+  // the CUDA runtime use, made current on this thread for the whole run.
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  if (CUresult r = d.cuDeviceGet(&device, 0); r == CUDA_SUCCESS) {
+    r = d.cuDevicePrimaryCtxRetain(&context, device);
+    if (r == CUDA_SUCCESS) r = d.cuCtxSetCurrent(context);
+    if (r != CUDA_SUCCESS) {
+      std::fprintf(stderr, "cannot make the primary context current: %s\n",
+                   gpualloc::cuda::CudaError(d, "cuCtxSetCurrent", r)
+                       .ToString()
+                       .c_str());
+      return 1;
+    }
+  }
+  struct Release {
+    const CudaDriverApi& d;
+    CUdevice device;
+    CUcontext context;
+    ~Release() {
+      if (context != nullptr) d.cuDevicePrimaryCtxRelease(device);
+    }
+  } release{d, device, context};
   const gpualloc::DeviceInfo& info = backend->info();
   const std::uint64_t gran = info.min_granularity;
   std::string out;
