@@ -191,6 +191,62 @@ absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device) {
   return a;
 }
 
+// " (from the configuration string)", " (from GPUALLOC_EXPANDABLE)" or
+// " (the default)": where `key`'s value came from, for messages.
+std::string FromWhere(const Config& config, absl::string_view key) {
+  for (const ConfigSetting& s : config.settings) {
+    if (s.key != key) continue;
+    switch (s.origin) {
+      case ValueOrigin::kDefault:
+        return " (the default)";
+      case ValueOrigin::kOption:
+        return absl::StrCat(" (from the ", s.source, ")");
+      case ValueOrigin::kVariable:
+      case ValueOrigin::kAlias:
+        return absl::StrCat(" (from ", s.source, ")");
+    }
+  }
+  return "";
+}
+
+std::string ValueOf(const Config& config, absl::string_view key) {
+  for (const ConfigSetting& s : config.settings) {
+    if (s.key == key) return s.value;
+  }
+  return "";
+}
+
+// Settings that belong to allocator=bfc, asked for with another mode: no
+// device could ever serve them. Allocators are made at a device's first use,
+// where the options are checked against the device; these combinations are
+// refused here, at creation, whatever the backend (the simulator's are all
+// checked at creation already; a GPU's only at its first gpualloc_malloc).
+absl::Status CheckBfcOnlySettings(const Config& config) {
+  const Options& o = config.options;
+  if (o.mode == AllocatorMode::kBfc) return absl::OkStatus();
+  const std::string mode = std::string(AllocatorModeName(o.mode));
+  absl::string_view key, why, fix;
+  if (o.expandable == Tristate::kOn) {
+    key = "expandable";
+    why = " manages no regions of its own to expand";
+    fix = "set expandable=auto (or false), or allocator=bfc";
+  } else if (o.size_divisions != 0) {
+    key = "size_divisions";
+    why = " has no chunks of its own to round";
+    fix = "set size_divisions=0, or allocator=bfc";
+  } else if (o.history != 0) {
+    key = "history";
+    why = " records no allocation history";
+    fix = "set history=0, or allocator=bfc";
+  } else {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      key, "=", ValueOf(config, key), FromWhere(config, key),
+      " belongs to allocator=bfc, but allocator=", mode,
+      FromWhere(config, "allocator"), ": allocator=", mode, why, "; ", fix));
+}
+
 absl::Status Create(const char* config, const EnvLookup& env,
                     gpualloc_t** out) {
   if (out == nullptr) return NullArgument("out");
@@ -198,6 +254,7 @@ absl::Status Create(const char* config, const EnvLookup& env,
   absl::StatusOr<Config> resolved =
       ResolveConfig(config == nullptr ? "" : config, env);
   if (!resolved.ok()) return resolved.status();
+  if (absl::Status s = CheckBfcOnlySettings(*resolved); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<DeviceRegistry>> registry =
       DeviceRegistry::Create(*resolved);
   if (!registry.ok()) return registry.status();

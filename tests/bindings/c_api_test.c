@@ -124,6 +124,48 @@ static void TestBadConfiguration(void) {
       CHECK_ERROR_MENTIONS(kNever[i][2]);
     }
   }
+
+  /* A setting only allocator=bfc has, with another mode, fails at creation
+   * whatever the backend: before the backend is looked for (on a machine
+   * with a GPU the allocator is made only at the first malloc). */
+  {
+    static const char* const kBackends[] = {"backend=sim", "backend=cuda",
+                                            "backend=hip", "backend=auto"};
+    static const char* const kBfcOnly[][3] = {
+        {"expandable=true,allocator=platform", "expandable=true",
+         "allocator=platform"},
+        {"allocator=async,expandable=true", "expandable=true",
+         "allocator=async"},
+        {"allocator=platform,size_divisions=4", "size_divisions=4",
+         "allocator=platform"},
+        {"allocator=async,history=100", "history=100", "allocator=async"},
+    };
+    char config[128];
+    for (size_t b = 0; b < sizeof(kBackends) / sizeof(kBackends[0]); ++b) {
+      for (size_t i = 0; i < sizeof(kBfcOnly) / sizeof(kBfcOnly[0]); ++i) {
+        snprintf(config, sizeof(config), "%s,%s", kBackends[b], kBfcOnly[i][0]);
+        a = (gpualloc_t*)0x1;
+        CHECK_STATUS(gpualloc_create_isolated(config, &a),
+                     GPUALLOC_INVALID_ARGUMENT);
+        CHECK(a == NULL);
+        CHECK_ERROR_MENTIONS(kBfcOnly[i][1]);
+        CHECK_ERROR_MENTIONS(kBfcOnly[i][2]);
+        CHECK_ERROR_MENTIONS("belongs to allocator=bfc");
+      }
+    }
+    /* From the environment too, naming the variable. */
+    setenv("GPUALLOC_EXPANDABLE", "true", 1);
+    CHECK_STATUS(gpualloc_create("backend=cuda,allocator=platform", &a),
+                 GPUALLOC_INVALID_ARGUMENT);
+    CHECK(a == NULL);
+    CHECK_ERROR_MENTIONS("expandable=true (from GPUALLOC_EXPANDABLE)");
+    CHECK_ERROR_MENTIONS("allocator=platform (from the config string)");
+    unsetenv("GPUALLOC_EXPANDABLE");
+    /* expandable=auto falls back to separate regions: still fine. */
+    CHECK_OK(gpualloc_create_isolated(
+        "backend=sim,allocator=platform,expandable=auto", &a));
+    gpualloc_destroy(a);
+  }
 }
 
 static void TestCreateFromEnvironment(void) {
