@@ -19,6 +19,8 @@ constexpr absl::string_view kUsage =
     "                    [--copy-streams K] [--streams M] [--scale X]\n"
     "                    [-o FILE] [--summary]\n"
     "\n"
+    "Reads: the command line only (no configuration, no environment).\n"
+    "\n"
     "Writes a multi-stream allocation trace in the project CSV\n"
     "(seq,action,addr_or_id,size,stream) that gpualloc-replay and\n"
     "gpualloc-tune read. The same arguments give the same bytes. Stream 0 is\n"

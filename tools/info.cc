@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gpualloc/allocator.h"
@@ -36,11 +37,18 @@
 namespace {
 
 constexpr absl::string_view kUsage =
-    "usage: gpualloc-info [--config STRING] [--device N]\n"
+    "usage: gpualloc-info [--config STRING] [--sim PROFILE] [--device N]\n"
+    "\n"
+    "Reads: the command line and the environment, as a program using the\n"
+    "library does (GPUALLOC_* variables, their JAX/XLA/TF aliases and\n"
+    "PYTORCH_ALLOC_CONF). gpualloc-replay and gpualloc-tune read the command\n"
+    "line only.\n"
     "\n"
     "Prints the device gpualloc would use, its architecture profile, the\n"
     "effective configuration (with where each value came from) and the\n"
-    "resulting memory limit.\n"
+    "resulting memory limit. Without a GPU (backend=auto, the default, finds\n"
+    "none) it says so, prints the configuration and exits 0; --sim PROFILE\n"
+    "shows the simulated device instead.\n"
     "\n"
     "  --config STRING  settings as key=value[,key=value...]; they take\n"
     "                   precedence over GPUALLOC_* variables, which take\n"
@@ -50,11 +58,31 @@ constexpr absl::string_view kUsage =
     "                   which take precedence over the defaults. The keys\n"
     "                   are listed below.\n"
     "                   Example: backend=sim,device_memory=80GB,arch=h100\n"
+    "  --sim PROFILE    the simulated device of that profile: the same as\n"
+    "                   --config backend=sim,arch=PROFILE\n"
+    "                   (profiles: $PROFILES)\n"
     "  --device N       the device ordinal (default 0)\n"
     "  --help           this text\n"
     "\n"
-    "Exit status: 0 on success, 1 on a configuration or device error, 2 on\n"
-    "bad command-line arguments.\n";
+    "Exit status: 0 on success and when no GPU is found, 1 on a\n"
+    "configuration or device error, 2 on bad command-line arguments.\n";
+
+// The first line of the output: what was read.
+constexpr absl::string_view kReads =
+    "Settings from: the command line, then the environment (GPUALLOC_*, "
+    "JAX/XLA/TF and PyTorch variables), then the defaults\n";
+
+std::string ProfileNames() {
+  std::vector<std::string> names;
+  for (const gpualloc::ArchProfile& p : gpualloc::AllArchProfiles()) {
+    names.push_back(std::string(p.name));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+std::string UsageText() {
+  return absl::StrReplaceAll(kUsage, {{"$PROFILES", ProfileNames()}});
+}
 
 // Label column width of the device and profile sections.
 constexpr int kLabelWidth = 22;
@@ -280,7 +308,7 @@ int Fail(const absl::Status& status) {
 }
 
 int Usage(absl::string_view why) {
-  absl::FPrintF(stderr, "gpualloc-info: %s\n%s", why, kUsage);
+  absl::FPrintF(stderr, "gpualloc-info: %s\n%s", why, UsageText());
   return 2;
 }
 
@@ -289,6 +317,7 @@ int Usage(absl::string_view why) {
 int main(int argc, char** argv) {
   std::string config_string;
   bool have_config = false;
+  std::string sim_profile;
   int ordinal = 0;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
@@ -311,7 +340,7 @@ int main(int argc, char** argv) {
     };
     std::string value;
     if (arg == "--help" || arg == "-h") {
-      absl::PrintF("%s%s", kUsage, KeysHelp());
+      absl::PrintF("%s%s", UsageText(), KeysHelp());
       return 0;
     }
     absl::StatusOr<bool> is_config = value_of("--config", &value);
@@ -320,6 +349,18 @@ int main(int argc, char** argv) {
       if (have_config) return Usage("--config given twice");
       have_config = true;
       config_string = value;
+      continue;
+    }
+    absl::StatusOr<bool> is_sim = value_of("--sim", &value);
+    if (!is_sim.ok()) return Usage(is_sim.status().message());
+    if (*is_sim) {
+      if (!sim_profile.empty()) return Usage("--sim given twice");
+      if (!gpualloc::FindArchProfile(value).ok()) {
+        return Usage(
+            absl::StrCat("--sim \"", value,
+                         "\" is not a profile; profiles: ", ProfileNames()));
+      }
+      sim_profile = value;
       continue;
     }
     absl::StatusOr<bool> is_device = value_of("--device", &value);
@@ -337,10 +378,36 @@ int main(int argc, char** argv) {
     return Usage(absl::StrCat("unknown argument \"", arg, "\""));
   }
 
+  if (!sim_profile.empty()) {
+    // --sim is backend=sim,arch=PROFILE in front of --config, which must not
+    // say otherwise.
+    absl::StatusOr<gpualloc::ConfigOverrides> given =
+        gpualloc::ParseConfigString(config_string);
+    if (given.ok() && (given->backend.has_value() || given->arch.has_value())) {
+      return Usage("--sim sets backend and arch; --config must not set them");
+    }
+    config_string =
+        absl::StrCat("backend=sim,arch=", sim_profile,
+                     config_string.empty() ? "" : ",", config_string);
+  }
   absl::StatusOr<gpualloc::Config> config =
       gpualloc::ResolveConfig(config_string, gpualloc::ProcessEnvironment());
   if (!config.ok()) return Fail(config.status());
+  absl::PrintF("%s\n", kReads);
   absl::StatusOr<int> count = gpualloc::DeviceCount(*config);
+  if (!count.ok() && config->backend == gpualloc::BackendKind::kAuto &&
+      absl::IsFailedPrecondition(count.status())) {
+    // backend=auto found no GPU: an answer, not an error. What would be used
+    // on a machine with one is still worth seeing.
+    absl::PrintF("No GPU found\n");
+    WrappedRow("why", count.status().message());
+    WrappedRow("simulator",
+               absl::StrCat("gpualloc-info --sim PROFILE shows a simulated "
+                            "device (profiles: ",
+                            ProfileNames(), ")"));
+    PrintConfig(*config);
+    return 0;
+  }
   if (!count.ok()) return Fail(count.status());
   if (ordinal >= *count) {
     return Fail(absl::InvalidArgumentError(

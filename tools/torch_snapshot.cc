@@ -25,7 +25,10 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: gpualloc-torch-snapshot SNAPSHOT.json [-o OUT.pickle] "
-    "[--device N]\n";
+    "[--device N]\n"
+    "\n"
+    "Reads: the command line and SNAPSHOT.json (no configuration, no\n"
+    "environment).\n";
 
 int Usage(const std::string& why) {
   std::cerr << "gpualloc-torch-snapshot: " << why << "\n" << kUsage;

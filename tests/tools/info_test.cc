@@ -184,14 +184,59 @@ TEST(InfoTest, BackendErrorsExitOne) {
                                           HasSubstr("libcuda.so.1"),
                                           HasSubstr("backend=cuda")));
   }
-  run = RunInfo("", "", kStderr);  // auto: no GPU backend works without a GPU
-  if (run.exit_code != 0) {
-    EXPECT_EQ(run.exit_code, 1);
-    EXPECT_THAT(run.out, HasSubstr("GPUALLOC_BACKEND=sim"));
-  }
   run = RunInfo("", "--config backend=sim --device 1", kStderr);
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.out, HasSubstr("--device 1"));
+}
+
+// No arguments: backend=auto. Without a GPU that is an answer, not an error:
+// it says so, names the way to the simulator and still shows the
+// configuration (exit 0); with one, the device.
+TEST(InfoTest, NoGpuIsAnAnswerWithExitZero) {
+  const Result run = RunInfo("", "", "2>&1");
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  if (run.out.find("No GPU found") != std::string::npos) {
+    EXPECT_THAT(run.out, HasSubstr("found no GPU backend that works"));
+    EXPECT_THAT(run.out, HasSubstr("gpualloc-info --sim PROFILE"));
+    EXPECT_THAT(run.out, HasSubstr("Configuration"));
+    EXPECT_THAT(run.out, Not(HasSubstr("\nDevice\n")));
+  } else {
+    EXPECT_THAT(run.out, HasSubstr("\nDevice\n"));
+  }
+}
+
+// --sim PROFILE is backend=sim,arch=PROFILE; --config adds to it.
+TEST(InfoTest, SimShowsTheSimulatedDevice) {
+  Result run = RunInfo("GPUALLOC_BACKEND=cuda",
+                       "--sim mi300x --config mem_fraction=0.5", kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("simulated AMD Instinct MI300X"));
+  EXPECT_THAT(run.out,
+              ::testing::ContainsRegex("backend +sim +option +config string"));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "mem_fraction +0.5 +option +config string"));
+  run = RunInfo("", "--sim b200", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.out, HasSubstr("--sim \"b200\" is not a profile"));
+  run = RunInfo("", "--sim h100 --config backend=cuda", kStderr);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.out, HasSubstr("--config must not set them"));
+}
+
+// Every tool says what it reads at the top of its --help; gpualloc-info also
+// in its first line of output.
+TEST(InfoTest, SaysWhatItReads) {
+  Result run = RunInfo("", "--help", kStdout);
+  EXPECT_THAT(run.out.substr(0, 400),
+              HasSubstr("Reads: the command line and the environment"));
+  run = RunInfo("", "--sim h100", kStdout);
+  EXPECT_EQ(run.out.substr(0, run.out.find('\n')),
+            "Settings from: the command line, then the environment "
+            "(GPUALLOC_*, JAX/XLA/TF and PyTorch variables), then the "
+            "defaults");
+  run = RunTool(GPUALLOC_REPLAY_PATH, "", "--help", kStdout);
+  EXPECT_THAT(run.out.substr(0, 400),
+              HasSubstr("Reads: the command line only"));
 }
 
 TEST(InfoTest, HelpAndUsage) {
