@@ -29,6 +29,7 @@
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
 #include "tools/replay/replay.h"
+#include "tools/replay/report.h"
 #include "tools/replay/snapshot_view.h"
 #include "tools/replay/svg.h"
 
@@ -98,6 +99,11 @@ constexpr absl::string_view kUsage =
     "                       one panel per file; repeat for more\n"
     "  --help               this text\n";
 
+// The first line of the table: what was read.
+constexpr char kReads[] =
+    "Settings from: the command line only (--config; the environment is not "
+    "read)";
+
 // Every configuration key, from the library's own list so that it cannot
 // drift from what the parser takes.
 std::string KeysHelp() {
@@ -108,42 +114,10 @@ std::string KeysHelp() {
   return out;
 }
 
-std::string Gib(std::uint64_t bytes) {
-  return absl::StrFormat("%.3f GiB",
-                         static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
-}
-
 int Fail(absl::string_view message) {
   std::fprintf(stderr, "gpualloc-replay: %.*s\n",
                static_cast<int>(message.size()), message.data());
   return 1;
-}
-
-// A plain text table: columns padded to their widest cell, numbers right-
-// aligned, so configurations line up under each other.
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<std::size_t> width;
-  for (const auto& row : rows) {
-    if (width.size() < row.size()) width.resize(row.size(), 0);
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      width[c] = std::max(width[c], row[c].size());
-    }
-  }
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    std::string line;
-    for (std::size_t c = 0; c < rows[r].size(); ++c) {
-      const int w = static_cast<int>(width[c]);
-      // The first two columns (trace, configuration) are text.
-      if (c < 2) {
-        absl::StrAppendFormat(&line, "%s%-*s", c == 0 ? "" : "  ", w,
-                              rows[r][c]);
-      } else {
-        absl::StrAppendFormat(&line, "  %*s", w, rows[r][c]);
-      }
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::printf("%s\n", line.c_str());
-  }
 }
 
 // The configuration as Replay resolves it (the simulator unless backend=
@@ -313,78 +287,14 @@ int main(int argc, char** argv) {
   }
 
   if (!json && !results.empty()) {
-    std::vector<std::vector<std::string>> rows;
-    // A memory figure is never shown without its cost: next to the backend
-    // allocations and frees, the waits they brought. Repeating, the costs
-    // are the last pass's (marked *).
-    const std::string last = repeat > 1 ? "*" : "";
-    std::vector<std::string> header = {"trace",
-                                       "config",
-                                       "ops",
-                                       "ooms",
-                                       "peak requested",
-                                       "peak reserved",
-                                       "utilization",
-                                       "frag@peak",
-                                       "backend a/f" + last,
-                                       "host waits" + last,
-                                       "stream waits" + last,
-                                       "modeled ms" + last,
-                                       "hazards",
-                                       "ns/op"};
-    if (!baseline_path.empty()) {
-      header.push_back("PyTorch peak reserved");
-      header.push_back("ours/PyTorch");
-    }
-    rows.push_back(header);
-    for (const ReplayResult& r : results) {
-      gpualloc::replay::ReplayRepetition cost;
-      if (repeat > 1 && !r.repetitions.empty()) {
-        cost = r.repetitions.back();
-      } else {
-        cost.backend_allocs = r.backend_allocs;
-        cost.backend_frees = r.backend_frees;
-        cost.host_waits = r.host_waits;
-        cost.stream_waits = r.stream_waits;
-        cost.modeled_backend_ns = r.modeled_backend_ns;
-      }
-      std::vector<std::string> row = {
-          r.trace,
-          r.label,
-          absl::StrCat(r.ops),
-          absl::StrCat(r.ooms),
-          Gib(r.peak_bytes_requested),
-          Gib(r.peak_bytes_reserved),
-          absl::StrFormat("%.1f%%", 100 * r.utilization),
-          absl::StrFormat("%.3f", r.fragmentation_at_peak),
-          absl::StrCat(cost.backend_allocs, "/", cost.backend_frees),
-          absl::StrCat(cost.host_waits),
-          absl::StrCat(cost.stream_waits),
-          absl::StrFormat("%.2f",
-                          static_cast<double>(cost.modeled_backend_ns) / 1e6),
-          absl::StrCat(r.hazards),
-          absl::StrFormat("%.0f", r.ns_per_op)};
-      if (!baseline_path.empty()) {
-        auto it = baseline.find(r.trace);
-        if (it == baseline.end() || it->second == 0) {
-          row.push_back("-");
-          row.push_back("-");
-        } else {
-          row.push_back(Gib(it->second));
-          row.push_back(absl::StrFormat(
-              "%.3f", static_cast<double>(r.peak_bytes_reserved) /
-                          static_cast<double>(it->second)));
-        }
-      }
-      rows.push_back(std::move(row));
-    }
-    PrintTable(rows);
-    if (repeat > 1) {
-      std::printf(
-          "* the last of %llu passes (each ends by freeing what the trace left "
-          "live); the other columns cover all passes\n",
-          static_cast<unsigned long long>(repeat));
-    }
+    gpualloc::replay::ReportOptions report;
+    report.baseline = baseline_path.empty() ? nullptr : &baseline;
+    report.repeat = repeat;
+    std::printf("%s\n\n%s", kReads,
+                gpualloc::replay::FormatReplayReport(results, report).c_str());
+    const std::string compared =
+        gpualloc::replay::FormatComparisonWithPyTorch(results, report);
+    if (!compared.empty()) std::printf("\n%s", compared.c_str());
   }
 
   if (!svg_path.empty()) {

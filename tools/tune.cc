@@ -184,6 +184,10 @@ int main(int argc, char** argv) {
 
   const std::vector<gpualloc::replay::RankedConfig> ranked =
       gpualloc::replay::Rank(*configs, names, rows);
+  std::fputs(
+      "Settings from: the command line only (--base, --grid; the environment "
+      "is not read)\n\n",
+      stdout);
   std::fputs(gpualloc::replay::FormatTable(ranked, names).c_str(), stdout);
   if (!csv_path.empty() &&
       !WriteFile(csv_path, gpualloc::replay::FormatCsv(ranked, rows))) {

@@ -16,6 +16,12 @@ rows=$(($(wc -l <"$dir/out.csv") - 1))
 [ "$rows" -eq 4 ] || { echo "expected 4 CSV rows, got $rows"; exit 1; }
 [ "$(wc -l <"$dir/out.json")" -eq 4 ] || { echo "expected 4 JSON lines"; exit 1; }
 grep -q '^ *1 ' "$dir/table.txt" || { echo "no rank 1 in the table"; exit 1; }
+# It says what it read, and defines its columns with gpualloc-replay's names.
+head -n 1 "$dir/table.txt" | grep -q '^Settings from: the command line only' ||
+  { echo "the first line does not say what was read"; exit 1; }
+grep -q '^  modeled ms ' "$dir/table.txt" || { echo "no legend line for modeled ms"; exit 1; }
+"$tune" --help | head -n 5 | grep -q '^Reads: the command line only' ||
+  { echo "--help does not begin with what it reads"; exit 1; }
 if "$tune" --grid nonsense=1 "$trace" >/dev/null 2>"$dir/err.txt"; then
   echo "a bad --grid key was accepted"; exit 1
 fi

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gpualloc/config.h"
+#include "tools/replay/report.h"
 
 namespace gpualloc::replay {
 namespace {
@@ -265,12 +266,13 @@ std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,
 std::string FormatTable(const std::vector<RankedConfig>& ranked,
                         const std::vector<std::string>& traces) {
   // Peak reserved per trace in GiB; traces are numbered in the header and
-  // named in a legend below, since their names are long.
-  std::string out = absl::StrFormat("%4s  %5s", "rank", "ooms");
+  // named in a legend below, since their names are long. The shared columns
+  // have gpualloc-replay's names (tools/replay/report.h).
+  std::string out = absl::StrFormat("%4s  %5s", "rank", kColOoms);
   for (std::size_t t = 0; t < traces.size(); ++t) {
     absl::StrAppendFormat(&out, "  %9s", absl::StrCat("peak[", t + 1, "]"));
   }
-  absl::StrAppendFormat(&out, "  %10s  %11s  %s\n", "total GiB", "backend ms",
+  absl::StrAppendFormat(&out, "  %10s  %11s  %s\n", "total GiB", kColModeledMs,
                         "config");
   for (const RankedConfig& r : ranked) {
     if (!r.status.ok()) {
@@ -292,6 +294,19 @@ std::string FormatTable(const std::vector<RankedConfig>& ranked,
     absl::StrAppendFormat(&out, "peak[%d]: peak reserved GiB of %s\n", t + 1,
                           traces[t]);
   }
+  absl::StrAppend(
+      &out, "\n",
+      FormatDefinitions(
+          {{"rank",
+            "by ooms, then total GiB, then modeled ms, all summed over "
+            "the traces"},
+           {std::string(kColOoms), std::string(ColumnDefinition(kColOoms))},
+           {"peak[N]",
+            absl::StrCat("peak reserved in GiB on trace N (named above):\n",
+                         ColumnDefinition(kColPeakReserved))},
+           {"total GiB", "the sum of the peak[N] columns"},
+           {std::string(kColModeledMs),
+            std::string(ColumnDefinition(kColModeledMs))}}));
   return out;
 }
 

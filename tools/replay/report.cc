@@ -1,0 +1,338 @@
+// tools/replay/report.cc: see report.h.
+#include "tools/replay/report.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace gpualloc::replay {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct Definition {
+  absl::string_view column;
+  absl::string_view text;  // '\n' starts a continuation line
+};
+
+// Short and exact: what the figure is, and where it is easy to misread, why.
+constexpr Definition kDefinitions[] = {
+    {kColOps,
+     "allocate and free calls replayed (the free of a refused "
+     "allocation is skipped)"},
+    {kColOoms, "allocations the allocator refused for lack of memory"},
+    {kColPeakRequested,
+     "the most bytes live at once, as the trace requested them: what any "
+     "allocator must hold"},
+    {kColPeakReserved,
+     "the most device memory the allocator held at once (its regions, or "
+     "with expandable\nregions the pieces mapped into its one address "
+     "range)"},
+    {kColUtilization,
+     "peak requested / peak reserved: 100% means nothing held beyond the "
+     "requests at the worst moment"},
+    {kColFragAtPeak,
+     "1 - largest free chunk / all free bytes, at the op where the requested "
+     "bytes peaked. It says how\nscattered the free memory is, not how much "
+     "there is: at 99% utilization at most ~1% of what is\nreserved is free "
+     "then, and 0.46 only means the largest free piece is 54% of that 1%"},
+    {kColBackendAllocsFrees,
+     "device allocations / frees the allocator made (cudaMalloc/cudaFree, or "
+     "with expandable regions\nthe mapping / unmapping of one physical "
+     "piece)"},
+    {kColHostWaits,
+     "times the host blocked until a stream's work was done, to reuse memory "
+     "freed on it"},
+    {kColStreamWaits,
+     "times a stream was made to wait for another stream's work, to reuse "
+     "memory freed there"},
+    {kColModeledMs,
+     "the simulated device's time for the allocator's device calls (and host "
+     "waits) by its\nprofile's cost model, in ms: a model, not a "
+     "measurement"},
+    {kColHazards,
+     "uses of memory that another stream's unfinished work still used (the "
+     "simulator's race\ndetector; must be 0)"},
+    {kColNsPerOp,
+     "the allocator's own wall time per allocate/free on this machine "
+     "(varies between runs)"},
+    {kColOursPerPyTorch,
+     "peak reserved / PyTorch's peak reserved on the same trace (in the "
+     "trace's heading):\nbelow 1 is less memory than PyTorch's caching "
+     "allocator needed"},
+};
+
+std::string Gib(std::uint64_t bytes) {
+  return absl::StrFormat("%.3f GiB", static_cast<double>(bytes) / kGiB);
+}
+
+// The cost figures a row shows: the last pass's when repeating.
+ReplayRepetition CostOf(const ReplayResult& r, std::uint64_t repeat) {
+  if (repeat > 1 && !r.repetitions.empty()) return r.repetitions.back();
+  ReplayRepetition cost;
+  cost.backend_allocs = r.backend_allocs;
+  cost.backend_frees = r.backend_frees;
+  cost.host_waits = r.host_waits;
+  cost.stream_waits = r.stream_waits;
+  cost.modeled_backend_ns = r.modeled_backend_ns;
+  return cost;
+}
+
+const std::uint64_t* BaselineOf(const ReplayResult& r,
+                                const ReportOptions& options) {
+  if (options.baseline == nullptr) return nullptr;
+  auto it = options.baseline->find(r.trace);
+  if (it == options.baseline->end() || it->second == 0) return nullptr;
+  return &it->second;
+}
+
+// Columns padded to their widest cell, numbers right-aligned; a row with one
+// cell is a heading, printed as it is and not counted in the widths.
+void AppendTable(const std::vector<std::vector<std::string>>& rows,
+                 std::string& out) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    if (row.size() == 1) continue;
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    if (row.size() == 1) {
+      absl::StrAppend(&out, row[0], "\n");
+      continue;
+    }
+    std::string line = "  ";
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      const int w = static_cast<int>(width[c]);
+      if (c == 0) {
+        absl::StrAppendFormat(&line, "%-*s", w, row[c]);  // the config
+      } else {
+        absl::StrAppendFormat(&line, "  %*s", w, row[c]);
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    absl::StrAppend(&out, line, "\n");
+  }
+}
+
+// "0.903x to 0.981x", or one number when both print the same.
+std::string Range(double lo, double hi, int precision, absl::string_view unit) {
+  const std::string a = absl::StrFormat("%.*f%s", precision, lo, unit);
+  const std::string b = absl::StrFormat("%.*f%s", precision, hi, unit);
+  return a == b ? a : absl::StrCat(a, " to ", b);
+}
+
+}  // namespace
+
+absl::string_view ColumnDefinition(absl::string_view column) {
+  for (const Definition& d : kDefinitions) {
+    if (d.column == column) return d.text;
+  }
+  return "";
+}
+
+std::string FormatDefinitions(
+    const std::vector<std::pair<std::string, std::string>>& definitions) {
+  std::size_t width = 0;
+  for (const auto& [name, text] : definitions) {
+    width = std::max(width, name.size());
+  }
+  std::string out = "Columns:\n";
+  for (const auto& [name, text] : definitions) {
+    std::size_t start = 0;
+    bool first = true;
+    while (start <= text.size()) {
+      std::size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      absl::StrAppendFormat(&out, "  %-*s  %s\n", static_cast<int>(width),
+                            first ? name : "", text.substr(start, end - start));
+      first = false;
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
+std::string FormatLegend(const std::vector<absl::string_view>& columns) {
+  std::vector<std::pair<std::string, std::string>> definitions;
+  for (absl::string_view c : columns) {
+    const absl::string_view text = ColumnDefinition(c);
+    if (!text.empty()) definitions.emplace_back(c, text);
+  }
+  return FormatDefinitions(definitions);
+}
+
+std::string FormatReplayReport(const std::vector<ReplayResult>& results,
+                               const ReportOptions& options) {
+  if (results.empty()) return "";
+  // The multi-stream columns only where they say something.
+  bool streams = false;
+  for (const ReplayResult& r : results) {
+    const ReplayRepetition cost = CostOf(r, options.repeat);
+    streams |= cost.host_waits != 0 || cost.stream_waits != 0 ||
+               r.hazards != 0 || r.progress_model.size() > 0;
+  }
+  bool baseline = false;
+  for (const ReplayResult& r : results) {
+    baseline |= BaselineOf(r, options) != nullptr;
+  }
+  // Repeating, the costs are the last pass's (marked *).
+  const std::string last = options.repeat > 1 ? "*" : "";
+  std::vector<absl::string_view> columns = {
+      kColOps,         kColOoms,       kColPeakRequested,     kColPeakReserved,
+      kColUtilization, kColFragAtPeak, kColBackendAllocsFrees};
+  if (streams) {
+    columns.push_back(kColHostWaits);
+    columns.push_back(kColStreamWaits);
+  }
+  columns.push_back(kColModeledMs);
+  if (streams) columns.push_back(kColHazards);
+  columns.push_back(kColNsPerOp);
+  if (baseline) columns.push_back(kColOursPerPyTorch);
+
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header = {"config"};
+  for (absl::string_view c : columns) {
+    const bool cost = c == kColBackendAllocsFrees || c == kColHostWaits ||
+                      c == kColStreamWaits || c == kColModeledMs;
+    header.push_back(absl::StrCat(c, cost ? last : ""));
+  }
+  rows.push_back(header);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const ReplayResult& r = results[i];
+    const std::uint64_t* pytorch = BaselineOf(r, options);
+    if (i == 0 || results[i - 1].trace != r.trace) {
+      rows.push_back({pytorch == nullptr
+                          ? r.trace
+                          : absl::StrCat(r.trace, " (PyTorch peak reserved ",
+                                         Gib(*pytorch), ")")});
+    }
+    const ReplayRepetition cost = CostOf(r, options.repeat);
+    std::vector<std::string> row = {
+        r.label,
+        absl::StrCat(r.ops),
+        absl::StrCat(r.ooms),
+        Gib(r.peak_bytes_requested),
+        Gib(r.peak_bytes_reserved),
+        absl::StrFormat("%.1f%%", 100 * r.utilization),
+        absl::StrFormat("%.3f", r.fragmentation_at_peak),
+        absl::StrCat(cost.backend_allocs, "/", cost.backend_frees)};
+    if (streams) {
+      row.push_back(absl::StrCat(cost.host_waits));
+      row.push_back(absl::StrCat(cost.stream_waits));
+    }
+    row.push_back(absl::StrFormat(
+        "%.2f", static_cast<double>(cost.modeled_backend_ns) / 1e6));
+    if (streams) row.push_back(absl::StrCat(r.hazards));
+    row.push_back(absl::StrFormat("%.0f", r.ns_per_op));
+    if (baseline) {
+      row.push_back(
+          pytorch == nullptr
+              ? "-"
+              : absl::StrFormat("%.3f",
+                                static_cast<double>(r.peak_bytes_reserved) /
+                                    static_cast<double>(*pytorch)));
+    }
+    rows.push_back(std::move(row));
+  }
+  std::string out;
+  AppendTable(rows, out);
+  if (options.repeat > 1) {
+    absl::StrAppendFormat(
+        &out,
+        "* the last of %d passes (each ends by freeing what the trace left "
+        "live); the other columns cover all passes\n",
+        options.repeat);
+  }
+  if (!streams) {
+    absl::StrAppend(&out,
+                    "(host waits, stream waits and hazards: 0 on every row "
+                    "(one stream per trace), columns left out)\n");
+  }
+  absl::StrAppend(&out, "\n", FormatLegend(columns));
+  return out;
+}
+
+std::string FormatComparisonWithPyTorch(
+    const std::vector<ReplayResult>& results, const ReportOptions& options) {
+  struct Totals {
+    std::string label;
+    std::uint64_t traces = 0, ooms = 0, calls = 0, modeled_ns = 0;
+    double ratio_lo = 0, ratio_hi = 0, util_lo = 0, util_hi = 0;
+  };
+  std::vector<Totals> totals;
+  std::map<std::string, std::size_t> index;
+  for (const ReplayResult& r : results) {
+    const std::uint64_t* pytorch = BaselineOf(r, options);
+    if (pytorch == nullptr) continue;
+    auto [it, added] = index.emplace(r.label, totals.size());
+    if (added) totals.push_back(Totals{r.label});
+    Totals& t = totals[it->second];
+    const double ratio = static_cast<double>(r.peak_bytes_reserved) /
+                         static_cast<double>(*pytorch);
+    const ReplayRepetition cost = CostOf(r, options.repeat);
+    if (t.traces == 0) {
+      t.ratio_lo = t.ratio_hi = ratio;
+      t.util_lo = t.util_hi = r.utilization;
+    }
+    t.ratio_lo = std::min(t.ratio_lo, ratio);
+    t.ratio_hi = std::max(t.ratio_hi, ratio);
+    t.util_lo = std::min(t.util_lo, r.utilization);
+    t.util_hi = std::max(t.util_hi, r.utilization);
+    ++t.traces;
+    t.ooms += r.ooms;
+    t.calls += cost.backend_allocs + cost.backend_frees;
+    t.modeled_ns += cost.modeled_backend_ns;
+  }
+  if (totals.empty()) return "";
+  std::uint64_t traces = 0;
+  for (const Totals& t : totals) traces = std::max(traces, t.traces);
+  std::string out = absl::StrFormat(
+      "Compared with PyTorch on the same runs (peak reserved / PyTorch's peak "
+      "reserved, lowest to highest\nover %d trace%s; utilization likewise; "
+      "ooms, backend allocs+frees and modeled ms summed%s):\n",
+      traces, traces == 1 ? "" : "s",
+      options.repeat > 1 ? ", calls and time of the last pass" : "");
+  std::vector<std::vector<std::string>> rows;
+  for (const Totals& t : totals) {
+    rows.push_back(
+        {t.label,
+         absl::StrCat(Range(t.ratio_lo, t.ratio_hi, 3, "x"), " PyTorch's"),
+         absl::StrCat("utilization ",
+                      Range(100 * t.util_lo, 100 * t.util_hi, 1, "%")),
+         absl::StrCat(t.ooms, " ooms"),
+         absl::StrCat(t.calls, " backend allocs+frees"),
+         absl::StrFormat("%.1f modeled ms",
+                         static_cast<double>(t.modeled_ns) / 1e6),
+         t.traces == traces ? ""
+                            : absl::StrCat("(", t.traces, " traces only)")});
+  }
+  // Left-aligned text columns.
+  std::vector<std::size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppendFormat(&line, "  %-*s", static_cast<int>(width[c]),
+                            row[c]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+}  // namespace gpualloc::replay

@@ -1,0 +1,74 @@
+// tools/replay/report.h: gpualloc-replay's text report (the table grouped by
+// trace, a legend defining every column shown, and the comparison with
+// PyTorch), and the column names and definitions gpualloc-tune shares, so
+// that the two tools call the same figure by the same name.
+#ifndef GPUALLOC_TOOLS_REPLAY_REPORT_H_
+#define GPUALLOC_TOOLS_REPLAY_REPORT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "tools/layer.h"
+#include "tools/replay/replay.h"
+
+namespace gpualloc::replay {
+
+// Column names of the text tables (gpualloc-replay's and gpualloc-tune's).
+// The machine-readable outputs (replay --json, tune --csv/--json) use
+// ToJson's field names instead: peak_bytes_reserved, modeled_backend_ns, ...
+inline constexpr absl::string_view kColOps = "ops";
+inline constexpr absl::string_view kColOoms = "ooms";
+inline constexpr absl::string_view kColPeakRequested = "peak requested";
+inline constexpr absl::string_view kColPeakReserved = "peak reserved";
+inline constexpr absl::string_view kColUtilization = "utilization";
+inline constexpr absl::string_view kColFragAtPeak = "frag@peak";
+inline constexpr absl::string_view kColBackendAllocsFrees = "backend a/f";
+inline constexpr absl::string_view kColHostWaits = "host waits";
+inline constexpr absl::string_view kColStreamWaits = "stream waits";
+inline constexpr absl::string_view kColModeledMs = "modeled ms";
+inline constexpr absl::string_view kColHazards = "hazards";
+inline constexpr absl::string_view kColNsPerOp = "ns/op";
+inline constexpr absl::string_view kColOursPerPyTorch = "ours/PyTorch";
+
+// The one-line definition of a column above ("" for another name); a few
+// take a second line.
+absl::string_view ColumnDefinition(absl::string_view column);
+
+// "Columns:" and one line per column, "  NAME  definition", names padded to
+// the longest; a '\n' in a definition starts an indented continuation line.
+std::string FormatDefinitions(
+    const std::vector<std::pair<std::string, std::string>>& definitions);
+// FormatDefinitions of the columns above; columns without a definition are
+// left out.
+std::string FormatLegend(const std::vector<absl::string_view>& columns);
+
+struct ReportOptions {
+  // PyTorch's peak reserved bytes per trace name (LoadBaseline), when
+  // --baseline was given: the trace headings show it, and the table gets an
+  // ours/PyTorch column.
+  const std::map<std::string, std::uint64_t>* baseline = nullptr;
+  std::uint64_t repeat = 1;  // ReplayOptions::repeat
+};
+
+// The table: one heading line per trace (its name, and PyTorch's peak
+// reserved with a baseline), then a row per configuration, in `results`
+// order (consecutive results of one trace share a heading). The host wait,
+// stream wait and hazard columns are left out when they are 0 on every row,
+// which a line under the table says. Then the legend of the columns shown.
+std::string FormatReplayReport(const std::vector<ReplayResult>& results,
+                               const ReportOptions& options);
+
+// With a baseline: per configuration (in first-seen order), over the traces
+// that have a baseline, the range of ours/PyTorch and of utilization and the
+// totals of ooms, backend calls and modeled time, one line each under a
+// heading. "" without a baseline or without a trace that has one.
+std::string FormatComparisonWithPyTorch(
+    const std::vector<ReplayResult>& results, const ReportOptions& options);
+
+}  // namespace gpualloc::replay
+
+#endif  // GPUALLOC_TOOLS_REPLAY_REPORT_H_
