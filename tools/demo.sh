@@ -1,16 +1,50 @@
 #!/usr/bin/env bash
-# The README's main job: install missing deps, configure and build build/
-# (BUILD_DIR overrides), then replay the four bundled PyTorch traces
-# (tests/data/traces) on a simulated H100 (80 GB) and MI300X (192 GiB) under
-# the main configurations and print the table next to PyTorch's own peak
-# reserved memory on the same runs. Build output goes to stderr so the
-# table on stdout stays clean.
+# tools/demo.sh: the README's main job. Reads the command line only: like
+# gpualloc-replay, not the GPUALLOC_* variables (BUILD_DIR and the build
+# variables of tools/lib-build.sh aside).
 #
-#   tools/demo.sh                       the default comparison
+#   tools/demo.sh               the simulated H100, bfc-expandable and bfc-regions
+#   tools/demo.sh --all         also the MI300X, and the preallocate, platform and
+#                               async modes (40 rows)
+#   tools/demo.sh --svg FILE    one trace under both configurations, and its
+#                               address space over time drawn into FILE
+#   tools/demo.sh --help        this text, then gpualloc-replay's
 #   tools/demo.sh [gpualloc-replay args...]   anything else gpualloc-replay takes
+#
+# Installs missing deps, configures and builds build/ (BUILD_DIR overrides),
+# then replays the four bundled PyTorch traces (tests/data/traces) on a
+# simulated H100 under the two configurations that compare with PyTorch's
+# caching allocator, and prints the table next to PyTorch's own peak reserved
+# memory on the same runs, its legend, and the comparison computed from the
+# run. Build output goes to stderr so the report on stdout stays clean.
 set -euo pipefail
 # shellcheck source=tools/lib-build.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib-build.sh"
+
+usage() {
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+all=0
+svg=""
+case "${1:-}" in
+  --all)
+    all=1
+    shift
+    ;;
+  --svg)
+    if (( $# < 2 )); then
+      echo "demo.sh: --svg needs a FILE" >&2
+      exit 2
+    fi
+    svg=$2
+    shift 2
+    ;;
+esac
+if (( (all == 1 || ${#svg} > 0) && $# > 0 )); then
+  echo "demo.sh: --all and --svg FILE take no other arguments" >&2
+  exit 2
+fi
 
 {
   ga_install_deps
@@ -29,29 +63,67 @@ if [[ ! -x "$replay" ]]; then
   echo "demo.sh: $replay was not built" >&2
   exit 1
 fi
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
+  usage
+  echo
+  exec "$replay" --help
+fi
 if (( $# > 0 )); then
   exec "$replay" "$@"
 fi
 
 traces="$GPUALLOC_ROOT/tests/data/traces"
 configs=()
-for device in h100 mi300x; do
-  configs+=(--config "name=${device}-bfc-preallocate,arch=${device}")
-  configs+=(--config "name=${device}-bfc-regions,arch=${device},preallocate=false,expandable=false")
-  configs+=(--config "name=${device}-bfc-expandable,arch=${device},preallocate=false")
-  configs+=(--config "name=${device}-platform,arch=${device},allocator=platform")
-  configs+=(--config "name=${device}-async,arch=${device},allocator=async")
+devices=(h100)
+if (( all == 1 )); then
+  devices=(h100 mi300x)
+fi
+for device in "${devices[@]}"; do
+  prefix=""
+  (( all == 1 )) && prefix="${device}-"
+  configs+=(--config "name=${prefix}bfc-expandable,arch=${device},preallocate=false")
+  configs+=(--config "name=${prefix}bfc-regions,arch=${device},preallocate=false,expandable=false")
+  if (( all == 1 )); then
+    configs+=(--config "name=${prefix}bfc-preallocate,arch=${device}")
+    configs+=(--config "name=${prefix}platform,arch=${device},allocator=platform")
+    configs+=(--config "name=${prefix}async,arch=${device},allocator=async")
+  fi
 done
-echo "Replaying the four bundled PyTorch traces on simulated H100 (80 GB) and MI300X (192 GiB);"
-echo "PyTorch's own peak reserved on the same runs from tests/data/traces/SOURCES.md."
+
+if (( all == 1 )); then
+  echo "gpualloc demo: the four PyTorch traces in tests/data/traces replayed on a simulated H100 (80 GB)"
+  echo "and MI300X (192 GiB), next to the peak memory PyTorch's own caching allocator reserved on the"
+  echo "same runs (tests/data/traces/SOURCES.md). The configurations, all up to 75% of the device:"
+else
+  echo "gpualloc demo: the four PyTorch traces in tests/data/traces replayed on a simulated H100 (80 GB),"
+  echo "next to the peak memory PyTorch's own caching allocator reserved on the same runs"
+  echo "(tests/data/traces/SOURCES.md). Both configurations grow on demand up to 75% of the device:"
+fi
+echo "  bfc-expandable   best-fit chunks in one reserved address range, growing by mapping device memory"
+echo "                   into it and unmapping free pieces (the default where the device has virtual"
+echo "                   memory, as both simulated devices do; like PyTorch's expandable_segments:True)"
+echo "  bfc-regions      the same, growing by separate device allocations (expandable=false; like"
+echo "                   PyTorch's default segments)"
+if (( all == 1 )); then
+  echo "  bfc-preallocate  reserves 75% of the device on first use (JAX's default)"
+  echo "  platform         one device allocation per block: exactly what is live, at a device call per op"
+  echo "  async            the device's stream-ordered pool (cudaMallocAsync)"
+else
+  echo "tools/demo.sh --all adds the MI300X and the preallocate, platform and async modes; tools/demo.sh"
+  echo "--svg FILE draws the address space over time of one trace under both configurations."
+fi
 echo
-"$replay" --baseline "$traces/SOURCES.md" "${configs[@]}" \
-  "$traces"/torch-*.csv
-echo
-echo "bfc-preallocate reserves 75% of the device on first use (JAX's default); bfc-regions grows on"
-echo "demand by separate device allocations; bfc-expandable grows on demand by mapping one handle per"
-echo "growth into one reserved address range (the default where virtual memory works) and unmaps free ones;"
-echo "platform asks the device for every block; async uses the device's stream-ordered pool."
-echo "The address space over time, for one trace:"
-echo "  $replay --svg demo.svg --config arch=h100,preallocate=false,expandable=false --config arch=h100,preallocate=false \\"
-echo "    $traces/torch-opt125m-zo-finetune.csv"
+
+svg_args=()
+trace_files=("$traces"/torch-*.csv)
+if [[ -n "$svg" ]]; then
+  # One trace: the picture of four would be four times as tall.
+  svg_args=(--svg "$svg")
+  trace_files=("$traces/torch-opt125m-zo-finetune.csv")
+fi
+"$replay" --baseline "$traces/SOURCES.md" "${svg_args[@]}" "${configs[@]}" \
+  "${trace_files[@]}"
+if [[ -n "$svg" ]]; then
+  echo
+  echo "The address space over time of $(basename "${trace_files[0]}" .csv): $svg"
+fi

@@ -254,9 +254,10 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
         options.repeat);
   }
   if (!streams) {
-    absl::StrAppend(&out,
-                    "(host waits, stream waits and hazards: 0 on every row "
-                    "(one stream per trace), columns left out)\n");
+    absl::StrAppend(
+        &out,
+        "host waits, stream waits and hazards are 0 on every row (one "
+        "stream per trace): columns left out\n");
   }
   absl::StrAppend(&out, "\n", FormatLegend(columns));
   return out;
