@@ -435,6 +435,12 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   const std::uint64_t end = record ? total_steps : peak_op + 1;
   Timeline& tl = result.timeline;
   tl.num_ops = total_steps;
+  tl.mode = std::string(AllocatorModeName(a2.options().mode));
+  // As the allocator decides (core/options.cc): in bfc mode, unless turned
+  // off, where the device has virtual memory.
+  tl.expandable = a2.options().mode == AllocatorMode::kBfc &&
+                  a2.options().expandable != Tristate::kOff &&
+                  a2.device().capabilities.virtual_memory;
   std::vector<std::uint64_t> block_of(record ? na * reps : 0, 0);
   // Regions by base: the index in tl.regions of the open one.
   std::map<std::uint64_t, std::size_t> open_regions;
@@ -522,6 +528,14 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
       }
       for (const auto& [base, size] : now) {
         auto it = open_regions.find(base);
+        // An expandable region grows and shrinks in place: each size is a
+        // record of its own, so that what is drawn reserved at an op is what
+        // was reserved then (never more than the peak).
+        if (it != open_regions.end() && tl.regions[it->second].size != size) {
+          tl.regions[it->second].to_op = i;
+          open_regions.erase(it);
+          it = open_regions.end();
+        }
         if (it == open_regions.end()) {
           TimelineRegion r;
           r.base = base;
@@ -530,12 +544,10 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
           r.to_op = total_steps;
           open_regions.emplace(base, tl.regions.size());
           tl.regions.push_back(r);
-        } else {
-          // An expandable region grows in place: keep its largest extent.
-          TimelineRegion& r = tl.regions[it->second];
-          r.size = std::max(r.size, size);
         }
       }
+      tl.max_regions_at_once =
+          std::max<std::uint64_t>(tl.max_regions_at_once, open_regions.size());
     }
     if (i % sample_every == 0 || i + 1 == total_steps) {
       tl.sample_ops.push_back(i);

@@ -54,13 +54,23 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path);
 // What the address-space picture needs: every block with its lifetime in op
 // indices, and every region the allocator held, placed in address order.
 struct TimelineBlock {
+  // What the block's memory is over its lifetime. A replay records in-use
+  // blocks only; a snapshot (snapshot_view.h) also free chunks still waiting
+  // for a stream's work, and the chunks of a tag put to sleep.
+  enum class State : std::uint8_t { kInUse, kFreePending, kAsleep };
   std::uint64_t id = 0;
   std::uint64_t address = 0;
   std::uint64_t size = 0;      // as requested
   std::uint64_t alloc_op = 0;  // index in Trace::ops
   std::uint64_t free_op = 0;   // index of its free, or ops.size() if never
   std::uint64_t stream = 0;
+  State state = State::kInUse;
 };
+// A region at one size over [from_op, to_op). With expandable regions a
+// "region" is a maximal run of mapped memory inside the one reserved address
+// range: it grows and shrinks as pieces are mapped and unmapped, and each
+// size it had is a record of its own, so that the records alive after an op
+// add up to the bytes reserved then.
 struct TimelineRegion {
   std::uint64_t base = 0;
   std::uint64_t size = 0;
@@ -71,6 +81,15 @@ struct Timeline {
   std::uint64_t num_ops = 0;
   std::vector<TimelineBlock> blocks;
   std::vector<TimelineRegion> regions;
+  // How the allocator reserved memory: "bfc" with `expandable` (one reserved
+  // address range, regions are its mapped runs) or without (regions are
+  // separate device allocations), "platform" (a device allocation per
+  // block), "async" (the device's pool), or "snapshot" (snapshot_view.h:
+  // regions as the snapshot lists them).
+  std::string mode;
+  bool expandable = false;
+  // The most regions (bases) that existed at once.
+  std::uint64_t max_regions_at_once = 0;
   // Reserved and in-use bytes after each of up to ~2000 evenly spaced ops.
   std::vector<std::uint64_t> sample_ops;
   std::vector<std::uint64_t> sample_reserved;

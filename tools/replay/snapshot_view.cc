@@ -28,6 +28,8 @@ ReplayResult SnapshotAsReplayResult(const Snapshot& snapshot,
 
   Timeline& t = r.timeline;
   t.num_ops = 1;
+  t.mode = "snapshot";
+  t.max_regions_at_once = snapshot.regions.size();
   std::uint64_t id = 0;
   std::uint64_t in_use = 0;
   for (const RegionSnapshot& region : snapshot.regions) {
