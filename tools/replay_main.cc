@@ -303,11 +303,8 @@ int main(int argc, char** argv) {
       panels.push_back({absl::StrCat(r.trace, " / ", r.label), &r});
     }
     for (const ReplayResult& r : snapshots) {
-      panels.push_back(
-          {absl::StrCat(r.trace, " / snapshot: ", r.timeline.regions.size(),
-                        " regions, ", r.timeline.blocks.size(),
-                        " chunks in use"),
-           &r});
+      // The caption counts its regions and says what they are.
+      panels.push_back({absl::StrCat(r.trace, " / snapshot"), &r});
     }
     std::ofstream out(svg_path, std::ios::binary);
     out << gpualloc::replay::RenderSvg(panels);

@@ -107,8 +107,9 @@ std::size_t BlockRects(const std::string& svg) {
   // Blocks are the only rectangles with a #rrggbb fill and no stroke
   // attribute (the backgrounds have one; outlines are class "r").
   std::size_t n = 0;
-  for (std::size_t at = svg.find("<rect "); at != std::string::npos;
-       at = svg.find("<rect ", at + 1)) {
+  // After the patterns' own rectangles in <defs>.
+  for (std::size_t at = svg.find("<rect ", svg.find("</defs>"));
+       at != std::string::npos; at = svg.find("<rect ", at + 1)) {
     const std::size_t end = svg.find('>', at);
     const std::string tag = svg.substr(at, end - at);
     const std::size_t fill = tag.find("fill=\"#");
@@ -142,8 +143,11 @@ TEST(SvgTest, SameIdSameColour) {
   ReplayResult b = Small();
   const std::string sa = RenderSvg({{"a", &a}});
   const std::string sb = RenderSvg({{"b", &b}});
-  // Equal but for the title.
-  EXPECT_EQ(sa.substr(sa.find("</text>")), sb.substr(sb.find("</text>")));
+  // Equal but for the title (after the legend).
+  const auto after_title = [](const std::string& svg) {
+    return svg.substr(svg.find("</text>", svg.find("class=\"t\"")));
+  };
+  EXPECT_EQ(after_title(sa), after_title(sb));
 }
 
 TEST(SvgTest, TitlesAreEscaped) {
@@ -198,6 +202,76 @@ TEST(SvgTest, ManyTinyBlocksAreMergedAndTheFileStaysSmall) {
   EXPECT_THAT(svg, HasSubstr("200000 blocks narrower than a pixel drawn "
                              "merged"));
   EXPECT_LT(svg.size(), 2u * 1024 * 1024);
+}
+
+// The text outside tooltips: what is seen without hovering.
+std::string Visible(std::string svg) {
+  for (std::size_t at = svg.find("<title>"); at != std::string::npos;
+       at = svg.find("<title>")) {
+    svg.erase(at, svg.find("</title>", at) + 8 - at);
+  }
+  return svg;
+}
+
+// The picture explains itself: a legend of what each colour means, a
+// caption per panel, and a y axis in bytes, the addresses in tooltips only.
+TEST(SvgTest, LegendCaptionAndOffsets) {
+  ReplayResult r = Small();
+  r.timeline.mode = "bfc";
+  const std::string svg = RenderSvg({{"small / regions", &r}});
+  EXPECT_TRUE(WellFormed(svg));
+  for (const char* legend :
+       {"Blocks:", "in use on stream 0", ">stream 1<", "reserved and free",
+        "not reserved at that moment",
+        "one region (a device allocation) over its lifetime", "bytes reserved",
+        "bytes in use"}) {
+    EXPECT_THAT(svg, HasSubstr(legend));
+  }
+  // Stream 0 and stream 1 blocks have different hues.
+  EXPECT_THAT(svg, HasSubstr("fill=\"#4e79a7\" stroke"));
+  EXPECT_THAT(svg, HasSubstr("fill=\"#f28e2b\"><title>0x100000000, 100 B"));
+  EXPECT_THAT(svg, HasSubstr("Each dashed box is one region"));
+  EXPECT_THAT(svg, HasSubstr("2 regions over the replay"));
+  // Offsets on the axis, addresses only when hovering.
+  EXPECT_THAT(svg, HasSubstr(">2 MiB</text>"));
+  EXPECT_THAT(svg, HasSubstr(">6 MiB</text>"));
+  EXPECT_THAT(svg, HasSubstr("<title>range 2 of 2: 0x7f0000000000 to "
+                             "0x7f0000400000 (4.0 MiB)"));
+  EXPECT_THAT(Visible(svg), Not(HasSubstr("0x")));
+}
+
+// An expandable range: a run that shrinks and a run mapped elsewhere later.
+// The y axis spans the addresses mapped at some moment (6 MiB), more than
+// was ever mapped at once (4 MiB, the peak): the caption says so and why,
+// and counts the runs; the runs are not outlined.
+TEST(SvgTest, ExpandableRangeCaptionExplainsTheExtent) {
+  ReplayResult r;
+  r.peak_bytes_reserved = 4 * kMiB;
+  Timeline& t = r.timeline;
+  t.mode = "bfc";
+  t.expandable = true;
+  t.num_ops = 6;
+  const std::uint64_t base = 0x200000000;
+  t.regions = {{base, 4 * kMiB, 0, 3},
+               {base, 2 * kMiB, 3, 6},
+               {base + 6 * kMiB, 2 * kMiB, 4, 6}};
+  t.blocks = {{1, base, kMiB, 0, 6, 0}, {2, base + 6 * kMiB, kMiB, 4, 6, 0}};
+  t.sample_ops = {0, 1, 2, 3, 4, 5};
+  t.sample_reserved = {4 * kMiB, 4 * kMiB, 4 * kMiB,
+                       2 * kMiB, 4 * kMiB, 4 * kMiB};
+  t.sample_in_use = {kMiB, kMiB, kMiB, kMiB, 2 * kMiB, 2 * kMiB};
+  const std::string svg = RenderSvg({{"x / expandable", &r}});
+  EXPECT_TRUE(WellFormed(svg));
+  EXPECT_THAT(svg, HasSubstr("One reserved address range"));
+  EXPECT_THAT(svg, HasSubstr("formed 2 runs over the replay"));
+  // The caption wraps: the extent, then the reason.
+  EXPECT_THAT(svg, HasSubstr("y: the 6.0 MiB of addresses reserved at some "
+                             "moment;"));
+  EXPECT_THAT(svg, HasSubstr("at most 4.0 MiB at once (the peak reserved): "
+                             "free pieces were unmapped"));
+  EXPECT_EQ(Count(svg, "class=\"r\""), 0u);
+  EXPECT_THAT(svg, Not(HasSubstr("one region (a device allocation)")));
+  EXPECT_EQ(BlockRects(svg), 2u);
 }
 
 }  // namespace

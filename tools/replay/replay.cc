@@ -546,8 +546,6 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
           tl.regions.push_back(r);
         }
       }
-      tl.max_regions_at_once =
-          std::max<std::uint64_t>(tl.max_regions_at_once, open_regions.size());
     }
     if (i % sample_every == 0 || i + 1 == total_steps) {
       tl.sample_ops.push_back(i);

@@ -88,8 +88,6 @@ struct Timeline {
   // regions as the snapshot lists them).
   std::string mode;
   bool expandable = false;
-  // The most regions (bases) that existed at once.
-  std::uint64_t max_regions_at_once = 0;
   // Reserved and in-use bytes after each of up to ~2000 evenly spaced ops.
   std::vector<std::uint64_t> sample_ops;
   std::vector<std::uint64_t> sample_reserved;

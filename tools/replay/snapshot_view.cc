@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -29,20 +30,35 @@ ReplayResult SnapshotAsReplayResult(const Snapshot& snapshot,
   Timeline& t = r.timeline;
   t.num_ops = 1;
   t.mode = "snapshot";
-  t.max_regions_at_once = snapshot.regions.size();
+  // Tags asleep: their chunks stay listed, their memory is given back.
+  std::set<std::uint32_t> asleep;
+  for (const PoolSnapshot& p : snapshot.pools) {
+    if (p.asleep) asleep.insert(p.tag);
+  }
   std::uint64_t id = 0;
   std::uint64_t in_use = 0;
   for (const RegionSnapshot& region : snapshot.regions) {
     t.regions.push_back({region.base, region.size, 0, 1});
     for (const ChunkSnapshot& c : region.chunks) {
       const std::uint64_t index = id++;
-      if (!c.in_use) continue;
-      in_use += c.size;
-      // The requested bytes, as a replay draws them; the chunk's size for a
-      // zero-byte request.
-      t.blocks.push_back({index, c.address,
-                          c.requested != 0 ? c.requested : c.size, 0, 1,
-                          static_cast<std::uint64_t>(c.stream)});
+      TimelineBlock b{index, c.address, c.size,
+                      0,     1,         static_cast<std::uint64_t>(c.stream)};
+      if (c.in_use) {
+        in_use += c.size;
+        // The requested bytes, as a replay draws them; the chunk's size for
+        // a zero-byte request.
+        if (c.requested != 0) b.size = c.requested;
+        if (c.tag != 0 && asleep.contains(c.tag)) {
+          b.state = TimelineBlock::State::kAsleep;
+        }
+      } else if (c.stream != 0) {
+        // Free, but its stream's work may still use it: not reusable on
+        // another stream yet.
+        b.state = TimelineBlock::State::kFreePending;
+      } else {
+        continue;
+      }
+      t.blocks.push_back(b);
     }
   }
   // Reserved and in use at the moment of the snapshot, held across the width.

@@ -1,130 +1,84 @@
 // tools/replay/svg.cc: RenderSvg (see svg.h).
 //
-// Layout of one panel, top to bottom: the title; a small chart of reserved
-// and in-use bytes over the samples, with the peak reserved marked; the
-// address area, where every band is a run of overlapping regions (regions
-// that share addresses over time, e.g. a region returned and mapped again,
-// share a band), bands stacked in address order with thin gaps, each band's
-// height proportional to its span. Addresses grow downwards inside a band.
+// Layout: a legend of the colours, once at the top; then per panel, top to
+// bottom: the title; a caption of two lines (what the picture shows and what
+// to look for; the y extent against the peak reserved, and the region
+// count); a small chart of reserved and in-use bytes over the samples, with
+// the peak reserved marked; the address area, where every band is a run of
+// overlapping regions (regions that share addresses over time, e.g. a region
+// returned and mapped again, share a band), bands stacked in address order
+// with thin gaps, each band's height proportional to its span. The y axis is
+// the offset into the bands (their spans added up, gaps left out), in MiB or
+// GiB; the addresses are in tooltips (<title>) of the band bars and blocks.
 //
-// Size: a rectangle costs ~80 bytes, so very large traces would give files
-// the browser cannot open. Beyond kMaxExactBlocks blocks, a block narrower
-// than one pixel is not drawn on its own: it marks the pixels it covers in a
-// coverage grid, and covered pixels are drawn as merged grey runs per column.
-// The picture says so.
+// Colours mean something: an in-use block has its stream's hue (three shades
+// alternating by id, so that neighbours stay apart); grey is reserved and
+// free; white is not reserved at that moment; hatched amber is a free chunk
+// still waiting for its stream's work, hatched violet a chunk asleep
+// (snapshots only).
+//
+// Size: a rectangle costs ~80 bytes (~140 with its tooltip), so very large
+// traces would give files the browser cannot open. Beyond kMaxExactBlocks
+// blocks, a block narrower than one pixel is not drawn on its own: it marks
+// the pixels it covers in a coverage grid, and covered pixels are drawn as
+// merged grey runs per column; no block has a tooltip then. The picture says
+// so.
 #include "tools/replay/svg.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "tools/replay/svg_parts.h"
 
 namespace gpualloc::replay {
 namespace {
 
-constexpr double kLeft = 130;  // room for band labels
-constexpr double kRight = 20;
-constexpr double kPlotWidth = 1200;
-constexpr double kTitleHeight = 26;
-constexpr double kChartHeight = 70;
-constexpr double kChartGap = 22;
-constexpr double kAddressHeight = 420;
-constexpr double kAxisHeight = 40;
-constexpr double kPanelGap = 20;
-constexpr double kPanelHeight = kTitleHeight + kChartHeight + kChartGap +
-                                kAddressHeight + kAxisHeight + kPanelGap;
-constexpr double kTotalWidth = kLeft + kPlotWidth + kRight;
-constexpr std::size_t kMaxExactBlocks = 20000;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+using namespace svg_internal;  // NOLINT: the picture's own parts
 
-std::string Escape(absl::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        // Control characters are not allowed in XML 1.0 at all.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') {
-          out += '?';
-        } else {
-          out += c;
-        }
+// `color` (#rrggbb) moved towards white (f > 0) or black (f < 0).
+std::string Shade(absl::string_view color, double f) {
+  std::string out = "#";
+  for (int i = 0; i < 3; ++i) {
+    int v = 0;
+    for (char c : color.substr(1 + 2 * i, 2)) {
+      v = v * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
     }
+    const double target = f > 0 ? 255.0 : 0.0;
+    const double mixed = v + (target - v) * std::fabs(f);
+    absl::StrAppendFormat(&out, "%02x", static_cast<int>(std::lround(mixed)));
   }
   return out;
 }
 
-std::string Bytes(double bytes) {
-  if (bytes >= kGiB) return absl::StrFormat("%.2f GiB", bytes / kGiB);
-  if (bytes >= 1024.0 * 1024.0) {
-    return absl::StrFormat("%.1f MiB", bytes / (1024.0 * 1024.0));
-  }
-  if (bytes >= 1024.0) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
-  return absl::StrFormat("%.0f B", bytes);
+// An in-use block's colour: its stream's hue in one of three shades by id,
+// the same in every panel (configurations stay comparable).
+std::string ColorOf(const TimelineBlock& b, const StreamIndex& streams) {
+  auto it = streams.find(b.stream);
+  const std::size_t hue = it == streams.end() ? 0 : it->second % kHues;
+  static constexpr double kShades[] = {0.0, 0.35, -0.25};
+  return Shade(kStreamHues[hue], kShades[b.id % 3]);
 }
 
-// A colour per id, stable between runs and pictures: the same allocation has
-// the same colour in every panel, which makes configurations comparable.
-std::string ColorOf(std::uint64_t id) {
-  std::uint64_t h = id * 0x9E3779B97F4A7C15ull;
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 32;
-  // HSL with fixed saturation and lightness, so that no block is too pale to
-  // see on white or too dark to tell from its neighbours.
-  const double hue = static_cast<double>(h % 360);
-  const double s = 0.55 + 0.25 * static_cast<double>((h >> 12) % 2);
-  const double l = 0.48 + 0.12 * static_cast<double>((h >> 20) % 2);
-  const double c = (1 - std::fabs(2 * l - 1)) * s;
-  const double x = c * (1 - std::fabs(std::fmod(hue / 60.0, 2.0) - 1));
-  const double m = l - c / 2;
-  double r = 0, g = 0, b = 0;
-  if (hue < 60) {
-    r = c, g = x;
-  } else if (hue < 120) {
-    r = x, g = c;
-  } else if (hue < 180) {
-    g = c, b = x;
-  } else if (hue < 240) {
-    g = x, b = c;
-  } else if (hue < 300) {
-    r = x, b = c;
-  } else {
-    r = c, b = x;
+std::string FillOf(const TimelineBlock& b, const StreamIndex& streams) {
+  switch (b.state) {
+    case TimelineBlock::State::kFreePending:
+      return "url(#pending)";
+    case TimelineBlock::State::kAsleep:
+      return "url(#asleep)";
+    case TimelineBlock::State::kInUse:
+      break;
   }
-  const auto to = [m](double v) {
-    return static_cast<int>(std::lround((v + m) * 255));
-  };
-  return absl::StrFormat("#%02x%02x%02x", to(r), to(g), to(b));
+  return ColorOf(b, streams);
 }
-
-// Address bands: unions of overlapping regions, in address order.
-struct Band {
-  std::uint64_t lo = 0;
-  std::uint64_t hi = 0;
-  double top = 0;  // pixels, relative to the address area
-  double height = 0;
-};
 
 std::vector<Band> MakeBands(const std::vector<TimelineRegion>& regions) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
@@ -139,7 +93,7 @@ std::vector<Band> MakeBands(const std::vector<TimelineRegion>& regions) {
     if (!bands.empty() && lo <= bands.back().hi) {
       bands.back().hi = std::max(bands.back().hi, hi);
     } else {
-      bands.push_back(Band{lo, hi, 0, 0});
+      bands.push_back(Band{lo, hi, 0, 0, 0});
     }
   }
   if (bands.empty()) return bands;
@@ -152,9 +106,12 @@ std::vector<Band> MakeBands(const std::vector<TimelineRegion>& regions) {
   double total = 0;
   for (const Band& b : bands) total += static_cast<double>(b.hi - b.lo);
   double y = 0;
+  std::uint64_t offset = 0;
   for (Band& b : bands) {
     b.height = std::max(1.0, usable * static_cast<double>(b.hi - b.lo) / total);
     b.top = y;
+    b.offset = offset;
+    offset += b.hi - b.lo;
     y += b.height + gap;
   }
   // Minimum heights may overshoot; squeeze everything back in.
@@ -185,80 +142,56 @@ double YOf(const Band& b, std::uint64_t address) {
                      static_cast<double>(b.hi - b.lo);
 }
 
-// `exact_peak`: the replay's peak reserved; the samples may fall between the
-// moments it was reached (platform mode frees at once), so the label says the
-// exact value and the dot sits on the highest sample.
-void AppendChart(const Timeline& t, std::uint64_t exact_peak, double x0,
-                 double y0, double xscale, std::string& out) {
-  absl::StrAppendFormat(&out,
-                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                        "height=\"%.1f\" fill=\"#f6f6f6\" stroke=\"#ccc\"/>\n",
-                        x0, y0, kPlotWidth, kChartHeight);
-  const std::size_t n = std::min(
-      {t.sample_ops.size(), t.sample_reserved.size(), t.sample_in_use.size()});
-  if (n == 0) {
-    absl::StrAppendFormat(&out,
-                          "<text x=\"%.1f\" y=\"%.1f\" class=\"s\">no "
-                          "samples</text>\n",
-                          x0 + 6, y0 + 16);
-    return;
+// The y axis: the offset into the bands at evenly spaced bytes, and a bar per
+// band whose tooltip names its addresses.
+void AppendYAxis(const std::vector<Band>& bands, double area_y,
+                 std::string& out) {
+  for (std::size_t i = 0; i < bands.size(); ++i) {
+    const Band& b = bands[i];
+    absl::StrAppendFormat(
+        &out,
+        "<rect x=\"%.1f\" y=\"%.2f\" width=\"4\" height=\"%.2f\" "
+        "fill=\"#888\"><title>range %d of %d: 0x%x to 0x%x (%s), offsets %s "
+        "to %s</title></rect>\n",
+        kLeft - 6, area_y + b.top, std::max(0.5, b.height), i + 1, bands.size(),
+        b.lo, b.hi, Escape(Bytes(static_cast<double>(b.hi - b.lo))),
+        Offset(b.offset), Offset(b.offset + (b.hi - b.lo)));
   }
-  std::uint64_t top = std::max<std::uint64_t>(1, exact_peak);
-  std::size_t peak = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    top = std::max({top, t.sample_reserved[i], t.sample_in_use[i]});
-    if (t.sample_reserved[i] > t.sample_reserved[peak]) peak = i;
-  }
-  const double ys = (kChartHeight - 6) / static_cast<double>(top);
-  const auto line = [&](const std::vector<std::uint64_t>& v,
-                        absl::string_view color) {
+  if (bands.empty()) return;
+  const std::uint64_t total =
+      bands.back().offset + (bands.back().hi - bands.back().lo);
+  // A step of 2^k MiB giving at most ~10 ticks.
+  std::uint64_t step = std::uint64_t{1} << 20;
+  while (total / step > 10) step *= 2;
+  double last = -1e9;
+  std::size_t k = 0;
+  for (std::uint64_t at = 0; at <= total; at += step) {
+    while (k + 1 < bands.size() && bands[k + 1].offset <= at) ++k;
+    const Band& b = bands[k];
+    const std::uint64_t into =
+        std::min<std::uint64_t>(at - b.offset, b.hi - b.lo);
+    const double y =
+        area_y + b.top +
+        b.height * static_cast<double>(into) / static_cast<double>(b.hi - b.lo);
+    if (y - last < 12) continue;
+    last = y;
     absl::StrAppendFormat(&out,
-                          "<polyline fill=\"none\" stroke=\"%s\" "
-                          "stroke-width=\"1.5\" points=\"",
-                          color);
-    for (std::size_t i = 0; i < n; ++i) {
-      absl::StrAppendFormat(&out, "%s%.1f,%.1f", i == 0 ? "" : " ",
-                            x0 + static_cast<double>(t.sample_ops[i]) * xscale,
-                            y0 + kChartHeight - static_cast<double>(v[i]) * ys);
-    }
-    out += "\"/>\n";
-  };
-  line(t.sample_reserved, "#1f5fbf");
-  line(t.sample_in_use, "#e07b00");
-  const double px = x0 + static_cast<double>(t.sample_ops[peak]) * xscale;
-  const double py =
-      y0 + kChartHeight - static_cast<double>(t.sample_reserved[peak]) * ys;
-  absl::StrAppendFormat(
-      &out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#1f5fbf\"/>\n", px,
-      py);
-  // The label sits on the side of the peak with more room.
-  const bool left = px > x0 + kPlotWidth * 0.7;
-  absl::StrAppendFormat(
-      &out,
-      "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" text-anchor=\"%s\">peak "
-      "reserved %.2f GiB</text>\n",
-      left ? px - 6 : px + 6, std::max(py + 4, y0 + 12), left ? "end" : "start",
-      static_cast<double>(std::max(exact_peak, t.sample_reserved[peak])) /
-          kGiB);
-  // Legend and scale.
-  absl::StrAppendFormat(
-      &out,
-      "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" text-anchor=\"end\">"
-      "<tspan fill=\"#1f5fbf\">reserved</tspan> / <tspan "
-      "fill=\"#e07b00\">in use</tspan></text>\n",
-      x0 - 6, y0 + 12);
-  absl::StrAppendFormat(&out,
-                        "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
-                        "text-anchor=\"end\">%s</text>\n",
-                        x0 - 6, y0 + 26,
-                        Escape(Bytes(static_cast<double>(top))));
+                          "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" "
+                          "y2=\"%.2f\" stroke=\"#555\"/>\n"
+                          "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
+                          "text-anchor=\"end\">%s</text>\n",
+                          kLeft - 12, y, kLeft - 8, y, kLeft - 14, y + 4,
+                          Offset(at));
+  }
 }
 
-void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
+void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
+                 std::string& out) {
   absl::StrAppendFormat(&out,
                         "<text x=\"%.1f\" y=\"%.1f\" class=\"t\">%s</text>\n",
                         kLeft, y0 + 18, Escape(panel.title));
-  const double chart_y = y0 + kTitleHeight;
+  const double caption_y = y0 + kTitleHeight;
+  const double chart_y = caption_y + kCaptionHeight;
   const double area_y = chart_y + kChartHeight + kChartGap;
   if (panel.result == nullptr) {
     absl::StrAppendFormat(&out,
@@ -271,6 +204,15 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
   const double num_ops =
       static_cast<double>(std::max<std::uint64_t>(1, t.num_ops));
   const double xscale = kPlotWidth / num_ops;
+  const std::vector<Band> bands = MakeBands(t.regions);
+  if (!bands.empty()) {
+    const std::vector<std::string> lines = Caption(*panel.result, bands);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      absl::StrAppendFormat(
+          &out, "<text x=\"%.1f\" y=\"%.1f\" class=\"c\">%s</text>\n", kLeft,
+          caption_y + 10 + 14 * static_cast<double>(i), Escape(lines[i]));
+    }
+  }
   AppendChart(t, panel.result->peak_bytes_reserved, kLeft, chart_y, xscale,
               out);
 
@@ -278,7 +220,6 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
                         "height=\"%.1f\" fill=\"#fcfcfc\" stroke=\"#bbb\"/>\n",
                         kLeft, area_y, kPlotWidth, kAddressHeight);
-  const std::vector<Band> bands = MakeBands(t.regions);
   if (bands.empty() || t.blocks.empty()) {
     absl::StrAppendFormat(
         &out, "<text x=\"%.1f\" y=\"%.1f\" class=\"s\">%s</text>\n", kLeft + 8,
@@ -288,37 +229,12 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
         : bands.empty() ? "no regions reserved"
                         : "no blocks");
   }
-
-  // Band labels: base address and span, on the left.
-  const double label_min_gap = 11;
-  double last_label = -1e9;
-  for (const Band& b : bands) {
-    const double y = area_y + b.top;
-    absl::StrAppendFormat(&out,
-                          "<rect x=\"%.1f\" y=\"%.2f\" width=\"4\" "
-                          "height=\"%.2f\" fill=\"#888\"/>\n",
-                          kLeft - 6, y, std::max(0.5, b.height));
-    if (y - last_label >= label_min_gap) {
-      absl::StrAppendFormat(&out,
-                            "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
-                            "text-anchor=\"end\">0x%x</text>\n",
-                            kLeft - 9, y + 9, b.lo);
-      last_label = y;
-      if (b.height >= 2 * label_min_gap) {
-        absl::StrAppendFormat(&out,
-                              "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
-                              "text-anchor=\"end\">%s</text>\n",
-                              kLeft - 9, y + 20,
-                              Escape(Bytes(static_cast<double>(b.hi - b.lo))));
-        last_label = y + 11;
-      }
-    }
-  }
+  AppendYAxis(bands, area_y, out);
 
   // Reserved memory over its lifetime, light grey under the blocks: grey
   // without a block is reserved but free, the fragmentation to be seen.
   // Each region's box over its lifetime, drawn twice: grey under the blocks,
-  // outlined above them.
+  // outlined above them (but for an expandable range's runs).
   struct Box {
     double x, y, w, h;
   };
@@ -341,7 +257,7 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
                           b.x, b.y, b.w, std::max(b.h, 0.5));
   }
 
-  // Blocks.
+  // Blocks, each with its addresses in a tooltip when drawn on its own.
   const bool merge = t.blocks.size() > kMaxExactBlocks;
   const int columns = static_cast<int>(kPlotWidth);
   const int rows = static_cast<int>(kAddressHeight);
@@ -378,10 +294,24 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
     const bool stroke = w >= 3 && h >= 3;
     absl::StrAppendFormat(&out,
                           "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                          "height=\"%.2f\" fill=\"%s\"%s/>\n",
+                          "height=\"%.2f\" fill=\"%s\"%s",
                           kLeft + x, area_y + y, std::max(w, 0.3),
-                          std::max(h, 0.3), ColorOf(blk.id),
+                          std::max(h, 0.3), FillOf(blk, streams),
                           stroke ? " class=\"k\"" : "");
+    if (merge) {
+      out += "/>\n";
+    } else {
+      absl::StrAppendFormat(
+          &out, "><title>0x%x, %s, ops %d to %d%s%s</title></rect>\n",
+          blk.address, Escape(Bytes(static_cast<double>(blk.size))),
+          blk.alloc_op, blk.free_op,
+          streams.size() > 1 ? absl::StrCat(", stream ", StreamName(blk.stream))
+                             : "",
+          blk.state == TimelineBlock::State::kFreePending
+              ? ", free, waiting for the stream"
+          : blk.state == TimelineBlock::State::kAsleep ? ", asleep"
+                                                       : "");
+    }
   }
   if (merge) {
     for (int c = 0; c < columns; ++c) {
@@ -397,8 +327,9 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
         }
         absl::StrAppendFormat(&out,
                               "<rect x=\"%d\" y=\"%.0f\" width=\"1\" "
-                              "height=\"%d\" fill=\"#777\"/>\n",
-                              static_cast<int>(kLeft) + c, area_y + r, e - r);
+                              "height=\"%d\" fill=\"%s\"/>\n",
+                              static_cast<int>(kLeft) + c, area_y + r, e - r,
+                              kMergedFill);
         r = e;
       }
     }
@@ -410,6 +341,7 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
   // those regions still show as the grey underneath.
   std::uint64_t thin_regions = 0;
   for (const Box& b : boxes) {
+    if (!Outlined(t)) break;
     if (b.h < 4) {
       ++thin_regions;
       continue;
@@ -433,8 +365,7 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
                           static_cast<std::uint64_t>(std::llround(
                               static_cast<double>(t.num_ops) * i / 4.0)));
   }
-  std::string note = absl::StrFormat("%d blocks, %d regions", t.blocks.size(),
-                                     t.regions.size());
+  std::string note = absl::StrFormat("%d blocks", t.blocks.size());
   if (merged > 0) {
     absl::StrAppendFormat(&note,
                           "; %d blocks narrower than a pixel drawn merged "
@@ -442,7 +373,7 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
                           merged);
   }
   if (thin_regions > 0) {
-    absl::StrAppendFormat(&note, " (%d too thin to outline; grey = reserved)",
+    absl::StrAppendFormat(&note, "; %d regions too thin to outline",
                           thin_regions);
   }
   if (outside > 0) {
@@ -459,34 +390,52 @@ void AppendPanel(const SvgPanel& panel, double y0, std::string& out) {
   absl::StrAppendFormat(
       &out,
       "<text class=\"s\" text-anchor=\"middle\" transform=\"translate(%.1f "
-      "%.1f) rotate(-90)\">address (regions in address order, growing "
-      "down)</text>\n",
-      12.0, area_y + kAddressHeight / 2);
+      "%.1f) rotate(-90)\">%s</text>\n",
+      12.0, area_y + kAddressHeight / 2,
+      bands.size() > 1 ? "bytes into the address ranges, stacked in address "
+                         "order (gaps not to scale)"
+                       : "bytes into the address range, growing down");
 }
 
 }  // namespace
 
 std::string RenderSvg(const std::vector<SvgPanel>& panels) {
+  const Present present = Survey(panels);
+  std::string legend;
+  const double legend_height = AppendLegend(present, legend);
   const double height =
+      legend_height +
       std::max<double>(1, static_cast<double>(panels.size())) * kPanelHeight;
   std::string out = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" "
       "width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n"
       "<style>.t{font:bold 14px sans-serif}.s{font:11px sans-serif;"
-      "fill:#222}.k{stroke:#000;stroke-opacity:0.35;stroke-width:0.5}"
-      ".g{fill:#e4e4e4}.r{fill:none;stroke:#333;stroke-width:0.8;stroke-"
+      "fill:#222}.c{font:italic 11px sans-serif;fill:#444}"
+      ".k{stroke:#000;stroke-opacity:0.35;stroke-width:0.5}"
+      ".g{fill:%s}.r{fill:none;stroke:#333;stroke-width:0.8;stroke-"
       "dasharray:4 3}"
       "</style>\n"
+      "<defs><pattern id=\"pending\" width=\"6\" height=\"6\" "
+      "patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+      "<rect width=\"6\" height=\"6\" fill=\"#fde8b0\"/><rect width=\"3\" "
+      "height=\"6\" fill=\"#e0a020\"/></pattern>"
+      "<pattern id=\"asleep\" width=\"6\" height=\"6\" "
+      "patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(-45)\">"
+      "<rect width=\"6\" height=\"6\" fill=\"#ece4f6\"/><rect width=\"3\" "
+      "height=\"6\" fill=\"#9b7fc4\"/></pattern></defs>\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
-      kTotalWidth, height, kTotalWidth, height);
+      kTotalWidth, height, kTotalWidth, height, kFree);
+  out += legend;
   if (panels.empty()) {
     absl::StrAppendFormat(&out,
-                          "<text x=\"%.1f\" y=\"40\" class=\"s\">nothing to "
+                          "<text x=\"%.1f\" y=\"%.1f\" class=\"s\">nothing to "
                           "draw</text>\n",
-                          kLeft);
+                          kLeft, legend_height + 30);
   }
   for (std::size_t i = 0; i < panels.size(); ++i) {
-    AppendPanel(panels[i], static_cast<double>(i) * kPanelHeight, out);
+    AppendPanel(panels[i],
+                legend_height + static_cast<double>(i) * kPanelHeight,
+                present.streams, out);
   }
   out += "</svg>\n";
   return out;

@@ -16,12 +16,18 @@ struct SvgPanel {
   const ReplayResult* result = nullptr;  // with a recorded timeline
 };
 
-// One panel per (trace, configuration), stacked vertically. In each: x is the
-// op index; y is the address, regions stacked in address order with thin gaps
-// (so regions far apart in the address space stay readable); each block is a
-// rectangle over its lifetime, coloured by its id; the region outlines show
-// what was reserved when; a line above shows reserved and in-use bytes over
-// time, with the peak marked. Self-contained SVG 1.1, no scripts.
+// A legend of the colours at the top, then one panel per (trace,
+// configuration), stacked vertically. In each: a caption saying what the
+// panel shows, what to look for, how many regions there were and how the y
+// extent compares with the peak reserved; a line chart of reserved and in-use
+// bytes over time, with the peak marked; and the address area: x is the op
+// index, y the offset into the address ranges reserved at some moment
+// (regions stacked in address order with thin gaps, so that regions far apart
+// in the address space stay readable; addresses in tooltips). Each block is a
+// rectangle over its lifetime in its stream's colour (or hatched: free but
+// waiting for its stream, asleep); grey is reserved and free, white not
+// reserved; separate regions are outlined over their lifetimes.
+// Self-contained SVG 1.1, no scripts.
 std::string RenderSvg(const std::vector<SvgPanel>& panels);
 
 }  // namespace gpualloc::replay
