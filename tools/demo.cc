@@ -6,7 +6,8 @@
 // growth modes (preallocate 75%, grow on demand) and prints what the allocator
 // reports: the statistics, the backend calls they cost, and the regions.
 //
-// Usage: gpualloc-demo [--profile NAME] (any profile of gpualloc/arch.h)
+// Usage: gpualloc-demo [--profile NAME] (any profile of gpualloc/arch.h).
+// Reads the command line only.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -100,6 +101,7 @@ bool Run(const char* label, const gpualloc::Options& options,
                      std::string(st.message()).c_str());
         return false;
       }
+      ptrs[s.bytes_or_index] = nullptr;
     }
   }
   const double ns = std::chrono::duration<double, std::nano>(
@@ -108,19 +110,30 @@ bool Run(const char* label, const gpualloc::Options& options,
   const Stats st = a.GetStats();
   const absl::Status valid = a.Validate();
   const gpualloc::Snapshot snap = a.GetSnapshot();
-  std::printf("%-22s %9.3f %9.3f %9.3f %8.1f%% %6zu %6llu %6llu %7.1f %s\n",
-              label, st.peak_bytes_requested / kGiB,
-              st.peak_bytes_in_use / kGiB, st.peak_bytes_reserved / kGiB,
-              st.peak_bytes_reserved == 0
-                  ? 0.0
-                  : 100.0 * st.peak_bytes_requested / st.peak_bytes_reserved,
-              failed, static_cast<unsigned long long>(st.backend_allocs),
-              static_cast<unsigned long long>(snap.regions.size()),
-              ns / steps.size(),
-              valid.ok() ? "ok" : std::string(valid.message()).c_str());
+  const std::string backend = std::to_string(st.backend_allocs) + "/" +
+                              std::to_string(st.backend_frees);
+  std::printf(
+      "%-22s  %14.3f  %11.3f  %13.3f  %10.1f%%  %4zu  %11s  %7llu  %6.1f  %s\n",
+      label, st.peak_bytes_requested / kGiB, st.peak_bytes_in_use / kGiB,
+      st.peak_bytes_reserved / kGiB,
+      st.peak_bytes_reserved == 0
+          ? 0.0
+          : 100.0 * st.peak_bytes_requested / st.peak_bytes_reserved,
+      failed, backend.c_str(),
+      static_cast<unsigned long long>(snap.regions.size()), ns / steps.size(),
+      valid.ok() ? "ok" : std::string(valid.message()).c_str());
   if (!first_oom.empty()) {
     std::printf("  first of %zu out-of-memory reports: %s\n", failed,
                 first_oom.c_str());
+  }
+  // The weights were live to the end; they go back before the allocator.
+  for (void* p : ptrs) {
+    if (p == nullptr) continue;
+    if (absl::Status st = a.Deallocate(p); !st.ok()) {
+      std::fprintf(stderr, "gpualloc-demo: %s\n",
+                   std::string(st.message()).c_str());
+      return false;
+    }
   }
   return valid.ok();
 }
@@ -133,8 +146,16 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
       profile = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: gpualloc-demo [--profile NAME]\n");
-      return 2;
+      const bool help = std::strcmp(argv[i], "--help") == 0 ||
+                        std::strcmp(argv[i], "-h") == 0;
+      std::fprintf(help ? stdout : stderr,
+                   "usage: gpualloc-demo [--profile NAME]\n\n"
+                   "Reads: the command line only (no configuration, no "
+                   "environment).\n"
+                   "A short tour of the allocator modes on a simulated device "
+                   "(default h200).\ntools/demo.sh is the main demo: real "
+                   "traces next to PyTorch.\n");
+      return help ? 0 : 2;
     }
   }
   auto p = gpualloc::FindArchProfile(profile);
@@ -151,9 +172,10 @@ int main(int argc, char** argv) {
       steps.size(), std::string((*p)->name).c_str(),
       std::string((*p)->description).c_str(), (*p)->memory_bytes / kGiB,
       static_cast<unsigned long long>((*p)->recommended_granularity / kMiB));
-  std::printf("%-22s %9s %9s %9s %9s %6s %6s %6s %7s %s\n", "configuration",
-              "req GiB", "use GiB", "rsv GiB", "util", "ooms", "bk.al", "regns",
-              "ns/op", "valid");
+  std::printf("%-22s  %14s  %11s  %13s  %11s  %4s  %11s  %7s  %6s  %s\n",
+              "configuration", "peak requested", "peak in use", "peak reserved",
+              "utilization", "ooms", "backend a/f", "regions", "ns/op",
+              "valid");
 
   struct Config {
     const char* label;
@@ -173,9 +195,23 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (const Config& c : configs) ok &= Run(c.label, c.options, profile, steps);
   std::printf(
-      "\nreq/use/rsv: peak bytes requested / in use (rounded chunks) / "
-      "reserved from "
-      "the device;\nutil = peak requested / peak reserved; bk.al = backend "
-      "allocations (cudaMalloc-like calls).\n");
+      "\nColumns (sizes in GiB; \"peak\": the highest value during the "
+      "run):\n"
+      "  peak requested  the most bytes live at once, as requested\n"
+      "  peak in use     the same in the allocator's chunks (requests rounded "
+      "up)\n"
+      "  peak reserved   the most device memory the allocator held at once\n"
+      "  utilization     peak requested / peak reserved\n"
+      "  ooms            allocations refused for lack of memory\n"
+      "  backend a/f     device allocations / frees made (cudaMalloc/cudaFree, "
+      "or with expandable\n"
+      "                  regions the mapping / unmapping of one physical "
+      "piece)\n"
+      "  regions         regions at the end (with expandable regions: mapped "
+      "runs of the one\n"
+      "                  reserved address range)\n"
+      "  ns/op           the allocator's wall time per allocate/free on this "
+      "machine\n"
+      "  valid           the allocator's own consistency check at the end\n");
   return ok ? 0 : 1;
 }
