@@ -42,7 +42,32 @@
 namespace gpualloc::replay {
 namespace {
 
-using namespace svg_internal;  // NOLINT: the picture's own parts
+using svg_internal::AppendChart;
+using svg_internal::AppendLegend;
+using svg_internal::Band;
+using svg_internal::Bytes;
+using svg_internal::Caption;
+using svg_internal::Escape;
+using svg_internal::kAddressHeight;
+using svg_internal::kCaptionHeight;
+using svg_internal::kChartGap;
+using svg_internal::kChartHeight;
+using svg_internal::kFree;
+using svg_internal::kHues;
+using svg_internal::kLeft;
+using svg_internal::kMaxExactBlocks;
+using svg_internal::kMergedFill;
+using svg_internal::kPanelHeight;
+using svg_internal::kPlotWidth;
+using svg_internal::kStreamHues;
+using svg_internal::kTitleHeight;
+using svg_internal::kTotalWidth;
+using svg_internal::Offset;
+using svg_internal::Outlined;
+using svg_internal::Present;
+using svg_internal::StreamIndex;
+using svg_internal::StreamName;
+using svg_internal::Survey;
 
 // `color` (#rrggbb) moved towards white (f > 0) or black (f < 0).
 std::string Shade(absl::string_view color, double f) {
