@@ -50,7 +50,10 @@ fi
   ga_install_deps
   ga_setup
   replay_target=tools/gpualloc-replay
-  if ninja -C "$GPUALLOC_BUILD_DIR" -t targets all 2>/dev/null | grep -q "^${replay_target}:"; then
+  # The list is read whole first: under pipefail, grep -q leaving early would
+  # fail ninja with SIGPIPE now and then, and the demo with it.
+  targets=$(ninja -C "$GPUALLOC_BUILD_DIR" -t targets all 2>/dev/null || true)
+  if grep -q "^${replay_target}:" <<<"$targets"; then
     ga_compile "$replay_target"
   else
     echo "demo.sh: the build defines no ${replay_target} target (-Dtools=false?)" >&2
