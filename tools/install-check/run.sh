@@ -45,7 +45,9 @@ export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "${CC:-cc}" "$root/examples/embed.c" $(pkg-config --cflags gpualloc) \
   $(pkg-config --static --libs gpualloc | sed 's/-lgpualloc\b/-l:libgpualloc.a/') \
   -o "$work/embed-static"
-if ldd "$work/embed-static" | grep -q 'libgpualloc\.so'; then
+# (Outputs are captured before grep: with pipefail, grep -q leaving early
+# would fail the pipeline when the writer gets SIGPIPE.)
+if grep -q 'libgpualloc\.so' <<<"$(ldd "$work/embed-static")"; then
   echo "install-check: embed-static links the shared library" >&2
   exit 1
 fi
@@ -89,7 +91,7 @@ static_libs="$(pkg-config --static --libs gpualloc | sed -E 's/-l(gpualloc|absl_
 # shellcheck disable=SC2086
 "${CXX:-c++}" "$work/app.o" $static_libs -o "$work/app-c-static"
 for app in app-cc-static app-c-static; do
-  if ldd "$work/$app" | grep -Eq 'libgpualloc|libabsl'; then
+  if grep -Eq 'libgpualloc|libabsl' <<<"$(ldd "$work/$app")"; then
     echo "install-check: $app links a shared gpualloc or Abseil:" >&2
     ldd "$work/$app" >&2
     exit 1
@@ -110,7 +112,8 @@ executable('consumer', 'consumer.cc', dependencies: gpualloc)
 MESON
 unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 meson setup "$work/sub/build" "$work/sub" >/dev/null
-if ninja -C "$work/sub/build" -t targets all | grep -Eq '^subprojects/gpualloc/(tests|tools)/'; then
+sub_targets="$(ninja -C "$work/sub/build" -t targets all)"
+if grep -Eq '^subprojects/gpualloc/(tests|tools)/' <<<"$sub_targets"; then
   echo "install-check: as a subproject, gpualloc builds its tools or tests by default" >&2
   exit 1
 fi
