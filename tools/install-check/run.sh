@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs a built tree into a staging directory, then compiles and runs a
 # consumer against it through pkg-config alone (the C++ consumer, and the C
-# example examples/embed.c linked shared and static), loads the installed
-# PyTorch hook, builds a Meson project that takes gpualloc as a subproject, and
-# a CMake project that finds it with find_package (tools/install-check/cmake).
+# example examples/embed.c linked shared and static, and the README's C++ and C
+# examples as the README builds them), loads the installed PyTorch hook, builds
+# a Meson project that takes gpualloc as a subproject (and checks that it
+# leaves gpualloc's tools and tests out), and a CMake project that finds it
+# with find_package (tools/install-check/cmake).
 #   tools/install-check/run.sh [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -24,6 +26,8 @@ for f in "$libdir/libgpualloc.so" "$libdir/libgpualloc.a" \
 done
 [[ -n "$(find "$work/stage" -path '*/include/gpualloc/gpualloc.h' -print -quit)" ]] ||
   { echo "install-check: gpualloc/gpualloc.h not installed" >&2; exit 1; }
+[[ -n "$(find "$work/stage" -path '*/share/doc/gpualloc/LICENSE' -print -quit)" ]] ||
+  { echo "install-check: share/doc/gpualloc/LICENSE not installed" >&2; exit 1; }
 # The staged shared library is not on the loader's path.
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # shellcheck disable=SC2046  # pkg-config prints several flags
@@ -41,7 +45,9 @@ export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "${CC:-cc}" "$root/examples/embed.c" $(pkg-config --cflags gpualloc) \
   $(pkg-config --static --libs gpualloc | sed 's/-lgpualloc\b/-l:libgpualloc.a/') \
   -o "$work/embed-static"
-if ldd "$work/embed-static" | grep -q 'libgpualloc\.so'; then
+# (Outputs are captured before grep: with pipefail, grep -q leaving early
+# would fail the pipeline when the writer gets SIGPIPE.)
+if grep -q 'libgpualloc\.so' <<<"$(ldd "$work/embed-static")"; then
   echo "install-check: embed-static links the shared library" >&2
   exit 1
 fi
@@ -55,19 +61,63 @@ if [[ -x "$build/tests/torch_hook_harness" ]]; then
     { echo "$out" >&2; exit 1; }
 fi
 
-# As a Meson subproject: dependency('gpualloc') resolved by override_dependency.
+# The README's example programs (the C++ and the C block with a main), built
+# as the README says: shared, and static with Abseil's archives too.
+python3 - "$root/README.md" "$work" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+found = {}
+for lang, body in re.findall(r"```(c\+\+|c)\n(.*?)```", text, re.S):
+    name = "app.cc" if lang == "c++" else "app.c"
+    if "int main" in body and name not in found:
+        found[name] = body
+for name in ("app.cc", "app.c"):
+    if name not in found:
+        sys.exit("install-check: README.md has no complete %s example" % name)
+    open("%s/%s" % (sys.argv[2], name), "w").write(found[name])
+PY
+# shellcheck disable=SC2046
+"${CXX:-c++}" -std=c++20 "$work/app.cc" $(pkg-config --cflags --libs gpualloc) -o "$work/app-cc"
+"$work/app-cc" >/dev/null
+# shellcheck disable=SC2046
+"${CC:-cc}" "$work/app.c" $(pkg-config --cflags --libs gpualloc) -o "$work/app-c"
+"$work/app-c" >/dev/null
+static_libs="$(pkg-config --static --libs gpualloc | sed -E 's/-l(gpualloc|absl_[a-z0-9_]+)/-l:lib\1.a/g')"
+# shellcheck disable=SC2046,SC2086
+"${CXX:-c++}" -std=c++20 "$work/app.cc" $(pkg-config --cflags gpualloc) $static_libs \
+  -o "$work/app-cc-static"
+# shellcheck disable=SC2046
+"${CC:-cc}" -c "$work/app.c" $(pkg-config --cflags gpualloc) -o "$work/app.o"
+# shellcheck disable=SC2086
+"${CXX:-c++}" "$work/app.o" $static_libs -o "$work/app-c-static"
+for app in app-cc-static app-c-static; do
+  if grep -Eq 'libgpualloc|libabsl' <<<"$(ldd "$work/$app")"; then
+    echo "install-check: $app links a shared gpualloc or Abseil:" >&2
+    ldd "$work/$app" >&2
+    exit 1
+  fi
+  "$work/$app" >/dev/null
+done
+
+# As a Meson subproject: dependency('gpualloc') resolved by
+# override_dependency. With no options given, the subproject builds the
+# library and the PyTorch hook, not gpualloc's tools and tests.
 mkdir -p "$work/sub/subprojects"
 ln -s "$root" "$work/sub/subprojects/gpualloc"
 cp "$root/tools/install-check/consumer.cc" "$work/sub/"
 cat >"$work/sub/meson.build" <<'MESON'
 project('gpualloc-subproject-check', 'cpp', default_options: ['cpp_std=c++20'])
-gpualloc = dependency('gpualloc', fallback: ['gpualloc', 'gpualloc_dep'],
-  default_options: ['tests=disabled', 'tools=false'])
+gpualloc = dependency('gpualloc', fallback: ['gpualloc', 'gpualloc_dep'])
 executable('consumer', 'consumer.cc', dependencies: gpualloc)
 MESON
 unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 meson setup "$work/sub/build" "$work/sub" >/dev/null
-ninja -C "$work/sub/build" >/dev/null
+sub_targets="$(ninja -C "$work/sub/build" -t targets all)"
+if grep -Eq '^subprojects/gpualloc/(tests|tools)/' <<<"$sub_targets"; then
+  echo "install-check: as a subproject, gpualloc builds its tools or tests by default" >&2
+  exit 1
+fi
+ninja -C "$work/sub/build" ${NINJA_JOBS:+-j "$NINJA_JOBS"} >/dev/null
 "$work/sub/build/consumer"
 
 # As a CMake package: find_package(gpualloc) in the staged prefix gives the
@@ -89,4 +139,4 @@ if [[ "$(ldd "$work/cmake/embed-static")" == *libgpualloc.so* ]]; then
 fi
 "$work/cmake/consumer"
 "$work/cmake/embed-static" >/dev/null
-echo "install-check: installed copy (C++ consumer, C example shared and static, PyTorch hook), subproject and CMake package all work"
+echo "install-check: installed copy (C++ consumer, C example shared and static, the README's examples shared and static, PyTorch hook), subproject (library only by default) and CMake package all work"
