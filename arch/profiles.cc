@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // arch/profiles.cc: the architecture profile table and its lookups.
 //
 // One row per product or fallback. Every row names the public sources of its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/layer.h: included by every header of backends/, so that a file of a
 // lower layer (core/ or arch/) that includes one fails to build. Each layer's
 // Meson library compiles with -DGPUALLOC_LAYER=<its level> (meson.build: arch

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/vendor_backends.h: how the vendor backends plug into the registry.
 //
 // backends/cuda and backends/hip each define their pair of functions below

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/address_map.h: in-use chunk address -> chunk id, for Deallocate.
 //
 // Open addressing with linear probing and backward-shift deletion (no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/alignment.h: the check every mode makes of a requested alignment.
 #ifndef GPUALLOC_CORE_ALIGNMENT_H_
 #define GPUALLOC_CORE_ALIGNMENT_H_

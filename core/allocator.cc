@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/allocator.cc: the BFC facade (core/bfc_allocator.h): construction,
 // queries, Trim, Validate and statistics; CreateAllocator.
 #include "gpualloc/allocator.h"

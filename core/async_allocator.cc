@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/async_allocator.cc: allocator=async (JAX's cuda_async, TensorFlow's
 // GpuCudaMallocAsyncAllocator, PyTorch's CUDAMallocAsyncAllocator): every
 // Allocate is one allocation from the backend's stream-ordered pool

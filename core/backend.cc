@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/backend.cc: the vendor-neutral parts of the Backend interface.
 
 #include "gpualloc/backend.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc.cc: best-fit with coalescing over regions: the allocate and free
 // paths and the stream conditions they keep (regions: core/bfc_regions.cc;
 // Validate, diagnosis and snapshot: core/bfc_check.cc).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc.h: best-fit with coalescing over regions: the allocator's algorithm.
 //
 // Model. The core is given regions: contiguous device address ranges that some

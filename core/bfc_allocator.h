@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc_allocator.h: the BFC allocator facade (Options::mode kBfc): the
 // lock, growth, garbage collection, statistics, out-of-memory reports and
 // private pools around BfcCore.

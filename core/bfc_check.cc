@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc_check.cc: BfcCore's invariant check (Validate, the invariants of
 // core/bfc.h by name), the diagnosis of a bad address, the pending-stream
 // queries the out-of-memory path asks, and the snapshot.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc_pools.cc: the BFC facade's private pools and graph capture
 // (core/private_pools.h).
 #include "absl/strings/str_format.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc_regions.cc: BfcCore's regions: adding, joining and removing them,
 // carving preallocated space, and the queries over a region's chunks (the
 // cold side of core/bfc.cc, which keeps the allocate and free paths).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc_slow_path.cc: the BFC facade when no free chunk fits: growth,
 // waiting for other streams' frees, garbage collection, out-of-memory reports.
 #include "absl/strings/str_format.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/bfc_tags.cc: the BFC facade's tagged memory and Sleep / Wake
 // (Allocator::Sleep). A tag's memory is a pool of its own (tags_, keyed by
 // the tag) whose slabs, with expandable regions, are mappings of their own:

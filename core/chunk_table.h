@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/chunk_table.h: chunk records, referred to by 32-bit handles.
 //
 // A chunk is a contiguous piece of a region, either handed out (in use) or

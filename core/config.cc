@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/config.cc: the configuration string, the environment and the defaults
 // resolved into allocator Options.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/config_env.cc: the environments config.h offers (the process's and a
 // map), the names of the variables they hold, and reading one variable.
 #include <unistd.h>  // environ

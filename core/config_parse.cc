@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/config_parse.cc: the scalar parsers of core/config_parse.h, the
 // splitting and translation of PyTorch's allocator configuration, and the
 // names of config.h's enumerations.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/config_parse.h: the scalar parsers behind the configuration keys
 // (core/config.cc): booleans, fractions, sizes, keywords, architecture names,
 // and the error messages that name where a bad value came from; reading the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/expandable.cc: growth planning and the mappings of expandable regions.
 #include "core/expandable.h"
 

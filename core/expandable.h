@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/expandable.h: expandable regions: one reserved address range, grown
 // by mapping physical granules into it.
 //

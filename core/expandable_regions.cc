@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/expandable_regions.cc: growth by mapping granules into one reserved
 // address range (core/expandable.h), the core seeing each maximal mapped run
 // as one region (core/region_source.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/fences.h: when a free chunk may be handed to a stream.
 //
 // docs/ARCHITECTURE.md, "Stream-ordered frees": Deallocate(p, S) says that all

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/format_bytes.cc: see format_bytes.h.
 #include "core/format_bytes.h"
 

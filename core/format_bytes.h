@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/format_bytes.h: byte counts for people, in messages.
 #ifndef GPUALLOC_CORE_FORMAT_BYTES_H_
 #define GPUALLOC_CORE_FORMAT_BYTES_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/free_bins.cc: best-fit index over free chunks (intrusive treaps).
 #include "core/free_bins.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/free_bins.h: the free chunks, indexed for best fit.
 //
 // Model: one treap per size class (core/size_class.h), ordered by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/growth.cc: region sizes to ask the backend for.
 #include "core/growth.h"
 

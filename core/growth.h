@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/growth.h: how much device memory to ask for when the allocator must
 // grow.
 //

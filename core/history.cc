@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/history.cc: the allocation history's ring buffer and the interned
 // per-thread contexts.
 #include "core/history.h"

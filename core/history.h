@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/history.h: the allocation history (Options::history): a ring buffer
 // of allocator events made once at creation, and the per-thread context
 // (SetThreadContext) stored with each event.

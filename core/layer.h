@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/layer.h: included by every header of core/, so that a file of a
 // lower layer (arch/) that includes one fails to build. Each layer's Meson
 // library compiles with -DGPUALLOC_LAYER=<its level> (meson.build: arch 0,

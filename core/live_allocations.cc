@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/live_allocations.cc: see live_allocations.h.
 #include "core/live_allocations.h"
 

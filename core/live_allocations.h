@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/live_allocations.h: bookkeeping shared by the allocator modes that hand
 // every request to the device (platform: one backend allocation each; async:
 // one pool allocation each): the live allocations, their statistics, the

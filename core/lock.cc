@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/lock.cc: the contended paths of core::Lock (Linux futex).
 #include "core/lock.h"
 

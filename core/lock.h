@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/lock.h: the allocator's lock, with Abseil's thread-safety annotations so
 // that clang's -Wthread-safety checks every guarded member.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/modes.h: the allocator modes other than BFC (docs/ARCHITECTURE.md,
 // "Allocator modes"), created
 // by CreateAllocator according to Options::mode.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/oom_message.cc: see oom_message.h.
 #include "core/oom_message.h"
 

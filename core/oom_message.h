@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/oom_message.h: the out-of-memory messages of the modes that hand every
 // request to the device (platform and async), and the out-of-memory handler
 // call every mode makes (Allocator::SetOutOfMemoryHandler).

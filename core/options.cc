@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/options.cc: validation and defaults of allocator Options.
 #include "core/options.h"
 

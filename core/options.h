@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/options.h: checks allocator Options against a device and fills in
 // defaults.
 #ifndef GPUALLOC_CORE_OPTIONS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/plan_block.cc: see plan_block.h.
 #include "core/plan_block.h"
 

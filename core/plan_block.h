@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/plan_block.h: the device block behind one Allocate of the modes that
 // hand every request to the device (platform and async), and the pointer handed
 // out inside it.

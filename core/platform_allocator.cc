@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/platform_allocator.cc: allocator=platform (JAX's
 // XLA_PYTHON_CLIENT_ALLOCATOR=platform): every Allocate is one backend
 // Allocate and every Deallocate one backend Free, at once. Nothing is cached,

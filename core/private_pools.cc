@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/private_pools.cc: private memory pools carved from slabs of general
 // memory.
 #include "core/private_pools.h"

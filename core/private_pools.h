@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/private_pools.h: private memory pools for graph capture
 // (docs/ARCHITECTURE.md, "Private pools and graph capture").
 //

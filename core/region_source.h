@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/region_source.h: where the BFC allocator's regions come from.
 //
 // The facade (core/allocator.cc) holds the lock, the BFC core, the stream

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/separate_regions.cc: growth by separate backend allocations, each one
 // region of the core (core/region_source.h).
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/size_class.h: size arithmetic and the size classes that index the free
 // bins.
 //

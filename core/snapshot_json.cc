@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/snapshot_json.cc: SnapshotToJson and SnapshotFromJson (see
 // gpualloc/snapshot_json.h).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/status_macros.h: the two status-propagation macros Debian's Abseil
 // lacks, and the debug-check macros selected by the debug_checks build option.
 #ifndef GPUALLOC_CORE_STATUS_MACROS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/stream_order.cc: lazily recorded events behind stream-ordered frees.
 #include "core/stream_order.h"
 

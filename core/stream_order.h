@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/stream_order.h: the events behind stream-ordered frees.
 //
 // The BFC facade stamps every free with stamp() (core/fences.h) and hands the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/torch_snapshot.cc: a Snapshot as PyTorch's memory snapshot pickle
 // (gpualloc/torch_snapshot.h).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* examples/embed.c: a C program using gpualloc through its C API only, built
  * against an installed copy:
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/pytorch_pluggable.py: PyTorch allocating through gpualloc.
 
     GPUALLOC_PREALLOCATE=false python3 examples/pytorch_pluggable.py \

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // runtime/backend_factory.cc: the backend a configuration names
 // (gpualloc/registry.h's CreateBackend and DeviceCount), and the checks of a
 // configuration that need no device call.

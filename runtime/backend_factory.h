@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // runtime/backend_factory.h: what the device registry asks of the backend
 // factory (runtime/backend_factory.cc) besides gpualloc/registry.h's
 // CreateBackend and DeviceCount.

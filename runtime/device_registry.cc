@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // runtime/device_registry.cc: one allocator per device, created on first use
 // (gpualloc/registry.h's DeviceRegistry).
 #include <atomic>

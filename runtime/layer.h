@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // runtime/layer.h: included by every header of runtime/, so that a file of a
 // lower layer (backends/, core/ or arch/) that includes one fails to build.
 // Each layer's Meson library compiles with -DGPUALLOC_LAYER=<its level>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/test_util.h: helpers shared by the test programs.
 #ifndef GPUALLOC_TESTS_TEST_UTIL_H_
 #define GPUALLOC_TESTS_TEST_UTIL_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/demo.cc: gpualloc-demo, a short tour of the allocator modes on a
 // simulated device.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tools/device-check.sh: the checks that need an NVIDIA GPU, in one run that
 # fits in 5 minutes on one H200.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/gen_main.cc: gpualloc-gen, deterministic multi-stream allocation
 // traces in the project CSV (tools/replay/workload_gen.h).
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/info.cc: gpualloc-info, what gpualloc would do on this machine.
 //
 // Resolves the configuration (a configuration string, then the process

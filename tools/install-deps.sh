@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian 12 packages gpualloc's build, tests and CI need.
 #
 # Idempotent: every package is checked with dpkg-query first, so on a ready

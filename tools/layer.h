@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/layer.h: included by every header of tools/, so that a file of a
 // lower layer (bindings/, runtime/, backends/, core/ or arch/) that includes
 // one fails to build. Each layer's Meson library compiles with

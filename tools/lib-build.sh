@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Shared by tools/test.sh, tools/demo.sh and .ci/run: source it, don't run it.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay_main.cc: gpualloc-replay, real traces replayed against one or
 // more configurations side by side.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/soak.cc: gpualloc-soak, long random multi-stream runs of every
 // allocator mode on the simulator, checked against a shadow model after every
 // operation (tools/soak/soak_lib.h says what is generated and checked).

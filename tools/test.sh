@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's test command: install missing deps, configure, build, run every
 # test, then print one summary line counted per GoogleTest testcase:
 #     tests: N passed, M failed, K skipped

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Prints one summary line for a `meson test` run, counted per GoogleTest testcase.
 
     tools/test_summary.py --build-dir build [--since STAMP_FILE] [--meson-rc RC]

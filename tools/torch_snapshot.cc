@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/torch_snapshot.cc: gpualloc-torch-snapshot, a JSON allocator
 // snapshot (gpualloc/snapshot_json.h, with its history) as the pickle
 // PyTorch's torch.cuda.memory._dump_snapshot writes, for

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Convert a PyTorch CUDA memory snapshot to a gpualloc trace CSV.
 
 Usage:

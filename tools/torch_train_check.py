@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Trains a small transformer for a few steps on the GPU and reports its memory.
 
     tools/torch_train_check.py --allocator native

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/common/backend_calls.h: the Backend calls (gpualloc/backend.h)
 // every vendor backend overrides, declared once. Inside a class derived from
 // Backend:

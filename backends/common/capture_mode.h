@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/common/capture_mode.h: gpualloc's CaptureMode and "is capturing"
 // to and from a vendor's stream-capture enums (CUstreamCaptureMode and
 // CUstreamCaptureStatus; hipStreamCaptureMode and hipStreamCaptureStatus),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/common/host_copy.h: the argument check every backend makes before
 // a copy between device and host memory (Backend::CopyToHost, CopyFromHost),
 // so that a null host pointer never reaches a vendor call.

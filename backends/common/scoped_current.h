@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/common/scoped_current.h: makes a vendor's "current" thing (CUDA's
 // context, HIP's device) the one a backend call needs on the calling thread,
 // and puts the thread's previous one back when the call returns, so that a

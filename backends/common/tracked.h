@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/common/tracked.h: giving back something a backend handed out and
 // keeps in its books (a plain block, an event, a pool block).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/common/vmm_ledger.cc: the virtual-memory rule checks.
 #include "backends/common/vmm_ledger.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/common/vmm_ledger.h: the Backend's virtual-memory rules
 // (gpualloc/backend.h), written once for every backend: the size, address and
 // alignment rules (VmmRules, which the simulator checks too), and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_backend.cc: the CUDA driver-API backend over an
 // entry-point table.
 #include "backends/cuda/cuda_backend.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_backend.h: the CUDA driver-API backend.
 //
 // One CudaBackend drives one device through an entry-point table

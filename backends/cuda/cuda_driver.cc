@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_driver.cc: loading libcuda.so.1 and resolving its entry
 // points; CUresult -> absl::Status.
 #include "backends/cuda/cuda_driver.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_driver.h: the CUDA driver's entry points, loaded at run
 // time, and CUresult -> absl::Status.
 //

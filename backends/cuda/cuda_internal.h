@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_internal.h: what the CUDA backend's sources share:
 // handle conversions, the primary-context switch and the per-call wrapper,
 // and the wording of out-of-memory answers.

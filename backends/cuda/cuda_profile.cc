@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_profile.cc: the architecture profile of an NVIDIA
 // device, chosen by its name, compute capability and memory size.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_registry.cc: the CUDA backend as the registry reaches it
 // (backends/vendor_backends.h): the process's driver, loaded once.
 #include <memory>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_vmm.cc: the CUDA backend's virtual memory.
 #include "backends/cuda/cuda_vmm.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_vmm.h: the CUDA backend's virtual memory (cuMemAddress*,
 // cuMemCreate, cuMemMap, cuMemSetAccess and their inverses). The rules are
 // checked by the shared ledger (backends/common/vmm_ledger.h) before any

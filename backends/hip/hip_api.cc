@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_api.cc: loading the HIP runtime at run time (dlopen).
 
 #include "backends/hip/hip_api.h"

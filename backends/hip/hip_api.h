@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_api.h: the HIP runtime entry points the backend calls, as
 // one table of function pointers (the "entry-point table").
 //

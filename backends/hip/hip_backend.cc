@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_backend.cc: the HIP/ROCm backend (hip_backend.h).
 //
 // Every call into the runtime goes through the entry-point table. The backend

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_backend.h: the HIP/ROCm backend over an entry-point table.
 //
 // The backend takes its HIP runtime as a table of function pointers (HipApi):

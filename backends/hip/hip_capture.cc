@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_capture.cc: the HIP backend's stream-capture queries
 // (hipStreamIsCapturing, hipThreadExchangeStreamCaptureMode), present when
 // the runtime has both (capabilities.graph_capture).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_copy.cc: the HIP backend's copies between device and host
 // memory (hipMemcpy with hipMemcpyDeviceToHost / hipMemcpyHostToDevice),
 // present when the runtime has hipMemcpy (capabilities.host_copy).

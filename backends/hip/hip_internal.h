@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_internal.h: what the HIP backend's sources share: handle
 // conversions, the current-device switch, the per-call wrapper and the books
 // behind one lock.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_registry.cc: the HIP backend's entry into the registry
 // (backends/vendor_backends.h): the process-wide runtime, loaded once.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_vmm.cc: the HIP backend's virtual memory (hipMem*). The
 // rules are checked by the shared ledger (backends/common/vmm_ledger.h)
 // before any runtime call, and the ledger records what succeeded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/call_ledger.cc: call counts, injected faults and the cost
 // model.
 #include "backends/sim/call_ledger.h"

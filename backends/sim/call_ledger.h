@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/call_ledger.h: the simulator's record of its calls: how many
 // of each operation, how many failed, the pending injected faults, and the
 // modeled cost of the successful ones (per call plus per MiB, by

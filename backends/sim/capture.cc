@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/capture.cc: captures, graphs and the capture rules.
 #include "backends/sim/capture.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/capture.h: the simulator's graph capture (cudaStreamBeginCapture
 // and its rules).
 //

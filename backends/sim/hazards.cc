@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/hazards.cc: the hazard detector's indexes and logs.
 #include "backends/sim/hazards.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/hazards.h: the simulator's hazard detector.
 //
 // Each stream's pending pieces of work are indexed by start address (and by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/host_copy.cc: the checks of the simulator's copies.
 #include "backends/sim/host_copy.h"
 

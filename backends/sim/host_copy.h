@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/host_copy.h: the checks of the simulator's copies between
 // device and host memory (CopyToHost, CopyFromHost) and their messages.
 // The backend finds where the device range lies; the memcpy is its own.

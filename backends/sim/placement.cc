@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/placement.cc: addresses, guards and host mappings of the
 // simulator's plain allocations and pool segments.
 #include "backends/sim/placement.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/placement.h: where the simulator puts memory, and the plain
 // allocations it holds.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/pool.cc: the stream-ordered pool's blocks, segments and reuse
 // rules.
 #include "backends/sim/pool.h"

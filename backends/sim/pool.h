@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/pool.h: the simulator's stream-ordered pool.
 //
 // The pool carves blocks out of segments taken like plain allocations (same

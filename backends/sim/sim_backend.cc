@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/sim_backend.cc: the simulated device, composed of its parts.
 //
 // Model (see gpualloc/sim_backend.h for the contract); each part's header

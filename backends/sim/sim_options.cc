@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/sim_options.cc: SimOptions -> DeviceInfo, and its checks.
 #include "backends/sim/sim_options.h"
 

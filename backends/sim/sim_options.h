@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/sim_options.h: SimOptions checked and turned into the
 // simulated device's DeviceInfo (each field left at 0 takes the architecture
 // profile's figure).

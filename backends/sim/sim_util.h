@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/sim_util.h: small helpers the simulator's parts share.
 #ifndef GPUALLOC_BACKENDS_SIM_SIM_UTIL_H_
 #define GPUALLOC_BACKENDS_SIM_SIM_UTIL_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/streams.cc: streams, events, the clocks and completion.
 #include "backends/sim/streams.h"
 

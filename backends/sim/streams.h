@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/streams.h: the simulator's streams, events and clock.
 //
 // A stream is its count of queued pieces (positions 1, 2, ...), how many of

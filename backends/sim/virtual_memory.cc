@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/virtual_memory.cc: reservations, physical handles, mappings
 // and access, with CUDA's rules.
 #include "backends/sim/virtual_memory.h"

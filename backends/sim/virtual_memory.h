@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backends/sim/virtual_memory.h: the simulator's virtual memory.
 //
 // Reservations, physical handles and mappings are three maps; a mapping is

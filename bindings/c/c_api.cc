@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bindings/c/c_api.cc: the C API (gpualloc/gpualloc.h) over a
 // DeviceRegistry.
 //

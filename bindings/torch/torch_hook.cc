@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bindings/torch/torch_hook.cc: libgpualloc_torch.so, the entry points of
 // torch.cuda.memory.CUDAPluggableAllocator(path, "gpualloc_torch_malloc",
 // "gpualloc_torch_free").

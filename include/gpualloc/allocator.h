@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/allocator.h: the public C++ allocator.
 //
 // An Allocator serves device memory for one device out of large regions that it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/arch.h: architecture profiles, the numbers the core tunes by.
 //
 // A profile is data: allocation granularity, plain-allocation alignment, page

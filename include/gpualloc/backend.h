@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/backend.h: the boundary between the vendor-neutral core and a
 // device.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/config.h: configuration the way runtimes pass it.
 //
 // Three sources, in order of precedence:

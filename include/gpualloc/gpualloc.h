@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* gpualloc/gpualloc.h: the C API, for runtimes and foreign-function
  * interfaces that cannot use the C++ one.
  *

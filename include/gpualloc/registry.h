@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/registry.h: backends chosen by configuration, and one allocator per
 // device: what a runtime embeds.
 //

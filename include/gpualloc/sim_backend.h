@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/sim_backend.h: a simulated device, the backend every CPU test and
 // tool uses.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/snapshot_json.h: an allocator Snapshot as JSON, and back.
 //
 // The document (docs/ARCHITECTURE.md, "Snapshot JSON"; one line, no spaces):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpualloc/torch_snapshot.h: an allocator Snapshot with its history as the
 // pickle PyTorch's torch.cuda.memory._dump_snapshot() writes, for
 // https://pytorch.org/memory_viz (and any tool reading those files).

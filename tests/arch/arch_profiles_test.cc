@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/arch/arch_profiles_test.cc: the architecture profile table and its
 // lookups.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/backend_conformance.h: the conformance suite every Backend
 // passes.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/backend_walk.h: one call of every Backend operation, in a
 // valid order, for backend tests that check what each call leaves behind (the
 // calling thread's context or device, say). Wrap it in

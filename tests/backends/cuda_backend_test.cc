@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/cuda_backend_test.cc: the CUDA backend's own tests, run
 // against the fake driver (tests/backends/cuda_fake_driver.h): entry-point
 // loading, error mapping, profile choice, device facts, the rules checked

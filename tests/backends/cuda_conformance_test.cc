@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/cuda_conformance_test.cc: the backend conformance suite on the
 // CUDA backend, over the fake driver (here: the backend's translation of every
 // call) and on the real device (skipped with the reason when libcuda.so.1 or a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/cuda_fake_driver.cc: the fake CUDA driver's model and entry
 // points.
 #include "tests/backends/cuda_fake_driver.h"

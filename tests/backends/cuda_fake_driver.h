@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/cuda_fake_driver.h: a fake CUDA driver for the CUDA backend's
 // tests on machines without a GPU.
 //

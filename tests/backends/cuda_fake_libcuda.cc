@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/cuda_fake_libcuda.cc: a stand-in libcuda.so.1 for
 // LoadCudaDriver's tests, so the real dlopen/dlsym path runs on machines
 // without a driver.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/fake_device_bytes.h: the bytes behind a fake driver's device
 // addresses, for the fakes' copies between device and host memory.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/hip_backend_test.cc: the HIP backend's own logic, driven
 // through the fake runtime (tests/backends/hip_fake_runtime.h): start-up
 // failures, capabilities as each ROCm release behaves, the hipMemAllocationProp

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/hip_conformance_test.cc: the backend conformance suite on HIP.
 //
 // "device" is the real runtime (libamdhip64 loaded at run time): without an

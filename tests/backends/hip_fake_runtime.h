@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/hip_fake_runtime.h: a fake HIP runtime behind the entry-point
 // table.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/sim_backend_test.cc: the simulated device beyond the
 // conformance suite: option validation, placement, accounting, fault injection,
 // counters, the two memory kinds, and virtual memory (costs, counters, faults,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/sim_capture_test.cc: the simulated device's graph capture:
 // IsCapturing and ExchangeCaptureMode, captures replayed as graphs, and the
 // capture rules whose violations invalidate every capture underway.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/sim_conformance_test.cc: the backend conformance suite on the
 // simulator, with fake addresses (NVIDIA and AMD numbers), with host-backed
 // memory, with the streams and pool capabilities off, and with virtual memory

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/backends/sim_streams_test.cc: the simulated device's streams, events,
 // hazard detector and stream-ordered pool, on both clocks.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* tests/bindings/c_api_test.c: the C API (gpualloc/gpualloc.h) from a program
  * written and compiled as C: creation from a string and from the environment,
  * errors with their messages, malloc/free on streams, record-stream, stats

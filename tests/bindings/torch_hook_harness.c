@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* tests/bindings/torch_hook_harness.c: drives libgpualloc_torch.so the way
  * PyTorch's CUDAPluggableAllocator does, without PyTorch or a GPU: dlopen by
  * path, dlsym of the entry points, then a bundled trace replayed through

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # libgpualloc_torch.so exports its gpualloc_torch_* entry points and nothing
 # else (bindings/torch/gpualloc_torch.map).
 #   tests/bindings/torch_hook_symbols.sh LIBRARY

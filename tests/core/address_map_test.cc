@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/address_map_test.cc: the open-addressing address -> chunk id map.
 #include "core/address_map.h"
 

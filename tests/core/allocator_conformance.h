@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_conformance.h: the contract every Allocator mode keeps.
 //
 // Written once, like tests/backends/backend_conformance.h for Backend, and run

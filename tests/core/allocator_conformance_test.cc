@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_conformance_test.cc: the allocator conformance suite
 // over every mode on the simulator: BFC with separate regions, with expandable
 // regions and preallocated, platform and async.

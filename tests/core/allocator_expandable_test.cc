@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_expandable_test.cc: the BFC allocator with expandable
 // regions on the simulated device's virtual memory: TensorFlow's
 // virtual-memory case, granule accounting (mapped bytes = reserved bytes,

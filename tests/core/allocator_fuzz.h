@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_fuzz.h: a stateful fuzz target for the allocator.
 //
 // The input is a program. Its first byte chooses the configuration: bit 0

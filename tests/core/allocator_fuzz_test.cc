@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_fuzz_test.cc: replays the fuzz corpus
 // (tests/core/fuzz_corpus/) as an ordinary test, plus random programs from a
 // printed seed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_fuzzer.cc: libFuzzer entry point (built with
 // -Dfuzzer=enabled and clang): `build/tests/allocator_fuzzer
 // tests/core/fuzz_corpus`.

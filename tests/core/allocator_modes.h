@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_modes.h: the five ways an Allocator serves memory, as
 // the conformance suite (tests/core/allocator_conformance.h), the
 // random-operation test and the fuzz target run them on the simulator.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_streams_test.cc: the BFC allocator across streams on the
 // simulated device, whose hazard detector flags every piece of work that
 // touches memory another stream's unfinished work still uses.

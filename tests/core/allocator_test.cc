@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_test.cc: the BFC allocator over separate regions on the
 // simulated backend: growth, preallocation, TensorFlow's BFC behaviour, fault
 // injection, garbage collection and Trim. What every mode promises (bad

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/allocator_threads_test.cc: 2 to 8 threads share one allocator,
 // each allocating and freeing on its own stream and freeing blocks the others
 // handed over. Checks: no hazard on the simulated device, every invariant at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/bfc_streams_test.cc: the BFC core across streams, with a scripted
 // ReuseOracle: same-stream reuse at once, other streams only as the oracle
 // allows, RecordStream, merges that keep the strictest condition, the

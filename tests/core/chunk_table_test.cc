@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/chunk_table_test.cc: chunk records and id recycling.
 #include "core/chunk_table.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/config_test.cc: the configuration string, the environment and the
 // defaults (docs/ARCHITECTURE.md, "Configuration reference"): every variable
 // and alias, precedence, strictness and the messages errors carry.

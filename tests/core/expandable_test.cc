@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/expandable_test.cc: expandable regions in the core: the growth
 // planner, the BFC core's region surgery (JoinRegions, CarveFree) and
 // big-page placement, each checked with the invariant validator.

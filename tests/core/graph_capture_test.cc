@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Graph capture with private pools, on the simulated device's capture model:
 // a random allocate/free sequence captured on one stream into a pool while two
 // other streams allocate, free and use memory; the graph replayed 100 times

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/growth_test.cc: region sizes to ask for when growing, and the
 // growth policy with expandable regions.
 #include "core/growth.h"

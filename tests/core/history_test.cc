@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allocation history (Options::history, core/history.h): the ring
 // buffer, the per-thread contexts, and what the BFC facade records.
 #include "core/history.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/lock_test.cc: the allocator's futex mutex (core::Lock, LockGuard).
 //
 // Every ordering here is established with atomics and latches, never with

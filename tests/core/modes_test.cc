@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/modes_test.cc: what the platform and async allocator modes do
 // beyond the contract every mode keeps (tests/core/allocator_conformance.h),
 // and their randomized runs are random_ops_test's.

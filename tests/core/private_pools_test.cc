@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private pools (Allocator::CreatePool ... ReleasePool) outside graph
 // capture: routing, reuse only within the pool, release, statistics,
 // snapshot, errors that change nothing, and the modes without pools.

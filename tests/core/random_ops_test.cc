@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/random_ops_test.cc: randomized operation sequences in every mode
 // against the shared shadow model (tests/core/shadow_model.h), with the
 // invariant validator after every operation.

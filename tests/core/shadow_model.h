@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/shadow_model.h: the shadow model every randomized allocator test
 // checks against: what is live, what was freed recently and on which stream,
 // and the statistics those imply.

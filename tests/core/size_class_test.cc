@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/size_class_test.cc: size arithmetic and size classes.
 #include "core/size_class.h"
 

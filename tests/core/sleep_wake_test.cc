@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/sleep_wake_test.cc: tagged allocations, Sleep and Wake on the
 // simulated device's host-backed virtual memory: what is released (the
 // tag's granules, nothing else), that untagged memory keeps its content,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/snapshot_json_test.cc: the snapshot JSON
 // (gpualloc/snapshot_json.h): a real allocator's snapshot written and read back
 // field for field, the schema's field names, and the reader's errors naming the

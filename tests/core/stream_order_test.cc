@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/core/stream_order_test.cc: the lazily recorded events behind
 // stream-ordered frees (core/stream_order.h), against a scripted event backend.
 #include "core/stream_order.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/runtime/registry_test.cc: backends chosen by configuration and the
 // per-device allocator registry.
 #include "gpualloc/registry.h"

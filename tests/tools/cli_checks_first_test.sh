@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gpualloc-replay and gpualloc-tune check every configuration and output path
 # before the first replay: a bad one fails the run at once (exit 1, nothing
 # replayed, nothing printed on stdout) with a message naming it.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/tools/cuda_device_check_test.sh DEVICE_CHECK: tools/device-check.sh on a
 # machine without an NVIDIA GPU says so, writes that to its report file and
 # exits 0 at once. Skipped (77) where a GPU is present: there the script is the

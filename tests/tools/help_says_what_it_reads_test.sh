@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Every tool says at the top of its --help what it reads: the command line
 # only, or the environment too (gpualloc-info, as a program using the library).
 set -eu

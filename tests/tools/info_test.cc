@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/info_test.cc: gpualloc-info as a user runs it, in a clean
 // environment (env -i) so that the caller's GPUALLOC_* variables cannot change
 // the result.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gpualloc-replay's text report as the demo (tools/demo.sh) prints it: what it
 # read first, the table grouped by trace, a legend line for every column, and
 # the comparison with PyTorch computed from the run.

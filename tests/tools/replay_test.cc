@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/replay_test.cc: the trace parsers, the replay's numbers on
 // hand-made traces with known answers, the JSON form, the PyTorch baseline and
 // the bundled traces.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/report_test.cc: gpualloc-replay's text report
 // (tools/replay/report.h): every column shown is defined in the legend under
 // the table, the comparison with PyTorch is computed from the results, and

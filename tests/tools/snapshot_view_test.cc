@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/snapshot_view_test.cc: an allocator snapshot drawn by the
 // replay's SVG renderer (tools/replay/snapshot_view.h): a real allocator's
 // snapshot, through its JSON, becomes a one-op timeline with one block per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/soak_test.cc: a short gpualloc-soak in every mode, on one and on
 // four streams (tools/soak/soak_lib.h): no overlap, no lost byte, no hazard,
 // every invariant after every operation, with injected backend faults.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/svg_test.cc: the address-space picture (tools/replay/svg.h) on
 // synthetic timelines: well-formed XML, one rectangle per block, escaped
 // titles, empty and huge timelines.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The PyTorch memory snapshot export (gpualloc/torch_snapshot.h) end to end.
 
     torch_snapshot_test.py WRITER TOOL

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Tests for tools/torch_snapshot_to_csv.py.
 
 Run as `python3 tests/tools/torch_snapshot_to_csv_test.py` from anywhere; the source

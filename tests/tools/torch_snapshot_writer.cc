@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helper of tests/tools/torch_snapshot_test.py: replays a bundled trace CSV
 // on the simulator with the allocation history covering all of it, and
 // writes what the test compares: the allocator's snapshot as PyTorch's

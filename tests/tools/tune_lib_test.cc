@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/tune_lib_test.cc: gpualloc-tune's grid expansion, ranking and
 // report formats (tools/replay/tune_lib.h).
 #include "tools/replay/tune_lib.h"

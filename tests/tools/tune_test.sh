@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gpualloc-tune end to end: exit 0, a ranked table, the CSV header and one CSV
 # row per (configuration, trace); then exit 1 on a bad argument.
 set -eu

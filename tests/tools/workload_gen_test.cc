@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/tools/workload_gen_test.cc: gpualloc-gen's library: its command line,
 // the three patterns' traces (well-formed, every allocation freed, the streams
 // each pattern promises, deterministic) and the bundled gen-*.csv, which

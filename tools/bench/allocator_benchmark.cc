@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/allocator_benchmark.cc: host-side cost of the allocator's hot
 // path.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Instructions and L1 data-cache misses per allocate/free pair of the random
 # benchmark, by live-allocation count, counted by valgrind's cachegrind (stable
 # on a shared machine, unlike time). Needs valgrind and a build with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/random_pairs.cc: the random benchmark's workload without a
 // timer, for counting what it executes under valgrind (instructions and cache
 // misses per pair are stable where wall time on a shared machine is not).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/random_workload.h: the random replacement workload shared by the
 // Google Benchmark cases (allocator_benchmark.cc) and the untimed counter run
 // (random_pairs.cc), so that both measure exactly the same operations.

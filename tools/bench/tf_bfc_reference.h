@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/bench/tf_bfc_reference.h: a compact re-implementation of TensorFlow's
 // BFC allocator algorithm (xla/tsl/framework/bfc_allocator.cc), for measuring
 // gpualloc against it side by side in one benchmark run. Benchmark-only code.

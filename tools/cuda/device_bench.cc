@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/cuda/device_bench.cc: gpualloc-device-bench, the measuring half of
 // tools/device-check.sh, on a real NVIDIA GPU.
 //

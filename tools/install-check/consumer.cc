@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/install-check/consumer.cc: a program built only from an installed
 // gpualloc (headers, library and gpualloc.pc), by tools/install-check/run.sh.
 #include <cstdio>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs a built tree into a staging directory, then compiles and runs a
 # consumer against it through pkg-config alone (the C++ consumer, and the C
 # example examples/embed.c linked shared and static, and the README's C++ and C

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/replay.cc: a trace replayed on a (simulated) device, the JSON
 // form of the result, and the PyTorch baseline table.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/replay.h: traces, their replay on a simulated device, and the
 // replay's result fields. Shared by gpualloc-replay, gpualloc-tune and
 // the demo; uses the public headers only.

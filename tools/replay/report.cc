@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/report.cc: see report.h.
 #include "tools/replay/report.h"
 

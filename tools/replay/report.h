@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/report.h: gpualloc-replay's text report (the table grouped by
 // trace, a legend defining every column shown, and the comparison with
 // PyTorch), and the column names and definitions gpualloc-tune shares, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/snapshot_view.cc: SnapshotAsReplayResult (see
 // snapshot_view.h).
 #include "tools/replay/snapshot_view.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/snapshot_view.h: an allocator snapshot (the JSON of
 // gpualloc/snapshot_json.h, as gpualloc_snapshot_json writes it) drawn by the
 // replay's SVG renderer: one moment, every region a band, every in-use chunk

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/svg.cc: RenderSvg (see svg.h).
 //
 // Layout: a legend of the colours, once at the top; then per panel, top to

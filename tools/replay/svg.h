@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/svg.h: the address space over time, as an SVG picture (in the
 // spirit of PyTorch's memory_viz), so that fragmentation can be seen.
 #ifndef GPUALLOC_TOOLS_REPLAY_SVG_H_

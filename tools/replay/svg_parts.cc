@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/svg_parts.cc: see svg_parts.h.
 #include "tools/replay/svg_parts.h"
 

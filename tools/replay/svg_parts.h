@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/svg_parts.h: the pieces of the address-space picture
 // (svg.cc) that are text rather than geometry: the shared layout and
 // colours, the legend, each panel's caption and the reserved/in-use chart.

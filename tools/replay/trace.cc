@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/trace.cc: the trace formats (docs/ARCHITECTURE.md,
 // "Trace formats").
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/tune_lib.cc: see tune_lib.h.
 #include "tools/replay/tune_lib.h"
 

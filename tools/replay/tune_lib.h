@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/tune_lib.h: the parts of gpualloc-tune worth testing on their
 // own: the grid of configurations, the ranking and the report formats.
 #ifndef GPUALLOC_TOOLS_REPLAY_TUNE_LIB_H_

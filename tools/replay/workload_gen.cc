@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/workload_gen.cc: the three workload patterns of gpualloc-gen.
 //
 // Each pattern is a small program over a Writer that emits CSV rows and keeps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/replay/workload_gen.h: deterministic multi-stream allocation traces
 // in the project CSV ("seq,action,addr_or_id,size,stream"), modelling what ML
 // runtimes do with side streams. gpualloc-gen writes them; the bundled

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/soak/soak_lib.cc: the soak run and its shadow model.
 #include "tools/soak/soak_lib.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/soak/soak_lib.h: long random multi-stream runs of the allocator on
 // the simulator, checked against a shadow model (gpualloc-soak and its test).
 //
