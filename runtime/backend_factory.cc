@@ -27,14 +27,8 @@
 #include "gpualloc/sim_backend.h"
 
 namespace gpualloc {
-namespace {
+namespace runtime {
 
-// The profile the simulator models when arch is "auto" (docs/ARCHITECTURE.md,
-// "Simulated device").
-constexpr absl::string_view kDefaultSimProfile = "h200";
-
-// Where a key's effective value came from, for messages: " (from
-// GPUALLOC_BACKEND)", " (from the config string)", "" for defaults.
 std::string FromWhere(const Config& config, absl::string_view key) {
   for (const ConfigSetting& s : config.settings) {
     if (s.key != key) continue;
@@ -50,6 +44,15 @@ std::string FromWhere(const Config& config, absl::string_view key) {
   }
   return "";
 }
+
+}  // namespace runtime
+namespace {
+
+using runtime::FromWhere;
+
+// The profile the simulator models when arch is "auto" (docs/ARCHITECTURE.md,
+// "Simulated device").
+constexpr absl::string_view kDefaultSimProfile = "h200";
 
 constexpr absl::string_view kUseSim =
     "GPUALLOC_BACKEND=sim (or backend=sim in a config string) selects the "

@@ -5,7 +5,10 @@
 #ifndef GPUALLOC_RUNTIME_BACKEND_FACTORY_H_
 #define GPUALLOC_RUNTIME_BACKEND_FACTORY_H_
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
 #include "runtime/layer.h"
@@ -20,6 +23,11 @@ absl::Status CheckBackendChoice(const Config& config);
 // never allocate on it (device_memory=255, granularity=3, min_block=2^63) is
 // an error naming the key at creation.
 absl::Status CheckOnSimulatedDevice(const Config& config);
+
+// Where a key's effective value came from, for messages: " (from
+// GPUALLOC_BACKEND)", " (from the config string)", " (the default)"; "" for
+// a key the configuration does not hold.
+std::string FromWhere(const Config& config, absl::string_view key);
 
 }  // namespace gpualloc::runtime
 

@@ -38,6 +38,7 @@
 #include "gpualloc/registry.h"
 #include "gpualloc/snapshot_json.h"
 #include "gpualloc/torch_snapshot.h"
+#include "runtime/backend_factory.h"
 
 // The handle: the registry, plus which devices were used (for
 // gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators), and
@@ -192,23 +193,7 @@ absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device) {
   return a;
 }
 
-// " (from the configuration string)", " (from GPUALLOC_EXPANDABLE)" or
-// " (the default)": where `key`'s value came from, for messages.
-std::string FromWhere(const Config& config, absl::string_view key) {
-  for (const ConfigSetting& s : config.settings) {
-    if (s.key != key) continue;
-    switch (s.origin) {
-      case ValueOrigin::kDefault:
-        return " (the default)";
-      case ValueOrigin::kOption:
-        return absl::StrCat(" (from the ", s.source, ")");
-      case ValueOrigin::kVariable:
-      case ValueOrigin::kAlias:
-        return absl::StrCat(" (from ", s.source, ")");
-    }
-  }
-  return "";
-}
+using runtime::FromWhere;
 
 std::string ValueOf(const Config& config, absl::string_view key) {
   for (const ConfigSetting& s : config.settings) {
