@@ -7,6 +7,15 @@
 // a contended lock spins briefly, then sleeps in the kernel; unlock wakes a
 // sleeper only when one announced itself. Off Linux it is a std::mutex.
 //
+// While the process has a single thread (glibc's __libc_single_threaded, the
+// flag glibc's own locks consult for the same purpose), lock and unlock are a
+// plain load and store: no other thread can observe the lock, and the first
+// thread the process creates clears the flag before it runs, so a lock taken
+// on the plain path is released on the atomic one if a thread appeared
+// meanwhile (it can only have been created by the lock's holder). Measured on
+// the 2-core CI machine (BM_LockUnlock_*): ~0.6 ns per Lock+Unlock single-
+// threaded against ~10 ns with the atomics; std::mutex does the same (~3 ns).
+//
 // Why not absl::Mutex: Debian's Abseil is built with its debug checks on.
 // Measured on the 2-core CI machine (tools/bench, BM_LockUnlock_*): an
 // uncontended absl::Mutex Lock+Unlock costs ~95 ns with deadlock detection on
@@ -23,6 +32,12 @@
 #include "absl/base/thread_annotations.h"
 #include "core/layer.h"
 
+#if defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+#include <sys/single_threaded.h>
+#define GPUALLOC_HAVE_SINGLE_THREADED_FLAG 1
+#endif
+
 namespace gpualloc::core {
 
 class ABSL_LOCKABLE Lock {
@@ -33,6 +48,10 @@ class ABSL_LOCKABLE Lock {
 
 #if defined(__linux__)
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
+    if (SingleThreaded() && state_.load(std::memory_order_relaxed) == kFree) {
+      state_.store(kLocked, std::memory_order_relaxed);
+      return;
+    }
     std::uint32_t expected = kFree;
     if (!state_.compare_exchange_strong(expected, kLocked,
                                         std::memory_order_acquire,
@@ -41,10 +60,29 @@ class ABSL_LOCKABLE Lock {
     }
   }
   void unlock() ABSL_UNLOCK_FUNCTION() {
+    // Single-threaded, nobody can sleep on the lock (kContended cannot be
+    // seen then; the check costs nothing and keeps a future glibc that sets
+    // the flag again when threads exit on the safe side).
+    if (SingleThreaded() && state_.load(std::memory_order_relaxed) == kLocked) {
+      state_.store(kFree, std::memory_order_relaxed);
+      return;
+    }
     if (state_.exchange(kFree, std::memory_order_release) == kContended) Wake();
   }
 
+  // For tests: whether a thread announced itself asleep on the lock.
+  bool HasSleeperForTesting() const {
+    return state_.load(std::memory_order_relaxed) == kContended;
+  }
+
  private:
+  static bool SingleThreaded() {
+#if defined(GPUALLOC_HAVE_SINGLE_THREADED_FLAG)
+    return __libc_single_threaded != 0;
+#else
+    return false;
+#endif
+  }
   static constexpr std::uint32_t kFree = 0;
   static constexpr std::uint32_t kLocked = 1;     // held, nobody sleeping
   static constexpr std::uint32_t kContended = 2;  // held, sleepers may exist

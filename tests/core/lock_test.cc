@@ -7,12 +7,20 @@
 // ThreadSanitizer) a data race on the unsynchronized counters.
 #include "core/lock.h"
 
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <latch>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -168,6 +176,51 @@ TEST(LockTest, ContendedHandoff) {
     ASSERT_EQ(checker.violations(), 0) << "round " << round;
   }
 }
+
+#if defined(GPUALLOC_HAVE_SINGLE_THREADED_FLAG)
+// Locked while the process had one thread (the plain path), then a thread is
+// created that sleeps on the lock: the unlock must see the thread and wake
+// it. Run in a fresh process (a threadsafe death test re-executes the test
+// binary), where no thread exists yet. A lost wake-up hangs the test.
+// Whether thread `tid` of this process sleeps in the kernel ('S' in
+// /proc/self/task/TID/stat).
+bool ThreadSleeps(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
+  const std::size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() &&
+         text[paren + 2] == 'S';
+}
+
+void LockSingleThreadedThenWakeANewThread() {
+  if (!__libc_single_threaded) std::_Exit(2);
+  Lock mu;
+  mu.lock();  // no other thread: the plain store
+  std::atomic<bool> got_in{false};
+  std::atomic<pid_t> waiter_tid{0};
+  std::thread waiter([&] {
+    waiter_tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
+    mu.lock();
+    got_in.store(true);
+    mu.unlock();
+  });
+  if (__libc_single_threaded) std::_Exit(3);
+  // The waiter announced itself and sleeps on the futex: only a wake-up from
+  // the unlock below lets it in.
+  SpinUntil([&] { return mu.HasSleeperForTesting(); });
+  SpinUntil([&] { return ThreadSleeps(waiter_tid.load()); });
+  mu.unlock();
+  waiter.join();
+  std::_Exit(got_in.load() ? 0 : 1);
+}
+
+TEST(LockDeathTest, TakenSingleThreadedReleasedToAThreadCreatedMeanwhile) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(LockSingleThreadedThenWakeANewThread(),
+              ::testing::ExitedWithCode(0), "");
+}
+#endif
 
 TEST(LockTest, HandoffBetweenTwoThreadsAlternatesStrictly) {
   // Two threads take turns through a condition_variable_any on the Lock, so

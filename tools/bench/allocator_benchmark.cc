@@ -18,10 +18,12 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
+#include "core/lock.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
 #include "tools/bench/random_workload.h"
@@ -216,6 +218,70 @@ void BM_RandomPair_TfBfcReference(benchmark::State& state) {
 }
 BENCHMARK(BM_RandomPair_TfBfcReference)->Arg(100)->Arg(1000);
 
+// Threads sharing one allocator. Each thread replaces blocks of its own:
+// workload 0 is the random replacement above (1000 live per thread), workload
+// 1 a 1 MiB block allocated and freed again (a step that repeats its sizes).
+// Each thread allocates and frees on a stream of its own (streams 1) or all on
+// one stream (streams 0). items_per_second is the total over the threads: the
+// 2-thread case against the 1-thread case is the scaling. Setup starts and
+// joins a thread first, so that the 1-thread case takes the lock's atomic
+// path too, as in any multi-threaded process (core/lock.h).
+std::unique_ptr<Allocator> g_shared;
+constexpr std::size_t kLivePerThread = 1000;
+void SharedSetup(const benchmark::State& state) {
+  std::thread([] {}).join();
+  g_shared = Preallocated(bench::RandomWorkload::PoolFor(
+      kLivePerThread * static_cast<std::size_t>(state.threads())));
+}
+void SharedTeardown(const benchmark::State&) { g_shared.reset(); }
+void BM_Threads(benchmark::State& state) {
+  const bool random = state.range(0) == 0;
+  const bool own_stream = state.range(1) == 1;
+  const std::size_t thread = static_cast<std::size_t>(state.thread_index());
+  const Stream stream(own_stream ? 0x100 * (1 + thread) : 0x100);
+  Allocator& a = *g_shared;
+  auto allocate = [&](std::size_t n) {
+    absl::StatusOr<void*> p = a.Allocate(n, stream);
+    if (!p.ok()) std::abort();
+    return *p;
+  };
+  if (random) {
+    const bench::RandomWorkload w(kLivePerThread);
+    std::vector<void*> slots(kLivePerThread);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      slots[i] = allocate(w.initial_size(i + thread * 7919));
+    }
+    std::size_t i = thread * 7919;
+    for (auto _ : state) {
+      void*& slot = slots[w.victim(i)];
+      (void)a.Deallocate(slot, stream);
+      slot = allocate(w.size(i));
+      ++i;
+    }
+    for (void* p : slots) (void)a.Deallocate(p, stream);
+  } else {
+    void* keep = allocate(1 << 20);
+    for (auto _ : state) {
+      void* p = allocate(1 << 20);
+      benchmark::DoNotOptimize(p);
+      (void)a.Deallocate(p, stream);
+    }
+    (void)a.Deallocate(keep, stream);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_Threads)
+    ->ArgNames({"random", "own_stream"})
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime()
+    ->Setup(SharedSetup)
+    ->Teardown(SharedTeardown);
+
 // Why core/lock.h is not absl::Mutex: an uncontended Lock+Unlock of each
 // candidate (the allocator takes its lock twice per pair).
 void BM_LockUnlock_AbslMutex_DeadlockDetection(benchmark::State& state) {
@@ -245,6 +311,18 @@ void BM_LockUnlock_StdMutex(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LockUnlock_StdMutex);
+// The allocator's own lock (core/lock.h): the plain path while the process
+// has a single thread, as glibc's std::mutex above.
+void BM_LockUnlock_GpuallocLock(benchmark::State& state) {
+  core::Lock mu;
+  for (auto _ : state) {
+    mu.lock();
+    benchmark::ClobberMemory();
+    mu.unlock();
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_LockUnlock_GpuallocLock);
 
 // Allocate a batch, then free it all; time per pair.
 void BM_BatchAllocateThenFree(benchmark::State& state) {
