@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// core/address_map.h: in-use chunk address -> chunk id, for Deallocate.
+// core/address_map.h: in-use chunk address -> chunk id, for Deallocate (and
+// any non-zero 64-bit key -> 32-bit value: the front caches' maps).
 //
 // Open addressing with linear probing and backward-shift deletion (no
 // tombstones, so lookups never degrade after many frees), Fibonacci hashing of
@@ -47,6 +48,18 @@ class AddressMap {
       if (slots_[i].address == address) return slots_[i].id;
       if (slots_[i].address == 0) return kNoChunk;
     }
+  }
+
+  // Where the id stored for `address` is (changeable in place), or null.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE ChunkId* FindValue(std::uint64_t address) {
+    if (address == 0) return nullptr;
+    for (std::size_t i = Home(address);; i = (i + 1) & mask_) {
+      if (slots_[i].address == address) return &slots_[i].id;
+      if (slots_[i].address == 0) return nullptr;
+    }
+  }
+  const ChunkId* FindValue(std::uint64_t address) const {
+    return const_cast<AddressMap*>(this)->FindValue(address);
   }
 
   // Removes `address`; returns its id, or kNoChunk (nothing changes) if absent.

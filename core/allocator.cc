@@ -17,6 +17,8 @@ namespace core {
 
 BfcAllocator::~BfcAllocator() {
   LockGuard lock(&mu_);
+  // Cached blocks are free memory, not live allocations.
+  if (fronts_on_.load(std::memory_order_relaxed)) DisableFronts();
   ReportLiveAtDestruction("bfc", backend_->info(),
                           core_.counters().num_chunks_in_use -
                               pools_.num_slabs() + pools_.num_chunks_in_use() -
@@ -36,6 +38,10 @@ absl::Status BfcAllocator::RecordStream(void* ptr, Stream stream) {
     status = CheckAwake(address, "RecordStream");
     if (status.ok()) status = tags_.RecordStream(address, Key(stream).handle);
   } else {
+    if (fronts_on_.load(std::memory_order_relaxed)) {
+      FoldFigures();
+      LeaveFront(address);
+    }
     status = core_.RecordStream(address, Key(stream).handle);
   }
   MaybeValidate();
@@ -53,6 +59,10 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
             ? "the stream allocates to a private pool"
             : "a stream allocating to a private pool is capturing a graph, "
               "and releasing records an event"));
+  }
+  if (StreamFront* f = FrontFor(stream)) {
+    FoldFigures();
+    ClearFront(*f);
   }
   // Without streams (all map to one) or never seen: nothing names it.
   if (stream_mask_ == 0 ||
@@ -85,6 +95,19 @@ Stats BfcAllocator::GetStats() const {
 void BfcAllocator::ResetPeakStats() {
   LockGuard lock(&mu_);
   core_.ResetPeaks();
+  if (fronts_on_.load(std::memory_order_relaxed)) {
+    FoldFigures();
+    for (FrontFigure* f : {&figures_.in_use, &figures_.requested}) {
+      f->max.store(f->now.load(std::memory_order_relaxed),
+                   std::memory_order_relaxed);
+    }
+    figures_.in_use.peak =
+        Plus(core_.counters().bytes_in_use,
+             figures_.in_use.now.load(std::memory_order_relaxed));
+    figures_.requested.peak =
+        Plus(core_.counters().bytes_requested,
+             figures_.requested.now.load(std::memory_order_relaxed));
+  }
   peak_in_use_ = InUse();
   peak_requested_ = Requested();
   largest_alloc_ = 0;
@@ -100,6 +123,13 @@ void BfcAllocator::SetOutOfMemoryHandler(OutOfMemoryHandler handler) {
 
 Snapshot BfcAllocator::GetSnapshot() const {
   LockGuard lock(&mu_);
+  // The fronts' cached blocks are free memory to the user: they go back to
+  // the core first, so that the snapshot shows them free (this changes no
+  // figure a user sees, only where the blocks wait).
+  if (fronts_on_.load(std::memory_order_relaxed)) {
+    FoldFigures();
+    const_cast<BfcAllocator*>(this)->FlushFronts();
+  }
   Snapshot s;
   core_.AppendSnapshot(&s.regions);
   if (pools_on_) {
@@ -132,6 +162,7 @@ absl::Status BfcAllocator::Trim() {
   }
   // No routed stream captures now: Trim may wait for work as usual.
   const CaptureOff capture_off(capturing_);
+  if (fronts_on_.load(std::memory_order_relaxed)) FoldFigures();
   absl::Status status = ReleaseAllFree();
   MaybeValidate();
   return status;
@@ -153,6 +184,7 @@ std::unique_ptr<RegionSource> BfcAllocator::MakeSource() {
 absl::Status BfcAllocator::ValidateLocked(bool full) const {
   GPUALLOC_RETURN_IF_ERROR(core_.Validate());
   GPUALLOC_RETURN_IF_ERROR(source_->Validate(full));
+  GPUALLOC_RETURN_IF_ERROR(ValidateFronts());
   if (pools_on_) {
     GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
     GPUALLOC_RETURN_IF_ERROR(tags_.Validate(core_));
@@ -208,6 +240,7 @@ Stats BfcAllocator::StatsLocked() const {
     s.pool_bytes_reserved = pools_.bytes_reserved();
     s.pool_bytes_in_use = pools_.bytes_in_use();
   }
+  AddFrontStats(&s);
   return s;
 }
 

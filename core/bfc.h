@@ -275,6 +275,38 @@ class BfcCore {
 
   // Size of the in-use chunk starting at `address`, or 0.
   std::uint64_t AllocatedSize(DeviceAddress address) const;
+  // The in-use chunk starting at `address`, for the front caches: its size,
+  // requested bytes, the stream it was allocated on, and whether
+  // RecordStream named other streams for it.
+  struct InUseChunk {
+    std::uint64_t size = 0;
+    std::uint64_t requested = 0;
+    std::uintptr_t stream = 0;
+    bool other_streams = false;
+    // Whether a free chunk lies next to it (a free would merge).
+    bool free_neighbour = false;
+  };
+  std::optional<InUseChunk> FindInUse(DeviceAddress address) const {
+    const ChunkId id = in_use_.Find(address);
+    if (id == kNoChunk) return std::nullopt;
+    const Chunk& c = chunks_[id];
+    const bool free_neighbour =
+        (c.prev != kNoChunk && !chunks_[c.prev].in_use) ||
+        (c.next != kNoChunk && !chunks_[c.next].in_use);
+    return InUseChunk{c.size, c.requested, c.stream, c.fence_set != kNoFenceSet,
+                      free_neighbour};
+  }
+  // The in-use chunk at `address` was handed out again (by a front cache)
+  // for `requested` bytes: the requested figures follow.
+  // REQUIRES: an in-use chunk starts at `address`; requested <= its size.
+  void SetRequested(DeviceAddress address, std::uint64_t requested) {
+    Chunk& c = chunks_[in_use_.Find(address)];
+    counters_.bytes_requested =
+        counters_.bytes_requested - c.requested + requested;
+    counters_.peak_bytes_requested =
+        std::max(counters_.peak_bytes_requested, counters_.bytes_requested);
+    c.requested = requested;
+  }
 
   const CoreCounters& counters() const { return counters_; }
   void ResetPeaks();

@@ -9,12 +9,15 @@
 //   core/allocator.cc       construction, queries, Trim, Validate, statistics;
 //   core/bfc_slow_path.cc   growth, waiting for other streams, garbage
 //                           collection and out-of-memory reports;
-//   core/bfc_pools.cc       private pools and graph capture.
+//   core/bfc_pools.cc       private pools and graph capture;
+//   core/bfc_front.cc       the per-stream front caches' slow paths.
 // Only core/ includes this header (CreateAllocator builds the facade).
 #ifndef GPUALLOC_CORE_BFC_ALLOCATOR_H_
 #define GPUALLOC_CORE_BFC_ALLOCATOR_H_
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -25,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/alignment.h"
 #include "core/bfc.h"
+#include "core/front_cache.h"
 #include "core/history.h"
 #include "core/layer.h"
 #include "core/lock.h"
@@ -93,8 +97,38 @@ class BfcAllocator final : public Allocator, private SlabSource {
   absl::Status Deallocate(void* ptr, Stream stream) override {
     if (ptr == nullptr)
       return absl::OkStatus();  // like free(NULL) and cudaFree(0)
+    // A block the stream's front cache handed out goes back there, under
+    // that front's lock alone.
+    if (ABSL_PREDICT_TRUE(fronts_on_.load(std::memory_order_relaxed))) {
+      if (StreamFront* f = FrontFor(Key(stream).handle)) {
+        FrontCache::PutResult put;
+        bool evict = false;
+        {
+          LockGuard front_lock(&f->mu);
+          const FrontCache::Put_ p =
+              f->cache.Put(reinterpret_cast<std::uintptr_t>(ptr));
+          put = p.result;
+          if (put == FrontCache::PutResult::kCached) {
+            Shift(figures_.in_use, -static_cast<std::int64_t>(p.size));
+            Shift(figures_.requested, -static_cast<std::int64_t>(p.requested));
+            evict = f->cache.NeedsEviction();
+          }
+        }
+        if (ABSL_PREDICT_TRUE(put == FrontCache::PutResult::kCached)) {
+          if (ABSL_PREDICT_FALSE(evict)) EvictFromFront(*f);
+          return absl::OkStatus();
+        }
+        if (put == FrontCache::PutResult::kAlreadyFree) {
+          return FreedTwice(reinterpret_cast<std::uintptr_t>(ptr), *f);
+        }
+      }
+    }
     LockGuard lock(&mu_);
     if (ABSL_PREDICT_FALSE(slow_on_)) return DeallocateWithPools(ptr, stream);
+    if (fronts_on_.load(std::memory_order_relaxed)) {
+      return DeallocateToFront(reinterpret_cast<std::uintptr_t>(ptr),
+                               Key(stream).handle);
+    }
     absl::Status status =
         core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr),
                          Key(stream).handle, stream_order_.stamp(), oracle_);
@@ -163,11 +197,34 @@ class BfcAllocator final : public Allocator, private SlabSource {
     const std::uint64_t needed = size + (align - min_block);
     if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
 
+    // The stream's front cache: a block of exactly this size it freed,
+    // under that front's lock alone (no alignment beyond the minimum block,
+    // which every cached block has).
+    if (ABSL_PREDICT_TRUE(fronts_on_.load(std::memory_order_relaxed)) &&
+        align == min_block && tag == 0) {
+      if (StreamFront* f = FrontFor(stream.handle)) {
+        std::optional<std::uint64_t> hit;
+        {
+          LockGuard front_lock(&f->mu);
+          hit = f->cache.Take(size, bytes);
+          if (hit.has_value()) {
+            Raise(figures_.in_use, size);
+            Raise(figures_.requested, bytes);
+          }
+        }
+        if (hit.has_value()) {
+          return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*hit));
+        }
+      }
+    }
+
     LockGuard lock(&mu_);
     if (ABSL_PREDICT_FALSE(slow_on_ || tag != 0)) {
       return AllocateWithPools(size, bytes, align, needed, stream, pending,
                                tag);
     }
+    const bool fronts = fronts_on_.load(std::memory_order_relaxed);
+    if (fronts) FoldFigures();
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
     if (!address.has_value()) {
@@ -177,6 +234,7 @@ class BfcAllocator final : public Allocator, private SlabSource {
       if (!grown.ok()) return grown.status();
       address = *grown;
     }
+    if (fronts) SampleFigures();
     MaybeValidate();
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
   }
@@ -196,6 +254,117 @@ class BfcAllocator final : public Allocator, private SlabSource {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Turns the pool-aware paths and figures on (the first pool or tag).
   void EnablePoolPaths() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Front caches (core/bfc_front.cc) -------------------------------------
+  // One per stream (at most kMaxFronts; further streams go to the core
+  // directly). Made under mu_ and published by num_fronts_; never destroyed
+  // before the allocator. Lock order: mu_, then a front's mu.
+  struct alignas(64) StreamFront {
+    StreamFront(std::uintptr_t s, std::uint64_t budget)
+        : stream(s), cache(budget, kFrontMaxAge) {}
+    const std::uintptr_t stream;
+    Lock mu;
+    FrontCache cache ABSL_GUARDED_BY(mu);
+  };
+  static constexpr int kMaxFronts = 16;
+  // Front operations a block may wait in its cache before it is evicted.
+  static constexpr std::uint64_t kFrontMaxAge = std::uint64_t{1} << 16;
+  // All streams' front caches together hold at most this many times
+  // Options::front_cache.
+  static constexpr std::uint64_t kFrontTotalFactor = 4;
+  StreamFront* FrontFor(std::uintptr_t stream) const {
+    const int n = num_fronts_.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      if (fronts_[i]->stream == stream) return fronts_[i].get();
+    }
+    return nullptr;
+  }
+  // The stream's front, made if there is room (under mu_).
+  StreamFront* MakeFront(std::uintptr_t stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The global path of a free while fronts are on: a second free of a cached
+  // block is refused; a block a front handed out that another stream frees
+  // leaves that front; a block freed on the stream it was allocated on
+  // joins that stream's front when its size is in demand there; the rest
+  // (and the front's evictions) go to the core.
+  ABSL_ATTRIBUTE_NOINLINE absl::Status DeallocateToFront(DeviceAddress address,
+                                                         std::uintptr_t stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees in the core the blocks the front must give up (over budget, or
+  // past the age bound). `f`'s lock must not be held.
+  ABSL_ATTRIBUTE_NOINLINE void EvictFromFront(StreamFront& f)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void EvictLocked(StreamFront& f, bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ABSL_ATTRIBUTE_NOINLINE absl::Status FreedTwice(DeviceAddress address,
+                                                  StreamFront& f);
+  // Every front's cached blocks back to the core; whether there were any.
+  bool FlushFronts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `stream`'s front gives up every block: cached ones to the core, live
+  // ones to the core's bookkeeping (their frees go there).
+  void ClearFront(StreamFront& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A block a front forgot: the core's requested figure becomes the block's.
+  void TakeBack(const FrontCache::Forgotten& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A block a front handed out is no longer the front's (RecordStream).
+  void LeaveFront(DeviceAddress address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fronts off for good (a private pool or tag was made).
+  void DisableFronts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The fronts' figures, added into `s` (StatsLocked).
+  void AddFrontStats(Stats* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ValidateFronts() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Exact in-use and requested figures with front caches. The core counts a
+  // cached block as in use; D ("now") is what the fronts change on top of
+  // the core's counters C: minus the cached blocks, plus what blocks handed
+  // out again were asked for, less what the core recorded for them. The
+  // front paths change D without mu_, and each increase (a hit) raises
+  // "max". C changes only under mu_, so between two such operations the
+  // peak is C plus the largest D: FoldFigures pairs them before C changes
+  // and starts "max" again from D, SampleFigures after C grew; "peak" is
+  // then exact. (Other changes of D come with an equal and opposite change
+  // of C under mu_: evictions, blocks a front gives up.)
+  struct FrontFigure {
+    std::atomic<std::int64_t> now{0};
+    std::atomic<std::int64_t> max{0};
+    std::uint64_t peak = 0;  // under mu_
+  };
+  struct alignas(64) FrontFigures {
+    FrontFigure in_use;
+    FrontFigure requested;
+  };
+  static void Shift(FrontFigure& f, std::int64_t by) {
+    f.now.fetch_add(by, std::memory_order_relaxed);
+  }
+  static void Raise(FrontFigure& f, std::uint64_t by) {
+    const std::int64_t now = f.now.fetch_add(static_cast<std::int64_t>(by),
+                                             std::memory_order_relaxed) +
+                             static_cast<std::int64_t>(by);
+    std::int64_t m = f.max.load(std::memory_order_relaxed);
+    while (now > m &&
+           !f.max.compare_exchange_weak(m, now, std::memory_order_relaxed)) {
+    }
+  }
+  static std::uint64_t Plus(std::uint64_t core, std::int64_t d) {
+    return static_cast<std::uint64_t>(static_cast<std::int64_t>(core) + d);
+  }
+  static void Fold(FrontFigure& f, std::uint64_t core) {
+    const std::int64_t now = f.now.load(std::memory_order_relaxed);
+    std::int64_t m = f.max.load(std::memory_order_relaxed);
+    if (m != now) m = f.max.exchange(now, std::memory_order_relaxed);
+    f.peak = std::max(f.peak, Plus(core, std::max(m, now)));
+  }
+  static void Sample(FrontFigure& f, std::uint64_t core) {
+    f.peak =
+        std::max(f.peak, Plus(core, f.now.load(std::memory_order_relaxed)));
+  }
+  void FoldFigures() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Fold(figures_.in_use, core_.counters().bytes_in_use);
+    Fold(figures_.requested, core_.counters().bytes_requested);
+  }
+  void SampleFigures() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Sample(figures_.in_use, core_.counters().bytes_in_use);
+    Sample(figures_.requested, core_.counters().bytes_requested);
+  }
 
   // --- Tags (core/bfc_tags.cc) ---------------------------------------------
   // A tag's memory is a pool of its own (tags_, the tag as its id) whose
@@ -444,6 +613,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // and Wake.
   bool slept_ ABSL_GUARDED_BY(mu_) = false;
   std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Front caches on (Options::front_cache, and no pool, tag or history).
+  std::atomic<bool> fronts_on_{resolved_.front_cache != 0};
+  std::array<std::unique_ptr<StreamFront>, kMaxFronts> fronts_;
+  std::atomic<int> num_fronts_{0};
+  mutable FrontFigures figures_;
   // The allocation history (Options::history), null when off.
   const std::unique_ptr<History> history_ = MakeHistory(resolved_.history);
   // Where regions come from: separate backend allocations or expandable

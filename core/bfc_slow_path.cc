@@ -37,6 +37,7 @@ absl::Status BfcAllocator::Exhausted(std::uint64_t bytes, absl::Status error,
 }
 
 absl::Status BfcAllocator::ReleaseFree() {
+  FlushFronts();
   if (core_.multi_stream() && MayAsk()) {
     GPUALLOC_RETURN_IF_ERROR(WaitForFreeMemory(
         stream_order_, core_.PendingStreams(stream_order_, kNoStream),
@@ -90,6 +91,14 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
     std::uint64_t needed, Stream stream, PendingOutOfMemory* pending) {
   // A retry that met a failing event call stops everything (EventFailure).
   bool event_failed = false;
+  // Blocks waiting in the front caches go back to the core first: no growth
+  // while one of them would have served this request.
+  if (FlushFronts()) {
+    if (std::optional<DeviceAddress> a =
+            Retry(size, bytes, align, stream, &event_failed))
+      return *a;
+    if (event_failed) return EventFailure(bytes, stream);
+  }
   if (core_.num_regions() != 0) {
     if (std::optional<DeviceAddress> a =
             SettleAndRetry(size, bytes, align, stream, &event_failed))

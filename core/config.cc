@@ -324,6 +324,9 @@ constexpr std::array kKeys = {
                                        "0 or a power of two 2..64"),
     Describe<&O::history, kHistory, &Config::options, &Options::history>(
         "history", "GPUALLOC_HISTORY", {}, "0 or events kept, <= 2^24"),
+    Describe<&O::front_cache, kSize, &Config::options, &Options::front_cache>(
+        "front_cache", "GPUALLOC_FRONT_CACHE", {},
+        "a size per stream, 0 = off"),
     Describe<&O::name, kText, &Config::options, &Options::name>(
         "name", "GPUALLOC_NAME", {}, "a label"),
     Describe<&O::memory_kind, kKeyword<config_internal::kMemoryKinds>,

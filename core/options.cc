@@ -167,6 +167,11 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                         options.history, AllocatorModeName(options.mode)));
   }
   r.history = options.history;
+  // The history sees every operation, so it has no front caches; the other
+  // modes have no chunks to cache.
+  r.front_cache = options.mode == AllocatorMode::kBfc && options.history == 0
+                      ? options.front_cache
+                      : 0;
   if (options.large_page_placement && r.profile != nullptr) {
     const std::uint64_t page = r.profile->large_page_size;
     if (std::has_single_bit(page) && page > r.min_block_size)

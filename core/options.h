@@ -25,6 +25,8 @@ struct ResolvedOptions {
   std::uint32_t size_divisions = 0;
   // Options.history, checked: entries, 0 (off) to kMaxHistory, bfc only.
   std::uint64_t history = 0;
+  // Options.front_cache for bfc mode without history, else 0 (no fronts).
+  std::uint64_t front_cache = 0;
   std::uint64_t max_alignment = 0;  // largest alignment Allocate accepts
   // Expandable regions resolved for this device (Options.expandable).
   bool expandable = false;

@@ -45,6 +45,10 @@
 //   history       GPUALLOC_HISTORY       0 (off) or the number of events
 //                                        the allocation history keeps, at
 //                                        most 2^24 (bfc only)
+//   front_cache   GPUALLOC_FRONT_CACHE   a size, 0 = off: the bytes of freed
+//                                        blocks each stream's front cache
+//                                        keeps for reuse at the same size
+//                                        (all streams: 4x; bfc only)
 //   name          GPUALLOC_NAME          a label
 //   memory_kind   GPUALLOC_MEMORY_KIND   coarse|fine: AMD's coarse-grained
 //                                        device memory (the default) or
@@ -153,6 +157,7 @@ struct ConfigOverrides {
   std::optional<std::uint64_t> max_internal_fragmentation;
   std::optional<std::uint32_t> size_divisions;
   std::optional<std::uint64_t> history;
+  std::optional<std::uint64_t> front_cache;
   std::optional<std::string> name;
   std::optional<MemoryKind> memory_kind;
 };

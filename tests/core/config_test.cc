@@ -55,7 +55,8 @@ const std::vector<std::string> kAllKeys = {
     "gc",           "backend",     "device_memory",
     "cross_stream", "growth",      "granularity",
     "min_block",    "split_bound", "size_divisions",
-    "history",      "name",        "memory_kind"};
+    "history",      "front_cache", "name",
+    "memory_kind"};
 
 TEST(ConfigTest, DefaultsAreJaxs) {
   auto c = Resolve("");
@@ -181,6 +182,8 @@ TEST(ConfigTest, EachVariableAndAlias) {
        ValueOrigin::kVariable},
       {"GPUALLOC_HISTORY", "16777216", "history", "16777216",
        ValueOrigin::kVariable},
+      {"GPUALLOC_FRONT_CACHE", "4MiB", "front_cache", "4194304",
+       ValueOrigin::kVariable},
       {"GPUALLOC_NAME", "train step", "name", "train step",
        ValueOrigin::kVariable},
       {"GPUALLOC_MEMORY_KIND", "fine", "memory_kind", "fine",
@@ -242,6 +245,7 @@ TEST(ConfigTest, VariablesReachTheOptions) {
                         {"GPUALLOC_SPLIT_BOUND", "1MiB"},
                         {"GPUALLOC_SIZE_DIVISIONS", "8"},
                         {"GPUALLOC_HISTORY", "1000"},
+                        {"GPUALLOC_FRONT_CACHE", "4MiB"},
                         {"GPUALLOC_NAME", "job"},
                         {"GPUALLOC_MEMORY_KIND", "fine"}});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -306,6 +310,8 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
       {"size_divisions", "GPUALLOC_SIZE_DIVISIONS", "", "2", "16", "", "2",
        "16", ""},
       {"history", "GPUALLOC_HISTORY", "", "10", "20", "", "10", "20", ""},
+      {"front_cache", "GPUALLOC_FRONT_CACHE", "", "1MiB", "2MiB", "", "1048576",
+       "2097152", ""},
       {"name", "GPUALLOC_NAME", "", "a", "b", "", "a", "b", ""},
       {"memory_kind", "GPUALLOC_MEMORY_KIND", "", "fine", "coarse", "", "fine",
        "coarse", ""},
@@ -773,6 +779,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"split_bound", "0", ValueOrigin::kDefault, "default"},
       {"size_divisions", "0", ValueOrigin::kDefault, "default"},
       {"history", "0", ValueOrigin::kDefault, "default"},
+      {"front_cache", "0", ValueOrigin::kDefault, "default"},
       {"name", "x", ValueOrigin::kOption, "config string"},
       {"memory_kind", "coarse", ValueOrigin::kDefault, "default"},
   };

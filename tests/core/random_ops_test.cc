@@ -40,9 +40,10 @@ struct Config {
   std::uint64_t split_bound = 0;
   bool gc = true;
   const char* profile = "h100";
-  std::uint64_t min_block = 0;  // 0: the profile's
-  int streams = 1;              // frees and RecordStream on streams 0..n-1
-  int tags = 0;                 // allocations tagged 0..n; Sleep and Wake
+  std::uint64_t min_block = 0;    // 0: the profile's
+  int streams = 1;                // frees and RecordStream on streams 0..n-1
+  int tags = 0;                   // allocations tagged 0..n; Sleep and Wake
+  std::uint64_t front_cache = 0;  // Options::front_cache
 };
 
 void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
@@ -67,6 +68,7 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
   o.max_internal_fragmentation = config.split_bound;
   o.garbage_collection = config.gc;
   o.min_block_size = config.min_block;
+  o.front_cache = config.front_cache;
   auto a = testing::MakeAllocator(o, sim);
   ASSERT_NE(a, nullptr);
   const std::uint64_t min_block =
@@ -107,6 +109,10 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
     std::advance(it, rng() % shadow.blocks().size());
     return it->first;
   };
+  std::vector<std::uint64_t> repeated_sizes(16);
+  for (std::uint64_t& s : repeated_sizes) {
+    s = (rng() % (1ull << (8 + rng() % 14))) + 1;
+  }
   for (int step = 0; step < kSteps; ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
     // Alternate filling phases (mostly allocations, up to out of memory) with
@@ -116,9 +122,13 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
     if (step % 250 == 0) sim->FailNthCall(growth, 1 + rng() % 4);
     const int op = static_cast<int>(rng() % 100);
     if (op < alloc_percent || shadow.blocks().empty()) {
-      // Log-uniform sizes from 0 B to 16 MiB, sometimes a stricter alignment.
-      const std::uint64_t size =
+      // Log-uniform sizes from 0 B to 16 MiB, sometimes a stricter alignment;
+      // with front caches, half of them from 16 sizes that repeat.
+      std::uint64_t size =
           (rng() % 50 == 0) ? 0 : (rng() % (1ull << (rng() % 25))) + 1;
+      if (config.front_cache != 0 && rng() % 2 == 0) {
+        size = repeated_sizes[rng() % repeated_sizes.size()];
+      }
       const std::uint64_t alignment =
           (rng() % 8 == 0) ? (256ull << (rng() % 10)) : 0;
       const Stream stream = random_stream();
@@ -289,13 +299,17 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
             << " refused (tag asleep), " << trims << " trims, " << bad_frees
             << " bad frees, " << ooms << " out-of-memory answers, peak "
             << peak_live << " live blocks, " << a->GetStats().backend_allocs
-            << " backend allocations\n";
+            << " backend allocations, " << a->GetStats().front_cache_hits
+            << " front cache hits\n";
   // Every path was exercised.
   EXPECT_GT(allocs, kSteps / 4);
   EXPECT_GT(frees, kSteps / 4);
   EXPECT_GT(ooms, 10);
   EXPECT_GT(bad_frees, 0);
   EXPECT_GT(peak_live, 50u);
+  if (config.front_cache != 0 && config.tags == 0) {
+    EXPECT_GT(a->GetStats().front_cache_hits, 30u);
+  }
   if (config.tags > 0 && sleeps_here) {
     EXPECT_GT(sleeps, 5);
     EXPECT_GT(refused, 10);
@@ -361,6 +375,16 @@ INSTANTIATE_TEST_SUITE_P(
                GrowthPolicy::kExact, 0, true, "h100", 0, 1, 3},
         Config{"separate_tags", testing::kBfcSeparate, GrowthPolicy::kExact, 0,
                true, "h100", 0, 3, 2},
+        // Front caches: one stream, three streams, and tags turning them
+        // off halfway (the first tagged allocation).
+        Config{"preallocate_front_cache", testing::kBfcPreallocated,
+               GrowthPolicy::kExact, 0, true, "h100", 0, 1, 0, 4 * kMiB},
+        Config{"separate_front_cache", testing::kBfcSeparate,
+               GrowthPolicy::kExact, 0, true, "h100", 0, 3, 0, 4 * kMiB},
+        Config{"expandable_front_cache", testing::kBfcExpandable,
+               GrowthPolicy::kExact, 0, true, "h100", 0, 3, 0, 4 * kMiB},
+        Config{"expandable_tags_front_cache", testing::kBfcExpandable,
+               GrowthPolicy::kExact, 0, true, "h100", 0, 3, 2, 4 * kMiB},
         // The platform and async modes, on three streams.
         Config{"platform_h100", testing::kPlatform, GrowthPolicy::kExact, 0,
                true, "h100", 0, 3},
