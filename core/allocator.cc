@@ -96,17 +96,10 @@ void BfcAllocator::ResetPeakStats() {
   LockGuard lock(&mu_);
   core_.ResetPeaks();
   if (fronts_on_.load(std::memory_order_relaxed)) {
-    FoldFigures();
-    for (FrontFigure* f : {&figures_.in_use, &figures_.requested}) {
-      f->max.store(f->now.load(std::memory_order_relaxed),
-                   std::memory_order_relaxed);
-    }
-    figures_.in_use.peak =
-        Plus(core_.counters().bytes_in_use,
-             figures_.in_use.now.load(std::memory_order_relaxed));
-    figures_.requested.peak =
-        Plus(core_.counters().bytes_requested,
-             figures_.requested.now.load(std::memory_order_relaxed));
+    FoldFigures();  // starts every front's largest change from its present
+    folded_.peak_in_use = Plus(core_.counters().bytes_in_use, folded_.in_use);
+    folded_.peak_requested =
+        Plus(core_.counters().bytes_requested, folded_.requested);
   }
   peak_in_use_ = InUse();
   peak_requested_ = Requested();

@@ -30,6 +30,7 @@ absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
                                              std::uintptr_t stream) {
   FoldFigures();
   const std::optional<BfcCore::InUseChunk> chunk = core_.FindInUse(address);
+  bool adopted = false;
   if (chunk.has_value()) {
     if (StreamFront* owner = FrontFor(chunk->stream)) {
       LockGuard front_lock(&owner->mu);
@@ -43,17 +44,16 @@ absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
               owner->cache.Forget(address)) {
         // Handed out by the front, freed on another stream: the core's
         // stream rules decide when that memory may be used again.
-        TakeBack(*gone);
+        TakeBack(*owner, *gone);
       } else if (chunk->stream == stream && !chunk->other_streams &&
                  !chunk->free_neighbour &&
                  chunk->size <= owner->cache.budget() &&
                  owner->cache.Wanted(chunk->size)) {
         owner->cache.Adopt(address, chunk->size, chunk->requested);
-        Shift(figures_.in_use, -static_cast<std::int64_t>(chunk->size));
-        Shift(figures_.requested, -static_cast<std::int64_t>(chunk->requested));
+        owner->figures.Shift(-static_cast<std::int64_t>(chunk->size),
+                             -static_cast<std::int64_t>(chunk->requested));
         EvictLocked(*owner, /*all=*/false);
-        MaybeValidate();
-        return absl::OkStatus();
+        adopted = true;
       }
     } else if (chunk->stream == stream) {
       // The stream's first free: its front from now on (the next
@@ -61,23 +61,27 @@ absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
       MakeFront(stream);
     }
   }
+  if (adopted) {
+    MaybeValidate();  // (it locks every front: after owner->mu is released)
+    return absl::OkStatus();
+  }
   absl::Status status =
       core_.Deallocate(address, stream, stream_order_.stamp(), oracle_);
   MaybeValidate();
   return status;
 }
 
-void BfcAllocator::TakeBack(const FrontCache::Forgotten& gone) {
+void BfcAllocator::TakeBack(StreamFront& f, const FrontCache::Forgotten& gone) {
   core_.SetRequested(gone.address, gone.requested);
-  Shift(figures_.requested, static_cast<std::int64_t>(gone.core_requested) -
-                                static_cast<std::int64_t>(gone.requested));
+  f.figures.Shift(0, static_cast<std::int64_t>(gone.core_requested) -
+                         static_cast<std::int64_t>(gone.requested));
 }
 
 void BfcAllocator::EvictLocked(StreamFront& f, bool all) {
   while (std::optional<FrontCache::Evicted> e = f.cache.Evict(all)) {
     // The core's in-use bytes drop by what D gains: the figures stay.
-    Shift(figures_.in_use, static_cast<std::int64_t>(e->size));
-    Shift(figures_.requested, static_cast<std::int64_t>(e->core_requested));
+    f.figures.Shift(static_cast<std::int64_t>(e->size),
+                    static_cast<std::int64_t>(e->core_requested));
     // Freed on its stream now: a later stamp than the free's, which only
     // makes other streams wait longer for it.
     (void)core_.Deallocate(e->address, f.stream, stream_order_.stamp(),
@@ -88,8 +92,10 @@ void BfcAllocator::EvictLocked(StreamFront& f, bool all) {
 void BfcAllocator::EvictFromFront(StreamFront& f) {
   LockGuard lock(&mu_);
   FoldFigures();
-  LockGuard front_lock(&f.mu);
-  EvictLocked(f, /*all=*/false);
+  {
+    LockGuard front_lock(&f.mu);
+    EvictLocked(f, /*all=*/false);
+  }
   MaybeValidate();
 }
 
@@ -117,7 +123,7 @@ void BfcAllocator::ClearFront(StreamFront& f) {
   LockGuard front_lock(&f.mu);
   EvictLocked(f, /*all=*/true);
   for (const FrontCache::Forgotten& gone : f.cache.ForgetAllLive()) {
-    TakeBack(gone);
+    TakeBack(f, gone);
   }
 }
 
@@ -129,7 +135,7 @@ void BfcAllocator::LeaveFront(DeviceAddress address) {
   LockGuard front_lock(&owner->mu);
   if (std::optional<FrontCache::Forgotten> gone =
           owner->cache.Forget(address)) {
-    TakeBack(*gone);
+    TakeBack(*owner, *gone);
   }
 }
 
@@ -145,16 +151,13 @@ void BfcAllocator::AddFrontStats(Stats* s) const {
   if (!fronts_on_.load(std::memory_order_relaxed)) return;
   FoldFigures();
   const CoreCounters& k = core_.counters();
-  s->bytes_in_use =
-      Plus(k.bytes_in_use, figures_.in_use.now.load(std::memory_order_relaxed));
-  s->bytes_requested =
-      Plus(k.bytes_requested,
-           figures_.requested.now.load(std::memory_order_relaxed));
+  s->bytes_in_use = Plus(k.bytes_in_use, folded_.in_use);
+  s->bytes_requested = Plus(k.bytes_requested, folded_.requested);
   // What a front holds may go up until the next operation under the lock;
   // the peaks include the present.
-  s->peak_bytes_in_use = std::max(figures_.in_use.peak, s->bytes_in_use);
+  s->peak_bytes_in_use = std::max(folded_.peak_in_use, s->bytes_in_use);
   s->peak_bytes_requested =
-      std::max(figures_.requested.peak, s->bytes_requested);
+      std::max(folded_.peak_requested, s->bytes_requested);
   const int n = num_fronts_.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     StreamFront& f = *fronts_[i];
@@ -192,14 +195,17 @@ absl::Status BfcAllocator::ValidateFronts() const
       }
     });
   }
+  std::int64_t said_in_use = 0, said_requested = 0;
+  for (int i = 0; i < n; ++i) {
+    said_in_use += fronts_[i]->figures.in_use;
+    said_requested += fronts_[i]->figures.requested;
+  }
   if (status.ok() && fronts_on_.load(std::memory_order_relaxed) &&
-      (in_use != figures_.in_use.now.load(std::memory_order_relaxed) ||
-       requested != figures_.requested.now.load(std::memory_order_relaxed))) {
+      (in_use != said_in_use || requested != said_requested)) {
     status = absl::InternalError(absl::StrFormat(
         "front cache invariant FC5 broken: the fronts change in-use bytes by "
-        "%d and requested bytes by %d, the figures say %d and %d",
-        in_use, requested, figures_.in_use.now.load(),
-        figures_.requested.now.load()));
+        "%d and requested bytes by %d, their figures say %d and %d",
+        in_use, requested, said_in_use, said_requested));
   }
   for (int i = n - 1; i >= 0; --i) fronts_[i]->mu.unlock();
   return status;

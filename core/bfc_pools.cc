@@ -19,9 +19,9 @@ void BfcAllocator::EnablePoolPaths() {
   const bool fronts = fronts_on_.load(std::memory_order_relaxed);
   DisableFronts();
   peak_in_use_ =
-      fronts ? figures_.in_use.peak : core_.counters().peak_bytes_in_use;
+      fronts ? folded_.peak_in_use : core_.counters().peak_bytes_in_use;
   peak_requested_ =
-      fronts ? figures_.requested.peak : core_.counters().peak_bytes_requested;
+      fronts ? folded_.peak_requested : core_.counters().peak_bytes_requested;
   largest_alloc_ = core_.counters().largest_alloc_size;
   peak_reserved_ = core_.counters().peak_bytes_reserved;
   pools_on_ = slow_on_ = true;

@@ -194,6 +194,30 @@ TEST(FrontCaches, APoolTurnsThemOffAndKeepsTheFigures) {
   GPUALLOC_ASSERT_OK(a->Validate());
 }
 
+// Each front keeps its own figures, so that hits on different streams share
+// no cache line: with several streams the peaks fold each front's largest
+// change, which may have come at different moments. They never fall below the
+// true peak and run above it by at most what the fronts cached; the present
+// figures stay exact. Two streams take turns with whole steps here, so the
+// true peak is one step's bytes.
+TEST(FrontCaches, PeaksWithSeveralStreamsAreBoundedAbove) {
+  auto a = MakeAllocator(FrontOptions(), MakeSim(256 * kMiB));
+  ASSERT_NE(a, nullptr);
+  constexpr std::uint64_t kStepRequested = 1000 + 5000 + 70000 + 1000 + 300000;
+  for (int i = 0; i < 20; ++i) {
+    Step(*a, Stream(1));
+    Step(*a, Stream(2));
+  }
+  const Stats s = a->GetStats();
+  EXPECT_GT(s.front_cache_hits, 60u);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.bytes_requested, 0u);
+  EXPECT_GE(s.peak_bytes_requested, kStepRequested);
+  EXPECT_LE(s.peak_bytes_requested, 2 * kStepRequested);
+  EXPECT_LE(s.peak_bytes_in_use, s.peak_bytes_requested + 2 * 4 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Validate());
+}
+
 TEST(FrontCaches, TwoThreadsOnTwoStreams) {
   auto sim = MakeSim(256 * kMiB);
   auto a = MakeAllocator(FrontOptions(), sim);

@@ -219,19 +219,27 @@ void BM_RandomPair_TfBfcReference(benchmark::State& state) {
 BENCHMARK(BM_RandomPair_TfBfcReference)->Arg(100)->Arg(1000);
 
 // Threads sharing one allocator. Each thread replaces blocks of its own:
-// workload 0 is the random replacement above (1000 live per thread), workload
-// 1 a 1 MiB block allocated and freed again (a step that repeats its sizes).
-// Each thread allocates and frees on a stream of its own (streams 1) or all on
-// one stream (streams 0). items_per_second is the total over the threads: the
-// 2-thread case against the 1-thread case is the scaling. Setup starts and
-// joins a thread first, so that the 1-thread case takes the lock's atomic
-// path too, as in any multi-threaded process (core/lock.h).
+// step 0 is the random replacement above (1000 live per thread), step 1 a
+// 1 MiB block between two blocks that stay (a step that repeats its
+// sizes: the freed block has no free neighbour). Each thread allocates and
+// frees on a stream of its own (own_stream 1) or all on one stream (0), with
+// Options::front_cache off (front 0) or 4 MiB (front 1). items_per_second is
+// the total over the threads: the 2-thread case against the 1-thread case is
+// the scaling. Setup starts and joins a thread first, so that the 1-thread
+// case takes the lock's atomic path too, as in any multi-threaded process
+// (core/lock.h).
 std::unique_ptr<Allocator> g_shared;
 constexpr std::size_t kLivePerThread = 1000;
 void SharedSetup(const benchmark::State& state) {
   std::thread([] {}).join();
-  g_shared = Preallocated(bench::RandomWorkload::PoolFor(
-      kLivePerThread * static_cast<std::size_t>(state.threads())));
+  const std::uint64_t pool = bench::RandomWorkload::PoolFor(
+      kLivePerThread * static_cast<std::size_t>(state.threads()));
+  Options o;
+  o.memory_limit = pool;
+  o.front_cache = state.range(2) == 1 ? 4 << 20 : 0;
+  auto a = CreateAllocator(o, Sim(pool));
+  if (!a.ok()) std::abort();
+  g_shared = std::move(*a);
 }
 void SharedTeardown(const benchmark::State&) { g_shared.reset(); }
 void BM_Threads(benchmark::State& state) {
@@ -260,22 +268,21 @@ void BM_Threads(benchmark::State& state) {
     }
     for (void* p : slots) (void)a.Deallocate(p, stream);
   } else {
-    void* keep = allocate(1 << 20);
+    void* before = allocate(1 << 20);
+    void* p = allocate(1 << 20);
+    void* after = allocate(1 << 20);
     for (auto _ : state) {
-      void* p = allocate(1 << 20);
-      benchmark::DoNotOptimize(p);
       (void)a.Deallocate(p, stream);
+      p = allocate(1 << 20);
+      benchmark::DoNotOptimize(p);
     }
-    (void)a.Deallocate(keep, stream);
+    for (void* q : {before, p, after}) (void)a.Deallocate(q, stream);
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
 }
 BENCHMARK(BM_Threads)
-    ->ArgNames({"random", "own_stream"})
-    ->Args({0, 1})
-    ->Args({0, 0})
-    ->Args({1, 1})
-    ->Args({1, 0})
+    ->ArgNames({"step", "own_stream", "front"})
+    ->ArgsProduct({{0, 1}, {1, 0}, {0, 1}})
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime()

@@ -7,6 +7,9 @@
 //   tf_reference   TensorFlow's BFC algorithm (tf_bfc_reference.h) on one
 //                  preallocated region of 1.25x the trace's peak
 //   preallocated   gpualloc, the same region (Options::memory_limit)
+//   preallocated_front_cache
+//                  the same with Options::front_cache = 4 MiB (its hit rate:
+//                  hits / (hits + misses) of allocations on the cache path)
 //   default        gpualloc with nothing set on a simulated H100 (JAX's
 //                  default: 75% of the device preallocated on first use)
 //   grow           gpualloc growing on demand (preallocate=false)
@@ -105,12 +108,14 @@ std::unique_ptr<Allocator> FromConfig(const std::string& text) {
   return std::move(*a);
 }
 
-std::unique_ptr<Allocator> PreallocatedPool(std::uint64_t pool) {
+std::unique_ptr<Allocator> PreallocatedPool(std::uint64_t pool,
+                                            std::uint64_t front_cache = 0) {
   SimOptions so;
   so.profile = "h100";
   so.total_bytes = pool;
   Options o;
   o.memory_limit = pool;
+  o.front_cache = front_cache;
   absl::StatusOr<std::unique_ptr<Allocator>> a =
       CreateAllocator(o, *SimBackend::Create(so));
   if (!a.ok()) std::abort();
@@ -147,6 +152,16 @@ void Register(const std::shared_ptr<const replay::Trace>& trace) {
       (base + "preallocated").c_str(), [trace, pool](benchmark::State& state) {
         std::unique_ptr<Allocator> a = PreallocatedPool(pool);
         RunGpualloc(state, *trace, *a);
+      });
+  benchmark::RegisterBenchmark(
+      (base + "preallocated_front_cache").c_str(),
+      [trace, pool](benchmark::State& state) {
+        std::unique_ptr<Allocator> a = PreallocatedPool(pool, 4 << 20);
+        RunGpualloc(state, *trace, *a);
+        const Stats s = a->GetStats();
+        state.counters["hit_rate"] =
+            static_cast<double>(s.front_cache_hits) /
+            static_cast<double>(s.front_cache_hits + s.front_cache_misses);
       });
   benchmark::RegisterBenchmark(
       (base + "default").c_str(), [trace](benchmark::State& state) {
