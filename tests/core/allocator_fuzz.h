@@ -6,7 +6,8 @@
 // preallocating (BFC), bit 2 the doubling growth policy, bit 3 a 4 KiB split
 // bound, and bits 4-5 the mode: 0 BFC with the default regions (expandable,
 // as the simulator has virtual memory; every input written before the mode
-// bits ran so), 1 BFC over separate regions, 2 platform, 3 async. Then each
+// bits ran so), 1 BFC over separate regions, 2 platform, 3 async; bit 6 a
+// 1 MiB front cache per stream in the BFC modes. Then each
 // 4-byte instruction allocates, frees, trims or makes the device refuse one
 // of the next requests, with sizes and choices taken from its bytes. After
 // every instruction the invariant validator runs, the statistics are checked
@@ -65,6 +66,9 @@ inline Options ProgramOptions(std::uint8_t config) {
   o.growth_policy =
       (config >> 2) % 2 == 0 ? GrowthPolicy::kExact : GrowthPolicy::kDoubling;
   o.max_internal_fragmentation = (config >> 3) % 2 == 0 ? 0 : 4096;
+  if ((config >> 6) % 2 == 1 && o.mode == AllocatorMode::kBfc) {
+    o.front_cache = 1u << 20;
+  }
   return o;
 }
 
