@@ -109,8 +109,8 @@ class BfcAllocator final : public Allocator, private SlabSource {
               f->cache.Put(reinterpret_cast<std::uintptr_t>(ptr));
           put = p.result;
           if (put == FrontCache::PutResult::kCached) {
-            f->figures.Shift(-static_cast<std::int64_t>(p.size),
-                             -static_cast<std::int64_t>(p.requested));
+            f->Shift(-static_cast<std::int64_t>(p.size),
+                     -static_cast<std::int64_t>(p.requested));
             evict = f->cache.NeedsEviction();
           }
         }
@@ -208,8 +208,8 @@ class BfcAllocator final : public Allocator, private SlabSource {
           LockGuard front_lock(&f->mu);
           hit = f->cache.Take(size, bytes);
           if (hit.has_value()) {
-            f->figures.Raise(static_cast<std::int64_t>(size),
-                             static_cast<std::int64_t>(bytes));
+            f->Raise(static_cast<std::int64_t>(size),
+                     static_cast<std::int64_t>(bytes));
           }
         }
         if (hit.has_value()) {
@@ -266,16 +266,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
     // The largest in_use / requested since the last fold.
     std::int64_t in_use_max = 0;
     std::int64_t requested_max = 0;
-    // Set by every change, cleared by the fold that reads it: a fold reads
-    // (and locks) only the fronts that changed, so that a stream whose cache
-    // takes no hits costs the global path nothing. Read without the lock.
-    std::atomic<bool> changed{false};
     void Shift(std::int64_t in_use_by, std::int64_t requested_by) {
       in_use += in_use_by;
       requested += requested_by;
-      if (!changed.load(std::memory_order_relaxed)) {
-        changed.store(true, std::memory_order_relaxed);
-      }
     }
     void Raise(std::int64_t in_use_by, std::int64_t requested_by) {
       Shift(in_use_by, requested_by);
@@ -294,6 +287,25 @@ class BfcAllocator final : public Allocator, private SlabSource {
     alignas(64) Lock mu;
     FrontCache cache ABSL_GUARDED_BY(mu);
     FrontFigures figures ABSL_GUARDED_BY(mu);
+    // Set by every change of `figures`, cleared by the fold that reads them:
+    // a fold locks only the fronts that changed, so that a stream whose
+    // cache takes no hits costs the global path nothing. Read unlocked.
+    std::atomic<bool> changed{false};
+    void Shift(std::int64_t in_use_by, std::int64_t requested_by)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      figures.Shift(in_use_by, requested_by);
+      NoteChange();
+    }
+    void Raise(std::int64_t in_use_by, std::int64_t requested_by)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      figures.Raise(in_use_by, requested_by);
+      NoteChange();
+    }
+    void NoteChange() {
+      if (!changed.load(std::memory_order_relaxed)) {
+        changed.store(true, std::memory_order_relaxed);
+      }
+    }
   };
   static constexpr int kMaxFronts = 16;
   // Front operations a block may wait in its cache before it is evicted.
@@ -323,7 +335,8 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // past the age bound). `f`'s lock must not be held.
   ABSL_ATTRIBUTE_NOINLINE void EvictFromFront(StreamFront& f)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void EvictLocked(StreamFront& f, bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictLocked(StreamFront& f, bool all)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, f.mu);
   ABSL_ATTRIBUTE_NOINLINE absl::Status FreedTwice(DeviceAddress address,
                                                   StreamFront& f);
   // Every front's cached blocks back to the core; whether there were any.
@@ -376,10 +389,10 @@ class BfcAllocator final : public Allocator, private SlabSource {
       std::int64_t& r = folded_.front_requested[i];
       std::int64_t u_max = u, r_max = r;
       // (A change racing with this load is read by the next fold.)
-      if (f.figures.changed.load(std::memory_order_relaxed)) {
+      if (f.changed.load(std::memory_order_relaxed)) {
         LockGuard front_lock(&f.mu);
         FrontFigures& g = f.figures;
-        g.changed.store(false, std::memory_order_relaxed);
+        f.changed.store(false, std::memory_order_relaxed);
         u = g.in_use;
         r = g.requested;
         u_max = std::max(g.in_use_max, u);

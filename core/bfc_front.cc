@@ -50,8 +50,8 @@ absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
                  chunk->size <= owner->cache.budget() &&
                  owner->cache.Wanted(chunk->size)) {
         owner->cache.Adopt(address, chunk->size, chunk->requested);
-        owner->figures.Shift(-static_cast<std::int64_t>(chunk->size),
-                             -static_cast<std::int64_t>(chunk->requested));
+        owner->Shift(-static_cast<std::int64_t>(chunk->size),
+                     -static_cast<std::int64_t>(chunk->requested));
         EvictLocked(*owner, /*all=*/false);
         adopted = true;
       }
@@ -73,15 +73,15 @@ absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
 
 void BfcAllocator::TakeBack(StreamFront& f, const FrontCache::Forgotten& gone) {
   core_.SetRequested(gone.address, gone.requested);
-  f.figures.Shift(0, static_cast<std::int64_t>(gone.core_requested) -
-                         static_cast<std::int64_t>(gone.requested));
+  f.Shift(0, static_cast<std::int64_t>(gone.core_requested) -
+                 static_cast<std::int64_t>(gone.requested));
 }
 
 void BfcAllocator::EvictLocked(StreamFront& f, bool all) {
   while (std::optional<FrontCache::Evicted> e = f.cache.Evict(all)) {
     // The core's in-use bytes drop by what D gains: the figures stay.
-    f.figures.Shift(static_cast<std::int64_t>(e->size),
-                    static_cast<std::int64_t>(e->core_requested));
+    f.Shift(static_cast<std::int64_t>(e->size),
+            static_cast<std::int64_t>(e->core_requested));
     // Freed on its stream now: a later stamp than the free's, which only
     // makes other streams wait longer for it.
     (void)core_.Deallocate(e->address, f.stream, stream_order_.stamp(),
@@ -181,10 +181,11 @@ absl::Status BfcAllocator::ValidateFronts() const
     in_use -= static_cast<std::int64_t>(f.cache.cached_bytes());
     requested += f.cache.requested_adjust() -
                  static_cast<std::int64_t>(f.cache.cached_requested());
+    const BfcCore* core = &core_;  // (the lambda is analyzed on its own)
     f.cache.ForEachOwned([&](std::uint64_t address, std::uint64_t size,
                              bool cached) {
       if (!status.ok()) return;
-      const std::optional<BfcCore::InUseChunk> chunk = core_.FindInUse(address);
+      const std::optional<BfcCore::InUseChunk> chunk = core->FindInUse(address);
       if (!chunk.has_value() || chunk->size != size ||
           chunk->stream != f.stream) {
         status = absl::InternalError(absl::StrFormat(
