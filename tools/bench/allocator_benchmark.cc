@@ -27,6 +27,7 @@
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
 #include "tools/bench/random_workload.h"
+#include "tools/bench/sim_pool.h"
 #include "tools/bench/tf_bfc_reference.h"
 
 namespace gpualloc {
@@ -34,23 +35,11 @@ namespace {
 
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
-std::shared_ptr<SimBackend> Sim(std::uint64_t total) {
-  SimOptions o;
-  o.profile = "h100";
-  o.total_bytes = total;
-  return *SimBackend::Create(o);
-}
+using bench::Preallocated;
+using bench::Sim;
 
-std::unique_ptr<Allocator> Preallocated(std::uint64_t pool) {
-  Options o;
-  o.memory_limit = pool;
-  auto a = CreateAllocator(o, Sim(pool));
-  if (!a.ok()) std::abort();
-  return std::move(*a);
-}
-
-void* MustAllocate(Allocator& a, std::size_t bytes) {
-  auto p = a.Allocate(bytes);
+void* MustAllocate(Allocator& a, std::size_t bytes, Stream stream = Stream()) {
+  auto p = a.Allocate(bytes, stream);
   if (!p.ok()) {
     std::fprintf(stderr, "%s\n", std::string(p.status().message()).c_str());
     std::abort();
@@ -234,12 +223,7 @@ void SharedSetup(const benchmark::State& state) {
   std::thread([] {}).join();
   const std::uint64_t pool = bench::RandomWorkload::PoolFor(
       kLivePerThread * static_cast<std::size_t>(state.threads()));
-  Options o;
-  o.memory_limit = pool;
-  o.front_cache = state.range(2) == 1 ? 4 << 20 : 0;
-  auto a = CreateAllocator(o, Sim(pool));
-  if (!a.ok()) std::abort();
-  g_shared = std::move(*a);
+  g_shared = Preallocated(pool, state.range(2) == 1 ? 4 << 20 : 0);
 }
 void SharedTeardown(const benchmark::State&) { g_shared.reset(); }
 void BM_Threads(benchmark::State& state) {
@@ -248,11 +232,7 @@ void BM_Threads(benchmark::State& state) {
   const std::size_t thread = static_cast<std::size_t>(state.thread_index());
   const Stream stream(own_stream ? 0x100 * (1 + thread) : 0x100);
   Allocator& a = *g_shared;
-  auto allocate = [&](std::size_t n) {
-    absl::StatusOr<void*> p = a.Allocate(n, stream);
-    if (!p.ok()) std::abort();
-    return *p;
-  };
+  auto allocate = [&](std::size_t n) { return MustAllocate(a, n, stream); };
   if (random) {
     const bench::RandomWorkload w(kLivePerThread);
     std::vector<void*> slots(kLivePerThread);

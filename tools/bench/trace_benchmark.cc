@@ -31,7 +31,7 @@
 #include "gpualloc/allocator.h"
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
-#include "gpualloc/sim_backend.h"
+#include "tools/bench/sim_pool.h"
 #include "tools/bench/tf_bfc_reference.h"
 #include "tools/replay/replay.h"
 
@@ -64,6 +64,13 @@ void ReplayOps(benchmark::State& state, const replay::Trace& trace,
                AllocateFn allocate, ReleaseFn release) {
   std::vector<void*> slot(trace.num_allocs + 1, nullptr);
   std::vector<Stream> stream_of(trace.num_allocs + 1, Stream());
+  // What the trace left live (at the end of each pass, and at the end).
+  auto release_live = [&] {
+    for (std::size_t id = 0; id < slot.size(); ++id) {
+      if (slot[id] != nullptr) release(slot[id], stream_of[id]);
+      slot[id] = nullptr;
+    }
+  };
   const std::size_t n = trace.ops.size();
   std::size_t i = 0;
   for (auto _ : state) {
@@ -83,15 +90,10 @@ void ReplayOps(benchmark::State& state, const replay::Trace& trace,
     }
     if (++i == n) {
       i = 0;
-      for (std::size_t id = 0; id < slot.size(); ++id) {
-        if (slot[id] != nullptr) release(slot[id], stream_of[id]);
-        slot[id] = nullptr;
-      }
+      release_live();
     }
   }
-  for (std::size_t id = 0; id < slot.size(); ++id) {
-    if (slot[id] != nullptr) release(slot[id], stream_of[id]);
-  }
+  release_live();
 }
 
 std::unique_ptr<Allocator> FromConfig(const std::string& text) {
@@ -104,20 +106,6 @@ std::unique_ptr<Allocator> FromConfig(const std::string& text) {
   if (!backend.ok()) std::abort();
   absl::StatusOr<std::unique_ptr<Allocator>> a =
       CreateAllocator(config->options, *backend);
-  if (!a.ok()) std::abort();
-  return std::move(*a);
-}
-
-std::unique_ptr<Allocator> PreallocatedPool(std::uint64_t pool,
-                                            std::uint64_t front_cache = 0) {
-  SimOptions so;
-  so.profile = "h100";
-  so.total_bytes = pool;
-  Options o;
-  o.memory_limit = pool;
-  o.front_cache = front_cache;
-  absl::StatusOr<std::unique_ptr<Allocator>> a =
-      CreateAllocator(o, *SimBackend::Create(so));
   if (!a.ok()) std::abort();
   return std::move(*a);
 }
@@ -150,13 +138,13 @@ void Register(const std::shared_ptr<const replay::Trace>& trace) {
       });
   benchmark::RegisterBenchmark(
       (base + "preallocated").c_str(), [trace, pool](benchmark::State& state) {
-        std::unique_ptr<Allocator> a = PreallocatedPool(pool);
+        std::unique_ptr<Allocator> a = bench::Preallocated(pool);
         RunGpualloc(state, *trace, *a);
       });
   benchmark::RegisterBenchmark(
       (base + "preallocated_front_cache").c_str(),
       [trace, pool](benchmark::State& state) {
-        std::unique_ptr<Allocator> a = PreallocatedPool(pool, 4 << 20);
+        std::unique_ptr<Allocator> a = bench::Preallocated(pool, 4 << 20);
         RunGpualloc(state, *trace, *a);
         const Stats s = a->GetStats();
         state.counters["hit_rate"] =
