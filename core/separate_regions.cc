@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/separate_regions.cc: growth by separate backend allocations, each one
 // region of the core (core/region_source.h).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -34,10 +35,18 @@ class SeparateRegions final : public RegionSource {
 
   // Tries the growth candidates, largest first. OK when a region was added.
   absl::Status Grow(std::uint64_t needed, Stream stream) override {
-    // Fully free regions that could not serve this request only inflate
-    // what is reserved: return them before asking for more.
-    if (c_.resolved.options.trim_before_growth && !c_.capturing) {
-      GPUALLOC_RETURN_IF_ERROR(ReleaseFreeRegions(&stream));
+    // Under pressure only: when the smallest region that holds the request
+    // would pass the limit, fully free regions (none of which could serve
+    // it) go back first, largest first, until it fits. Below the limit they
+    // stay: a repeated step finds them again, and freeing them would cost a
+    // device call now and another when they are needed next.
+    const std::uint64_t smallest =
+        RoundUpToMultiple(needed, c_.resolved.granularity);
+    const std::uint64_t reserved = c_.core.counters().bytes_reserved;
+    if (c_.resolved.options.trim_before_growth && !c_.capturing &&
+        reserved + smallest > c_.resolved.limit) {
+      GPUALLOC_RETURN_IF_ERROR(
+          ReleaseFreeRegions(&stream, reserved + smallest - c_.resolved.limit));
     }
     GrowthRequest request;
     request.needed = needed;
@@ -105,15 +114,26 @@ class SeparateRegions final : public RegionSource {
     return absl::OkStatus();
   }
 
-  // Returns every fully free region to the backend. With `for_stream`
+  // Returns fully free regions to the backend, largest first, until
+  // `enough` bytes went back (every one by default). With `for_stream`
   // (before growing for that stream) and several streams seen, regions whose
   // work on other streams is not known complete stay: freeing them would make
   // the device synchronize.
-  absl::Status ReleaseFreeRegions(const Stream* for_stream) {
+  absl::Status ReleaseFreeRegions(const Stream* for_stream,
+                                  std::uint64_t enough = UINT64_MAX) {
     const bool only_usable =
         for_stream != nullptr && c_.core.multi_stream() && c_.streams();
     absl::Status first_error;
-    for (RegionId id : c_.core.FreeRegions()) {
+    std::vector<RegionId> regions = c_.core.FreeRegions();
+    if (enough != UINT64_MAX) {
+      std::stable_sort(regions.begin(), regions.end(),
+                       [this](RegionId a, RegionId b) {
+                         return c_.core.region_size(a) > c_.core.region_size(b);
+                       });
+    }
+    std::uint64_t released = 0;
+    for (RegionId id : regions) {
+      if (released >= enough) break;
       if (only_usable &&
           !c_.core.RegionUsableBy(id, for_stream->handle, c_.stream_order)) {
         continue;
@@ -125,6 +145,7 @@ class SeparateRegions final : public RegionSource {
         continue;  // the region stays usable
       }
       ++frees_;
+      released += c_.core.region_size(id);
       if (c_.history != nullptr) {
         c_.history->Record(HistoryAction::kSegmentFree, base,
                            c_.core.region_size(id), 0);

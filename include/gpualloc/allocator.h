@@ -95,9 +95,11 @@ struct Options {
   std::uint64_t memory_limit = 0;
   // On out of memory, return fully free regions to the device and retry.
   bool garbage_collection = true;
-  // Growing on demand (preallocate = false): before adding a region, return
-  // the fully free regions (none of which could serve the request). Lowers
-  // the peak reserved at the cost of backend frees.
+  // Growing on demand (preallocate = false): when adding memory would pass
+  // the limit, first return free memory that could not serve the request
+  // (fully free regions, or free granules with expandable regions) until it
+  // fits. Below the limit nothing is returned: a repeated step then makes no
+  // backend call.
   bool trim_before_growth = true;
   GrowthPolicy growth_policy = GrowthPolicy::kExact;
   // Region sizes are multiples of this; 0 takes the architecture profile's

@@ -157,31 +157,56 @@ TEST(AllocatorExpandableTest, NothingIsUnmappedWhileWorkOnItIsPending) {
   ExpectAccounting(*a, *sim);
 }
 
-// Growth unmaps free granules the request cannot use (they would only
-// inflate what is reserved), but never waits on the host for that: memory
-// whose work is still pending stays mapped, and a later growth, once an event
-// query says the work completed, unmaps it.
-TEST(AllocatorExpandableTest, GrowthUnmapsOnlyWhatNoPendingWorkUses) {
+// Growth below the limit unmaps nothing: free granules the request cannot
+// use stay mapped for the next step (no device call now, none later).
+TEST(AllocatorExpandableTest, GrowthBelowTheLimitUnmapsNothing) {
   auto sim = MakeSim(kGiB);
   auto a = MakeAllocator(Expandable(256 * kMiB), sim);
   const Stream s(1);
   void* x = *a->Allocate(8 * kMiB, s);
   void* guard = *a->Allocate(2 * kMiB, s);
+  GPUALLOC_ASSERT_OK(a->Deallocate(x, s));
+  void* y = *a->Allocate(16 * kMiB, s);
+  const Stats st = a->GetStats();
+  EXPECT_EQ(st.bytes_reserved, 26 * kMiB);
+  EXPECT_EQ(st.backend_frees, 0u);
+  EXPECT_EQ(sim->calls(SimOp::kUnmap), 0u);
+  // The step repeats: the free 8 MiB serves it, nothing is mapped.
+  void* again = *a->Allocate(8 * kMiB, s);
+  EXPECT_EQ(again, x);
+  EXPECT_EQ(a->GetStats().backend_allocs, st.backend_allocs);
+  ExpectAccounting(*a, *sim);
+  for (void* p : {guard, y, again}) GPUALLOC_EXPECT_OK(a->Deallocate(p, s));
+}
+
+// Growth that would pass the limit unmaps free granules the request cannot
+// use first, but never waits on the host for that: memory whose work is
+// still pending stays mapped, and a later growth, once an event query says
+// the work completed, unmaps it.
+TEST(AllocatorExpandableTest,
+     GrowthPastTheLimitUnmapsOnlyWhatNoPendingWorkUses) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(50 * kMiB), sim);
+  const Stream s(1);
+  void* x = *a->Allocate(8 * kMiB, s);
+  void* guard = *a->Allocate(2 * kMiB, s);
   sim->Use(s, testing::Addr(x), 8 * kMiB);
   GPUALLOC_ASSERT_OK(a->Deallocate(x, s));  // s's work on x still runs
-  // 16 MiB does not fit the free 8 MiB: growth at the end. x's granules are
-  // not unmapped (the work is pending), and nobody waited.
+  // 16 MiB does not fit the free 8 MiB: growth at the end, under the limit,
+  // so nothing is unmapped and nobody waited.
   void* y = *a->Allocate(16 * kMiB, s);
   Stats st = a->GetStats();
   EXPECT_EQ(st.host_waits, 0u);
   EXPECT_EQ(st.bytes_reserved, 26 * kMiB);
   EXPECT_EQ(st.backend_frees, 0u);
-  // The work completes; the next growth finds out by a query and unmaps.
+  // 32 MiB more would pass the limit with x's 8 MiB kept. The work
+  // completes; the growth finds out by a query and unmaps x's granules.
   sim->CompleteAll();
   void* z = *a->Allocate(32 * kMiB, s);
   st = a->GetStats();
   EXPECT_EQ(st.host_waits, 0u);
   EXPECT_EQ(st.bytes_reserved, 50 * kMiB);
+  EXPECT_EQ(st.backend_frees, 1u);
   EXPECT_EQ(sim->calls(SimOp::kSynchronizeEvent), 0u);
   EXPECT_EQ(sim->hazards(), 0u);
   EXPECT_EQ(sim->access_violations(), 0u);
