@@ -37,6 +37,7 @@ void BfcCore::CopyCondition(ChunkId from, ChunkId to) {
       fences_.Add(t.fence_set, pair.stream, pair.stamp);
     }
   }
+  if (multi_stream_ && t.fence != Fence::kClean) QueuePending(to);
 }
 
 bool BfcCore::LargePageFits(const Chunk& c, std::uint64_t size) const {
@@ -232,6 +233,65 @@ void BfcCore::NoteNewStream(std::uintptr_t stream) {
   }
   multi_stream_ = true;
   UnfenceAboveHighWater();
+  // From now on conditions keep chunks apart: every fenced free chunk is
+  // queued, so that it merges once its work is known complete.
+  for (const auto& [base, rid] : region_index_) {
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      if (!chunks_[id].in_use && chunks_[id].fence != Fence::kClean) {
+        QueuePending(id);
+      }
+    }
+  }
+}
+
+void BfcCore::QueuePending(ChunkId id) {
+  const Chunk& c = chunks_[id];
+  auto still = [this](std::uintptr_t stream) {
+    return [this, stream](const PendingFrees::Entry& e) {
+      return StillPending(stream, e.id);
+    };
+  };
+  if (c.fence == Fence::kStream) {
+    pending_.Push(c.stream, id, c.free_stamp, still(c.stream));
+  } else if (c.fence == Fence::kSet) {
+    for (const StreamStamp& p : fences_.Get(c.fence_set)) {
+      pending_.Push(p.stream, id, p.stamp, still(p.stream));
+    }
+  }
+}
+
+bool BfcCore::StillPending(std::uintptr_t stream, ChunkId id) const {
+  if (!chunks_.IsLive(id)) return false;
+  const Chunk& c = chunks_[id];
+  if (c.in_use) return false;
+  switch (c.fence) {
+    case Fence::kClean:
+      return false;
+    case Fence::kStream:
+      return c.stream == stream;
+    case Fence::kSet:
+      for (const StreamStamp& p : fences_.Get(c.fence_set)) {
+        if (p.stream == stream) return true;
+      }
+      return false;
+  }
+  return false;
+}
+
+std::size_t BfcCore::ResolveCompleted(const ReuseOracle& oracle,
+                                      std::uintptr_t stream) {
+  return pending_.PopCompleted(
+      stream,
+      [&](std::uint64_t stamp) { return oracle.KnownComplete(stream, stamp); },
+      [&](const PendingFrees::Entry& e) {
+        if (!StillPending(stream, e.id)) return;  // a stale hint
+        const ChunkId id = Resolve(e.id, oracle);
+        // What is left of its condition waits on other streams (or on a
+        // later free on this one): queued there, since the entries that
+        // named the chunks merged into it may be gone with their records.
+        if (chunks_[id].fence != Fence::kClean) QueuePending(id);
+      });
 }
 
 void BfcCore::UnfenceAboveHighWater() {
@@ -596,6 +656,7 @@ std::uint64_t BfcCore::StreamReferences(std::uintptr_t stream) const {
 void BfcCore::RenameStream(std::uintptr_t stream, std::uintptr_t key) {
   // The one-stream rules take every fenced chunk for the solo stream's.
   NoteStream(key);
+  pending_.Rename(stream, key);
   ForEachStreamField([&](std::uintptr_t& s) {
     if (s == stream) s = key;
   });
@@ -700,14 +761,21 @@ void BfcCore::FreeAmongStreams(ChunkId id, std::uintptr_t stream,
   const std::uintptr_t allocated_on = c.stream;
   c.stream = stream;
   c.free_stamp = stamp;
+  last_free_others_.clear();
   if (c.fence_set == kNoFenceSet && allocated_on == stream) {
     c.fence = Fence::kStream;
   } else {
     FenceFreed(c, stream, allocated_on, stamp);
+    if (c.fence == Fence::kSet) {
+      for (const StreamStamp& p : fences_.Get(c.fence_set)) {
+        if (p.stream != stream) last_free_others_.push_back(p.stream);
+      }
+    }
   }
   // Neighbours whose work is known complete may merge now.
   if (oracle != nullptr) ResolveNeighbours(id, *oracle);
-  c.in_use = false;
+  chunks_[id].in_use = false;
+  QueuePending(id);
   MergeFreed</*kSeveralStreams=*/true>(id, oracle);
 }
 

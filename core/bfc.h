@@ -59,8 +59,10 @@
 // never gives older free memory of its stream its own later stamp (which
 // would push back the moment other streams may use that memory: measured on
 // the generated multi-stream traces, 6 to 13% of peak reserved). Pieces merge
-// later, when the oracle learns that their work completed (Deallocate next to
-// them, Allocate reaching them, Settle). At the switch, memory that one
+// as soon as the facade tells the core that the oracle learned their work
+// complete (ResolveCompleted, through the per-stream queues of
+// core/pending_frees.h), and also when a Deallocate next to them, an
+// Allocate reaching them or Settle finds it out. At the switch, memory that one
 // stream's chunks took in by merging but no allocation ever reached (above the
 // highest allocation's end) is split off clean again.
 //
@@ -77,12 +79,15 @@
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "core/address_map.h"
 #include "core/chunk_table.h"
 #include "core/fences.h"
 #include "core/free_bins.h"
 #include "core/layer.h"
+#include "core/pending_frees.h"
 #include "gpualloc/allocator.h"
 
 namespace gpualloc::core {
@@ -332,6 +337,28 @@ class BfcCore {
   // merges the neighbours that then may merge. Cold: walks every chunk.
   // Returns the number of chunks whose condition changed.
   std::size_t Settle(const ReuseOracle& oracle);
+  // Settles the free chunks whose condition names `stream` and that the
+  // oracle now knows complete: their conditions drop what completed and they
+  // merge with the neighbours they then may merge with (I4). Called when the
+  // oracle learned that work on `stream` completed (an event query, a host
+  // wait). Amortized O(1) per free: PendingFrees queues each fenced free.
+  // Returns the number of queue entries looked at.
+  std::size_t ResolveCompleted(const ReuseOracle& oracle,
+                               std::uintptr_t stream);
+  // Calls visit(stream, newest_stamp) for every stream some fenced free chunk
+  // may still wait for (a superset: entries are checked when used).
+  template <typename Visit>
+  void ForEachPendingStream(Visit visit) const {
+    pending_.ForEachStream(visit);
+  }
+  std::size_t num_pending_entries() const { return pending_.size(); }
+  // The streams other than the freeing one that the last Deallocate's
+  // condition names (the stream a handed-over block was allocated on, the
+  // streams RecordStream added); empty for a block freed on its own stream.
+  // Valid until the next Deallocate.
+  absl::Span<const std::uintptr_t> last_free_others() const {
+    return last_free_others_;
+  }
   // Whether free region `id` (IsRegionFree) may be used by `stream` without
   // waiting: never used, or freed on `stream`, or all of its work known
   // complete.
@@ -506,6 +533,11 @@ class BfcCore {
   // The rest: conditions on several streams.
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void AbsorbMixedFence(
       Chunk& into, Chunk& from, const ReuseOracle* oracle);
+  // Queues free chunk `id` on each stream of its condition (PendingFrees).
+  void QueuePending(ChunkId id);
+  // Whether a PendingFrees entry of `stream` still names a fenced free chunk
+  // whose condition names `stream`.
+  bool StillPending(std::uintptr_t stream, ChunkId id) const;
   // Rewrites a kSet condition with 0 or 1 pairs as kClean or kStream.
   ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void NormalizeFence(Chunk& c);
   // Drops the chunk's fence set, if any.
@@ -521,6 +553,9 @@ class BfcCore {
   FreeBins bins_;
   AddressMap in_use_;  // in-use chunk address -> id
   FenceSets fences_;
+  // Fenced free chunks by stream, once several streams were seen.
+  PendingFrees pending_;
+  absl::InlinedVector<std::uintptr_t, 2> last_free_others_;
   std::vector<Region> regions_;
   std::vector<RegionId> free_region_ids_;
   absl::btree_map<DeviceAddress, RegionId> region_index_;  // base -> id

@@ -129,9 +129,14 @@ class BfcAllocator final : public Allocator, private SlabSource {
       return DeallocateToFront(reinterpret_cast<std::uintptr_t>(ptr),
                                Key(stream).handle);
     }
+    const std::uintptr_t handle = Key(stream).handle;
+    const std::uint64_t before = core_.counters().bytes_in_use;
     absl::Status status =
-        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr),
-                         Key(stream).handle, stream_order_.stamp(), oracle_);
+        core_.Deallocate(reinterpret_cast<std::uintptr_t>(ptr), handle,
+                         stream_order_.stamp(), oracle_);
+    if (ABSL_PREDICT_FALSE(core_.multi_stream()) && status.ok()) {
+      NoteFreeAmongStreams(handle, before - core_.counters().bytes_in_use);
+    }
     MaybeValidate();
     return status;
   }
@@ -227,6 +232,7 @@ class BfcAllocator final : public Allocator, private SlabSource {
     if (fronts) FoldFigures();
     std::optional<DeviceAddress> address =
         core_.Allocate(size, bytes, align, stream.handle, oracle_);
+    ResolveAdvanced();
     if (!address.has_value()) {
       if (stream_order_.has_error()) return EventFailure(bytes, given);
       absl::StatusOr<DeviceAddress> grown =
@@ -531,6 +537,20 @@ class BfcAllocator final : public Allocator, private SlabSource {
       ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void ReturnSlab(DeviceAddress base,
                   absl::Span<const std::uintptr_t> streams) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Memory whose stream work the stream order learned complete (an event
+  // query, a host wait) merges back now (BfcCore::ResolveCompleted).
+  void ResolveAdvanced() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ABSL_PREDICT_TRUE(!stream_order_.has_advanced())) return;
+    ResolveAdvancedSlow();
+  }
+  ABSL_ATTRIBUTE_NOINLINE void ResolveAdvancedSlow()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A free on `stream` while several streams are in use: every so many, an
+  // event on it (StreamOrder::NoteFree), and what that learned merges back.
+  ABSL_ATTRIBUTE_NOINLINE void NoteFreeAmongStreams(std::uintptr_t stream,
+                                                    std::uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // What the core may ask the device: nothing during a graph capture.

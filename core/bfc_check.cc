@@ -286,8 +286,8 @@ std::size_t BfcCore::MetadataBytes() const {
       FreeBins::MemoryBytes();  // nodes live in the chunk table
   const std::size_t map = in_use_.MemoryBytes();
   return sizeof(*this) + chunks_.MemoryBytes() + bins + map +
-         fences_.MemoryBytes() + regions_.capacity() * sizeof(Region) +
-         region_index_.size() * 64;
+         fences_.MemoryBytes() + pending_.MemoryBytes() +
+         regions_.capacity() * sizeof(Region) + region_index_.size() * 64;
 }
 
 }  // namespace gpualloc::core

@@ -36,6 +36,27 @@ absl::Status BfcAllocator::Exhausted(std::uint64_t bytes, absl::Status error,
                          &num_ooms_);
 }
 
+void BfcAllocator::ResolveAdvancedSlow() {
+  for (std::uintptr_t stream : stream_order_.TakeAdvanced()) {
+    core_.ResolveCompleted(stream_order_, stream);
+  }
+}
+
+void BfcAllocator::NoteFreeAmongStreams(std::uintptr_t stream,
+                                        std::uint64_t bytes) {
+  if (!MayAsk() || StreamOrder::IsReleasedKey(stream)) return;
+  const std::uint64_t reserved = core_.counters().bytes_reserved;
+  stream_order_.NoteFree(stream, bytes, reserved, /*earns=*/true);
+  // A block handed over (or used on streams RecordStream named) waits for
+  // those streams' work too: it counts as freed there as well.
+  for (std::uintptr_t other : core_.last_free_others()) {
+    if (!StreamOrder::IsReleasedKey(other)) {
+      stream_order_.NoteFree(other, bytes, reserved, /*earns=*/false);
+    }
+  }
+  ResolveAdvanced();
+}
+
 absl::Status BfcAllocator::ReleaseFree() {
   FlushFronts();
   if (core_.multi_stream() && MayAsk()) {
@@ -54,6 +75,7 @@ std::optional<DeviceAddress> BfcAllocator::Retry(
   std::optional<DeviceAddress> a =
       core_.Allocate(size, bytes, align, stream.handle, Oracle(), search);
   *event_failed = !a.has_value() && stream_order_.has_error();
+  ResolveAdvanced();
   return a;
 }
 
@@ -75,6 +97,7 @@ std::optional<DeviceAddress> BfcAllocator::SettleAndRetry(std::uint64_t size,
     }
   }
   core_.Settle(stream_order_);
+  ResolveAdvanced();  // (Settle merged it all: this empties the queues)
   if (std::optional<DeviceAddress> a =
           Retry(size, bytes, align, stream, event_failed)) {
     return a;
@@ -142,9 +165,10 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
                   BfcCore::Search::kMayWait))
       return *a;
     if (event_failed) return EventFailure(bytes, stream);
-    if (std::optional<DeviceAddress> a = core_.AllocateAcross(
-            size, bytes, align, stream.handle, &stream_order_, /*ask=*/true))
-      return *a;
+    std::optional<DeviceAddress> across = core_.AllocateAcross(
+        size, bytes, align, stream.handle, &stream_order_, /*ask=*/true);
+    ResolveAdvanced();
+    if (across.has_value()) return *across;
     if (stream_order_.has_error()) return EventFailure(bytes, stream);
   }
   if (MayAsk()) {

@@ -52,7 +52,7 @@ absl::Status StreamOrder::ReleaseStream(std::uintptr_t stream,
   for (auto it2 = streams_.begin(); it2 != streams_.end();) {
     StreamState& s = it2->second;
     if (s.last_event != 0) {
-      const bool done = RetireReleased(s);
+      const bool done = RetireReleased(it2->first, s);
       if (!error_.ok()) (void)TakeError();  // asked again later
       if (done) {
         streams_.erase(it2++);
@@ -90,13 +90,24 @@ const StreamOrder::Recorded* StreamOrder::RecordOn(std::uintptr_t stream,
     return nullptr;
   }
   state.pending.push_back(Recorded{++events_recorded_, event});
+  state.freed_since_event = 0;
+  credit_ -= kFreesPerEvent;
   return &state.pending.back();
 }
 
-void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
+void StreamOrder::RecordEager(std::uintptr_t stream, StreamState& state) {
+  if (!state.pending.empty()) {
+    Retire(stream, state, state.pending.back().number, /*fresh=*/true);
+  }
+  RecordOn(stream, state);
+}
+
+void StreamOrder::Retire(std::uintptr_t stream, StreamState& state,
+                         std::uint64_t up_to, bool fresh) {
   while (!state.pending.empty() && state.pending.front().number <= up_to) {
-    if (SeenInThisSearch(state)) return;  // asked already
+    if (!fresh && SeenInThisSearch(state)) return;  // asked already
     const Recorded front = state.pending.front();
+    ++queries_;
     absl::StatusOr<bool> done = backend_.QueryEvent(front.event);
     if (!done.ok()) {
       Fail(done.status());
@@ -105,12 +116,14 @@ void StreamOrder::Retire(StreamState& state, std::uint64_t up_to) {
     // A stream's events complete in order: the first one still running
     // means every later one is running too.
     if (!*done) {
-      MarkSeen(state);
+      // (A fresh question is no search's: the next search asks again.)
+      if (!fresh) MarkSeen(state);
       return;
     }
     state.completed = front.number;
     spare_events_.push_back(front.event);
     state.pending.pop_front();
+    NoteAdvanced(stream);
   }
 }
 
@@ -122,7 +135,7 @@ ReuseOracle::Verdict StreamOrder::Query(std::uintptr_t from,
     if (it == streams_.end()) return Verdict::kReady;  // forgotten: done
     StreamState& state = it->second;
     // Its last event covers everything ever queued on it.
-    const bool done = RetireReleased(state);
+    const bool done = RetireReleased(from, state);
     if (!error_.ok()) return Verdict::kError;
     if (done) {
       streams_.erase(it);
@@ -149,7 +162,7 @@ ReuseOracle::Verdict StreamOrder::Query(std::uintptr_t from,
     if (r == nullptr) return Verdict::kError;
     captures = *r;
   }
-  Retire(state, captures.number);
+  Retire(from, state, captures.number);
   if (!error_.ok()) return Verdict::kError;
   if (state.completed > stamp) return Verdict::kReady;
   *fence = captures.event;
@@ -194,6 +207,7 @@ absl::Status StreamOrder::WaitForAll(
         spare_events_.push_back(done.event);
       }
       streams_.erase(it);
+      NoteAdvanced(stream);
       continue;
     }
     StreamState& state = streams_[stream];
@@ -208,6 +222,7 @@ absl::Status StreamOrder::WaitForAll(
       spare_events_.push_back(done.event);
     }
     state.pending.clear();
+    NoteAdvanced(stream);
   }
   return absl::OkStatus();
 }

@@ -2,10 +2,13 @@
 // core/stream_order.h: the events behind stream-ordered frees.
 //
 // The BFC facade stamps every free with stamp() (core/fences.h) and hands the
-// core this object as its ReuseOracle. Events are recorded lazily: only when a
-// chunk freed on stream S is wanted on another stream does S get an event, and
-// that one event then covers every free on S before it. A workload on one
-// stream never reaches this code, so it records no event at all.
+// core this object as its ReuseOracle. One event on stream S covers every free
+// on S before it. Events are recorded when a chunk freed on S is wanted on
+// another stream and none covers its free yet, and, once several streams are
+// in use, eagerly on a budget (NoteFree), so that frees are known complete
+// soon after their work is. A workload on one stream never reaches this code,
+// so it records no event at all. Every stream learned complete further is
+// noted (TakeAdvanced), so that the core merges what that freed.
 //
 // Per stream S the object keeps the events recorded on S that are not yet
 // known complete (oldest first; a stream's events complete in order) and the
@@ -20,8 +23,10 @@
 #ifndef GPUALLOC_CORE_STREAM_ORDER_H_
 #define GPUALLOC_CORE_STREAM_ORDER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -83,6 +88,46 @@ class StreamOrder final : public ReuseOracle {
   bool Knows(std::uintptr_t stream) const { return streams_.contains(stream); }
   std::size_t released_streams_kept() const;
 
+  // A free of `bytes` on `stream` while several streams are in use. The
+  // stream gets an event now (and its earlier events are asked about, no
+  // wait) when the bytes freed there since its last event reach
+  // `threshold` and the event budget allows: memory freed there is then
+  // known complete soon after its work is, not only after the work queued
+  // when another stream first wants it (an event recorded only then covers
+  // everything queued up to then). The budget: every free earns 1 /
+  // kFreesPerEvent of an event, and every event recorded (here or when a
+  // search asks) spends one, so events stay below 1 per kFreesPerEvent
+  // frees plus a burst of kBurstEvents. Errors are kept, as for Prepare.
+  void NoteFree(std::uintptr_t stream, std::uint64_t bytes,
+                std::uint64_t reserved, bool earns) {
+    if (earns && credit_ < kBurstEvents * kFreesPerEvent) ++credit_;
+    StreamState& state = streams_[stream];
+    state.freed_since_event += bytes;
+    if (credit_ < kFreesPerEvent) return;
+    // The threshold: a quarter of what is reserved when the budget has
+    // room for one event, halving with each further event it has room for,
+    // down to 1/2^kMaxShift of it: with a full budget, smaller frees get
+    // events too; with a thin one, only the frees that matter most.
+    const std::int64_t shift =
+        1 + std::min<std::int64_t>(credit_ / kFreesPerEvent, kMaxShift - 1);
+    if (state.freed_since_event >= (reserved >> shift)) {
+      RecordEager(stream, state);
+    }
+  }
+  static constexpr std::int64_t kFreesPerEvent = 20;
+  static constexpr std::int64_t kMaxShift = 7;
+  static constexpr std::int64_t kBurstEvents = 16;
+
+  // Streams whose work was learned complete further (an event query or a
+  // host wait) since the last TakeAdvanced, each once: the core settles the
+  // memory freed there (BfcCore::ResolveCompleted).
+  bool has_advanced() const { return !advanced_.empty(); }
+  std::vector<std::uintptr_t> TakeAdvanced() {
+    return std::exchange(advanced_, {});
+  }
+  // Event queries made (QueryEvent calls).
+  std::uint64_t queries() const { return queries_; }
+
   // Host-waits until the work queued so far on each of `streams` has
   // completed (the out-of-memory path): one event recorded and waited for
   // per stream.
@@ -112,7 +157,17 @@ class StreamOrder final : public ReuseOracle {
     // A released stream's key: the number of its last event (no work was
     // queued on it after that), else 0.
     std::uint64_t last_event = 0;
+    // Bytes freed on the stream since its last event (NoteFree).
+    std::uint64_t freed_since_event = 0;
   };
+  // NoteFree's event: asks about the stream's events so far, then records.
+  void RecordEager(std::uintptr_t stream, StreamState& state);
+  void NoteAdvanced(std::uintptr_t stream) {
+    if (std::find(advanced_.begin(), advanced_.end(), stream) ==
+        advanced_.end()) {
+      advanced_.push_back(stream);
+    }
+  }
 
   // An event ready to record: a recycled one or a new one; 0 on error.
   EventHandle TakeEvent();
@@ -122,13 +177,16 @@ class StreamOrder final : public ReuseOracle {
   // device: kReady, kBlocked (with *fence: the event that captures it) or
   // kError.
   Verdict Query(std::uintptr_t from, std::uint64_t stamp, EventHandle* fence);
-  // Drops the completed events at the front of the stream's queue (asking
-  // the device about at most `up_to` and everything before it).
-  void Retire(StreamState& state, std::uint64_t up_to);
+  // Drops the completed events at the front of `stream`'s queue (asking
+  // the device about at most `up_to` and everything before it). With
+  // `fresh`, asks even if this search saw the stream's work running.
+  void Retire(std::uintptr_t stream, StreamState& state, std::uint64_t up_to,
+              bool fresh = false);
   // A released stream's state: whether every event it kept has completed
   // (asking the device about them, no wait), so that its key is forgotten.
-  bool RetireReleased(StreamState& state) {
-    Retire(state, state.last_event);
+  bool RetireReleased(std::uintptr_t key, StreamState& state) {
+    Retire(key, state, state.last_event);
+    if (state.pending.empty()) NoteAdvanced(key);  // forgotten: complete
     return state.pending.empty();
   }
   void Fail(const absl::Status& status);
@@ -151,6 +209,10 @@ class StreamOrder final : public ReuseOracle {
     state.seen_running_count =
         search_counter_ != nullptr ? *search_counter_ : 0;
   }
+  std::vector<std::uintptr_t> advanced_;
+  // NoteFree's budget, in frees (an event costs kFreesPerEvent).
+  std::int64_t credit_ = 0;
+  std::uint64_t queries_ = 0;
   std::uint64_t stream_waits_ = 0;
   std::uint64_t host_waits_ = 0;
   absl::Status error_;

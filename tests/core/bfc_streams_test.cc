@@ -205,6 +205,40 @@ TEST_F(BfcStreamsTest, PiecesFreedOnDifferentStreamsStayApart) {
   (void)guard;
 }
 
+// Pieces merge as soon as their work is learned complete, stream by stream,
+// without an allocation or a free touching them: ResolveCompleted finds them
+// in the per-stream queues. A handed-over block waits for both streams.
+TEST_F(BfcStreamsTest, PiecesMergeOnceTheirWorkIsLearnedComplete) {
+  const DeviceAddress a = *Alloc(4096, kS1);
+  const DeviceAddress b = *Alloc(4096, kS2);
+  const DeviceAddress c = *Alloc(4096, kS1);
+  const DeviceAddress guard = *Alloc(256, kS3);
+  FillTail();
+  Free(a, kS1, 2);
+  Free(b, kS2, 3);
+  Free(c, kS2, 4);  // handed over: {s1@4, s2@4}
+  EXPECT_EQ(core_.num_free_chunks(), 3u);
+  EXPECT_GT(core_.num_pending_entries(), 0u);
+  // Only s1 is known complete: a merges with nothing yet (b still waits for
+  // s2), and c still waits for s2 too.
+  oracle_.complete_below[kS1] = 10;
+  core_.ResolveCompleted(oracle_, kS1);
+  ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
+  EXPECT_EQ(core_.num_free_chunks(), 3u);
+  // s2 too: everything is clean and one chunk, with no operation in between.
+  oracle_.complete_below[kS2] = 10;
+  core_.ResolveCompleted(oracle_, kS2);
+  ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
+  EXPECT_EQ(core_.LargestFreeBlock(), 3 * 4096u);
+  EXPECT_EQ(core_.num_pending_entries(), 0u);
+  oracle_.complete_below.clear();
+  oracle_.calls.clear();
+  EXPECT_EQ(Alloc(3 * 4096, kS3), a);  // clean: nobody asked
+  EXPECT_TRUE(oracle_.calls.empty());
+  (void)guard;
+}
+
 // Two frees of one stream with different stamps stay apart: merging would
 // give the older bytes the later stamp, and other streams would wait for the
 // later free's work before using them.

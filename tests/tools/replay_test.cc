@@ -541,6 +541,61 @@ TEST(Replay, RepeatedBundledTracePassesAreAlikeAndAddUp) {
   }
 }
 
+// A repeated step makes no device call once warm: on one stream from pass 2
+// on in every growing configuration, and no growth below the limit means no
+// unmapping either.
+TEST(Replay, ARepeatedSingleStreamStepMakesNoDeviceCall) {
+  absl::StatusOr<Trace> t =
+      LoadTrace(TraceDir() + "/torch-cs336-medium_1024_inference.csv");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::string> configs = {
+      "arch=h100,preallocate=false,expandable=false,mem_fraction=0.95"};
+  if (GPUALLOC_DEBUG_CHECKS < 2)
+    configs.push_back("arch=h100,preallocate=false,mem_fraction=0.95");
+  for (const std::string& config : configs) {
+    ReplayOptions options;
+    options.repeat = 3;
+    absl::StatusOr<ReplayResult> r = Replay(*t, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (std::size_t pass = 1; pass < r->repetitions.size(); ++pass) {
+      const ReplayRepetition& p = r->repetitions[pass];
+      EXPECT_EQ(p.backend_allocs, 0u) << config << " pass " << pass + 1;
+      EXPECT_EQ(p.backend_frees, 0u) << config << " pass " << pass + 1;
+      EXPECT_EQ(p.host_waits, 0u) << config << " pass " << pass + 1;
+    }
+  }
+}
+
+// A multi-stream step repeated reaches its steady peak by the second pass:
+// what completed merges back as soon as the allocator learns it, so the
+// next pass finds the memory whole and grows no further.
+TEST(Replay, ARepeatedMultiStreamStepHoldsItsSecondPassPeak) {
+  absl::StatusOr<Trace> t = LoadTrace(TraceDir() + "/gen-fsdp.csv");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::string> configs = {
+      "arch=h100,preallocate=false,expandable=false,mem_fraction=0.95"};
+  if (GPUALLOC_DEBUG_CHECKS < 2)
+    configs.push_back("arch=h100,preallocate=false,mem_fraction=0.95");
+  for (const std::string& config : configs) {
+    ReplayOptions options;
+    options.repeat = 4;
+    absl::StatusOr<ReplayResult> r = Replay(*t, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->repetitions.size(), 4u);
+    EXPECT_EQ(r->hazards, 0u) << config;
+    EXPECT_EQ(r->host_waits, 0u) << config;
+    for (std::size_t pass = 2; pass < r->repetitions.size(); ++pass) {
+      const ReplayRepetition& p = r->repetitions[pass];
+      EXPECT_EQ(p.peak_bytes_reserved, r->repetitions[1].peak_bytes_reserved)
+          << config << " pass " << pass + 1;
+      EXPECT_EQ(p.backend_allocs, 0u) << config << " pass " << pass + 1;
+      EXPECT_EQ(p.backend_frees, 0u) << config << " pass " << pass + 1;
+    }
+    // Events stay within 1 per 20 frees (plus the budget's burst).
+    EXPECT_LE(r->events_recorded * 20, r->ops / 2 + 20 * 16) << config;
+  }
+}
+
 TEST(Replay, CompleteEveryIsTheDeviceProgressModel) {
   // Blocks freed on one stream and wanted on another: the sooner the queued
   // work completes, the sooner the memory is reusable there.
@@ -661,10 +716,11 @@ TEST(Replay, MultiStreamTraceFeedsTheHazardDetector) {
   EXPECT_EQ(t.num_streams, 3u);
   absl::StatusOr<ReplayResult> r = Replay(t, std::string(kPrealloc));
   ASSERT_TRUE(r.ok()) << r.status();
-  // The allocator never hands out memory another stream may still use, and
-  // with memory to spare it needs no event to know that.
+  // The allocator never hands out memory another stream may still use; with
+  // memory to spare its events are only the budgeted ones that tell it early
+  // when frees completed (at most 1 per 20 frees).
   EXPECT_EQ(r->hazards, 0u);
-  EXPECT_EQ(r->events_recorded, 0u);
+  EXPECT_LE(r->events_recorded * 20, 198u);
   // In a 2 MiB pool the streams must reuse each other's memory: events
   // (counted among the backend calls) say when that is safe.
   r = Replay(t,
@@ -782,9 +838,10 @@ TEST(ReplayTimeline, RegionsAliveAddUpToTheBytesReservedThen) {
     }
     EXPECT_GE(bases.size(), 1u);
     if (tl.expandable) {
-      // One reserved range: the span of the addresses ever mapped exceeds
-      // the peak (what the picture's caption explains).
-      EXPECT_GT(hi - lo, r->peak_bytes_reserved);
+      // One reserved range: the span of the addresses ever mapped is at
+      // least the peak, and more where memory unmapped under pressure left
+      // holes (what the picture's caption explains).
+      EXPECT_GE(hi - lo, r->peak_bytes_reserved);
     }
   }
 }
