@@ -113,13 +113,14 @@ ArchProfile AmdProfile() {
 //    only). Estimates, not measured.
 //  - cuMemAlloc / cuMemFree: 50 us and 30 us per call (typical host cost of
 //    a large cudaMalloc on Hopper; cudaFree also synchronizes the device,
-//    costed apart as the wait), plus 1.6 and 0.7 us/MiB, the per-MiB work of
-//    create+map+access and unmap+release as this model estimated it before
-//    the H200 measurement. Estimates, not measured.
+//    costed apart as the wait): estimates, not measured. Their per-MiB parts
+//    are the fitted slopes of create+map+access (53 ns/MiB) and
+//    unmap+release (251 ns/MiB), the work they do inside: derived from the
+//    measurement, not measured on these calls themselves.
 DriverCosts NvidiaCosts() {
   DriverCosts c;
-  c.allocate = {50'000, 1'600};
-  c.free = {30'000, 700};
+  c.allocate = {50'000, 53};
+  c.free = {30'000, 251};
   c.reserve_address = {5'000, 0};
   c.free_address = {5'000, 0};
   c.create_physical = {21'200, 33};
@@ -133,7 +134,9 @@ DriverCosts NvidiaCosts() {
       "97 us at 1 GiB; unmap+release 31 and 287 us), split among the calls "
       "by the earlier estimates' shares; PyTorch CUDACachingAllocator "
       "expandable segments (ten 2 MiB maps cost about ten times one 20 MiB "
-      "map); cuMemAlloc, cuMemFree and address reservation: estimates";
+      "map); cuMemAlloc and cuMemFree: per-call estimates plus the fitted "
+      "per-MiB slopes of create+map+access and unmap+release; address "
+      "reservation: estimate";
   return c;
 }
 
@@ -153,8 +156,8 @@ DriverCosts NvidiaCosts() {
 // (unmap+release) too high.
 DriverCosts AmdCosts() {
   DriverCosts c;
-  c.allocate = {100'000, 3'200};
-  c.free = {60'000, 1'400};
+  c.allocate = {100'000, 106};
+  c.free = {60'000, 502};
   c.reserve_address = {5'000, 0};
   c.free_address = {5'000, 0};
   c.create_physical = {42'400, 66};
