@@ -90,75 +90,85 @@ ArchProfile AmdProfile() {
 // Modeled driver-call costs, NVIDIA (H100, H200 and A100 alike: the work is
 // the driver's and the GMMU's, the same on sm_80 and sm_90). Host time per
 // call plus a part that grows with the bytes ("/MiB").
+//  - Virtual memory calls: fitted to what tools/device-check.sh measured once
+//    on one H200 (driver 580, CUDA 13.0, in a virtual machine; median of 31
+//    host timings): create+map+access 43 us at 2 MiB and 97 us at 1 GiB,
+//    unmap+release 31 us and 287 us. Two points per group give its per-call
+//    part and its slope: create+map+access 42.9 us + 0.0528 us/MiB,
+//    unmap+release 30.5 us + 0.2505 us/MiB. Only the groups were measured,
+//    so each group is split among its calls in proportion to the shares of
+//    the estimates this model had before (per call cuMemCreate 38, cuMemMap
+//    9.8, cuMemSetAccess 29 us; cuMemUnmap 29, cuMemRelease 19.6 us; per MiB
+//    1, 0.1, 0.5 us; 0.5, 0.2 us), rounded to 100 ns per call and 1 ns per
+//    MiB. The model's sums are then 43.0 and 97.2 us, 31.0 and 287.5 us.
+//    The split within a group is an estimate; so is any size between the
+//    two measured ones (device-check.sh also prints 20 MiB, not recorded).
 //  - Shape: PyTorch's CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp,
 //    expandable segments) grows its large pool by 20 MiB handles rather than
 //    ten 2 MiB ones because mapping ten separately created 2 MiB pages costs
 //    about ten times as much as mapping one 20 MiB handle: at these sizes the
-//    per-call part dominates. Here ten 2 MiB cuMemMap calls cost 8.5 times
-//    one of 20 MiB, and ten 2 MiB create+map+access 7.4 times.
-//  - At one 2 MiB granule every VMM call costs what this model charged per
-//    call before it had a per-byte part: cuMemCreate 40 us, cuMemMap 10 us,
-//    cuMemSetAccess 30 us, cuMemUnmap 30 us, cuMemRelease 20 us,
-//    cuMemAddressReserve/Free 5 us (the driver's address tree only). Those
-//    follow vAttention (Prabhu et al. 2024, section 6: "invoking CUDA APIs
-//    incurs high latency", the reason it maps ahead of time) in order of
-//    magnitude; no source found here gives each call's figure, so they are
-//    estimates for tools/device-check.sh to check.
-//  - Per-MiB parts: estimates; no per-size measurement was found.
-//    cuMemCreate 1 us/MiB: the driver clears new physical memory, assumed at
-//    about 1 TB/s (a third of H100's 3.35 TB/s HBM3 bandwidth).
-//    cuMemSetAccess and cuMemUnmap 0.5 us/MiB: writing, then clearing page
-//    table entries and invalidating TLBs. cuMemMap 0.1 us/MiB (it records the
-//    mapping; the page tables are written by cuMemSetAccess). cuMemRelease
-//    0.2 us/MiB. tools/device-check.sh prints measured figures next to these
-//    at 2 MiB, 20 MiB and 1 GiB, so they can be checked on a GPU.
-//  - cuMemAlloc / cuMemFree: 50 us and 30 us per call (the figures this
-//    model used before: typical host cost of a large cudaMalloc on Hopper;
-//    cudaFree also synchronizes the device, costed apart as the wait), plus
-//    the per-MiB work of create+map+access (1.6 us/MiB) and unmap+release
-//    (0.7 us/MiB), which they do inside. Estimates.
+//    per-call part dominates. Here ten 2 MiB cuMemMap calls cost 9.9 times
+//    one of 20 MiB, and ten 2 MiB create+map+access 9.8 times.
+//  - cuMemAddressReserve/Free: 5 us per call (the driver's address tree
+//    only). Estimates, not measured.
+//  - cuMemAlloc / cuMemFree: 50 us and 30 us per call (typical host cost of
+//    a large cudaMalloc on Hopper; cudaFree also synchronizes the device,
+//    costed apart as the wait): estimates, not measured. Their per-MiB parts
+//    are the fitted slopes of create+map+access (53 ns/MiB) and
+//    unmap+release (251 ns/MiB), the work they do inside: derived from the
+//    measurement, not measured on these calls themselves.
 DriverCosts NvidiaCosts() {
   DriverCosts c;
-  c.allocate = {50'000, 1'600};
-  c.free = {30'000, 700};
+  c.allocate = {50'000, 53};
+  c.free = {30'000, 251};
   c.reserve_address = {5'000, 0};
   c.free_address = {5'000, 0};
-  c.create_physical = {38'000, 1'000};
-  c.release_physical = {19'600, 200};
-  c.map = {9'800, 100};
-  c.unmap = {29'000, 500};
-  c.set_access = {29'000, 500};
+  c.create_physical = {21'200, 33};
+  c.release_physical = {12'300, 72};
+  c.map = {5'500, 3};
+  c.unmap = {18'200, 179};
+  c.set_access = {16'200, 17};
   c.sources =
-      "PyTorch CUDACachingAllocator expandable segments (ten 2 MiB maps cost "
-      "about ten times one 20 MiB map); vAttention (Prabhu et al. 2024) "
-      "section 6 (VMM calls incur high latency); the figures themselves are "
-      "estimates for tools/device-check.sh to check";
+      "create, map, set-access, unmap, release: fitted to one H200 "
+      "measurement (tools/device-check.sh: create+map+access 43 us at 2 MiB, "
+      "97 us at 1 GiB; unmap+release 31 and 287 us), split among the calls "
+      "by the earlier estimates' shares; PyTorch CUDACachingAllocator "
+      "expandable segments (ten 2 MiB maps cost about ten times one 20 MiB "
+      "map); cuMemAlloc and cuMemFree: per-call estimates plus the fitted "
+      "per-MiB slopes of create+map+access and unmap+release; address "
+      "reservation: estimate";
   return c;
 }
 
 // Modeled driver-call costs, AMD (MI300X and MI250X alike). No published
 // per-call figures for hipMalloc, hipMemCreate, hipMemMap or hipMemSetAccess
-// were found: every number here is an estimate, twice NVIDIA's per call and
-// per MiB (address reservation aside: a runtime-side address tree, like
-// CUDA's). Why slower: each ROCm virtual memory call goes through the HIP
-// runtime, ROCr and a KFD ioctl (hipMemCreate allocates through KFD like
-// hipMalloc; hipMemMap and hipMemSetAccess map the buffer into the GPU page
-// tables through KFD, 4 KiB PTEs grouped into 2 MiB fragments), and virtual
-// memory only became functional in ROCm 6.1.
+// were found and none was measured: every number here is an estimate, twice
+// NVIDIA's per call and per MiB (address reservation aside: a runtime-side
+// address tree, like CUDA's), scaled from the NVIDIA terms as fitted to the
+// H200 measurement. Why slower: each ROCm virtual memory call goes through
+// the HIP runtime, ROCr and a KFD ioctl (hipMemCreate allocates through KFD
+// like hipMalloc; hipMemMap and hipMemSetAccess map the buffer into the GPU
+// page tables through KFD, 4 KiB PTEs grouped into 2 MiB fragments), and
+// virtual memory only became functional in ROCm 6.1. Why scaled rather than
+// kept: the earlier AMD figures had no basis of their own beyond "twice
+// NVIDIA's", and their per-MiB parts doubled NVIDIA guesses that the H200
+// measurement showed to be about 30 times (create+map+access) and 3 times
+// (unmap+release) too high.
 DriverCosts AmdCosts() {
   DriverCosts c;
-  c.allocate = {100'000, 3'200};
-  c.free = {60'000, 1'400};
+  c.allocate = {100'000, 106};
+  c.free = {60'000, 502};
   c.reserve_address = {5'000, 0};
   c.free_address = {5'000, 0};
-  c.create_physical = {76'000, 2'000};
-  c.release_physical = {39'200, 400};
-  c.map = {19'600, 200};
-  c.unmap = {58'000, 1'000};
-  c.set_access = {58'000, 1'000};
+  c.create_physical = {42'400, 66};
+  c.release_physical = {24'600, 144};
+  c.map = {11'000, 6};
+  c.unmap = {36'400, 358};
+  c.set_access = {32'400, 34};
   c.sources =
-      "estimates: twice the NVIDIA figures (HIP -> ROCr -> KFD ioctl per "
-      "virtual memory call; no published per-call measurement found)";
+      "estimates: twice the NVIDIA figures as fitted to one H200 measurement "
+      "(HIP -> ROCr -> KFD ioctl per virtual memory call; no published or "
+      "measured per-call figure for ROCm)";
   return c;
 }
 

@@ -885,6 +885,58 @@ TEST(SimCostModelTest, RocmVirtualMemoryCallsCostMoreThanCudas) {
             h100->CallCostNs(SimOp::kMap, 20 * kMiB));
 }
 
+// The NVIDIA model reproduces what tools/device-check.sh measured once on one
+// H200 (docs/ARCHITECTURE.md, "Cost model"): median host time of
+// create+map+access and of unmap+release at 2 MiB and 1 GiB, within 3%.
+TEST(SimCostModelTest, NvidiaModelReproducesTheH200Measurement) {
+  struct Point {
+    std::uint64_t bytes;
+    std::uint64_t map_ns;    // cuMemCreate + cuMemMap + cuMemSetAccess
+    std::uint64_t unmap_ns;  // cuMemUnmap + cuMemRelease
+  };
+  constexpr Point kMeasured[] = {{2 * kMiB, 43'000, 31'000},
+                                 {kGiB, 97'000, 287'000}};
+  auto near = [](std::uint64_t modeled, std::uint64_t measured) {
+    const std::uint64_t diff =
+        modeled > measured ? modeled - measured : measured - modeled;
+    return 100 * diff <= 3 * measured;
+  };
+  for (const char* profile : {"h200", "h100", "a100"}) {
+    auto sim = Create(Profile(profile));
+    ASSERT_NE(sim, nullptr);
+    for (const Point& p : kMeasured) {
+      const std::uint64_t map =
+          sim->CallCostNs(SimOp::kCreatePhysical, p.bytes) +
+          sim->CallCostNs(SimOp::kMap, p.bytes) +
+          sim->CallCostNs(SimOp::kSetAccess, p.bytes);
+      const std::uint64_t unmap =
+          sim->CallCostNs(SimOp::kUnmap, p.bytes) +
+          sim->CallCostNs(SimOp::kReleasePhysical, p.bytes);
+      EXPECT_TRUE(near(map, p.map_ns))
+          << profile << " " << p.bytes << " B create+map+access: modeled "
+          << map << " ns, measured " << p.map_ns;
+      EXPECT_TRUE(near(unmap, p.unmap_ns))
+          << profile << " " << p.bytes << " B unmap+release: modeled " << unmap
+          << " ns, measured " << p.unmap_ns;
+    }
+  }
+}
+
+// AMD's figures are estimates: twice NVIDIA's, per call and per MiB, for
+// every sized call (docs/ARCHITECTURE.md, "Cost model").
+TEST(SimCostModelTest, AmdEstimatesAreTwiceNvidias) {
+  auto h200 = Create(Profile("h200"));
+  auto mi300x = Create(Profile("mi300x"));
+  ASSERT_NE(h200, nullptr);
+  ASSERT_NE(mi300x, nullptr);
+  for (SimOp op : kSizedOps) {
+    for (std::uint64_t bytes : {std::uint64_t{0}, 2 * kMiB, kGiB}) {
+      EXPECT_EQ(mi300x->CallCostNs(op, bytes), 2 * h200->CallCostNs(op, bytes))
+          << SimOpName(op) << " " << bytes;
+    }
+  }
+}
+
 TEST(SimCostModelTest, OptionsOverrideTheProfilePerEntry) {
   SimOptions o = Profile("h100");
   o.cost_ns[static_cast<int>(SimOp::kMap)] = 7;
