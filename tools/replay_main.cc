@@ -42,6 +42,7 @@ using gpualloc::replay::Trace;
 constexpr absl::string_view kUsage =
     "usage: gpualloc-replay [--json] [--svg FILE] [--baseline SOURCES.md]\n"
     "                       [--repeat N] [--complete-every N] [--work-us N]\n"
+    "                       [--one-stream | --compare-one-stream]\n"
     "                       [--config STRING]... TRACE...\n"
     "       gpualloc-replay --svg FILE --snapshot SNAPSHOT.json... [TRACE...]\n"
     "\n"
@@ -74,6 +75,14 @@ constexpr absl::string_view kUsage =
     "ordered after the allocating one (its work may still run) and uses the\n"
     "block before the free.\n"
     "\n"
+    "Multi-stream traces also get the no-wait bound (the table's \"no-wait\n"
+    "bound\", the JSON's nowait_bound_bytes; null for one stream): the most\n"
+    "bytes live plus freed but still pending under the progress model, a\n"
+    "stream reusing its own pending bytes at once, over the whole run (all\n"
+    "passes with --repeat, as one device timeline): what an allocator that\n"
+    "never makes a stream or the host wait must hold, before fragmentation.\n"
+    "What the streams cost in memory, in one command: --compare-one-stream.\n"
+    "\n"
     "  --config STRING      a configuration (key=value,...; the keys are\n"
     "                       listed below); repeat for more. Default: one, the\n"
     "                       defaults (on the simulator)\n"
@@ -83,15 +92,25 @@ constexpr absl::string_view kUsage =
     "                       each pass ends by freeing what the trace left\n"
     "                       live. The table's backend, wait and modeled-\n"
     "                       time columns are then the last pass's (a warm\n"
-    "                       allocator), the others the whole run's; the\n"
-    "                       JSON adds \"repetitions\", each pass's own\n"
-    "                       counts and peaks\n"
+    "                       allocator), the others the whole run's, but\n"
+    "                       \"pass 1 peak\" and \"pass N peak\", the first\n"
+    "                       and the last pass's own peak reserved (creep:\n"
+    "                       the last above the first); the JSON adds\n"
+    "                       \"repetitions\", each pass's counts and peaks\n"
     "  --complete-every N   multi-stream traces: all queued work completes\n"
     "                       after every N ops (default 64); 0 = only when the\n"
     "                       allocator waits for it on the host\n"
     "  --work-us N          multi-stream traces with times: the timestamp\n"
     "                       model, each use of a block taking N us (the\n"
     "                       JSON's progress_model says which model ran)\n"
+    "  --one-stream         replay every trace with every stream mapped to\n"
+    "                       stream 0 (the JSON's \"one_stream\": true; the\n"
+    "                       table's trace headings say so)\n"
+    "  --compare-one-stream also replay each multi-stream trace that way,\n"
+    "                       per configuration, and show its peak reserved\n"
+    "                       beside the normal one (\"one-stream peak\", the\n"
+    "                       JSON's one_stream_peak_bytes_reserved): the\n"
+    "                       difference is what the streams cost in memory\n"
     "  --svg FILE           draw the address space over time into FILE\n"
     "  --baseline FILE      add PyTorch's peak reserved from FILE's table\n"
     "                       (tests/data/traces/SOURCES.md) and our ratio\n"
@@ -169,6 +188,8 @@ int main(int argc, char** argv) {
   std::uint64_t repeat = 1;
   std::uint64_t complete_every = 64;
   std::uint64_t work_us = 0;
+  bool one_stream = false;
+  bool compare_one_stream = false;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -181,6 +202,10 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--one-stream") {
+      one_stream = true;
+    } else if (arg == "--compare-one-stream") {
+      compare_one_stream = true;
     } else if (arg == "--svg" || arg == "--baseline" || arg == "--config" ||
                arg == "--snapshot") {
       std::optional<std::string> v = value();
@@ -209,6 +234,10 @@ int main(int argc, char** argv) {
     } else {
       paths.emplace_back(arg);
     }
+  }
+  if (one_stream && compare_one_stream) {
+    return Fail(absl::StrCat(
+        "--one-stream and --compare-one-stream exclude each other\n", kUsage));
   }
   if (!snapshot_paths.empty() && svg_path.empty()) {
     return Fail(absl::StrCat("--snapshot needs --svg FILE\n", kUsage));
@@ -261,21 +290,39 @@ int main(int argc, char** argv) {
       options.repeat = repeat;
       options.complete_every = complete_every;
       options.work_us = work_us;
-      if (tty) {
-        const std::string what = absl::StrCat(
-            trace.name, " [", config.empty() ? "defaults" : config, "]");
+      options.one_stream = one_stream;
+      auto show_progress = [&](absl::string_view suffix) {
+        if (!tty) return;
+        const std::string what =
+            absl::StrCat(trace.name, " [", config.empty() ? "defaults" : config,
+                         "]", suffix);
         options.progress = [what](std::uint64_t done, std::uint64_t total) {
           std::fprintf(stderr, "\r%s: %3d%%", what.c_str(),
                        total == 0 ? 100 : static_cast<int>(100 * done / total));
           std::fflush(stderr);
         };
-      }
+      };
+      show_progress(one_stream ? " as one stream" : "");
       absl::StatusOr<ReplayResult> r =
           gpualloc::replay::Replay(trace, config, options);
       if (tty) std::fprintf(stderr, "\r\033[K");
       if (!r.ok()) {
         return Fail(absl::StrCat(trace.name, " with config \"", config,
                                  "\": ", r.status().message()));
+      }
+      if (compare_one_stream && trace.num_streams > 1) {
+        // The same replay on one stream, for its peak reserved only.
+        options.record_timeline = false;
+        options.one_stream = true;
+        show_progress(" as one stream");
+        absl::StatusOr<ReplayResult> merged =
+            gpualloc::replay::Replay(trace, config, options);
+        if (tty) std::fprintf(stderr, "\r\033[K");
+        if (!merged.ok()) {
+          return Fail(absl::StrCat(trace.name, " as one stream with config \"",
+                                   config, "\": ", merged.status().message()));
+        }
+        r->one_stream_peak_bytes_reserved = merged->peak_bytes_reserved;
       }
       if (json) {
         std::printf("%s\n", gpualloc::replay::ToJson(*r).c_str());

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/tools/replay_test.cc: the trace parsers, the replay's numbers on
-// hand-made traces with known answers, the JSON form, the PyTorch baseline and
-// the bundled traces.
+// hand-made traces with known answers, the no-wait bound, one-stream replays,
+// the report's multi-stream and repeat columns, the JSON form, the PyTorch
+// baseline and the bundled traces.
 #include "tools/replay/replay.h"
 
 #include <sys/stat.h>
@@ -12,23 +13,28 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/replay/report.h"
 
 namespace gpualloc::replay {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr absl::string_view kHeader = "seq,action,addr_or_id,size,stream\n";
@@ -846,6 +852,252 @@ TEST(ReplayTimeline, RegionsAliveAddUpToTheBytesReservedThen) {
   }
 }
 
+// The no-wait bound on a trace small enough to follow by hand, in bytes, two
+// streams (1 and 0), the ops model completing all work after every 4 steps:
+//   step  op                     live  pending          live + pending
+//   1     alloc a 100 on s1       100  -                100
+//   2     free a on s1              0  s1 100           100
+//   3     alloc b 30 on s0         30  s1 100           130 (not s1's)
+//   4     alloc c 90 on s1        120  s1 10            130 (90 of s1's)
+//         -- all work completes --
+//   5     free b on s0             90  -                 90 (s0 queued
+//                                                        nothing since)
+//   6     alloc d 50 on s1        140  -                140
+//   7     free c on s0 (handed    50  s0 90            140 (s0's use of c)
+//         over from s1)
+//   8     alloc e 40 on s1         90  s0 90            180 (not s0's)
+// The bound is 180; the peak requested 140. Taking no pending bytes back on
+// their own stream would give 220 at step 4; a free on a stream with no work
+// since the completion counted as pending, 210 at step 8; a handover not
+// pending on the freeing stream, 140.
+constexpr absl::string_view kBoundTrace =
+    "0,alloc,0,100,1\n"
+    "1,free,0,100,1\n"
+    "2,alloc,1,30,0\n"
+    "3,alloc,2,90,1\n"
+    "4,free,1,30,0\n"
+    "5,alloc,3,50,1\n"
+    "6,free,2,90,0\n"
+    "7,alloc,4,40,1\n";
+
+TEST(NoWaitBound, OpsModelByHand) {
+  const Trace t = MustParse(absl::StrCat(kHeader, kBoundTrace));
+  ReplayOptions options;
+  options.complete_every = 4;
+  EXPECT_EQ(NoWaitBound(t, options), 180u);
+  // Nothing ever completes: b's free is pending on s0 (30), d takes s1's
+  // last 10, so step 8 holds 90 live + 30 + 90 pending on s0.
+  options.complete_every = 0;
+  EXPECT_EQ(NoWaitBound(t, options), 210u);
+  // Everything completes after every step: no byte is ever pending when an
+  // allocation comes, and the bound is the peak requested.
+  options.complete_every = 1;
+  EXPECT_EQ(NoWaitBound(t, options), 140u);
+  // Twice, every 4 steps over the whole run: the drain frees d and e (steps 9
+  // and 10, nothing pending), pass 2 is pass 1 shifted by two steps, so b's
+  // free (step 15) is pending and d (step 16) is 140 + 30; then as before,
+  // 180 at step 18.
+  options.complete_every = 4;
+  options.repeat = 2;
+  EXPECT_EQ(NoWaitBound(t, options), 180u);
+}
+
+// The timestamp model: a use takes work_us; the host calls at the times.
+//   t=0  alloc a 100 on s1 (its use runs to t=w), t=5 free a on s1,
+//   t=6  alloc b 60 on s2, t=20 free b on s2, t=21 alloc c 100 on s2.
+// w=10: a's bytes are pending until t=10, so at t=6 100 + 60 = 160; b's use
+// ends at 16, complete by its free at 20. w=1: a's use ended before its free,
+// nothing is ever pending: 100. The ops model on the same trace: nothing
+// completes within 64 steps, b's 60 pending on s2 go to c, 100 + 100 = 200.
+TEST(NoWaitBound, TimestampModelByHand) {
+  const Trace t = MustParse(
+      "seq,action,addr_or_id,size,stream,time_us\n"
+      "0,alloc,0,100,1,0\n"
+      "1,free,0,100,1,5\n"
+      "2,alloc,1,60,2,6\n"
+      "3,free,1,60,2,20\n"
+      "4,alloc,2,100,2,21\n");
+  ReplayOptions options;
+  options.work_us = 10;
+  EXPECT_EQ(NoWaitBound(t, options), 160u);
+  options.work_us = 1;
+  EXPECT_EQ(NoWaitBound(t, options), 100u);
+  options.work_us = 0;
+  EXPECT_EQ(NoWaitBound(t, options), 200u);
+}
+
+TEST(NoWaitBound, OnlyForMultiStreamTracesAndInEveryResult) {
+  const Trace one = MustParse(absl::StrCat(kHeader,
+                                           "0,alloc,0,1000,0\n"
+                                           "1,free,0,1000,0\n"));
+  EXPECT_EQ(NoWaitBound(one, {}), std::nullopt);
+  const Trace two = MustParse(absl::StrCat(kHeader, kBoundTrace));
+  ReplayOptions options;
+  options.complete_every = 4;
+  options.one_stream = true;
+  EXPECT_EQ(NoWaitBound(two, options), std::nullopt);
+  options.one_stream = false;
+  // Every configuration carries the same bound; one stream carries none.
+  for (const char* config : {"arch=h100,preallocate=false",
+                             "arch=h100,preallocate=false,expandable=false"}) {
+    absl::StatusOr<ReplayResult> r = Replay(two, config, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->nowait_bound_bytes, 180u) << config;
+    EXPECT_THAT(ToJson(*r), HasSubstr("\"nowait_bound_bytes\":180,"));
+  }
+  absl::StatusOr<ReplayResult> r = Replay(one, "arch=h100,preallocate=false");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->nowait_bound_bytes, std::nullopt);
+  EXPECT_THAT(ToJson(*r), HasSubstr("\"nowait_bound_bytes\":null,"));
+}
+
+// The bundled generated traces: the bound lies between the peak requested and
+// the peak reserved of an allocator that made no stream and no host wait.
+TEST(NoWaitBound, BundledMultiStreamTracesBetweenRequestedAndReserved) {
+  for (const char* name : {"gen-prefetch", "gen-fsdp", "gen-serve"}) {
+    absl::StatusOr<Trace> t = LoadTrace(TraceDir() + "/" + name + ".csv");
+    ASSERT_TRUE(t.ok()) << t.status();
+    absl::StatusOr<ReplayResult> r =
+        Replay(*t, "arch=h100,preallocate=false,expandable=false");
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    ASSERT_TRUE(r->nowait_bound_bytes.has_value()) << name;
+    EXPECT_GE(*r->nowait_bound_bytes, r->peak_bytes_requested) << name;
+    EXPECT_EQ(r->host_waits + r->stream_waits, 0u) << name;
+    EXPECT_LE(*r->nowait_bound_bytes, r->peak_bytes_reserved) << name;
+  }
+}
+
+// Many streams freeing what others then want: with the work never
+// completing, the streams cost memory that one stream does not.
+std::string StreamsTraceText(bool all_on_stream_0) {
+  std::string text(kHeader);
+  int seq = 0;
+  for (int i = 0; i < 400; ++i) {
+    const int stream = all_on_stream_0 ? 0 : i % 4;
+    absl::StrAppend(&text, seq++, ",alloc,", i, ",", 1 << 20, ",", stream,
+                    "\n");
+    if (i >= 4) {
+      const int freeing = all_on_stream_0 ? 0 : (i - 4) % 4;
+      absl::StrAppend(&text, seq++, ",free,", i - 4, ",0,", freeing, "\n");
+    }
+  }
+  return text;
+}
+
+TEST(OneStream, ReplaysAsTheTraceRewrittenToStream0) {
+  const Trace t = MustParse(StreamsTraceText(false));
+  const Trace rewritten = MustParse(StreamsTraceText(true));
+  const Trace merged = OneStream(t);
+  EXPECT_EQ(merged.num_streams, 1u);
+  EXPECT_EQ(merged.name, t.name);
+  ASSERT_EQ(merged.ops.size(), rewritten.ops.size());
+  for (std::size_t i = 0; i < merged.ops.size(); ++i) {
+    EXPECT_EQ(merged.ops[i].stream, 0u) << i;
+  }
+  const std::string config = "arch=h100,device_memory=1GiB,preallocate=false";
+  ReplayOptions options;
+  options.complete_every = 0;
+  absl::StatusOr<ReplayResult> streams = Replay(t, config, options);
+  ASSERT_TRUE(streams.ok()) << streams.status();
+  absl::StatusOr<ReplayResult> by_hand = Replay(rewritten, config, options);
+  ASSERT_TRUE(by_hand.ok()) << by_hand.status();
+  options.one_stream = true;
+  absl::StatusOr<ReplayResult> one = Replay(t, config, options);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(one->one_stream);
+  EXPECT_FALSE(streams->one_stream);
+  EXPECT_EQ(one->peak_bytes_reserved, by_hand->peak_bytes_reserved);
+  EXPECT_EQ(one->peak_bytes_requested, by_hand->peak_bytes_requested);
+  EXPECT_EQ(one->backend_allocs, by_hand->backend_allocs);
+  EXPECT_EQ(one->progress_model, "");
+  EXPECT_EQ(one->nowait_bound_bytes, std::nullopt);
+  // The streams do cost memory here, so the flag is seen to act.
+  EXPECT_LT(one->peak_bytes_reserved, streams->peak_bytes_reserved);
+  const std::string json = ToJson(*one);
+  EXPECT_THAT(json, HasSubstr("\"one_stream\":true,"));
+  EXPECT_THAT(json, HasSubstr("\"one_stream_peak_bytes_reserved\":null"));
+  EXPECT_THAT(ToJson(*streams), HasSubstr("\"one_stream\":false,"));
+}
+
+// The header row of FormatReplayReport's table.
+std::string HeaderRow(const std::string& report) {
+  for (absl::string_view line : absl::StrSplit(report, '\n')) {
+    if (absl::StartsWith(line, "  config")) return std::string(line);
+  }
+  return "";
+}
+
+TEST(Report, RepeatShowsTheFirstAndTheLastPassPeakReserved) {
+  const Trace t = MustParse(absl::StrCat(kHeader, kBoundTrace));
+  ReplayOptions options;
+  options.repeat = 3;
+  absl::StatusOr<ReplayResult> r =
+      Replay(t, "name=grow,arch=h100,preallocate=false", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->repetitions.size(), 3u);
+  // Different figures in the two columns, to tell them apart.
+  r->repetitions.front().peak_bytes_reserved = 1ull << 30;
+  r->repetitions.back().peak_bytes_reserved = 3ull << 29;
+  ReportOptions report_options;
+  report_options.repeat = 3;
+  const std::string report = FormatReplayReport({*r}, report_options);
+  const std::string header = HeaderRow(report);
+  EXPECT_THAT(header, HasSubstr("  pass 1 peak  pass 3 peak  "));
+  EXPECT_THAT(report, HasSubstr("  pass 1 peak     peak reserved during the "
+                                "first pass\n"));
+  EXPECT_THAT(report, HasSubstr("  pass 3 peak     peak reserved during the "
+                                "last pass"));
+  // The row: peak reserved, then pass 1's and pass 3's.
+  EXPECT_THAT(report, HasSubstr("  1.000 GiB    1.500 GiB  "));
+  // One pass: no such columns.
+  r = Replay(t, "name=grow,arch=h100,preallocate=false");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string once = FormatReplayReport({*r}, {});
+  EXPECT_THAT(once, Not(HasSubstr("pass 1 peak")));
+  EXPECT_THAT(once, Not(HasSubstr("pass ")));
+}
+
+TEST(Report, NoWaitBoundAndOneStreamPeakColumns) {
+  const Trace multi = MustParse(absl::StrCat(kHeader, kBoundTrace));
+  const Trace single = MustParse(absl::StrCat(kHeader, "0,alloc,0,1000,0\n"));
+  ReplayOptions options;
+  options.complete_every = 4;
+  absl::StatusOr<ReplayResult> a = Replay(multi, "name=m", options);
+  absl::StatusOr<ReplayResult> b = Replay(single, "name=s", options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  b->trace = "single";
+  const std::string report = FormatReplayReport({*a, *b}, {});
+  EXPECT_THAT(HeaderRow(report),
+              HasSubstr("  peak requested  no-wait bound  peak reserved  "));
+  EXPECT_THAT(report, HasSubstr("\n  no-wait bound   multi-stream traces: "));
+  // The single-stream row has none.
+  std::vector<std::string> cells;
+  for (absl::string_view line : absl::StrSplit(report, '\n')) {
+    if (absl::StartsWith(line, "  s ")) {
+      cells = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    }
+  }
+  ASSERT_GE(cells.size(), 6u);
+  // s, ops, ooms, the peak requested (number, unit), the bound.
+  EXPECT_EQ(cells[5], "-");
+  EXPECT_THAT(report, Not(HasSubstr("one-stream peak")));
+  // Single-stream traces alone: no bound column.
+  EXPECT_THAT(FormatReplayReport({*b}, {}), Not(HasSubstr("no-wait bound")));
+  // With the one-stream replay's figure, its column, "-" where none.
+  a->one_stream_peak_bytes_reserved = 1ull << 30;
+  const std::string compared = FormatReplayReport({*a, *b}, {});
+  EXPECT_THAT(HeaderRow(compared),
+              HasSubstr("  peak reserved  one-stream peak  "));
+  EXPECT_THAT(compared, HasSubstr("\n  one-stream peak  peak reserved of the "
+                                  "same replay with every stream mapped"));
+  // Replayed as one stream, the trace's heading says so.
+  options.one_stream = true;
+  absl::StatusOr<ReplayResult> one = Replay(multi, "name=m", options);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(FormatReplayReport({*one}, {}),
+              HasSubstr("\nt (every stream replayed as stream 0)\n"));
+}
+
 TEST(ToJson, HasEveryFieldWithItsMeaning) {
   Trace t = MustParse(absl::StrCat(kHeader,
                                    "0,alloc,0,3145728,0\n"
@@ -886,6 +1138,9 @@ TEST(ToJson, HasEveryFieldWithItsMeaning) {
                                 "complete_every",
                                 "progress_model",
                                 "work_us",
+                                "nowait_bound_bytes",
+                                "one_stream",
+                                "one_stream_peak_bytes_reserved",
                                 "repetitions"}) {
     EXPECT_THAT(json, HasSubstr(absl::StrCat("\"", key, "\":"))) << key;
   }

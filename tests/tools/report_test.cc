@@ -99,6 +99,40 @@ TEST(ReportTest, EveryColumnShownIsDefinedInTheLegend) {
   EXPECT_THAT(report, HasSubstr("0 on every row"));
 }
 
+// The multi-stream and repeat columns too: the no-wait bound, the one-stream
+// replay's peak, and each of the first and the last pass's peak reserved.
+TEST(ReportTest, EveryOptionalColumnIsDefinedInTheLegend) {
+  std::vector<ReplayResult> results = Results();
+  for (ReplayResult& r : results) {
+    r.nowait_bound_bytes = kGiB / 2;
+    r.one_stream_peak_bytes_reserved = kGiB / 2;
+    r.repetitions.resize(3);
+  }
+  ReportOptions options;
+  options.repeat = 3;
+  const std::string report = FormatReplayReport(results, options);
+  const std::vector<std::string> columns = HeaderColumns(report);
+  for (const char* c :
+       {"no-wait bound", "one-stream peak", "pass 1 peak", "pass 3 peak"}) {
+    EXPECT_THAT(columns, ::testing::Contains(c)) << report;
+  }
+  const std::size_t legend = report.find("\nColumns:\n");
+  ASSERT_NE(legend, std::string::npos) << report;
+  for (const std::string& c : columns) {
+    if (c == "config") continue;
+    SCOPED_TRACE(c);
+    EXPECT_FALSE(ColumnDefinition(absl::StripSuffix(c, "*")).empty());
+    EXPECT_THAT(
+        report.substr(legend),
+        HasSubstr(absl::StrCat("\n  ", absl::StripSuffix(c, "*"), " ")));
+  }
+  EXPECT_EQ(ColumnDefinition("pass 1 peak"),
+            ColumnDefinition(kColFirstPassPeak));
+  EXPECT_EQ(ColumnDefinition("pass 7 peak"),
+            ColumnDefinition(kColLastPassPeak));
+  EXPECT_EQ(ColumnDefinition("pass x peak"), "");
+}
+
 TEST(ReportTest, MultiStreamColumnsShowWhenTheyMatter) {
   std::vector<ReplayResult> results = Results();
   results[1].stream_waits = 3;

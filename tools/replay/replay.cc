@@ -23,9 +23,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -112,11 +114,140 @@ void AppendNumberField(std::string* object, absl::string_view k,
 
 }  // namespace
 
+Trace OneStream(const Trace& trace) {
+  Trace merged = trace;
+  for (TraceOp& op : merged.ops) op.stream = 0;
+  merged.num_streams = std::min<std::uint64_t>(trace.num_streams, 1);
+  return merged;
+}
+
+std::optional<std::uint64_t> NoWaitBound(const Trace& trace,
+                                         const ReplayOptions& options) {
+  if (trace.num_streams <= 1 || options.one_stream) return std::nullopt;
+  // The same choice of model as Replay's.
+  const bool timed = options.work_us > 0 && trace.timed;
+  const std::uint64_t every = timed ? 0 : options.complete_every;
+  const std::uint64_t work_ns = timed ? options.work_us * 1000 : 0;
+  const std::uint64_t na = trace.num_allocs;
+  std::uint64_t num_streams = 0;
+  std::vector<std::uint64_t> alloc_size(na, 0), alloc_stream(na, 0);
+  for (const TraceOp& op : trace.ops) {
+    num_streams = std::max(num_streams, op.stream + 1);
+    if (op.kind != TraceOp::Kind::kAlloc) continue;
+    alloc_size[op.id] = op.size;
+    alloc_stream[op.id] = op.stream;
+  }
+  // Per stream: the bytes freed on it still pending, as (when they complete,
+  // bytes) in the order of their frees, which is the order they complete in
+  // (a stream's work runs in order). The ops model completes everything at
+  // once and uses `done` 0 only.
+  struct Pending {
+    std::uint64_t done_ns = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<std::deque<Pending>> pending(num_streams);
+  // Ops model: whether the stream queued work since the last completion.
+  std::vector<std::uint8_t> busy(num_streams, 0);
+  // Timestamp model: when each stream's queued work is done (the simulator's
+  // ready time), the modeled clock, and the host's lag (HostClock's; only
+  // a later pass starting over at time 0 moves it, as nothing waits).
+  std::vector<std::uint64_t> ready(num_streams, 0);
+  std::uint64_t now = 0, lag = 0;
+  std::uint64_t live = 0, pending_bytes = 0, peak = 0, steps = 0;
+  std::vector<std::uint8_t> is_live(na, 0);
+  auto use = [&](std::uint64_t stream) {
+    busy[stream] = 1;
+    if (timed) ready[stream] = std::max(now, ready[stream]) + work_ns;
+  };
+  auto free_block = [&](std::uint64_t id, std::uint64_t stream) {
+    const std::uint64_t from = alloc_stream[id];
+    const std::uint64_t size = alloc_size[id];
+    is_live[id] = 0;
+    live -= size;
+    if (stream != from) {  // a handover: ordered after `from`, then a use
+      if (timed) ready[stream] = std::max(ready[stream], ready[from]);
+      use(stream);
+    }
+    const bool is_pending = timed ? ready[stream] > now : busy[stream] != 0;
+    if (!is_pending || size == 0) return;
+    std::deque<Pending>& q = pending[stream];
+    const std::uint64_t done = timed ? ready[stream] : 0;
+    if (!q.empty() && q.back().done_ns == done) {
+      q.back().bytes += size;
+    } else {
+      q.push_back({done, size});
+    }
+    pending_bytes += size;
+  };
+  auto step_done = [&]() {
+    peak = std::max(peak, live + pending_bytes);
+    ++steps;
+    if (every != 0 && steps % every == 0) {
+      for (std::deque<Pending>& q : pending) q.clear();
+      std::fill(busy.begin(), busy.end(), 0);
+      pending_bytes = 0;
+    }
+  };
+  for (std::uint64_t k = 0; k < options.repeat; ++k) {
+    for (const TraceOp& op : trace.ops) {
+      if (timed) {
+        // HostClock::Before, then what completed by now.
+        const std::uint64_t at = op.time_ns + lag;
+        if (at >= now) {
+          now = at;
+        } else {
+          lag = now - op.time_ns;
+        }
+        for (std::deque<Pending>& q : pending) {
+          while (!q.empty() && q.front().done_ns <= now) {
+            pending_bytes -= q.front().bytes;
+            q.pop_front();
+          }
+        }
+      }
+      if (op.kind == TraceOp::Kind::kAlloc) {
+        // What its own stream has pending first, latest to complete first.
+        std::deque<Pending>& q = pending[op.stream];
+        std::uint64_t want = op.size;
+        while (want > 0 && !q.empty()) {
+          const std::uint64_t take = std::min(want, q.back().bytes);
+          q.back().bytes -= take;
+          want -= take;
+          pending_bytes -= take;
+          if (q.back().bytes == 0) q.pop_back();
+        }
+        live += op.size;
+        is_live[op.id] = 1;
+        use(op.stream);
+      } else {
+        free_block(op.id, op.stream);
+      }
+      step_done();
+    }
+    if (options.repeat > 1) {
+      for (std::uint64_t id = 0; id < na; ++id) {
+        if (!is_live[id]) continue;
+        free_block(id, alloc_stream[id]);
+        step_done();
+      }
+    }
+  }
+  return peak;
+}
+
 absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                     const std::string& config_string,
                                     const ReplayOptions& options) {
   if (options.repeat == 0) {
     return absl::InvalidArgumentError("expected a repeat count of at least 1");
+  }
+  if (options.one_stream) {
+    ReplayOptions merged = options;
+    merged.one_stream = false;
+    absl::StatusOr<ReplayResult> r =
+        Replay(OneStream(trace), config_string, merged);
+    if (r.ok()) r->one_stream = true;
+    return r;
   }
   absl::StatusOr<ConfigOverrides> overrides = ParseConfigString(config_string);
   if (!overrides.ok()) return overrides.status();
@@ -139,6 +270,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   }
   result.repeat = options.repeat;
   result.complete_every = options.complete_every;
+  result.nowait_bound_bytes = NoWaitBound(trace, options);
   // The timestamp model needs the trace's times and more than one stream
   // (one stream never waits for another).
   const bool timed_model =
@@ -613,6 +745,20 @@ std::string ToJson(const ReplayResult& r) {
   num("complete_every", r.complete_every);
   str("progress_model", r.progress_model);
   num("work_us", r.work_us);
+  auto optional_num = [&](absl::string_view k,
+                          const std::optional<std::uint64_t>& v) {
+    key(k);
+    if (v.has_value()) {
+      absl::StrAppend(&out, *v);
+    } else {
+      out += "null";
+    }
+  };
+  optional_num("nowait_bound_bytes", r.nowait_bound_bytes);
+  key("one_stream");
+  out += r.one_stream ? "true" : "false";
+  optional_num("one_stream_peak_bytes_reserved",
+               r.one_stream_peak_bytes_reserved);
   key("repetitions");
   out.push_back('[');
   for (std::size_t i = 0; i < r.repetitions.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,9 @@ struct ReplayOptions {
   // as the host has been held up by waits so far), and each use of a block
   // on a stream runs for work_us microseconds in the stream's order.
   std::uint64_t work_us = 0;
+  // Every op replayed on stream 0 (OneStream(trace)): what the allocations
+  // cost with one stream, the same trace otherwise.
+  bool one_stream = false;
   // Called now and then with (ops done, ops total), for a progress line.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
@@ -170,9 +174,50 @@ struct ReplayResult {
   std::string progress_model;
   std::uint64_t work_us = 0;  // ReplayOptions::work_us, when "timestamps"
   std::vector<ReplayRepetition> repetitions;  // one per pass, in order
+  // NoWaitBound(trace, options): multi-stream traces only (nullopt: one
+  // stream, where it would be the peak requested). The same for every
+  // configuration.
+  std::optional<std::uint64_t> nowait_bound_bytes;
+  bool one_stream = false;  // ReplayOptions::one_stream
+  // The peak reserved of the same replay with ReplayOptions::one_stream, when
+  // the caller ran that too (gpualloc-replay --compare-one-stream, on
+  // multi-stream traces); Replay itself leaves it unset.
+  std::optional<std::uint64_t> one_stream_peak_bytes_reserved;
   std::string device;  // the simulated device's name and size
   Timeline timeline;   // when ReplayOptions::record_timeline
 };
+
+// `trace` with every op on stream 0, the default stream (a free on another
+// stream than its allocation's is then no handover); name and times kept.
+Trace OneStream(const Trace& trace);
+
+// The no-wait bound: the most memory an allocator that never makes a stream
+// or the host wait must hold at once on `trace` under the device-progress
+// model of `options`, before fragmentation. It is the peak over the run of
+// the live requested bytes plus the pending-free bytes: bytes freed on a
+// stream whose work queued up to the free (an event recorded at the free)
+// has not completed. Pending bytes are reusable at once by the stream that
+// freed them (stream order makes that safe), so an allocation first takes
+// what its own stream has pending, latest to complete first, and only then
+// new memory; another stream's pending bytes wait for their completion. The
+// completions are Replay's without the allocator's own waits:
+//   ops model: everything queued completes after every complete_every steps
+//     (trace ops and drain frees, counted over the whole run as Replay counts
+//     them); a free on a stream that queued no work since the last completion
+//     is complete at once; complete_every 0: nothing ever completes;
+//   timestamp model (work_us, timed traces): the host calls at the trace's
+//     times (a pass's times continue from where the previous pass ended), each
+//     allocation queues work_us on its stream and a handover (a free on
+//     another stream) orders the freeing stream after the allocating one and
+//     queues work_us there; a free's bytes complete when its stream's work up
+//     to the free has run.
+// Every allocation is taken to succeed (the bound knows no allocator). With
+// repeat > 1 the run is Replay's: each pass ends by freeing what the trace
+// left live, on the stream that allocated it, in id order. Depends on the
+// trace and on repeat, complete_every and work_us only. nullopt for a trace
+// of one stream (or with one_stream), where no stream waits for another.
+std::optional<std::uint64_t> NoWaitBound(const Trace& trace,
+                                         const ReplayOptions& options);
 
 // Replays `trace` on the device and allocator `config_string` describes
 // (the backend is the simulator unless backend= says otherwise; the process
@@ -184,7 +229,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                     const ReplayOptions& options = {});
 
 // One JSON object (one line) with every field above except the timeline;
-// "repetitions" is an array of one object per pass.
+// "repetitions" is an array of one object per pass; "nowait_bound_bytes" and
+// "one_stream_peak_bytes_reserved" are null when unset.
 std::string ToJson(const ReplayResult& result);
 
 // PyTorch's peak reserved bytes per trace name, read from the baseline table

@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace gpualloc::replay {
 namespace {
@@ -36,6 +40,19 @@ constexpr Definition kDefinitions[] = {
      "the most device memory the allocator held at once (its regions, or "
      "with expandable\nregions the pieces mapped into its one address "
      "range)"},
+    {kColNoWaitBound,
+     "multi-stream traces: the most bytes live plus freed but still pending "
+     "(their stream's work up\nto the free not yet complete under the "
+     "progress model), a stream reusing its own pending\nbytes at once: "
+     "what an allocator that never makes a stream or the host wait must "
+     "hold,\nbefore fragmentation (the same for every configuration)"},
+    {kColOneStreamPeak,
+     "peak reserved of the same replay with every stream mapped to stream "
+     "0: peak reserved minus\nit is what the streams cost in memory"},
+    {kColFirstPassPeak, "peak reserved during the first pass"},
+    {kColLastPassPeak,
+     "peak reserved during the last pass: above pass 1 peak, the allocator "
+     "held more memory as\nthe passes went on (the same work each pass)"},
     {kColUtilization,
      "peak requested / peak reserved: 100% means nothing held beyond the "
      "requests at the worst moment"},
@@ -138,6 +155,13 @@ absl::string_view ColumnDefinition(absl::string_view column) {
   for (const Definition& d : kDefinitions) {
     if (d.column == column) return d.text;
   }
+  // "pass N peak" as shown, with the number of passes for N.
+  std::uint64_t passes = 0;
+  if (absl::ConsumePrefix(&column, "pass ") &&
+      absl::ConsumeSuffix(&column, " peak") &&
+      absl::SimpleAtoi(column, &passes) && passes > 1) {
+    return ColumnDefinition(kColLastPassPeak);
+  }
   return "";
 }
 
@@ -186,11 +210,33 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
   for (const ReplayResult& r : results) {
     baseline |= BaselineOf(r, options) != nullptr;
   }
+  bool bound = false, one_stream_peak = false;
+  for (const ReplayResult& r : results) {
+    bound |= r.nowait_bound_bytes.has_value();
+    one_stream_peak |= r.one_stream_peak_bytes_reserved.has_value();
+  }
+  const bool passes = options.repeat > 1;
   // Repeating, the costs are the last pass's (marked *).
-  const std::string last = options.repeat > 1 ? "*" : "";
-  std::vector<absl::string_view> columns = {
-      kColOps,         kColOoms,       kColPeakRequested,     kColPeakReserved,
-      kColUtilization, kColFragAtPeak, kColBackendAllocsFrees};
+  const std::string last = passes ? "*" : "";
+  std::vector<absl::string_view> columns = {kColOps, kColOoms,
+                                            kColPeakRequested};
+  if (bound) columns.push_back(kColNoWaitBound);
+  columns.push_back(kColPeakReserved);
+  if (one_stream_peak) columns.push_back(kColOneStreamPeak);
+  if (passes) {
+    columns.push_back(kColFirstPassPeak);
+    columns.push_back(kColLastPassPeak);
+  }
+  for (absl::string_view c :
+       {kColUtilization, kColFragAtPeak, kColBackendAllocsFrees}) {
+    columns.push_back(c);
+  }
+  // The name a column is shown under: "pass N peak" with N the passes.
+  auto shown = [&](absl::string_view c) {
+    return c == kColLastPassPeak
+               ? absl::StrCat("pass ", options.repeat, " peak")
+               : std::string(c);
+  };
   if (streams) {
     columns.push_back(kColHostWaits);
     columns.push_back(kColStreamWaits);
@@ -205,28 +251,47 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
   for (absl::string_view c : columns) {
     const bool cost = c == kColBackendAllocsFrees || c == kColHostWaits ||
                       c == kColStreamWaits || c == kColModeledMs;
-    header.push_back(absl::StrCat(c, cost ? last : ""));
+    header.push_back(absl::StrCat(shown(c), cost ? last : ""));
   }
   rows.push_back(header);
   for (std::size_t i = 0; i < results.size(); ++i) {
     const ReplayResult& r = results[i];
     const std::uint64_t* pytorch = BaselineOf(r, options);
-    if (i == 0 || results[i - 1].trace != r.trace) {
-      rows.push_back({pytorch == nullptr
-                          ? r.trace
-                          : absl::StrCat(r.trace, " (PyTorch peak reserved ",
-                                         Gib(*pytorch), ")")});
+    if (i == 0 || results[i - 1].trace != r.trace ||
+        results[i - 1].one_stream != r.one_stream) {
+      std::vector<std::string> notes;
+      if (pytorch != nullptr) {
+        notes.push_back(absl::StrCat("PyTorch peak reserved ", Gib(*pytorch)));
+      }
+      if (r.one_stream) notes.push_back("every stream replayed as stream 0");
+      rows.push_back(
+          {notes.empty()
+               ? r.trace
+               : absl::StrCat(r.trace, " (", absl::StrJoin(notes, "; "), ")")});
     }
     const ReplayRepetition cost = CostOf(r, options.repeat);
-    std::vector<std::string> row = {
-        r.label,
-        absl::StrCat(r.ops),
-        absl::StrCat(r.ooms),
-        Gib(r.peak_bytes_requested),
-        Gib(r.peak_bytes_reserved),
-        absl::StrFormat("%.1f%%", 100 * r.utilization),
-        absl::StrFormat("%.3f", r.fragmentation_at_peak),
-        absl::StrCat(cost.backend_allocs, "/", cost.backend_frees)};
+    auto gib_or_dash = [](const std::optional<std::uint64_t>& v) {
+      return v.has_value() ? Gib(*v) : std::string("-");
+    };
+    std::vector<std::string> row = {r.label, absl::StrCat(r.ops),
+                                    absl::StrCat(r.ooms),
+                                    Gib(r.peak_bytes_requested)};
+    if (bound) row.push_back(gib_or_dash(r.nowait_bound_bytes));
+    row.push_back(Gib(r.peak_bytes_reserved));
+    if (one_stream_peak) {
+      row.push_back(gib_or_dash(r.one_stream_peak_bytes_reserved));
+    }
+    if (passes) {
+      row.push_back(r.repetitions.empty()
+                        ? std::string("-")
+                        : Gib(r.repetitions.front().peak_bytes_reserved));
+      row.push_back(r.repetitions.empty()
+                        ? std::string("-")
+                        : Gib(r.repetitions.back().peak_bytes_reserved));
+    }
+    row.push_back(absl::StrFormat("%.1f%%", 100 * r.utilization));
+    row.push_back(absl::StrFormat("%.3f", r.fragmentation_at_peak));
+    row.push_back(absl::StrCat(cost.backend_allocs, "/", cost.backend_frees));
     if (streams) {
       row.push_back(absl::StrCat(cost.host_waits));
       row.push_back(absl::StrCat(cost.stream_waits));
@@ -251,8 +316,9 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
     absl::StrAppendFormat(
         &out,
         "* the last of %d passes (each ends by freeing what the trace left "
-        "live); the other columns cover all passes\n",
-        options.repeat);
+        "live); pass 1 peak and pass %d peak\nare those passes' own; the "
+        "other columns cover all passes\n",
+        options.repeat, options.repeat);
   }
   if (!streams) {
     absl::StrAppend(
@@ -260,7 +326,9 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
         "host waits, stream waits and hazards are 0 on every row (one "
         "stream per trace): columns left out\n");
   }
-  absl::StrAppend(&out, "\n", FormatLegend(columns));
+  std::vector<std::string> names;
+  for (absl::string_view c : columns) names.push_back(shown(c));
+  absl::StrAppend(&out, "\n", FormatLegend({names.begin(), names.end()}));
   return out;
 }
 

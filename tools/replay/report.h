@@ -25,6 +25,11 @@ inline constexpr absl::string_view kColOps = "ops";
 inline constexpr absl::string_view kColOoms = "ooms";
 inline constexpr absl::string_view kColPeakRequested = "peak requested";
 inline constexpr absl::string_view kColPeakReserved = "peak reserved";
+inline constexpr absl::string_view kColNoWaitBound = "no-wait bound";
+inline constexpr absl::string_view kColOneStreamPeak = "one-stream peak";
+inline constexpr absl::string_view kColFirstPassPeak = "pass 1 peak";
+// Shown with N the number of passes ("pass 3 peak").
+inline constexpr absl::string_view kColLastPassPeak = "pass N peak";
 inline constexpr absl::string_view kColUtilization = "utilization";
 inline constexpr absl::string_view kColFragAtPeak = "frag@peak";
 inline constexpr absl::string_view kColBackendAllocsFrees = "backend a/f";
@@ -55,11 +60,15 @@ struct ReportOptions {
   std::uint64_t repeat = 1;  // ReplayOptions::repeat
 };
 
-// The table: one heading line per trace (its name, and PyTorch's peak
-// reserved with a baseline), then a row per configuration, in `results`
-// order (consecutive results of one trace share a heading). The host wait,
-// stream wait and hazard columns are left out when they are 0 on every row,
-// which a line under the table says. Then the legend of the columns shown.
+// The table: one heading line per trace (its name, PyTorch's peak reserved
+// with a baseline, and whether its streams were replayed as one), then a row
+// per configuration, in `results` order (consecutive results of one trace
+// share a heading). The host wait, stream wait and hazard columns are left
+// out when they are 0 on every row, which a line under the table says. The
+// no-wait bound column is shown when a result has the bound (multi-stream
+// traces; "-" on the rows of others), the one-stream peak column when a
+// result has that figure, and with repeat > 1 the pass 1 and pass N peak
+// columns. Then the legend of the columns shown.
 std::string FormatReplayReport(const std::vector<ReplayResult>& results,
                                const ReportOptions& options);
 
