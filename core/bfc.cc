@@ -286,11 +286,11 @@ std::size_t BfcCore::ResolveCompleted(const ReuseOracle& oracle,
       [&](std::uint64_t stamp) { return oracle.KnownComplete(stream, stamp); },
       [&](const PendingFrees::Entry& e) {
         if (!StillPending(stream, e.id)) return;  // a stale hint
-        const ChunkId id = Resolve(e.id, oracle);
-        // What is left of its condition waits on other streams (or on a
-        // later free on this one): queued there, since the entries that
-        // named the chunks merged into it may be gone with their records.
-        if (chunks_[id].fence != Fence::kClean) QueuePending(id);
+        // Nothing completed: a later free of this record under this stream
+        // queued its own entry. Otherwise what is left of the condition
+        // waits on entries queued when it was made (a merge joins only equal
+        // conditions, so the surviving record has them too).
+        if (DropComplete(chunks_[e.id], oracle)) MergeNeighbours(e.id);
       });
 }
 
