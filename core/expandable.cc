@@ -2,6 +2,7 @@
 // core/expandable.cc: growth planning and the mappings of expandable regions.
 #include "core/expandable.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -118,7 +119,7 @@ absl::Status ExpandableSpace::Map(DeviceAddress address, std::uint64_t bytes,
                                   std::uint64_t handle_bytes) {
   if (address < base_ || bytes == 0 || address + bytes > base_ + size_ ||
       (address - base_) % unit_ != 0 || handle_bytes == 0 ||
-      handle_bytes % unit_ != 0 || bytes % handle_bytes != 0) {
+      handle_bytes % unit_ != 0 || bytes % unit_ != 0) {
     return absl::InternalError(absl::StrFormat(
         "mapping %d bytes at %#x in handles of %d: outside the reserved "
         "range [%#x, %#x) or not in whole granules of %d bytes",
@@ -126,9 +127,12 @@ absl::Status ExpandableSpace::Map(DeviceAddress address, std::uint64_t bytes,
   }
   absl::Status status;
   std::uint64_t done = 0;
-  for (; done < bytes; done += handle_bytes) {
-    status = MapOne(address + done, handle_bytes);
+  while (done < bytes) {
+    // (The last handle takes what is left: less than handle_bytes.)
+    const std::uint64_t n = std::min(handle_bytes, bytes - done);
+    status = MapOne(address + done, n);
     if (!status.ok()) break;
+    done += n;
   }
   if (status.ok()) status = backend_.SetAccess(address, bytes);
   if (status.ok()) return status;
