@@ -66,10 +66,10 @@ enum class CrossStreamReuse {
   // Hand it out only once an event shows the freeing work completed; until
   // then look for other memory (and, out of memory, wait on the host).
   kWhenComplete,
-  // When memory is short (nothing else fits and growing cannot help), hand
-  // it out at once and make the new stream wait for the freeing work (no host
-  // blocking; the streams become ordered). Memory no pending work uses is
-  // preferred, so with memory to spare no stream waits.
+  // The default. When memory is short (nothing else fits and growing cannot
+  // help), hand it out at once and make the new stream wait for the freeing
+  // work (no host blocking; the streams become ordered). Memory no pending
+  // work uses is preferred, so with memory to spare no stream waits.
   kStreamWait,
 };
 
@@ -136,7 +136,7 @@ struct Options {
   // memory reserved. 0 turns them off; the history, private pools and tags
   // turn them off too (their paths see every operation).
   std::uint64_t front_cache = kDefaultFrontCache;
-  CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kWhenComplete;
+  CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kStreamWait;
   // Expandable regions (bfc mode): one reserved address range of four times
   // the device's size, grown by mapping one physical handle per growth where
   // the request fits best (at the end of what is mapped, or in a hole), so

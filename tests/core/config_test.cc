@@ -69,7 +69,7 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(c->options.expandable, Tristate::kAuto);
   EXPECT_EQ(c->options.arch, "auto");
   EXPECT_TRUE(c->options.garbage_collection);
-  EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kWhenComplete);
+  EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kStreamWait);
   EXPECT_EQ(c->options.name, "");
   EXPECT_EQ(c->options.growth_policy, defaults.growth_policy);
   EXPECT_EQ(c->backend, BackendKind::kAuto);
@@ -91,7 +91,7 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(SettingOf(*c, "gc").value, "true");
   EXPECT_EQ(SettingOf(*c, "backend").value, "auto");
   EXPECT_EQ(SettingOf(*c, "device_memory").value, "unset");
-  EXPECT_EQ(SettingOf(*c, "cross_stream").value, "when_complete");
+  EXPECT_EQ(SettingOf(*c, "cross_stream").value, "stream_wait");
   EXPECT_EQ(SettingOf(*c, "growth").value, "exact");
   EXPECT_EQ(SettingOf(*c, "granularity").value, "profile");
   EXPECT_EQ(SettingOf(*c, "min_block").value, "profile");
@@ -772,7 +772,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"gc", "true", ValueOrigin::kVariable, "GPUALLOC_GC"},
       {"backend", "auto", ValueOrigin::kDefault, "default"},
       {"device_memory", "unset", ValueOrigin::kDefault, "default"},
-      {"cross_stream", "when_complete", ValueOrigin::kDefault, "default"},
+      {"cross_stream", "stream_wait", ValueOrigin::kDefault, "default"},
       {"growth", "exact", ValueOrigin::kDefault, "default"},
       {"granularity", "profile", ValueOrigin::kDefault, "default"},
       {"min_block", "profile", ValueOrigin::kDefault, "default"},
