@@ -107,7 +107,6 @@ void StreamOrder::Retire(std::uintptr_t stream, StreamState& state,
   while (!state.pending.empty() && state.pending.front().number <= up_to) {
     if (!fresh && SeenInThisSearch(state)) return;  // asked already
     const Recorded front = state.pending.front();
-    ++queries_;
     absl::StatusOr<bool> done = backend_.QueryEvent(front.event);
     if (!done.ok()) {
       Fail(done.status());

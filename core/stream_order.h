@@ -88,16 +88,18 @@ class StreamOrder final : public ReuseOracle {
   bool Knows(std::uintptr_t stream) const { return streams_.contains(stream); }
   std::size_t released_streams_kept() const;
 
-  // A free of `bytes` on `stream` while several streams are in use. The
-  // stream gets an event now (and its earlier events are asked about, no
-  // wait) when the bytes freed there since its last event reach
-  // `threshold` and the event budget allows: memory freed there is then
-  // known complete soon after its work is, not only after the work queued
-  // when another stream first wants it (an event recorded only then covers
-  // everything queued up to then). The budget: every free earns 1 /
-  // kFreesPerEvent of an event, and every event recorded (here or when a
-  // search asks) spends one, so events stay below 1 per kFreesPerEvent
-  // frees plus a burst of kBurstEvents. Errors are kept, as for Prepare.
+  // A free of `bytes` on `stream` while several streams are in use, with
+  // `reserved` bytes reserved; `earns`: the free earns budget (a handed-over
+  // block counts on its other streams too, but earns once). The stream gets
+  // an event now (and its earlier events are asked about, no wait) when the
+  // bytes freed there since its last event reach a threshold (below) and
+  // the event budget allows: memory freed there is then known complete soon
+  // after its work is, not only after the work queued when another stream
+  // first wants it (an event recorded only then covers everything queued up
+  // to then). The budget: every free earns 1 / kFreesPerEvent of an event,
+  // and every event recorded (here or when a search asks) spends one, so
+  // events stay below 1 per kFreesPerEvent frees plus a burst of
+  // kBurstEvents. Errors are kept, as for Prepare.
   void NoteFree(std::uintptr_t stream, std::uint64_t bytes,
                 std::uint64_t reserved, bool earns) {
     if (earns && credit_ < kBurstEvents * kFreesPerEvent) ++credit_;
@@ -125,9 +127,6 @@ class StreamOrder final : public ReuseOracle {
   std::vector<std::uintptr_t> TakeAdvanced() {
     return std::exchange(advanced_, {});
   }
-  // Event queries made (QueryEvent calls).
-  std::uint64_t queries() const { return queries_; }
-
   // Host-waits until the work queued so far on each of `streams` has
   // completed (the out-of-memory path): one event recorded and waited for
   // per stream.
@@ -212,7 +211,6 @@ class StreamOrder final : public ReuseOracle {
   std::vector<std::uintptr_t> advanced_;
   // NoteFree's budget, in frees (an event costs kFreesPerEvent).
   std::int64_t credit_ = 0;
-  std::uint64_t queries_ = 0;
   std::uint64_t stream_waits_ = 0;
   std::uint64_t host_waits_ = 0;
   absl::Status error_;
