@@ -345,12 +345,6 @@ class BfcCore {
   // Returns the number of queue entries looked at.
   std::size_t ResolveCompleted(const ReuseOracle& oracle,
                                std::uintptr_t stream);
-  // Calls visit(stream, newest_stamp) for every stream some fenced free chunk
-  // may still wait for (a superset: entries are checked when used).
-  template <typename Visit>
-  void ForEachPendingStream(Visit visit) const {
-    pending_.ForEachStream(visit);
-  }
   std::size_t num_pending_entries() const { return pending_.size(); }
   // The streams other than the freeing one that the last Deallocate's
   // condition names (the stream a handed-over block was allocated on, the

@@ -15,8 +15,8 @@
 //
 // Entries are hints, checked when used: a chunk may have merged away, been
 // allocated, or its record reused since it was queued. A stale entry costs
-// one look at a chunk record; the core's Resolve decides from the chunk's
-// own condition. Queues are compacted (stale entries dropped) when they
+// one look at a chunk record; the core decides from the chunk's own
+// condition. Queues are compacted (stale entries dropped) when they
 // grow past twice their size after the last compaction, so a stream whose
 // work nobody asks about keeps a queue bounded by its fenced chunks.
 //
@@ -86,16 +86,6 @@ class PendingFrees {
     return popped;
   }
 
-  // Calls visit(stream, newest_stamp) for every stream with entries.
-  template <typename Visit>
-  void ForEachStream(Visit visit) const {
-    for (const auto& [stream, q] : queues_) {
-      std::uint64_t newest = 0;
-      for (const Entry& e : q.entries) newest = std::max(newest, e.stamp);
-      visit(stream, newest);
-    }
-  }
-
   // Entries of `stream` move to `key` (a released stream's key).
   void Rename(std::uintptr_t stream, std::uintptr_t key) {
     auto it = queues_.find(stream);
@@ -104,11 +94,6 @@ class PendingFrees {
     queues_.erase(it);
     Queue& q = QueueOf(key);
     for (const Entry& e : moved.entries) q.entries.push_back(e);
-  }
-
-  void Clear() {
-    queues_.clear();
-    size_ = 0;
   }
 
   bool HasStream(std::uintptr_t stream) const {

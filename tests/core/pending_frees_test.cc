@@ -97,14 +97,6 @@ TEST(PendingFreesTest, RenameMovesTheEntries) {
       [&](const PendingFrees::Entry& e) { settled.push_back(e.id); });
   EXPECT_EQ(settled, (std::vector<ChunkId>{2, 1}));
   EXPECT_EQ(q.size(), 0u);
-  std::vector<std::pair<std::uintptr_t, std::uint64_t>> seen;
-  q.Push(kS1, 3, 4, AllPending());
-  q.Push(kS1, 4, 6, AllPending());
-  q.ForEachStream([&](std::uintptr_t s, std::uint64_t newest) {
-    seen.emplace_back(s, newest);
-  });
-  EXPECT_EQ(seen,
-            (std::vector<std::pair<std::uintptr_t, std::uint64_t>>{{kS1, 6}}));
 }
 
 }  // namespace
