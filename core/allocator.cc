@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/bfc_allocator.h"
+#include "core/format_bytes.h"
 #include "core/live_allocations.h"
 #include "core/modes.h"
 
@@ -159,6 +160,48 @@ absl::Status BfcAllocator::Trim() {
   absl::Status status = ReleaseAllFree();
   MaybeValidate();
   return status;
+}
+
+absl::Status BfcAllocator::SetLimit(std::uint64_t bytes) {
+  GPUALLOC_ASSIGN_OR_RETURN(
+      const std::uint64_t limit,
+      NewLimit(bytes, resolved_.granularity, backend_->info()));
+  LockGuard lock(&mu_);
+  if (limit > resolved_.limit && resolved_.options.preallocate &&
+      !source_->GrowsAfterPreallocation() && core_.num_regions() != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "SetLimit(%d bytes, %s): the whole limit of %d bytes was "
+        "preallocated in one region (preallocate=true, expandable=false), "
+        "which cannot grow, so a higher limit would change nothing; Trim "
+        "with nothing allocated first (the next allocation then "
+        "preallocates the new limit), or set preallocate=false or "
+        "expandable=true",
+        limit, FormatBytes(limit), resolved_.limit));
+  }
+  if (Physical() > limit) {
+    if (capturing_ && CaptureNow()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "SetLimit(%d bytes) during a graph capture: %d bytes are reserved "
+          "and returning memory would make the device synchronize; call it "
+          "after EndAllocateToPool",
+          limit, Physical()));
+    }
+    const CaptureOff capture_off(capturing_);
+    if (fronts_on_.load(std::memory_order_relaxed)) FoldFigures();
+    GPUALLOC_RETURN_IF_ERROR(ReleaseAllFree());
+    MaybeValidate();
+    if (Physical() > limit) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "SetLimit(%d bytes, %s): %d bytes (%s) stay reserved after "
+          "returning every free region (%d bytes in use); free memory first "
+          "or choose a limit of at least %d bytes",
+          limit, FormatBytes(limit), Physical(), FormatBytes(Physical()),
+          core_.counters().bytes_in_use, Physical()));
+    }
+  }
+  resolved_.limit = limit;
+  limit_now_.store(limit, std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 absl::Status BfcAllocator::Validate() const {

@@ -37,6 +37,7 @@
 // destroyed with the allocator: a StreamWaitEvent captures the work an event
 // stands for when it is called, so the event can be recorded again right after.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -49,6 +50,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "core/alignment.h"
+#include "core/format_bytes.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
@@ -123,15 +125,15 @@ class AsyncAllocator final : public Allocator {
     // The pool rounds its own sizes; only a stricter alignment than the
     // device's needs padding from us.
     const BlockPlan plan =
-        PlanBlock(kMode, bytes, alignment, resolved_.min_block_size,
-                  resolved_.limit, backend_->info(), /*whole_units=*/false);
+        PlanBlock(kMode, bytes, alignment, resolved_.min_block_size, Limit(),
+                  backend_->info(), /*whole_units=*/false);
     const OutOfMemoryFacts& facts = plan.facts;
-    if (facts.device > resolved_.limit) return RejectTooLarge(facts, pending);
+    if (facts.device > Limit()) return RejectTooLarge(facts, pending);
 
     LockGuard lock(&mu_);
     if (ABSL_PREDICT_FALSE(!deferred_.empty())) RetryDeferredLocked();
     if (live_.counters().bytes_held + deferred_bytes_ + facts.device >
-        resolved_.limit) {
+        Limit()) {
       return OutOfMemory(
           facts, pending, "the limit is reached",
           absl::StrFormat(
@@ -322,6 +324,37 @@ class AsyncAllocator final : public Allocator {
 
   const DeviceInfo& device() const override { return backend_->info(); }
   const Options& options() const override { return resolved_.options; }
+
+  absl::Status SetLimit(std::uint64_t bytes) override {
+    GPUALLOC_ASSIGN_OR_RETURN(
+        const std::uint64_t limit,
+        NewLimit(bytes, resolved_.granularity, backend_->info()));
+    LockGuard lock(&mu_);
+    if (!deferred_.empty()) RetryDeferredLocked();
+    const std::uint64_t held = live_.counters().bytes_held + deferred_bytes_;
+    if (held > limit) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "SetLimit(%d bytes, %s): the live allocations hold %d bytes (%s), "
+          "which allocator=%s caches none of; free memory first or choose a "
+          "limit of at least %d bytes",
+          limit, FormatBytes(limit), held, FormatBytes(held), kMode, held));
+    }
+    limit_.store(limit, std::memory_order_relaxed);
+    // The pool's unused memory counts as reserved: a lower limit than what
+    // is reserved gives it back, as Trim does.
+    RefreshUsageLocked();
+    if (StatsLocked().bytes_reserved > limit) {
+      const absl::Status status = backend_->PoolTrim(0);
+      if (!status.ok()) {
+        return absl::Status(
+            status.code(),
+            absl::StrFormat("SetLimit: backend %s PoolTrim(0): %s",
+                            backend_->info().backend, status.message()));
+      }
+      RefreshUsageLocked();
+    }
+    return absl::OkStatus();
+  }
 
  private:
   // Returns the live allocation at `address` to the pool, ordered after the
@@ -568,12 +601,12 @@ class AsyncAllocator final : public Allocator {
     std::uint64_t deferred_bytes = 0;
     for (const Deferred& d : deferred_) deferred_bytes += d.allocation.held;
     if (deferred_bytes != deferred_bytes_ ||
-        live_.counters().bytes_held + deferred_bytes_ > resolved_.limit) {
+        live_.counters().bytes_held + deferred_bytes_ > Limit()) {
       return absl::InternalError(absl::StrFormat(
           "invariant A2 broken: %d bytes held live and %d (counted %d) by "
           "deferred frees, limit %d",
           live_.counters().bytes_held, deferred_bytes, deferred_bytes_,
-          resolved_.limit));
+          Limit()));
     }
     for (const auto& [address, streams] : recorded_) {
       std::vector<std::uintptr_t> sorted = streams;
@@ -601,7 +634,7 @@ class AsyncAllocator final : public Allocator {
 
   Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const LiveCounters& k = live_.counters();
-    Stats s = StatsFromCounters(k, resolved_.limit);
+    Stats s = StatsFromCounters(k, Limit());
     // The pool's view; its free memory is not visible block by block, so
     // largest_free_block_bytes and fragmentation stay 0.
     s.bytes_reserved = usage_.reserved;
@@ -635,6 +668,9 @@ class AsyncAllocator final : public Allocator {
   }
 
   const ResolvedOptions resolved_;
+  // resolved_.limit, then what SetLimit set (written under mu_).
+  std::atomic<std::uint64_t> limit_{resolved_.limit};
+  std::uint64_t Limit() const { return limit_.load(std::memory_order_relaxed); }
   const std::shared_ptr<Backend> backend_;
 
   mutable Lock mu_;

@@ -155,6 +155,8 @@ class BfcAllocator final : public Allocator, private SlabSource {
 
   absl::Status Trim() override;
 
+  absl::Status SetLimit(std::uint64_t bytes) override;
+
   absl::Status Validate() const override;
 
   const DeviceInfo& device() const override { return backend_->info(); }
@@ -196,11 +198,12 @@ class BfcAllocator final : public Allocator, private SlabSource {
     }
     const std::uint64_t align = std::max<std::uint64_t>(alignment, min_block);
     // Sizes beyond the limit are rejected before any arithmetic can overflow.
-    if (bytes > resolved_.limit) return RejectTooLarge(bytes, pending);
+    const std::uint64_t limit = limit_now_.load(std::memory_order_relaxed);
+    if (bytes > limit) return RejectTooLarge(bytes, pending);
     const std::uint64_t size =
         ChunkSize(bytes, min_block, resolved_.size_divisions);
     const std::uint64_t needed = size + (align - min_block);
-    if (needed > resolved_.limit) return RejectTooLarge(bytes, pending);
+    if (needed > limit) return RejectTooLarge(bytes, pending);
 
     // The stream's front cache: a block of exactly this size it freed,
     // under that front's lock alone (no alignment beyond the minimum block,
@@ -649,8 +652,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
                            const absl::Status& why, PendingOutOfMemory* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const ResolvedOptions resolved_;
+  // Fixed at creation but for `limit`, which SetLimit writes under mu_;
+  // what reads it without the lock reads limit_now_.
+  ResolvedOptions resolved_;
   const std::shared_ptr<Backend> backend_;
+  std::atomic<std::uint64_t> limit_now_{resolved_.limit};
 
   mutable Lock mu_;
   // A private pool or a tag made, or the history on: Allocate and

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "core/format_bytes.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
 
@@ -180,6 +181,25 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
   // Any alignment up to one granule can be honoured by padding inside a region.
   r.max_alignment = granularity;
   return r;
+}
+
+absl::StatusOr<std::uint64_t> NewLimit(std::uint64_t bytes, std::uint64_t unit,
+                                       const DeviceInfo& device) {
+  if (bytes > device.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SetLimit(%d bytes, %s): more than the device's total memory of %d "
+        "bytes (%s) on %s",
+        bytes, FormatBytes(bytes), device.total_bytes,
+        FormatBytes(device.total_bytes), device.name));
+  }
+  const std::uint64_t limit = RoundDownToMultiple(bytes, unit);
+  if (limit == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SetLimit(%d bytes): less than one growth granule of %d bytes (%s); "
+        "the limit must hold at least one",
+        bytes, unit, FormatBytes(unit)));
+  }
+  return limit;
 }
 
 }  // namespace gpualloc::core

@@ -39,6 +39,12 @@ struct ResolvedOptions {
 absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                                                const DeviceInfo& device);
 
+// The limit Allocator::SetLimit(bytes) asks for, rounded down to `unit`:
+// InvalidArgument when that leaves nothing or exceeds the device's total
+// memory.
+absl::StatusOr<std::uint64_t> NewLimit(std::uint64_t bytes, std::uint64_t unit,
+                                       const DeviceInfo& device);
+
 }  // namespace gpualloc::core
 
 #endif  // GPUALLOC_CORE_OPTIONS_H_

@@ -17,6 +17,7 @@
 // alignment - allocation_alignment more bytes and handing out the first
 // aligned address inside; Deallocate frees the block's base.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -26,6 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "core/alignment.h"
+#include "core/format_bytes.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
@@ -79,14 +81,14 @@ class PlatformAllocator final : public Allocator {
     // 0 bytes get a minimum block: a unique non-null pointer (Allocator's
     // contract), which a device allocation of 0 bytes would not give.
     const BlockPlan plan =
-        PlanBlock(kMode, bytes, alignment, resolved_.min_block_size,
-                  resolved_.limit, backend_->info(), /*whole_units=*/true);
+        PlanBlock(kMode, bytes, alignment, resolved_.min_block_size, Limit(),
+                  backend_->info(), /*whole_units=*/true);
     const OutOfMemoryFacts& facts = plan.facts;
-    if (facts.device > resolved_.limit) return RejectTooLarge(facts, pending);
+    if (facts.device > Limit()) return RejectTooLarge(facts, pending);
 
     LockGuard lock(&mu_);
     const LiveCounters& k = live_.counters();
-    if (k.bytes_held + facts.device > resolved_.limit) {
+    if (k.bytes_held + facts.device > Limit()) {
       return OutOfMemory(
           facts, pending, "the limit is reached",
           absl::StrFormat(
@@ -201,6 +203,23 @@ class PlatformAllocator final : public Allocator {
   const DeviceInfo& device() const override { return backend_->info(); }
   const Options& options() const override { return resolved_.options; }
 
+  absl::Status SetLimit(std::uint64_t bytes) override {
+    GPUALLOC_ASSIGN_OR_RETURN(
+        const std::uint64_t limit,
+        NewLimit(bytes, resolved_.granularity, backend_->info()));
+    LockGuard lock(&mu_);
+    const std::uint64_t held = live_.counters().bytes_held;
+    if (held > limit) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "SetLimit(%d bytes, %s): the live allocations hold %d bytes (%s), "
+          "which allocator=%s caches none of; free memory first or choose a "
+          "limit of at least %d bytes",
+          limit, FormatBytes(limit), held, FormatBytes(held), kMode, held));
+    }
+    limit_.store(limit, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+
  private:
   // Invariants beyond LiveAllocations' L1-L3:
   //   P1. Each live allocation is one backend allocation: live = allocs -
@@ -214,10 +233,10 @@ class PlatformAllocator final : public Allocator {
           "allocations minus %d frees",
           live_.size(), backend_allocs_, backend_frees_));
     }
-    if (live_.counters().bytes_held > resolved_.limit) {
+    if (live_.counters().bytes_held > Limit()) {
       return absl::InternalError(
           absl::StrFormat("invariant P2 broken: %d bytes reserved, limit %d",
-                          live_.counters().bytes_held, resolved_.limit));
+                          live_.counters().bytes_held, Limit()));
     }
     return absl::OkStatus();
   }
@@ -228,7 +247,7 @@ class PlatformAllocator final : public Allocator {
 
   Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const LiveCounters& k = live_.counters();
-    Stats s = StatsFromCounters(k, resolved_.limit);
+    Stats s = StatsFromCounters(k, Limit());
     // Every device block is live: reserved is what the live blocks hold, and
     // nothing is free (largest_free_block_bytes and fragmentation stay 0).
     s.bytes_reserved = k.bytes_held;
@@ -258,6 +277,9 @@ class PlatformAllocator final : public Allocator {
   }
 
   const ResolvedOptions resolved_;
+  // resolved_.limit, then what SetLimit set (written under mu_).
+  std::atomic<std::uint64_t> limit_{resolved_.limit};
+  std::uint64_t Limit() const { return limit_.load(std::memory_order_relaxed); }
   const std::shared_ptr<Backend> backend_;
 
   mutable Lock mu_;

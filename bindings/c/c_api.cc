@@ -583,6 +583,32 @@ gpualloc_status_t gpualloc_trim(gpualloc_t* allocator, int device) {
   });
 }
 
+gpualloc_status_t gpualloc_set_memory_limit(gpualloc_t* allocator, int device,
+                                            uint64_t bytes) {
+  return Boundary("gpualloc_set_memory_limit", [&]() -> absl::Status {
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    return (*a)->SetLimit(bytes);
+  });
+}
+
+gpualloc_status_t gpualloc_set_memory_fraction(gpualloc_t* allocator,
+                                               int device, double fraction) {
+  return Boundary("gpualloc_set_memory_fraction", [&]() -> absl::Status {
+    // Written so that NaN fails too.
+    if (!(fraction > 0 && fraction <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("memory fraction %g is not in (0, 1]", fraction));
+    }
+    absl::StatusOr<gpualloc::Allocator*> a =
+        gpualloc::AllocatorOf(allocator, device);
+    if (!a.ok()) return a.status();
+    const double total = static_cast<double>((*a)->device().total_bytes);
+    return (*a)->SetLimit(static_cast<std::uint64_t>(fraction * total));
+  });
+}
+
 gpualloc_status_t gpualloc_release_stream(gpualloc_t* allocator, int device,
                                           void* stream) {
   return Boundary("gpualloc_release_stream", [&]() -> absl::Status {

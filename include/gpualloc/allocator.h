@@ -401,6 +401,17 @@ class Allocator {
 
   // Returns every fully free region to the device.
   virtual absl::Status Trim() = 0;
+  // Changes the limit while the allocator runs (PyTorch's
+  // set_per_process_memory_fraction; Options::memory_limit at creation).
+  // `bytes` is rounded down to the growth granularity (whole units of the
+  // device for allocator=platform) and must leave at least one and at most
+  // the device's total memory. Raising it lets later growth use more.
+  // Lowering it below what is reserved first returns every fully free region
+  // to the device, as Trim does; when what stays reserved still exceeds the
+  // new limit the call is FailedPrecondition saying how much, and the limit
+  // is unchanged (as during a graph capture, when nothing may be returned).
+  // Bad values are InvalidArgument naming them; nothing changes on error.
+  virtual absl::Status SetLimit(std::uint64_t bytes) = 0;
   // Checks every invariant of the allocator; the Status names the broken one.
   virtual absl::Status Validate() const = 0;
 

@@ -309,6 +309,20 @@ gpualloc_set_oom_handler(gpualloc_t* allocator, int device,
 /* Returns every fully free region of `device` (or of every device used so far,
  * with GPUALLOC_ALL_DEVICES) to the device. */
 GPUALLOC_API gpualloc_status_t gpualloc_trim(gpualloc_t* allocator, int device);
+/* Changes `device`'s limit while it runs (PyTorch's
+ * torch.cuda.set_per_process_memory_fraction): to `bytes`, or to `fraction`
+ * (in (0, 1]) of the device's total memory, rounded down to the growth
+ * granularity. Raising it lets later growth use more. Lowering it below what
+ * is reserved first returns every fully free region (as gpualloc_trim); if
+ * more stays reserved the call is GPUALLOC_FAILED_PRECONDITION saying how
+ * much, and the limit is unchanged. A limit below one granule or above the
+ * device's memory is GPUALLOC_INVALID_ARGUMENT. The device is created if
+ * not used yet. */
+GPUALLOC_API gpualloc_status_t gpualloc_set_memory_limit(gpualloc_t* allocator,
+                                                         int device,
+                                                         uint64_t bytes);
+GPUALLOC_API gpualloc_status_t gpualloc_set_memory_fraction(
+    gpualloc_t* allocator, int device, double fraction);
 /* Checks every invariant of the device's allocator; the message names a broken
  * one (GPUALLOC_INTERNAL). */
 GPUALLOC_API gpualloc_status_t gpualloc_validate(gpualloc_t* allocator,

@@ -478,6 +478,22 @@ static void TestSnapshotAndTrim(void) {
   CHECK(s.backend_frees >= 1);
   CHECK_OK(gpualloc_validate(a, 0));
   CHECK_STATUS(gpualloc_trim(a, 7), GPUALLOC_INVALID_ARGUMENT);
+
+  /* The limit moves at run time: by fraction of the device, or bytes. */
+  const uint64_t total_limit = Stats(a).bytes_limit;
+  CHECK_STATUS(gpualloc_set_memory_fraction(a, 0, 1.5),
+               GPUALLOC_INVALID_ARGUMENT);
+  CHECK(strstr(gpualloc_last_error(), "fraction 1.5 is not in (0, 1]") != NULL);
+  CHECK_STATUS(gpualloc_set_memory_fraction(a, 0, 0.0 / 0.0),
+               GPUALLOC_INVALID_ARGUMENT);
+  CHECK(Stats(a).bytes_limit == total_limit);
+  CHECK_OK(gpualloc_set_memory_fraction(a, 0, 0.5));
+  CHECK(Stats(a).bytes_limit > 0 && Stats(a).bytes_limit < total_limit);
+  CHECK_OK(gpualloc_set_memory_limit(a, 0, 64ull << 20));
+  CHECK(Stats(a).bytes_limit == 64ull << 20);
+  CHECK_STATUS(gpualloc_set_memory_limit(a, 0, 0), GPUALLOC_INVALID_ARGUMENT);
+  CHECK_STATUS(gpualloc_set_memory_limit(a, 7, 64ull << 20),
+               GPUALLOC_INVALID_ARGUMENT);
   gpualloc_destroy(a);
 }
 

@@ -199,6 +199,62 @@ TEST_P(AllocatorConformanceTest, AlignmentIsHonouredAndBlocksAreWritable) {
 // Each bad call gets a clear Status naming the problem (and the address),
 // and changes nothing: no device call, the same statistics bar the count of
 // out-of-memory answers, every live block's contents intact.
+// SetLimit (PyTorch's set_per_process_memory_fraction) moves the limit both
+// ways, refuses what it cannot honour with nothing changed, and lowering it
+// returns free memory first.
+TEST_P(AllocatorConformanceTest, SetLimitMovesTheLimitAndRefusesWhatItCannot) {
+  Make();
+  void* held = Take(40 * kMiB);
+  ASSERT_NE(held, nullptr);
+  const Stats before = a_->GetStats();
+  struct Case {
+    std::uint64_t bytes;
+    absl::StatusCode code;
+    const char* must_mention;
+  };
+  for (const Case& c : {Case{0, absl::StatusCode::kInvalidArgument,
+                             "less than one growth granule"},
+                        Case{300 * kMiB, absl::StatusCode::kInvalidArgument,
+                             "more than the device's total memory"},
+                        Case{32 * kMiB, absl::StatusCode::kFailedPrecondition,
+                             "free memory first"}}) {
+    SCOPED_TRACE(c.bytes);
+    const absl::Status s = a_->SetLimit(c.bytes);
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_TRUE(Mentions(s, c.must_mention)) << s;
+    EXPECT_EQ(a_->GetStats().bytes_limit, kLimit);
+    EXPECT_EQ(Unchanging(a_->GetStats()), Unchanging(before));
+  }
+  // Raised: 40 + 60 MiB fit under 128 MiB, not under 64; but one
+  // preallocated region cannot grow, and says so.
+  const absl::Status raised = a_->SetLimit(128 * kMiB);
+  if (a_->options().preallocate && a_->options().expandable == Tristate::kOff) {
+    EXPECT_EQ(raised.code(), absl::StatusCode::kFailedPrecondition) << raised;
+    EXPECT_TRUE(Mentions(raised, "preallocate=true, expandable=false"))
+        << raised;
+    EXPECT_EQ(a_->GetStats().bytes_limit, kLimit);
+  } else {
+    GPUALLOC_ASSERT_OK(raised);
+    EXPECT_EQ(a_->GetStats().bytes_limit, 128 * kMiB);
+    void* more = Take(60 * kMiB);
+    ASSERT_NE(more, nullptr);
+    ExpectAgreement();
+    Give(more);
+  }
+  Give(held);
+  // Lowered below what is reserved: the free memory goes back first.
+  GPUALLOC_ASSERT_OK(a_->SetLimit(16 * kMiB));
+  const Stats after = a_->GetStats();
+  EXPECT_EQ(after.bytes_limit, 16 * kMiB);
+  EXPECT_LE(after.bytes_reserved, 16 * kMiB);
+  EXPECT_EQ(a_->Allocate(20 * kMiB).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  void* small = Take(8 * kMiB);
+  ASSERT_NE(small, nullptr);
+  Give(small);
+  ExpectAgreement();
+}
+
 TEST_P(AllocatorConformanceTest, BadInputIsAClearStatusAndChangesNothing) {
   Make(/*host_backed=*/true);
   std::vector<void*> live;
