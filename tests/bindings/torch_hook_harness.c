@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-/* tests/bindings/torch_hook_harness.c: drives libgpualloc_torch.so the way
- * PyTorch's CUDAPluggableAllocator does, without PyTorch or a GPU: dlopen by
- * path, dlsym of the entry points, then a bundled trace replayed through
- * malloc/free (with record_stream and empty_cache mixed in) on the simulated
- * backend (GPUALLOC_BACKEND=sim). Checks the statistics through
- * gpualloc_torch_get_stats, the error paths, an out-of-memory handler
+/* tests/bindings/torch_hook_harness.c: drives libgpualloc_torch.so from C,
+ * without PyTorch or a GPU: dlopen by path, dlsym of the entry points, then a
+ * bundled trace replayed through the C callers' malloc (try_malloc, NULL on
+ * failure) and free (with record_stream and empty_cache mixed in) on the
+ * simulated backend (GPUALLOC_BACKEND=sim). The callbacks PyTorch calls that
+ * throw are driven from C++ by tests/bindings/torch_helper_test.py; the
+ * 2.1/2.2 graph-pool hooks, whose MempoolId_t (a pair of unsigned long long)
+ * C passes as a struct of two, are driven here too. Checks the statistics
+ * through gpualloc_torch_get_stats, the error paths, an out-of-memory handler
  * (gpualloc_torch_set_oom_handler) that frees a cached block and retries,
  * and that the library exports
  * nothing but its entry points. Fails loudly at the first problem.
@@ -22,8 +25,8 @@
 
 typedef void* (*malloc_fn)(size_t, int, void*);
 typedef void (*free_fn)(void*, size_t, int, void*);
-typedef void (*empty_cache_fn)(void);
-typedef void (*record_stream_fn)(void*, void*);
+typedef int (*empty_cache_fn)(void);
+typedef int (*record_stream_fn)(void*, void*);
 typedef const char* (*last_error_fn)(void);
 typedef int (*get_stats_fn)(int, gpualloc_stats_t*);
 typedef char* (*snapshot_fn)(int);
@@ -36,9 +39,6 @@ static empty_cache_fn torch_empty_cache;
 static record_stream_fn torch_record_stream;
 typedef void (*release_stream_fn)(void*);
 static release_stream_fn torch_release_stream;
-typedef int (*create_pool_fn)(int, uint64_t*);
-typedef int (*pool_stream_fn)(int, uint64_t, void*);
-typedef int (*pool_fn)(int, uint64_t);
 static last_error_fn torch_last_error;
 static get_stats_fn torch_get_stats;
 static snapshot_fn torch_snapshot_json;
@@ -156,11 +156,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "torch_hook_harness: dlopen: %s\n", dlerror());
     return 1;
   }
-  torch_malloc = (malloc_fn)Symbol(lib, "gpualloc_torch_malloc");
+  torch_malloc = (malloc_fn)Symbol(lib, "gpualloc_torch_try_malloc");
   torch_free = (free_fn)Symbol(lib, "gpualloc_torch_free");
   torch_empty_cache = (empty_cache_fn)Symbol(lib, "gpualloc_torch_empty_cache");
   torch_record_stream =
-      (record_stream_fn)Symbol(lib, "gpualloc_torch_record_stream");
+      (record_stream_fn)Symbol(lib, "gpualloc_torch_try_record_stream");
   torch_release_stream =
       (release_stream_fn)Symbol(lib, "gpualloc_torch_release_stream");
   torch_last_error = (last_error_fn)Symbol(lib, "gpualloc_torch_last_error");
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
       ++allocs;
       /* Every 16th block is also used on a side stream. */
       if (allocs % 16 == 0) {
-        torch_record_stream(p, StreamOf(0x5100));
+        CHECK(torch_record_stream(p, StreamOf(0x5100)) == 0);
         ++recorded;
       }
     } else {
@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
       CHECK(torch_last_error()[0] == '\0');
     }
     if (i % 1000 == 999) {
-      torch_empty_cache();
+      CHECK(torch_empty_cache() == 0);
       ++empties;
     }
   }
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
   s = Stats();
   CHECK(s.bytes_in_use == 0);
   CHECK(s.bytes_requested == 0);
-  torch_empty_cache();
+  CHECK(torch_empty_cache() == 0);
   s = Stats();
   CHECK(s.bytes_reserved == 0);
   CHECK(torch_last_error()[0] == '\0');
@@ -265,8 +265,9 @@ int main(int argc, char** argv) {
   void* p = torch_malloc(1000, 0, NULL);
   CHECK(p != NULL);
   torch_free(p, 1000, 0, NULL);
-  torch_record_stream(p, StreamOf(0x5100)); /* no longer live */
-  CHECK(strstr(torch_last_error(), "gpualloc_torch_record_stream") != NULL);
+  /* no longer live */
+  CHECK(torch_record_stream(p, StreamOf(0x5100)) == GPUALLOC_NOT_FOUND);
+  CHECK(strstr(torch_last_error(), "not a live allocation") != NULL);
   s = Stats();
   CHECK(s.bytes_in_use == 0);
   CHECK(s.num_ooms == 1);
@@ -291,29 +292,32 @@ int main(int argc, char** argv) {
   memset(&bad, 0, sizeof(bad));
   CHECK(torch_get_stats(0, &bad) == GPUALLOC_INVALID_ARGUMENT);
 
-  /* A private pool, as a CUDA graph capture would use it (not capturing
-   * here): the stream's blocks come from the pool until the pool is
-   * released. */
+  /* A private pool through PyTorch 2.1/2.2's hooks, as a CUDA graph capture
+   * would use it (not capturing here): the stream's blocks come from the pool
+   * until the pool is released; a second release is reported. */
   {
-    create_pool_fn create_pool =
-        (create_pool_fn)Symbol(lib, "gpualloc_torch_create_pool");
-    pool_stream_fn begin =
-        (pool_stream_fn)Symbol(lib, "gpualloc_torch_begin_allocate_to_pool");
-    pool_fn end = (pool_fn)Symbol(lib, "gpualloc_torch_end_allocate_to_pool");
-    pool_stream_fn release =
-        (pool_stream_fn)Symbol(lib, "gpualloc_torch_release_pool");
-    uint64_t pool = 0;
-    CHECK(create_pool(0, &pool) == 0 && pool != 0);
-    CHECK(begin(0, pool, StreamOf(0x6000)) == 0);
+    typedef struct {
+      unsigned long long first, second;
+    } mempool_id; /* std::pair<unsigned long long, unsigned long long> */
+    typedef void (*begin_fn)(int, void*, mempool_id);
+    typedef void (*end_fn)(int, void*);
+    typedef void (*release_fn)(int, mempool_id);
+    begin_fn begin =
+        (begin_fn)Symbol(lib, "gpualloc_torch_begin_allocate_stream_to_pool");
+    end_fn end =
+        (end_fn)Symbol(lib, "gpualloc_torch_end_allocate_stream_to_pool");
+    release_fn release = (release_fn)Symbol(lib, "gpualloc_torch_release_pool");
+    const mempool_id id = {7, 0};
+    begin(0, StreamOf(0x6000), id);
     void* in_pool = torch_malloc(4096, 0, StreamOf(0x6000));
     CHECK(in_pool != NULL);
-    CHECK(end(0, pool) == 0);
+    end(0, StreamOf(0x6000));
     CHECK(Stats().pool_bytes_in_use == 4096);
     torch_free(in_pool, 4096, 0, StreamOf(0x6000));
-    CHECK(release(0, pool, StreamOf(0x6000)) == 0);
+    release(0, id);
     CHECK(Stats().pool_bytes_reserved == 0);
-    CHECK(release(0, pool, NULL) == GPUALLOC_NOT_FOUND);
-    CHECK(strstr(torch_last_error(), "released") != NULL);
+    release(0, id);
+    CHECK(strstr(torch_last_error(), "pool (7, 0) of device 0") != NULL);
   }
 
   /* Sleep and wake through the current tag: the tagged block's memory goes

@@ -16,9 +16,12 @@ if [[ -n "$leaked" ]]; then
   echo "$leaked" | head -n 20 >&2
   exit 1
 fi
-for want in malloc free empty_cache record_stream last_error get_stats \
-  set_oom_handler create_pool retain_pool release_pool begin_allocate_to_pool \
-  end_allocate_to_pool set_tag sleep wake snapshot_pickle set_context; do
+for want in malloc free init reset memory_fraction record_stream \
+  begin_allocate_to_pool end_allocate_to_pool release_pool \
+  begin_allocate_stream_to_pool end_allocate_stream_to_pool configure \
+  try_malloc empty_cache try_record_stream release_stream last_error \
+  get_stats reset_peak_stats device_count set_oom_handler set_tag sleep wake \
+  snapshot_json string_free snapshot_pickle set_context; do
   grep -qx "gpualloc_torch_$want" <<<"$symbols" ||
     { echo "$lib: gpualloc_torch_$want is not exported" >&2; exit 1; }
 done

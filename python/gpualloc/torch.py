@@ -1,0 +1,407 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gpualloc as PyTorch's CUDA (or ROCm) allocator.
+
+    import torch
+    import gpualloc.torch as gt
+
+    gt.enable()            # before the first CUDA tensor
+    ...
+    print(gt.max_memory_reserved())
+    gt.snapshot("snapshot.pickle")   # for https://pytorch.org/memory_viz
+
+enable() loads libgpualloc_torch.so, makes it torch's allocator
+(torch.cuda.memory.CUDAPluggableAllocator) and registers every optional
+function torch offers a pluggable allocator: init, empty_cache (reset),
+set_per_process_memory_fraction, Tensor.record_stream, and the private pools
+of CUDA graphs (torch.cuda.graph, torch.compile(mode="reduce-overhead")).
+It needs PyTorch 2.1 or newer built with CUDA or ROCm.
+
+With any pluggable allocator torch raises on its own memory statistics
+(torch.cuda.memory_stats, max_memory_reserved, memory_summary,
+_record_memory_history, _dump_snapshot); this module gives the same
+figures: stats() (PyTorch's key names), memory_allocated(),
+max_memory_reserved(), reset_peak_memory_stats(), memory_summary() and
+snapshot(path).
+
+Configuration: PyTorch's conventions (growth on demand; the whole device
+unless a fraction is set), then PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF
+/ PYTORCH_HIP_ALLOC_CONF, the GPUALLOC_* variables, and enable(config=...)
+("key=value,..."), each over the one before. A bad setting raises
+ValueError naming it.
+"""
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import threading
+
+__all__ = [
+    "enable", "enabled", "library_path", "last_error", "GpuallocError",
+    "stats", "memory_stats", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+    "memory_summary", "snapshot", "snapshot_json", "set_context",
+    "release_stream", "tag", "sleep", "wake", "MIN_TORCH",
+]
+
+# The oldest PyTorch whose pluggable allocator gpualloc serves fully (2.0's
+# graph hooks, set_capture_begin_fn and friends, are not served).
+MIN_TORCH = (2, 1)
+
+_LIBRARY = "libgpualloc_torch.so"
+_INVALID_ARGUMENT = 3
+
+
+class GpuallocError(RuntimeError):
+    """A call into libgpualloc_torch.so failed; the message says why."""
+
+
+class _Stats(ctypes.Structure):
+    """gpualloc_stats_t (include/gpualloc/gpualloc.h), field for field."""
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "struct_size", "num_allocs", "bytes_in_use", "peak_bytes_in_use",
+        "largest_alloc_size", "bytes_limit", "bytes_reserved",
+        "peak_bytes_reserved", "largest_free_block_bytes", "bytes_requested",
+        "peak_bytes_requested", "num_ooms", "backend_allocs", "backend_frees",
+        "events_recorded", "stream_waits", "host_waits")] + [
+        ("fragmentation", ctypes.c_double)] + [
+        (name, ctypes.c_uint64) for name in (
+            "pool_bytes_reserved", "pool_bytes_in_use", "bytes_sleeping")]
+
+
+# gpualloc_stats_t's fields under PyTorch's memory_stats() names where torch
+# has one; the rest under "gpualloc.<field>".
+_TORCH_NAMES = {
+    "bytes_in_use": "allocated_bytes.all.current",
+    "peak_bytes_in_use": "allocated_bytes.all.peak",
+    "bytes_reserved": "reserved_bytes.all.current",
+    "peak_bytes_reserved": "reserved_bytes.all.peak",
+    "bytes_requested": "requested_bytes.all.current",
+    "peak_bytes_requested": "requested_bytes.all.peak",
+    "num_allocs": "allocation.all.allocated",
+    "num_ooms": "num_ooms",
+    "backend_allocs": "num_device_alloc",
+    "backend_frees": "num_device_free",
+}
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+_config = None
+_allocator = None  # torch's CUDAPluggableAllocator, kept alive
+
+
+def library_path():
+    """Where enable() loads libgpualloc_torch.so from when not told: the
+    library installed with this module, else the dynamic linker's search."""
+    try:
+        from . import _paths
+        if os.path.exists(_paths.TORCH_LIBRARY):
+            return _paths.TORCH_LIBRARY
+    except ImportError:
+        pass
+    return ctypes.util.find_library("gpualloc_torch") or _LIBRARY
+
+
+def _load(path):
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise RuntimeError(
+            f"gpualloc: cannot load {path}: {e}. It needs the Abseil shared "
+            "libraries it was built with (Debian/Ubuntu: apt install "
+            "libabsl20220623; `ldd " + path + "` lists what is missing); "
+            "pass enable(library=...) to use another copy.") from None
+    lib.gpualloc_torch_last_error.restype = ctypes.c_char_p
+    lib.gpualloc_torch_configure.argtypes = [ctypes.c_char_p]
+    lib.gpualloc_torch_get_stats.argtypes = [ctypes.c_int,
+                                             ctypes.POINTER(_Stats)]
+    lib.gpualloc_torch_reset_peak_stats.argtypes = [ctypes.c_int]
+    lib.gpualloc_torch_snapshot_pickle.argtypes = [ctypes.c_int,
+                                                   ctypes.c_char_p]
+    lib.gpualloc_torch_snapshot_json.restype = ctypes.c_void_p
+    lib.gpualloc_torch_snapshot_json.argtypes = [ctypes.c_int]
+    lib.gpualloc_torch_string_free.argtypes = [ctypes.c_void_p]
+    lib.gpualloc_torch_set_context.argtypes = [ctypes.c_char_p]
+    lib.gpualloc_torch_release_stream.argtypes = [ctypes.c_void_p]
+    lib.gpualloc_torch_set_tag.argtypes = [ctypes.c_uint32]
+    lib.gpualloc_torch_sleep.argtypes = [ctypes.c_int, ctypes.c_uint32,
+                                         ctypes.c_int]
+    lib.gpualloc_torch_wake.argtypes = [ctypes.c_int, ctypes.c_uint32]
+    return lib
+
+
+def _check_torch(torch):
+    """Refuses, saying why, a torch gpualloc cannot serve."""
+    version = getattr(torch, "__version__", "unknown")
+    try:
+        release = tuple(int(p) for p in
+                        version.split("+")[0].split(".")[:2])
+    except ValueError:
+        release = MIN_TORCH
+    memory = getattr(getattr(torch, "cuda", None), "memory", None)
+    if release < MIN_TORCH or not hasattr(memory, "CUDAPluggableAllocator"):
+        raise RuntimeError(
+            f"gpualloc needs PyTorch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer "
+            f"(this is {version}): older releases have no pluggable "
+            "allocator, or (2.0) graph hooks gpualloc does not serve, so CUDA "
+            "graphs would capture without a private pool. Upgrade torch.")
+    version_info = getattr(torch, "version", None)
+    if (getattr(version_info, "cuda", None) is None and
+            getattr(version_info, "hip", None) is None):
+        raise RuntimeError(
+            f"gpualloc: PyTorch {version} was built without CUDA or ROCm "
+            "(torch.version.cuda and torch.version.hip are None); install a "
+            "CUDA or ROCm build of torch.")
+    hooks = getattr(torch._C, "_CUDAPluggableAllocator", None)
+    if not (hasattr(hooks, "set_begin_allocate_to_pool") or
+            hasattr(hooks, "set_begin_allocate_stream_to_pool")):
+        raise RuntimeError(
+            f"gpualloc: PyTorch {version}'s pluggable allocator has neither "
+            "graph-pool hook gpualloc serves (set_begin_allocate_to_pool, "
+            "2.3+; set_begin_allocate_stream_to_pool, 2.1 and 2.2); upgrade "
+            "torch.")
+
+
+def _raise_status(status, what):
+    message = _lib.gpualloc_torch_last_error().decode()
+    if status == _INVALID_ARGUMENT:
+        raise ValueError(f"gpualloc: {message}")
+    raise GpuallocError(f"gpualloc: {what}: {message}")
+
+
+def enable(config=None, library=None):
+    """Makes gpualloc PyTorch's allocator, with every hook torch offers.
+
+    Call it once, after `import torch` and before the first CUDA tensor
+    (torch cannot swap an allocator that served memory). `config` is a
+    configuration string ("key=value,...", e.g. "expandable=true,history=
+    100000") that wins over the environment; `library` the path of
+    libgpualloc_torch.so (default: library_path()). A second call with the
+    same arguments does nothing. Raises RuntimeError when torch is too old,
+    has no CUDA/ROCm, or initialized CUDA already; ValueError naming the
+    variable or key of a bad setting.
+    """
+    global _lib, _path, _config, _allocator
+    import torch
+    with _lock:
+        path = library or library_path()
+        if _allocator is not None:
+            if (path, config) == (_path, _config):
+                return
+            raise RuntimeError(
+                "gpualloc: enable() ran already with "
+                f"library={_path!r}, config={_config!r}; PyTorch's "
+                "allocator cannot be swapped again")
+        _check_torch(torch)
+        if torch.cuda.is_initialized():
+            raise RuntimeError(
+                "gpualloc: PyTorch initialized CUDA already (a CUDA tensor, "
+                "torch.cuda.init() or a CUDA call ran), and torch cannot swap "
+                "an allocator that served memory: call gpualloc.torch.enable() "
+                "right after `import torch`.")
+        _lib = _load(path)
+        status = _lib.gpualloc_torch_configure(
+            config.encode() if config else None)
+        if status != 0:
+            _raise_status(status, "setting up")
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(
+            path, "gpualloc_torch_malloc", "gpualloc_torch_free")
+        hooks = allocator.allocator()
+
+        def address(name):
+            return ctypes.cast(getattr(_lib, name), ctypes.c_void_p).value
+
+        hooks.set_init_fn(address("gpualloc_torch_init"))
+        hooks.set_reset_fn(address("gpualloc_torch_reset"))
+        hooks.set_memory_fraction_fn(address("gpualloc_torch_memory_fraction"))
+        hooks.set_record_stream_fn(address("gpualloc_torch_record_stream"))
+        if hasattr(hooks, "set_begin_allocate_to_pool"):  # 2.3+
+            hooks.set_begin_allocate_to_pool(
+                address("gpualloc_torch_begin_allocate_to_pool"))
+            hooks.set_end_allocate_to_pool_fn(
+                address("gpualloc_torch_end_allocate_to_pool"))
+        else:  # 2.1, 2.2
+            hooks.set_begin_allocate_stream_to_pool(
+                address("gpualloc_torch_begin_allocate_stream_to_pool"))
+            hooks.set_end_allocate_stream_to_pool_fn(
+                address("gpualloc_torch_end_allocate_stream_to_pool"))
+        hooks.set_release_pool(address("gpualloc_torch_release_pool"))
+        try:
+            torch.cuda.memory.change_current_allocator(allocator)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"gpualloc: torch refused the allocator swap ({e}); call "
+                "gpualloc.torch.enable() right after `import torch`, before "
+                "any CUDA tensor.") from None
+        _allocator, _path, _config = allocator, path, config
+
+
+def enabled():
+    """Whether enable() made gpualloc PyTorch's allocator."""
+    return _allocator is not None
+
+
+def _need():
+    if _lib is None:
+        raise RuntimeError("gpualloc: call gpualloc.torch.enable() first")
+    return _lib
+
+
+def last_error():
+    """The latest failure's message from the hook ("" if none)."""
+    return _need().gpualloc_torch_last_error().decode()
+
+
+def _device(device):
+    if device is None:
+        import torch
+        return torch.cuda.current_device() if torch.cuda.is_initialized() \
+            else 0
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)
+    if index is not None:
+        return index
+    text = str(device)
+    return int(text.split(":")[1]) if ":" in text else _device(None)
+
+
+def _raw_stats(device):
+    lib = _need()
+    s = _Stats(struct_size=ctypes.sizeof(_Stats))
+    status = lib.gpualloc_torch_get_stats(_device(device), ctypes.byref(s))
+    if status != 0:
+        _raise_status(status, "stats")
+    return s
+
+
+def stats(device=None):
+    """The device's statistics as a dict, with torch.cuda.memory_stats()'s
+    key names where torch has them (reserved_bytes.all.peak,
+    allocated_bytes.all.current, num_ooms, num_device_alloc, ...) and
+    "gpualloc.<field>" for the rest (the limit, largest free block,
+    fragmentation, events, waits, graph pools, memory asleep)."""
+    s = _raw_stats(device)
+    out = {}
+    for name, _ in _Stats._fields_[1:]:
+        out[_TORCH_NAMES.get(name, "gpualloc." + name)] = getattr(s, name)
+    return out
+
+
+memory_stats = stats
+
+
+def memory_allocated(device=None):
+    return _raw_stats(device).bytes_in_use
+
+
+def max_memory_allocated(device=None):
+    return _raw_stats(device).peak_bytes_in_use
+
+
+def memory_reserved(device=None):
+    return _raw_stats(device).bytes_reserved
+
+
+def max_memory_reserved(device=None):
+    return _raw_stats(device).peak_bytes_reserved
+
+
+def reset_peak_memory_stats(device=None):
+    status = _need().gpualloc_torch_reset_peak_stats(_device(device))
+    if status != 0:
+        _raise_status(status, "reset_peak_memory_stats")
+
+
+def _gib(n):
+    return f"{n / 2**30:10.3f} GiB"
+
+
+def memory_summary(device=None):
+    """A short text table of the device's memory, as memory_summary gives."""
+    s = _raw_stats(device)
+    rows = [
+        ("allocated (in use)", s.bytes_in_use, s.peak_bytes_in_use),
+        ("requested", s.bytes_requested, s.peak_bytes_requested),
+        ("reserved", s.bytes_reserved, s.peak_bytes_reserved),
+    ]
+    lines = [f"gpualloc memory summary, device {_device(device)}",
+             f"{'':20} {'current':>14} {'peak':>14}"]
+    lines += [f"{name:20} {_gib(cur)} {_gib(peak)}" for name, cur, peak in rows]
+    lines.append(f"{'limit':20} {_gib(s.bytes_limit)}")
+    lines.append(f"{'largest free block':20} {_gib(s.largest_free_block_bytes)}"
+                 f"   fragmentation {s.fragmentation:.3f}")
+    lines.append(f"allocations {s.num_allocs}, out of memory {s.num_ooms}, "
+                 f"device allocs/frees {s.backend_allocs}/{s.backend_frees}, "
+                 f"host waits {s.host_waits}")
+    return "\n".join(lines)
+
+
+def snapshot(path, device=None):
+    """Writes the device's memory snapshot as the pickle
+    torch.cuda.memory._dump_snapshot writes (open it in
+    https://pytorch.org/memory_viz); with the history on (config
+    "history=N" or GPUALLOC_HISTORY=N) it holds the allocation trace."""
+    status = _need().gpualloc_torch_snapshot_pickle(_device(device),
+                                                    os.fsencode(path))
+    if status != 0:
+        _raise_status(status, f"snapshot({path!r})")
+
+
+def snapshot_json(device=None):
+    """The device's regions and blocks as a dict (gpualloc's JSON
+    snapshot)."""
+    lib = _need()
+    text = lib.gpualloc_torch_snapshot_json(_device(device))
+    if not text:
+        raise GpuallocError("gpualloc: snapshot_json: " + last_error())
+    try:
+        return json.loads(ctypes.string_at(text).decode())
+    finally:
+        lib.gpualloc_torch_string_free(text)
+
+
+def set_context(text):
+    """The calling thread's context (an op name, a stack) for the history's
+    events; None clears it. Keep the set of texts bounded."""
+    _need().gpualloc_torch_set_context(text.encode() if text else None)
+
+
+def release_stream(stream):
+    """Call before destroying `stream` (a torch.cuda.Stream or its
+    cuda_stream int): gpualloc never records on or waits for it again."""
+    handle = getattr(stream, "cuda_stream", stream)
+    status = _need().gpualloc_torch_release_stream(handle)
+    if status != 0:
+        _raise_status(status, "release_stream")
+
+
+@contextlib.contextmanager
+def tag(value):
+    """Within the block, this thread's allocations carry `value` (e.g. the
+    weights), for sleep() and wake()."""
+    lib = _need()
+    lib.gpualloc_torch_set_tag(value)
+    try:
+        yield
+    finally:
+        lib.gpualloc_torch_set_tag(0)
+
+
+def sleep(tag_value, backup=False, device=None):
+    """Gives the tag's physical memory back to the device, keeping its
+    addresses (needs expandable regions); backup=True keeps the content in
+    host memory."""
+    status = _need().gpualloc_torch_sleep(_device(device), tag_value,
+                                          1 if backup else 0)
+    if status != 0:
+        _raise_status(status, f"sleep({tag_value})")
+
+
+def wake(tag_value, device=None):
+    """Maps memory again under the tag's addresses (and restores a
+    backup)."""
+    status = _need().gpualloc_torch_wake(_device(device), tag_value)
+    if status != 0:
+        _raise_status(status, f"wake({tag_value})")

@@ -1,0 +1,290 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gpualloc.torch and libgpualloc_torch.so driven as PyTorch drives them,
+through a stand-in torch (tests/bindings/torch_standin) on the simulator.
+
+Each case runs in a fresh interpreter (torch's allocator is chosen once per
+process). Environment, from tests/meson.build:
+  HOOK_LIBRARY       the built libgpualloc_torch.so
+  STANDIN_TORCH_LIB  the stand-in's libtorch_standin.so
+  PYTHONPATH         the stand-in torch and python/ (gpualloc.torch)
+
+    python3 tests/bindings/torch_helper_test.py            # every case
+    python3 tests/bindings/torch_helper_test.py CASE       # one, in-process
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+MiB = 1 << 20
+HOOK = os.environ.get("HOOK_LIBRARY", "")
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def setup(config="backend=sim,device_memory=8GiB"):
+    import torch
+    import gpualloc.torch as gt
+    gt.enable(config=config, library=HOOK)
+    return torch, gt
+
+
+# --- Cases: each runs alone in a fresh interpreter --------------------------
+
+def case_registrations():
+    """enable() registers every hook, each reaches gpualloc."""
+    torch, gt = setup()
+    check(gt.enabled(), "enabled")
+    a = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    s = gt.stats()
+    check(s["allocated_bytes.all.current"] >= 64 * MiB, s)
+    check(s["reserved_bytes.all.current"] >= 64 * MiB, s)
+    # PyTorch's defaults: growth on demand, not 75% of the device.
+    check(s["reserved_bytes.all.current"] < 1 << 30,
+          "grew on demand: %d reserved" % s["reserved_bytes.all.current"])
+    del a
+    # empty_cache reaches Trim: the free memory goes back.
+    check(gt.memory_reserved() > 0, "cached")
+    torch.cuda.empty_cache()
+    check(gt.memory_reserved() == 0,
+          "empty_cache returned it: %d" % gt.memory_reserved())
+    check(gt.max_memory_reserved() >= 64 * MiB, "peak kept")
+    gt.reset_peak_memory_stats()
+    check(gt.max_memory_reserved() == 0, "peak reset")
+    print(gt.memory_summary())
+
+
+def case_record_stream():
+    """Tensor.record_stream fences the block: reusing it on its own stream
+    then waits for the other stream's work (an event and a wait, or another
+    block), where a block without it is reused at once."""
+    torch, gt = setup()
+    side = torch.cuda.Stream()
+
+    def fences():
+        s = gt.stats()
+        return (s["gpualloc.events_recorded"] + s["gpualloc.stream_waits"] +
+                s["gpualloc.host_waits"])
+
+    a = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    a_ptr, before = a.data_ptr(), fences()
+    del a
+    c = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    check(c.data_ptr() == a_ptr and fences() == before,
+          "without record_stream: reused at once")
+    del c
+    b = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    b_ptr, before = b.data_ptr(), fences()
+    b.record_stream(side)
+    del b
+    d = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    check(d.data_ptr() != b_ptr or fences() > before,
+          "record_stream fenced the block: %#x again, fences %d -> %d" %
+          (d.data_ptr(), before, fences()))
+    del d
+    # A pointer gpualloc never served raises, naming the call.
+    try:
+        torch._standin._record_stream(0x7000, side.cuda_stream)
+    except RuntimeError as e:
+        check("record_stream" in str(e) and "0x7000" in str(e), str(e))
+    else:
+        raise AssertionError("record_stream of an unknown pointer passed")
+
+
+def _graph_case():
+    torch, gt = setup()
+    g = torch.cuda.CUDAGraph()
+    before = gt.stats()
+    with torch.cuda.graph(g):
+        static = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+        scratch = torch.empty(2 * MiB, dtype=torch.uint8, device="cuda")
+        del scratch
+    s = gt.stats()
+    check(s["gpualloc.pool_bytes_in_use"] >= 4 * MiB,
+          "the capture allocated from a private pool: %r" % s)
+    # After the capture, the default stream allocates outside the pool.
+    outside = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    check(gt.stats()["gpualloc.pool_bytes_in_use"] ==
+          s["gpualloc.pool_bytes_in_use"], "outside the pool")
+    del outside
+    # A second graph sharing the pool (graph_pool_handle).
+    pool = torch.cuda.graph_pool_handle()
+    g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g1, pool=pool):
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    with torch.cuda.graph(g2, pool=pool):
+        y = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    del x, y
+    g1.reset()
+    check(gt.stats()["gpualloc.pool_bytes_reserved"] > 0, "g2 holds the pool")
+    g2.reset()
+    del static
+    g.reset()
+    s = gt.stats()
+    check(s["gpualloc.pool_bytes_reserved"] == 0,
+          "every pool released: %r" % s)
+    check(before["gpualloc.pool_bytes_reserved"] == 0, "none before")
+    check(gt.last_error() == "", "no error: " + gt.last_error())
+
+
+def case_graph_pools():
+    """torch 2.3+: begin_allocate_to_pool with the capture's filter."""
+    _graph_case()
+
+
+def case_graph_pools_torch_2_2():
+    """torch 2.1/2.2: begin_allocate_stream_to_pool."""
+    _graph_case()
+
+
+def case_memory_fraction():
+    """set_per_process_memory_fraction sets the limit; past it, allocation
+    raises, naming gpualloc's out-of-memory report."""
+    torch, gt = setup()
+    torch.cuda.set_per_process_memory_fraction(0.25)
+    limit = gt.stats()["gpualloc.bytes_limit"]
+    check(limit == 2 << 30, "a quarter of 8 GiB: %d" % limit)
+    try:
+        torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+    except RuntimeError as e:
+        check("out of memory" in str(e), str(e))
+    else:
+        raise AssertionError("3 GiB under a 2 GiB limit passed")
+    a = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    del a
+    check(gt.stats()["num_ooms"] == 1, gt.stats())
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    b = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+    del b
+
+
+def case_init_checks_devices():
+    """torch's CUDA initialization reaches the hook's init, which refuses a
+    backend that sees fewer devices than torch (the simulator's one here,
+    where the stand-in's CUDA reports two)."""
+    torch, gt = setup()
+    try:
+        torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    except RuntimeError as e:
+        check("PyTorch sees 2 device(s)" in str(e) and
+              "GPUALLOC_BACKEND" in str(e), str(e))
+    else:
+        raise AssertionError("init passed with 2 devices for 1")
+
+
+def case_bad_setting():
+    """A bad setting raises ValueError at enable(), naming it."""
+    import torch  # noqa: F401
+    import gpualloc.torch as gt
+    try:
+        gt.enable(config="backend=sim,mem_fraction=1.5", library=HOOK)
+    except ValueError as e:
+        check("mem_fraction" in str(e) and "1.5" in str(e), str(e))
+    else:
+        raise AssertionError("mem_fraction=1.5 passed")
+
+
+def case_snapshot():
+    """stats() and snapshot() replace what torch raises on."""
+    torch, gt = setup("backend=sim,device_memory=8GiB,history=1000")
+    gt.set_context("forward")
+    a = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    gt.set_context(None)
+    for fn in (torch.cuda.memory_stats, torch.cuda.max_memory_reserved):
+        try:
+            fn()
+        except RuntimeError as e:
+            check("CUDAPluggableAllocator" in str(e), str(e))
+        else:
+            raise AssertionError(fn.__name__ + " did not raise")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "snapshot.pickle")
+        gt.snapshot(path)
+        import pickle
+        with open(path, "rb") as f:
+            snap = pickle.load(f)
+        check("segments" in snap and "device_traces" in snap, list(snap))
+    j = gt.snapshot_json()
+    check(isinstance(j, dict) and j, "json snapshot")
+    del a
+
+
+def case_refusals():
+    """Too old a torch, or one without CUDA/ROCm, is refused clearly."""
+    import torch
+    import gpualloc.torch as gt
+    try:
+        gt.enable(config="backend=sim", library=HOOK)
+    except RuntimeError as e:
+        msg = str(e)
+    else:
+        raise AssertionError("enable() passed")
+    if torch.version.cuda is None and torch.version.hip is None:
+        check("without CUDA or ROCm" in msg, msg)
+    else:
+        check("2.1 or newer" in msg and torch.__version__ in msg, msg)
+    check(not gt.enabled(), "not enabled")
+
+
+def case_after_cuda_init():
+    """enable() after torch initialized CUDA says to call it earlier."""
+    import torch
+    import gpualloc.torch as gt
+    torch.cuda.current_device()  # initializes CUDA
+    try:
+        gt.enable(config="backend=sim", library=HOOK)
+    except RuntimeError as e:
+        check("right after `import torch`" in str(e), str(e))
+    else:
+        raise AssertionError("enable() after CUDA init passed")
+
+
+CASES = {name[5:]: fn for name, fn in globals().items()
+         if name.startswith("case_")}
+# The stand-in torch each case runs against.
+ENV = {
+    "graph_pools_torch_2_2": {"STANDIN_TORCH_VERSION": "2.2.2"},
+    "refusals": {"STANDIN_TORCH_VERSION": "2.0.1"},
+    "init_checks_devices": {"STANDIN_DEVICE_COUNT": "2"},
+}
+
+
+class TorchHelper(unittest.TestCase):
+    pass
+
+
+def _make(name):
+    def run(self):
+        env = dict(os.environ, **ENV.get(name, {}))
+        r = subprocess.run([sys.executable, __file__, name], env=env,
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            self.fail(f"case {name} failed:\n{r.stdout}\n{r.stderr}")
+    return run
+
+
+for _name in CASES:
+    setattr(TorchHelper, "test_" + _name, _make(_name))
+
+
+def _refusal_without_cuda(self):
+    env = dict(os.environ, STANDIN_TORCH_BUILD="cpu")
+    r = subprocess.run([sys.executable, __file__, "refusals"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        self.fail(f"refusals (cpu build) failed:\n{r.stdout}\n{r.stderr}")
+
+
+TorchHelper.test_refusals_cpu_build = _refusal_without_cuda
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1] in CASES:
+        CASES[sys.argv[1]]()
+        print("ok:", sys.argv[1])
+    else:
+        unittest.main(verbosity=2)

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A stand-in for the parts of PyTorch gpualloc's PyTorch helper touches.
+
+Written from torch's source: every name here exists in torch with the same
+signature (torch.__version__, torch.version, torch.empty, Tensor.data_ptr,
+Tensor.record_stream, torch.uint8/float32, torch.cuda.*). What torch does
+in C++ for a pluggable allocator is done by libtorch_standin.so
+(standin.cc). Chosen by environment, for the tests:
+  STANDIN_TORCH_VERSION  torch.__version__ (default "2.5.1"); below 2.3 the
+                         graph-pool hooks take their 2.1/2.2 form, below
+                         2.1 they are 2.0's (capture_begin...), below 2.0
+                         there is no CUDAPluggableAllocator
+  STANDIN_TORCH_BUILD    cuda (default), rocm or cpu
+  STANDIN_TORCH_LIB      path of libtorch_standin.so
+  STANDIN_DEVICE_COUNT   devices torch.cuda.device_count() reports (1)
+"""
+import os
+
+__version__ = os.environ.get("STANDIN_TORCH_VERSION", "2.5.1")
+
+
+def _version_tuple():
+    return tuple(int(p) for p in __version__.split("+")[0].split(".")[:2])
+
+
+from . import version  # noqa: E402
+from . import _C  # noqa: E402
+from . import _standin  # noqa: E402
+
+
+class dtype:
+    def __init__(self, name, itemsize):
+        self._name = name
+        self.itemsize = itemsize
+
+    def __repr__(self):
+        return "torch." + self._name
+
+
+uint8 = dtype("uint8", 1)
+float32 = dtype("float32", 4)
+
+
+class Tensor:
+    """A CUDA tensor's storage: allocated through the current allocator on
+    the current device and stream, freed by the DataPtr's deleter."""
+
+    def __init__(self, nbytes, device):
+        from . import cuda
+        cuda._lazy_init()
+        self._device = device
+        self._ptr = _standin._allocate(nbytes, device,
+                                 cuda.current_stream(device).cuda_stream)
+
+    def data_ptr(self):
+        return self._ptr
+
+    def record_stream(self, stream):
+        _standin._record_stream(self._ptr, stream.cuda_stream)
+
+    def __del__(self):
+        if getattr(self, "_ptr", None):
+            _standin._raw_delete(self._ptr)
+            self._ptr = None
+
+
+def empty(*size, dtype=None, device=None):
+    if device is None or not str(device).startswith("cuda"):
+        raise RuntimeError("the stand-in makes CUDA tensors only")
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    n = 1
+    for s in size:
+        n *= s
+    from . import cuda
+    index = cuda.current_device()
+    if ":" in str(device):
+        index = int(str(device).split(":")[1])
+    return Tensor(n * (dtype or float32).itemsize, index)
+
+
+from . import cuda  # noqa: E402
