@@ -263,7 +263,7 @@ fi
 
 # --- 5. PyTorch ------------------------------------------------------------------
 add ""
-add "## PyTorch training (small transformer)"
+add "## PyTorch training (small transformer; memory fraction 0.9, record_stream on a side stream, a CUDA graph, empty_cache)"
 add ""
 if ! timeout 60 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
   add "- PyTorch with CUDA is not installed here: skipped"
@@ -284,9 +284,12 @@ if [[ "$(field "$native" peak_device_bytes)" == "" ]]; then
   fail "PyTorch training with its own allocator: $(tail -c 600 "$GPUALLOC_BUILD_DIR/torch-native.err")"
   finish
 fi
-add "| allocator | peak device memory in use | peak reserved (its own statistic) | loss first -> last | seconds |"
-add "|---|---:|---:|---|---:|"
-add "| PyTorch caching allocator | $(gib "$(field "$native" peak_device_bytes)") | $(gib "$(field "$native" max_memory_reserved)") | $(field "$native" loss_first) -> $(field "$native" loss_last) | $(field "$native" seconds) |"
+row() {  # label json
+  add "| $1 | $(gib "$(field "$2" peak_device_bytes)") | $(gib "$(field "$2" max_memory_reserved)") | $(gib "$(field "$2" reserved_after_empty_cache)") | $(field "$2" graph_ok) | $(field "$2" loss_first) -> $(field "$2" loss_last) | $(field "$2" seconds) |"
+}
+add "| allocator | peak device memory in use | peak reserved (its own statistic) | reserved after empty_cache | CUDA graph replays match | loss first -> last | seconds |"
+add "|---|---:|---:|---:|---|---|---:|"
+row "PyTorch caching allocator" "$native"
 hook=""
 [[ -n "$torch_target" ]] && hook="$GPUALLOC_BUILD_DIR/$torch_target"
 if [[ -z "$hook" || ! -f "$hook" ]]; then
@@ -297,9 +300,9 @@ else
   if [[ "$(field "$ours" peak_device_bytes)" == "" ]]; then
     fail "PyTorch training with gpualloc: $(tail -c 600 "$GPUALLOC_BUILD_DIR/torch-gpualloc.err")"
   else
-    add "| gpualloc (pluggable allocator) | $(gib "$(field "$ours" peak_device_bytes)") | $(gib "$(field "$ours" max_memory_reserved)") | $(field "$ours" loss_first) -> $(field "$ours" loss_last) | $(field "$ours" seconds) |"
+    row "gpualloc (gpualloc.torch.enable())" "$ours"
   fi
 fi
 add ""
-add "Peak device memory in use is cudaMemGetInfo's total - free above the level before the model was made, sampled after each forward, backward and optimizer step. Peak reserved is torch.cuda.max_memory_reserved() for PyTorch's allocator and peak_bytes_reserved from gpualloc_torch_get_stats for gpualloc."
+add "Peak device memory in use is cudaMemGetInfo's total - free above the level before the model was made, sampled after each forward, backward and optimizer step. Peak reserved is torch.cuda.max_memory_reserved() for PyTorch's allocator and gpualloc.torch.max_memory_reserved() for gpualloc (torch raises on its own statistics with a pluggable allocator)."
 finish

@@ -6,47 +6,32 @@
     tools/torch_train_check.py --allocator gpualloc --hook build/.../libgpualloc_torch.so
 
 tools/device-check.sh runs it once with PyTorch's own caching allocator and once
-with gpualloc plugged in through PyTorch's pluggable-allocator hook
-(torch.cuda.memory.CUDAPluggableAllocator with gpualloc_torch_malloc /
-gpualloc_torch_free), each in a fresh process (the allocator must be chosen
-before the first CUDA allocation), and compares the peaks.
+with gpualloc made PyTorch's allocator by the Python helper (gpualloc.torch,
+python/ in the source tree: every hook torch offers registered), each in a
+fresh process (the allocator must be chosen before the first CUDA
+allocation), and compares the peaks. Both runs exercise what PyTorch users
+rely on: a memory fraction (torch.cuda.set_per_process_memory_fraction), a
+tensor used on a side stream (Tensor.record_stream), a captured CUDA graph
+replayed and checked, and torch.cuda.empty_cache at the end.
 
 Memory is measured two ways:
   * peak_device_bytes: device memory in use (cudaMemGetInfo: total - free) above
     what was in use before the model was made, sampled after every forward,
     backward and optimizer step; it sees whatever either allocator holds.
   * max_memory_reserved: the allocator's own peak reserved bytes:
-    torch.cuda.max_memory_reserved() for PyTorch's allocator, and for gpualloc
-    peak_bytes_reserved read through the hook's gpualloc_torch_get_stats
-    (ctypes; the leading fields of gpualloc_stats_t, include/gpualloc/gpualloc.h).
+    torch.cuda.max_memory_reserved() for PyTorch's allocator, and
+    gpualloc.torch.max_memory_reserved() for gpualloc (torch raises on its
+    own statistics with any pluggable allocator).
 
 Prints one JSON object on the last line of stdout. Exit status 0 on success, 1
 on failure; without a CUDA device it says so and exits 0.
 """
 
 import argparse
-import ctypes
 import json
+import os
 import sys
 import time
-
-
-class _StatsPrefix(ctypes.Structure):
-    """The leading fields of gpualloc_stats_t; struct_size tells the library
-    how much of the struct this caller has."""
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "struct_size", "num_allocs", "bytes_in_use", "peak_bytes_in_use",
-        "largest_alloc_size", "bytes_limit", "bytes_reserved",
-        "peak_bytes_reserved")]
-
-
-def gpualloc_peak_reserved(hook_path, device_index):
-    lib = ctypes.CDLL(hook_path)
-    stats = _StatsPrefix(struct_size=ctypes.sizeof(_StatsPrefix))
-    if lib.gpualloc_torch_get_stats(device_index, ctypes.byref(stats)) != 0:
-        lib.gpualloc_torch_last_error.restype = ctypes.c_char_p
-        raise RuntimeError(lib.gpualloc_torch_last_error().decode())
-    return int(stats.peak_bytes_reserved)
 
 
 def main():
@@ -58,6 +43,8 @@ def main():
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--fraction", type=float, default=0.9,
+                        help="torch.cuda.set_per_process_memory_fraction")
     args = parser.parse_args()
 
     import torch
@@ -70,13 +57,15 @@ def main():
         if not args.hook:
             print("--allocator gpualloc needs --hook", file=sys.stderr)
             return 1
-        hook = torch.cuda.memory.CUDAPluggableAllocator(
-            args.hook, "gpualloc_torch_malloc", "gpualloc_torch_free")
-        torch.cuda.memory.change_current_allocator(hook)
+        sys.path.insert(0, os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+        import gpualloc.torch as gt
+        gt.enable(library=args.hook)
 
     torch.manual_seed(0)
     device = torch.device("cuda", 0)
     torch.cuda.init()
+    torch.cuda.set_per_process_memory_fraction(args.fraction, device)
     free0, total = torch.cuda.mem_get_info(device)
     baseline = total - free0
     peak = 0
@@ -99,12 +88,21 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     sample()
 
+    side = torch.cuda.Stream(device)
     losses = []
     start = time.time()
     for _ in range(args.steps):
         tokens = torch.randint(0, vocab, (args.batch, args.seq), device=device)
         logits = model(tokens[:, :-1])
         loss = loss_fn(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        # A tensor of the main stream read on a side stream, then dropped:
+        # record_stream keeps its memory from reuse until the side is done.
+        probe = logits.detach().clone()
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            probe_sum = probe.float().sum()
+        probe.record_stream(side)
+        del probe
         torch.cuda.synchronize()
         sample()
         optimizer.zero_grad(set_to_none=True)
@@ -116,11 +114,40 @@ def main():
         sample()
         losses.append(float(loss.item()))
     seconds = time.time() - start
+    torch.cuda.current_stream(device).wait_stream(side)
+    del probe_sum
+
+    # A CUDA graph: captured into a private pool, replayed, checked.
+    lin = nn.Linear(args.d_model, args.d_model).to(device)
+    static_in = torch.randn(args.batch, args.d_model, device=device)
+    warm = torch.cuda.Stream(device)
+    warm.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(warm), torch.no_grad():
+        for _ in range(3):
+            lin(static_in)
+    torch.cuda.current_stream(device).wait_stream(warm)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad():
+        with torch.cuda.graph(graph):
+            static_out = lin(static_in)
+        graph_ok = True
+        for _ in range(3):
+            static_in.copy_(torch.randn_like(static_in))
+            graph.replay()
+            torch.cuda.synchronize()
+            graph_ok &= bool(torch.allclose(static_out, lin(static_in),
+                                            atol=1e-4))
+    del graph, static_out, static_in, lin
+    torch.cuda.synchronize()
 
     if args.allocator == "native":
         reserved = int(torch.cuda.max_memory_reserved(device))
+        torch.cuda.empty_cache()
+        after_empty = int(torch.cuda.memory_reserved(device))
     else:
-        reserved = gpualloc_peak_reserved(args.hook, device.index)
+        reserved = gt.max_memory_reserved(device.index)
+        torch.cuda.empty_cache()
+        after_empty = gt.memory_reserved(device.index)
     result = {
         "allocator": args.allocator,
         "steps": args.steps,
@@ -128,6 +155,9 @@ def main():
         "loss_last": round(losses[-1], 4),
         "peak_device_bytes": int(peak),
         "max_memory_reserved": reserved,
+        "reserved_after_empty_cache": after_empty,
+        "graph_ok": graph_ok,
+        "fraction": args.fraction,
         "seconds": round(seconds, 2),
         "torch": torch.__version__,
     }

@@ -62,6 +62,22 @@ if [[ -x "$build/tests/torch_hook_harness" ]]; then
     { echo "$out" >&2; exit 1; }
 fi
 
+# The installed Python helper (gpualloc.torch): it names the installed hook,
+# and, with the stand-in torch the tests built, enables it as torch would.
+helper="$(find "$work/stage" -path '*/gpualloc/torch.py' -print -quit)"
+[[ -n "$helper" ]] || { echo "install-check: gpualloc/torch.py not installed" >&2; exit 1; }
+site="$(dirname "$(dirname "$helper")")"
+want="$(PYTHONPATH="$site" python3 -c 'from gpualloc import _paths; print(_paths.TORCH_LIBRARY)')"
+[[ -e "$work/stage$want" ]] ||
+  { echo "install-check: gpualloc.torch names $want, which was not installed" >&2; exit 1; }
+if [[ -e "$build/tests/libtorch_standin.so" ]]; then
+  out="$(PYTHONPATH="$root/tests/bindings/torch_standin:$site" \
+    STANDIN_TORCH_LIB="$build/tests/libtorch_standin.so" \
+    HOOK_LIBRARY="$libdir/libgpualloc_torch.so" \
+    python3 "$root/tests/bindings/torch_helper_test.py" registrations 2>&1)" ||
+    { echo "$out" >&2; exit 1; }
+fi
+
 # The README's example programs (the C++ and the C block with a main), built
 # as the README says: shared, and static with Abseil's archives too.
 python3 - "$root/README.md" "$work" <<'PY'
