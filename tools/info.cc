@@ -164,16 +164,26 @@ void PrintDevice(const gpualloc::DeviceInfo& d) {
       d.driver_version.empty() ? "(none reported)" : d.driver_version);
 }
 
+// The architecture profile the allocator tunes by, chosen as core/options.cc
+// chooses it: arch=NAME, else the backend's own match, else detection.
+absl::StatusOr<const gpualloc::ArchProfile*> ProfileOf(
+    const gpualloc::Config& config, const gpualloc::DeviceInfo& d) {
+  const std::string& arch = config.options.arch;
+  const bool detect = arch.empty() || arch == "auto";
+  if (detect && !d.profile.empty()) return gpualloc::FindArchProfile(d.profile);
+  if (detect) {
+    return gpualloc::FindArchProfile(d.vendor, d.arch_id, d.total_bytes);
+  }
+  return gpualloc::FindArchProfile(arch);
+}
+
 void PrintProfile(const gpualloc::Config& config,
                   const gpualloc::DeviceInfo& d) {
   absl::PrintF("\nArchitecture profile\n");
   const std::string& arch = config.options.arch;
   const bool detect = arch.empty() || arch == "auto";
   const bool from_backend = detect && !d.profile.empty();
-  absl::StatusOr<const gpualloc::ArchProfile*> found =
-      from_backend ? gpualloc::FindArchProfile(d.profile)
-      : detect ? gpualloc::FindArchProfile(d.vendor, d.arch_id, d.total_bytes)
-               : gpualloc::FindArchProfile(arch);
+  absl::StatusOr<const gpualloc::ArchProfile*> found = ProfileOf(config, d);
   if (!found.ok()) {
     Row("profile", "none matches; the allocator uses the device's own numbers");
     WrappedRow("why", found.status().message());
@@ -249,10 +259,43 @@ const gpualloc::ConfigSetting* Setting(const gpualloc::Config& config,
   return nullptr;
 }
 
+// The settings only allocator=bfc reads: platform and async mode keep no
+// regions or chunks of their own (core/options.cc, core/platform_allocator.cc,
+// core/async_allocator.cc). The async mode reads gc (it waits for pending
+// frees and retries on out of memory); the platform mode does not.
+std::vector<absl::string_view> BfcOnlyKeys(gpualloc::AllocatorMode mode) {
+  std::vector<absl::string_view> keys = {"preallocate", "expandable"};
+  if (mode == gpualloc::AllocatorMode::kPlatform) keys.push_back("gc");
+  for (absl::string_view k :
+       {"cross_stream", "growth", "split_bound", "front_cache"}) {
+    keys.push_back(k);
+  }
+  return keys;
+}
+
 void PrintLimit(const gpualloc::Config& config, const gpualloc::Stats& stats,
                 const gpualloc::DeviceInfo& d) {
   absl::PrintF("\nLimit\n");
   const gpualloc::Options& o = config.options;
+  const bool bfc = o.mode == gpualloc::AllocatorMode::kBfc;
+  const bool platform = o.mode == gpualloc::AllocatorMode::kPlatform;
+  const std::string mode(gpualloc::AllocatorModeName(o.mode));
+  // The granularity and minimum block as core/options.cc resolves them: the
+  // option, else the profile's (the larger of its and the device's
+  // recommended granularity), else 2 MiB and 256 B.
+  absl::StatusOr<const gpualloc::ArchProfile*> profile = ProfileOf(config, d);
+  const gpualloc::ArchProfile* p = profile.ok() ? *profile : nullptr;
+  std::uint64_t granularity = o.growth_granularity;
+  if (granularity == 0) {
+    granularity = d.recommended_granularity;
+    if (p != nullptr && p->recommended_granularity > granularity) {
+      granularity = p->recommended_granularity;
+    }
+    if (granularity == 0) granularity = std::uint64_t{2} << 20;
+  }
+  const std::uint64_t min_block = o.min_block_size != 0 ? o.min_block_size
+                                  : p != nullptr        ? p->min_block_size
+                                                        : 256;
   Row("bytes limit", Bytes(stats.bytes_limit));
   std::string why;
   if (o.memory_limit != 0) {
@@ -268,27 +311,78 @@ void PrintLimit(const gpualloc::Config& config, const gpualloc::Stats& stats,
                           Setting(config, "mem_fraction")->value,
                           Human(d.total_bytes));
   }
-  absl::StrAppend(&why, ", rounded down to whole growth granules");
+  // Every mode's limit is rounded down to the granularity; only bfc grows by
+  // it.
+  absl::StrAppend(&why,
+                  bfc ? ", rounded down to whole growth granules ("
+                      : ", rounded down to a multiple of the granularity (",
+                  Human(granularity), ")");
   Row("from", why);
-  // What the allocator will do with this device (core/options.cc decides
-  // the same way: expandable regions in bfc mode where virtual memory works).
-  const bool expandable = o.mode == gpualloc::AllocatorMode::kBfc &&
-                          o.expandable != gpualloc::Tristate::kOff &&
-                          d.capabilities.virtual_memory;
-  if (expandable) {
-    Row("growth",
-        o.preallocate
-            ? "the whole limit is mapped on the first allocation into one "
-              "reserved address range (preallocate=true, expandable regions)"
-            : "granules are mapped on demand into one reserved address range "
-              "up to the limit, free ones unmapped (expandable regions)");
+  const std::string unit =
+      Human(std::max<std::uint64_t>(d.allocation_alignment, 1));
+  if (platform) {
+    WrappedRow(
+        "counts",
+        absl::StrCat(
+            "the live blocks only, each its own device allocation: its size "
+            "rounded up to the minimum block (",
+            Human(min_block),
+            ") and to whole units of the device's allocation alignment (", unit,
+            "); nothing is cached, so a freed block no longer counts"));
+    WrappedRow("reserves",
+               "nothing ahead of time: every Allocate is one device "
+               "allocation and every Deallocate one device free");
+  } else if (!bfc) {
+    WrappedRow(
+        "counts",
+        absl::StrCat(
+            "the live blocks (each its size rounded up to the minimum block, ",
+            Human(min_block),
+            "; the pool rounds its own sizes) and frees not yet handed back "
+            "to the pool"));
+    WrappedRow("reserves",
+               "nothing ahead of time: every Allocate is one allocation from "
+               "the device's stream-ordered pool, which keeps freed memory up "
+               "to the limit (its release threshold)");
   } else {
-    Row("growth", o.preallocate
-                      ? "the whole limit is reserved as one region on the "
-                        "first allocation (preallocate=true)"
-                      : "regions are added on demand up to the limit "
-                        "(preallocate=false)");
+    // What the allocator will do with this device (core/options.cc decides
+    // the same way: expandable regions in bfc mode where virtual memory
+    // works).
+    const bool expandable = o.expandable != gpualloc::Tristate::kOff &&
+                            d.capabilities.virtual_memory;
+    if (expandable) {
+      Row("growth",
+          o.preallocate
+              ? "the whole limit is mapped on the first allocation into one "
+                "reserved address range (preallocate=true, expandable regions)"
+              : "granules are mapped on demand into one reserved address range "
+                "up to the limit, free ones unmapped (expandable regions)");
+    } else {
+      Row("growth", o.preallocate
+                        ? "the whole limit is reserved as one region on the "
+                          "first allocation (preallocate=true)"
+                        : "regions are added on demand up to the limit "
+                          "(preallocate=false)");
+    }
+    return;
   }
+  // The bfc-only settings, naming those given here (they change nothing).
+  std::vector<std::string> given;
+  for (absl::string_view key : BfcOnlyKeys(o.mode)) {
+    const gpualloc::ConfigSetting* s = Setting(config, key);
+    if (s != nullptr && s->origin != gpualloc::ValueOrigin::kDefault) {
+      given.push_back(absl::StrCat(key, "=", s->value, " (", s->source, ")"));
+    }
+  }
+  WrappedRow(
+      "not used",
+      absl::StrCat(absl::StrJoin(BfcOnlyKeys(o.mode), ", "),
+                   ": allocator=bfc settings, without effect in "
+                   "allocator=",
+                   mode,
+                   given.empty() ? ""
+                                 : absl::StrCat("; given here: ",
+                                                absl::StrJoin(given, ", "))));
 }
 
 // Every configuration key and its variable, from the library's own list so

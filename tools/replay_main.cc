@@ -179,6 +179,10 @@ absl::Status CheckWritable(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything is allocated: each replay's untimed pass then warms the
+  // memory its measured pass uses (ns/op comparable across configurations;
+  // replay.h).
+  gpualloc::replay::KeepFreedMemoryMapped();
   bool json = false;
   std::string svg_path;
   std::string baseline_path;

@@ -3,7 +3,11 @@
 """Convert a PyTorch CUDA memory snapshot to a gpualloc trace CSV.
 
 Usage:
-    torch_snapshot_to_csv.py SNAPSHOT.pickle [-o OUT.csv] [--device N]
+    gpualloc-torch-snapshot-to-csv SNAPSHOT.pickle [-o OUT.csv] [--device N]
+    tools/torch_snapshot_to_csv.py SNAPSHOT.pickle [-o OUT.csv] [--device N]
+
+(the first installed into $PREFIX/bin by meson install, the second the same
+script run from the source tree).
 
 SNAPSHOT.pickle is what torch.cuda.memory._dump_snapshot writes (after
 _record_memory_history). The CSV goes to stdout unless -o is given. The device
@@ -199,7 +203,9 @@ def convert(snapshot, device=None):
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        description="Convert a PyTorch memory snapshot pickle to a gpualloc trace CSV.")
+        description="Reads: the command line and SNAPSHOT.pickle only; the "
+        "environment is not read. Converts a PyTorch memory snapshot pickle "
+        "to a gpualloc trace CSV.")
     p.add_argument("snapshot", metavar="SNAPSHOT.pickle")
     p.add_argument("-o", "--output", metavar="OUT.csv", help="output file (default stdout)")
     p.add_argument("--device", type=int, metavar="N", help="device index to convert")

@@ -161,6 +161,65 @@ TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
                                  "\"maybe\" (entry 1): not a boolean"));
 }
 
+// The limit section says what each mode enforces: bfc grows by granules
+// (preallocate=true, the default, maps the whole limit at once); platform
+// and async reserve nothing ahead of time, whatever preallocate says, and
+// count live blocks in their own units.
+// `text` from "\nLimit\n" on, with the wrapped rows' line breaks and indents
+// made single spaces.
+std::string LimitSection(const std::string& text) {
+  std::string out;
+  const std::size_t at = text.find("\nLimit\n");
+  if (at == std::string::npos) return out;
+  for (std::size_t i = at + 7; i < text.size(); ++i) {
+    if (text[i] == '\n' || text[i] == ' ') {
+      if (out.empty() || out.back() != ' ') out += ' ';
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+TEST(InfoTest, LimitSaysWhatEachModeEnforces) {
+  Result run = RunInfo("", "--sim h100 --config mem_limit=3000000", kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("2097152 B (2 MiB)"));
+  EXPECT_THAT(run.out, HasSubstr("rounded down to whole growth granules "
+                                 "(2 MiB)"));
+  EXPECT_THAT(run.out, HasSubstr("the whole limit is mapped on the first "
+                                 "allocation"));
+  EXPECT_THAT(run.out, Not(HasSubstr("not used")));
+
+  run = RunInfo("", "--sim h100 --config allocator=platform,mem_limit=3000000",
+                kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  const std::string limit = LimitSection(run.out);
+  EXPECT_THAT(limit, HasSubstr("2097152 B (2 MiB)"));
+  EXPECT_THAT(limit, HasSubstr("rounded down to a multiple of the granularity "
+                               "(2 MiB)"));
+  EXPECT_THAT(limit, Not(HasSubstr("growth granules")));
+  // preallocate=true is the default, but platform mode reserves nothing.
+  EXPECT_THAT(limit, Not(HasSubstr("the whole limit")));
+  EXPECT_THAT(limit, Not(HasSubstr("preallocate=true")));
+  EXPECT_THAT(limit, HasSubstr("each its own device allocation"));
+  EXPECT_THAT(limit, HasSubstr("minimum block (256 B)"));
+  EXPECT_THAT(limit, HasSubstr("allocation alignment (256 B)"));
+  EXPECT_THAT(limit, HasSubstr("every Allocate is one device allocation"));
+  EXPECT_THAT(limit, HasSubstr("not used preallocate, expandable, gc,"));
+
+  // Settings given that change nothing are named.
+  run = RunInfo("", "--sim h100 --config allocator=async,growth=doubling",
+                kStdout);
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  const std::string async_limit = LimitSection(run.out);
+  EXPECT_THAT(async_limit, HasSubstr("stream-ordered pool"));
+  EXPECT_THAT(async_limit, Not(HasSubstr("the whole limit")));
+  EXPECT_THAT(async_limit, HasSubstr("growth=doubling (config string)"));
+  // async mode does read gc.
+  EXPECT_THAT(async_limit, Not(HasSubstr(" gc,")));
+}
+
 TEST(InfoTest, BadVariableExitsOneNamingIt) {
   const Result run =
       RunInfo("GPUALLOC_MEM_FRACTION=2", "--config backend=sim", kStderr);

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/replay/svg_parts.h"
 
 namespace gpualloc::replay {
 namespace {
@@ -131,7 +133,8 @@ TEST(SvgTest, WellFormedWithOneRectPerBlock) {
   EXPECT_TRUE(WellFormed(svg));
   EXPECT_EQ(BlockRects(svg), 3u);
   EXPECT_EQ(Count(svg, "class=\"r\""), 2u);  // dashed region outlines
-  EXPECT_THAT(svg, HasSubstr("peak reserved 0.01 GiB"));
+  // The strip's peak label in the y axis's unit.
+  EXPECT_THAT(svg, HasSubstr("peak reserved 6.0 MiB"));
   EXPECT_THAT(svg, HasSubstr("small / h100"));
   EXPECT_THAT(svg, HasSubstr("operation index"));
   EXPECT_THAT(svg, HasSubstr("address"));
@@ -205,6 +208,27 @@ TEST(SvgTest, ManyTinyBlocksAreMergedAndTheFileStaysSmall) {
   EXPECT_LT(svg.size(), 2u * 1024 * 1024);
 }
 
+// The caption's lines joined by spaces (it wraps at about 200 characters).
+std::string CaptionOf(const std::string& svg) {
+  std::string out;
+  const std::string open = "class=\"c\">";
+  for (std::size_t at = svg.find(open); at != std::string::npos;
+       at = svg.find(open, at + 1)) {
+    const std::size_t from = at + open.size();
+    if (!out.empty()) out += ' ';
+    out += svg.substr(from, svg.find("</text>", from) - from);
+  }
+  return out;
+}
+
+// The value of attribute `name` in the tag at `at`.
+double Attribute(const std::string& svg, std::size_t at,
+                 const std::string& name) {
+  const std::string key = " " + name + "=\"";
+  const std::size_t from = svg.find(key, at) + key.size();
+  return std::stod(svg.substr(from, svg.find('"', from) - from));
+}
+
 // The text outside tooltips: what is seen without hovering.
 std::string Visible(std::string svg) {
   for (std::size_t at = svg.find("<title>"); at != std::string::npos;
@@ -263,16 +287,151 @@ TEST(SvgTest, ExpandableRangeCaptionExplainsTheExtent) {
   t.sample_in_use = {kMiB, kMiB, kMiB, kMiB, 2 * kMiB, 2 * kMiB};
   const std::string svg = RenderSvg({{"x / expandable", &r}});
   EXPECT_TRUE(WellFormed(svg));
-  EXPECT_THAT(svg, HasSubstr("One reserved address range"));
-  EXPECT_THAT(svg, HasSubstr("formed 2 runs over the replay"));
-  // The caption wraps: the extent, then the reason.
-  EXPECT_THAT(svg, HasSubstr("y: the 6.0 MiB of addresses reserved at some "
-                             "moment;"));
-  EXPECT_THAT(svg, HasSubstr("at most 4.0 MiB at once (the peak reserved): "
-                             "free pieces were unmapped"));
+  const std::string caption = CaptionOf(svg);
+  EXPECT_THAT(caption, HasSubstr("One reserved address range"));
+  EXPECT_THAT(caption, HasSubstr("formed 2 runs over the replay"));
+  // The run shrank once (op 3): an unmap, counted from the timeline.
+  EXPECT_THAT(caption, HasSubstr("; 1 unmap over the replay"));
+  EXPECT_THAT(caption, HasSubstr("y: the 6.0 MiB of addresses reserved at "
+                                 "some moment;"));
+  EXPECT_THAT(caption, HasSubstr("at most 4.0 MiB at once (the peak "
+                                 "reserved): free pieces were unmapped"));
   EXPECT_EQ(Count(svg, "class=\"r\""), 0u);
   EXPECT_THAT(svg, Not(HasSubstr("one region (a device allocation)")));
   EXPECT_EQ(BlockRects(svg), 2u);
+}
+
+// A 256-byte block living one op of 100000, in an 8 GiB region: a
+// thousandth of a pixel each way, drawn at least a pixel each way, inside
+// the plot.
+TEST(SvgTest, EveryBlockShowsAtLeastAPixel) {
+  ReplayResult r;
+  Timeline& t = r.timeline;
+  t.num_ops = 100000;
+  const std::uint64_t base = 0x300000000;
+  t.regions = {{base, 8192 * kMiB, 0, 100000}};
+  t.blocks = {{1, base + 4096 * kMiB, 256, 50000, 50001, 0},
+              {2, base + 8192 * kMiB - 256, 256, 99999, 100000, 0}};
+  const std::string svg = RenderSvg({{"tiny", &r}});
+  EXPECT_TRUE(WellFormed(svg));
+  EXPECT_EQ(BlockRects(svg), 2u);
+  for (const char* title : {"<title>0x400000000, 256 B, ops 50000 to 50001",
+                            "<title>0x4ffffff00, 256 B, ops 99999 to 100000"}) {
+    SCOPED_TRACE(title);
+    const std::size_t at = svg.rfind("<rect ", svg.find(title));
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_GE(Attribute(svg, at, "width"), 1.0);
+    EXPECT_GE(Attribute(svg, at, "height"), 1.0);
+    // Inside the plot (x from 130 to 1330) and the address area (y from
+    // 232 to 652 in this one-panel picture without streams' rows).
+    EXPECT_LE(Attribute(svg, at, "x") + Attribute(svg, at, "width"),
+              1330.0 + 1e-9);
+    const std::size_t area = svg.find("fill=\"#fcfcfc\" stroke=\"#bbb\"");
+    const double area_top = Attribute(svg, svg.rfind("<rect ", area), "y");
+    EXPECT_LE(Attribute(svg, at, "y") + Attribute(svg, at, "height"),
+              area_top + 420 + 1e-9);
+  }
+}
+
+// The x ticks of the ops at a nice step, evenly spaced from 0: 1003 ops get
+// 0, 200, ..., 1000 (not 0, 251, 502, 752, 1003).
+TEST(SvgTest, XTicksAreNiceAndEvenlySpaced) {
+  ReplayResult r = Small();
+  r.timeline.num_ops = 1003;
+  const std::string svg = RenderSvg({{"ticks", &r}});
+  const std::string axis = svg.substr(svg.rfind("</g>"));
+  std::vector<std::uint64_t> labels;
+  std::vector<double> xs;
+  const std::string mark = "text-anchor=\"middle\">";
+  for (std::size_t at = axis.find(mark); at != std::string::npos;
+       at = axis.find(mark, at + 1)) {
+    const std::size_t from = at + mark.size();
+    const std::string text = axis.substr(from, axis.find('<', from) - from);
+    if (text.empty() || text[0] < '0' || text[0] > '9') continue;
+    labels.push_back(std::stoull(text));
+    xs.push_back(Attribute(axis, axis.rfind("<text ", at), "x"));
+  }
+  EXPECT_EQ(labels, (std::vector<std::uint64_t>{0, 200, 400, 600, 800, 1000}));
+  ASSERT_EQ(xs.size(), 6u);
+  for (std::size_t i = 1; i < xs.size(); ++i) {
+    EXPECT_NEAR(xs[i] - xs[i - 1], 1200.0 * 200 / 1003, 0.1);
+  }
+  // A nice step is 1, 2 or 5 x 10^k.
+  EXPECT_DOUBLE_EQ(svg_internal::NiceStep(125.4), 200);
+  EXPECT_DOUBLE_EQ(svg_internal::NiceStep(0.75), 1);
+  EXPECT_DOUBLE_EQ(svg_internal::NiceStep(3), 5);
+  EXPECT_DOUBLE_EQ(svg_internal::NiceStep(0.3), 0.5);
+  EXPECT_DOUBLE_EQ(svg_internal::NiceStep(50), 50);
+}
+
+// The strip's peak label and scale, the y axis and the caption use one unit:
+// GiB for a panel of gigabytes, MiB for one under a GiB (where the peak label
+// said "0.59 GiB" beside an axis in MiB).
+TEST(SvgTest, PeakLabelAxisAndCaptionShareAUnit) {
+  for (const bool big : {false, true}) {
+    SCOPED_TRACE(big ? "GiB" : "MiB");
+    const std::uint64_t unit = big ? 1024 * kMiB : kMiB;
+    ReplayResult r;
+    r.peak_bytes_reserved = 600 * unit;
+    Timeline& t = r.timeline;
+    t.mode = "bfc";
+    t.num_ops = 4;
+    t.regions = {{0x100000000, 600 * unit, 0, 4}};
+    t.blocks = {{1, 0x100000000, 300 * unit, 0, 4, 0}};
+    t.sample_ops = {0, 1, 2, 3};
+    t.sample_reserved = {600 * unit, 600 * unit, 600 * unit, 600 * unit};
+    t.sample_in_use = {300 * unit, 300 * unit, 300 * unit, 300 * unit};
+    const std::string svg = Visible(RenderSvg({{"unit", &r}}));
+    const std::string name = big ? " GiB" : " MiB";
+    const std::string other = big ? " MiB" : " GiB";
+    EXPECT_THAT(svg, HasSubstr(absl::StrCat("peak reserved 600.",
+                                            big ? "00" : "0", name)));
+    EXPECT_THAT(svg, HasSubstr(absl::StrCat(">100", name, "</text>")));
+    EXPECT_THAT(svg, HasSubstr(absl::StrCat(">600", name, "</text>")));
+    EXPECT_THAT(CaptionOf(svg),
+                HasSubstr(absl::StrCat("peak reserved 600.", big ? "00" : "0",
+                                       name, ".")));
+    EXPECT_THAT(svg, Not(HasSubstr(other)));
+  }
+}
+
+// The caption says memory was unmapped or given back only when it was.
+TEST(SvgTest, CaptionSaysUnmappedOnlyWhenItWas) {
+  // An expandable range that only grew: one run, mapped at 2 then 4 MiB.
+  ReplayResult r;
+  r.peak_bytes_reserved = 4 * kMiB;
+  Timeline& t = r.timeline;
+  t.mode = "bfc";
+  t.expandable = true;
+  t.num_ops = 4;
+  const std::uint64_t base = 0x200000000;
+  t.regions = {{base, 2 * kMiB, 0, 2}, {base, 4 * kMiB, 2, 4}};
+  t.blocks = {{1, base, kMiB, 0, 4, 0}, {2, base + 2 * kMiB, kMiB, 2, 3, 0}};
+  std::string caption = CaptionOf(RenderSvg({{"grew", &r}}));
+  EXPECT_THAT(caption, HasSubstr("nothing was unmapped over the replay: free "
+                                 "memory stayed mapped"));
+  EXPECT_THAT(caption, Not(HasSubstr("were unmapped")));
+  EXPECT_THAT(caption, Not(HasSubstr("unmapped when")));
+  EXPECT_THAT(caption, Not(HasSubstr("unmapping")));
+  // The replay's own count, when it has one.
+  r.backend_frees = 3;
+  caption = CaptionOf(RenderSvg({{"unmapped", &r}}));
+  EXPECT_THAT(caption, HasSubstr("; 3 unmaps over the replay"));
+  EXPECT_THAT(caption, Not(HasSubstr("nothing was unmapped")));
+
+  // Separate regions, and platform mode: none given back, or how many.
+  ReplayResult regions = Small();
+  regions.timeline.mode = "bfc";
+  regions.timeline.regions[1].to_op = 6;  // kept to the end
+  EXPECT_THAT(CaptionOf(RenderSvg({{"kept", &regions}})),
+              HasSubstr("2 regions over the replay, none given back."));
+  regions.timeline.mode = "platform";
+  EXPECT_THAT(CaptionOf(RenderSvg({{"kept", &regions}})),
+              HasSubstr("Each block is its own device allocation, none given "
+                        "back"));
+  regions.backend_frees = 2;
+  EXPECT_THAT(CaptionOf(RenderSvg({{"freed", &regions}})),
+              HasSubstr("allocations over the replay, 2 given back."));
 }
 
 }  // namespace

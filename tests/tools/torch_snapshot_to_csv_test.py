@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Tests for tools/torch_snapshot_to_csv.py.
+"""Tests for tools/torch_snapshot_to_csv.py (installed as
+gpualloc-torch-snapshot-to-csv).
 
 Run as `python3 tests/tools/torch_snapshot_to_csv_test.py` from anywhere; the source
-root defaults to this file's parent directory and can be overridden with
-GPUALLOC_SOURCE_ROOT (meson test sets it).
+root defaults to the directory two above this file's and can be overridden with
+GPUALLOC_SOURCE_ROOT (meson test sets it, and GPUALLOC_BUILD_ROOT, the build
+directory whose install list is checked).
 """
 
 import os
@@ -15,7 +17,9 @@ import tempfile
 import unittest
 
 ROOT = os.environ.get("GPUALLOC_SOURCE_ROOT") or os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__)))
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("GPUALLOC_BUILD_ROOT")
+INSTALLED_NAME = "gpualloc-torch-snapshot-to-csv"
 TOOL = os.path.join(ROOT, "tools", "torch_snapshot_to_csv.py")
 TRACES = os.path.join(ROOT, "tests", "data", "traces")
 BUNDLED = [
@@ -191,6 +195,48 @@ class Malformed(TempDirCase):
         # A GLOBAL opcode naming os.system must not be resolved.
         data = b"\x80\x02cos\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03."
         self.check_error("global.pickle", data, "expected the snapshot to be a dict")
+
+
+class InstalledCommand(TempDirCase):
+    """meson install puts the script into bindir as gpualloc-torch-snapshot-to-csv,
+    executable, and it runs by its shebang under that name."""
+
+    def test_shebang_and_mode(self):
+        with open(TOOL, "rb") as f:
+            self.assertEqual(f.readline(), b"#!/usr/bin/env python3\n")
+        self.assertTrue(os.access(TOOL, os.X_OK), TOOL + " is not executable")
+
+    def test_runs_under_its_installed_name(self):
+        # As installed: a copy under the command's name, run by its shebang.
+        path = os.path.join(self.tmp, INSTALLED_NAME)
+        with open(TOOL, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, 0o755)
+        r = subprocess.run([path, "--help"], capture_output=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith(b"usage: " + INSTALLED_NAME.encode()), r.stdout)
+        self.assertIn(b"Reads: the command line", r.stdout)
+        name = "torch-cs336-medium_1024_inference"
+        out = os.path.join(self.tmp, "out.csv")
+        r = subprocess.run([path, os.path.join(TRACES, name + ".pickle"), "-o", out],
+                           capture_output=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as got, open(os.path.join(TRACES, name + ".csv"), "rb") as want:
+            self.assertEqual(got.read(), want.read())
+
+    @unittest.skipUnless(BUILD, "GPUALLOC_BUILD_ROOT not set (meson test sets it)")
+    def test_meson_installs_it_into_bindir(self):
+        import json
+        with open(os.path.join(BUILD, "meson-info", "intro-installed.json")) as f:
+            installed = json.load(f)
+        with open(os.path.join(BUILD, "meson-info", "intro-buildoptions.json")) as f:
+            options = {o["name"]: o["value"] for o in json.load(f)}
+        bindir = os.path.join(options["prefix"], options["bindir"])
+        targets = [dest for src, dest in installed.items()
+                   if os.path.realpath(src) == os.path.realpath(TOOL)]
+        self.assertEqual(targets, [os.path.join(bindir, INSTALLED_NAME)])
 
 
 if __name__ == "__main__":

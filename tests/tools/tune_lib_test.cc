@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -175,6 +176,111 @@ TEST(TuneLibTest, RankByOomsThenPeakThenBackendTime) {
                               "\"error\":\"no virtual memory\"}"));
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'),
             static_cast<std::ptrdiff_t>(rows.size()));
+}
+
+// d and f have equal figures: they share rank 1, and c comes third.
+TEST(TuneLibTest, EqualFiguresShareARank) {
+  const std::vector<std::string> configs = {"c", "d", "f", "e"};
+  std::vector<TuneRow> rows = {Row("c", "t", 0, 30, 5), Row("d", "t", 0, 20, 2),
+                               Row("f", "t", 0, 20, 2)};
+  TuneRow failed;
+  failed.config = "e";
+  failed.trace = "t";
+  failed.status = absl::FailedPreconditionError("no");
+  rows.push_back(failed);
+  const std::vector<RankedConfig> ranked = Rank(configs, {"t"}, rows);
+  std::vector<std::pair<std::string, int>> order;
+  for (const RankedConfig& r : ranked) order.emplace_back(r.config, r.rank);
+  EXPECT_THAT(order, ElementsAre(std::pair<std::string, int>("d", 1),
+                                 std::pair<std::string, int>("f", 1),
+                                 std::pair<std::string, int>("c", 3),
+                                 std::pair<std::string, int>("e", 4)));
+  const std::string csv = FormatCsv(ranked, rows);
+  EXPECT_THAT(csv, HasSubstr("\n1,d,t,,"));
+  EXPECT_THAT(csv, HasSubstr("\n1,f,t,,"));
+}
+
+constexpr std::uint64_t kMiB = 1024 * 1024;
+constexpr std::uint64_t kGiB = 1024 * kMiB;
+
+// Configurations 3 MiB apart at 10 GiB print apart (GiB to three decimals).
+TEST(TuneLibTest, TableSeparatesPeaksAFewMiBApart) {
+  const std::vector<std::string> configs = {"a", "b"};
+  const std::vector<TuneRow> rows = {Row("a", "t", 0, 10 * kGiB, 1),
+                                     Row("b", "t", 0, 10 * kGiB + 3 * kMiB, 1)};
+  const std::string table = FormatTable(Rank(configs, {"t"}, rows), {"t"});
+  EXPECT_THAT(table,
+              ::testing::ContainsRegex("\n   1 +0 +10\\.000 +10\\.000 "));
+  EXPECT_THAT(table,
+              ::testing::ContainsRegex("\n   2 +0 +10\\.003 +10\\.003 "));
+}
+
+// Per trace, the best configuration there (fewest ooms, least peak reserved,
+// least modeled time on that trace); per arch= value, its best ranked
+// configuration over all traces.
+TEST(TuneLibTest, BestPerTraceAndPerArchitecture) {
+  const std::string h_exact = "arch=h100,growth=exact";
+  const std::string h_doubling = "arch=h100,growth=doubling";
+  const std::string m_exact = "arch=mi300x,growth=exact";
+  const std::string m_doubling = "arch=mi300x,growth=doubling";
+  const std::vector<std::string> configs = {h_exact, h_doubling, m_exact,
+                                            m_doubling};
+  const std::vector<std::string> traces = {"t1", "t2"};
+  const std::vector<TuneRow> rows = {
+      // Totals: h_exact 4 GiB + 2 MiB, h_doubling 5 GiB, m_exact 4 GiB + 1
+      // MiB, m_doubling 4 GiB + 1 MiB with an oom on t2.
+      Row(h_exact, "t1", 0, kGiB + 2 * kMiB, 9),
+      Row(h_exact, "t2", 0, 3 * kGiB, 9),
+      Row(h_doubling, "t1", 0, kGiB, 9),  // the best on t1
+      Row(h_doubling, "t2", 0, 4 * kGiB, 9),
+      Row(m_exact, "t1", 0, kGiB + kMiB, 5),
+      Row(m_exact, "t2", 0, 3 * kGiB, 5),  // best on t2: less modeled time
+      Row(m_doubling, "t1", 0, kGiB + kMiB, 5),
+      Row(m_doubling, "t2", 1, 3 * kGiB, 5),
+  };
+  const std::vector<RankedConfig> ranked = Rank(configs, traces, rows);
+  const std::vector<TraceBest> per_trace = BestPerTrace(ranked, 2);
+  ASSERT_EQ(per_trace.size(), 2u);
+  ASSERT_NE(per_trace[0].config, nullptr);
+  EXPECT_EQ(per_trace[0].config->config, h_doubling);
+  EXPECT_EQ(per_trace[0].equal, 0u);
+  ASSERT_NE(per_trace[1].config, nullptr);
+  EXPECT_EQ(per_trace[1].config->config, m_exact);
+
+  const std::vector<ArchBest> per_arch = BestPerArch(ranked);
+  ASSERT_EQ(per_arch.size(), 2u);
+  EXPECT_EQ(per_arch[0].arch, "mi300x");
+  ASSERT_NE(per_arch[0].config, nullptr);
+  EXPECT_EQ(per_arch[0].config->config, m_exact);
+  EXPECT_EQ(per_arch[0].config->rank, 1);
+  EXPECT_EQ(per_arch[0].configs, 2u);
+  EXPECT_EQ(per_arch[1].arch, "h100");
+  ASSERT_NE(per_arch[1].config, nullptr);
+  EXPECT_EQ(per_arch[1].config->config, h_exact);
+  EXPECT_EQ(per_arch[1].config->rank, 2);
+
+  const std::string table = FormatTable(ranked, traces);
+  EXPECT_THAT(table, HasSubstr("Best per trace"));
+  EXPECT_THAT(table, HasSubstr("  peak[1] t1: 1.000 GiB peak reserved, 0 "
+                               "ooms, rank 3: arch=h100,growth=doubling\n"));
+  EXPECT_THAT(table, HasSubstr("  peak[2] t2: 3.000 GiB peak reserved, 0 "
+                               "ooms, rank 1: arch=mi300x,growth=exact\n"));
+  EXPECT_THAT(table, HasSubstr("Best per architecture profile"));
+  EXPECT_THAT(table, HasSubstr("  arch=mi300x (2 configurations): rank 1, "
+                               "total 4.001 GiB peak reserved, 0 ooms"));
+  EXPECT_THAT(table, HasSubstr("  arch=h100 (2 configurations): rank 2, "
+                               "total 4.002 GiB peak reserved, 0 ooms"));
+
+  // Equal figures on a trace are counted; a configuration without arch= is
+  // grouped as such; a failed trace is left out of its best.
+  const std::vector<TuneRow> plain = {Row("gc=true", "t1", 0, kGiB, 1),
+                                      Row("gc=false", "t1", 0, kGiB, 1)};
+  const std::vector<RankedConfig> two =
+      Rank({"gc=true", "gc=false"}, {"t1"}, plain);
+  EXPECT_EQ(BestPerTrace(two, 1)[0].equal, 1u);
+  const std::string best = FormatBest(two, {"t1"});
+  EXPECT_THAT(best, HasSubstr("(1 more with equal figures)"));
+  EXPECT_THAT(best, HasSubstr("  (arch not set) (2 configurations): rank 1,"));
 }
 
 TEST(TuneLibTest, CsvQuotesConfigsWithCommas) {

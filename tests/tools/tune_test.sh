@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# gpualloc-tune end to end: exit 0, a ranked table, the CSV header and one CSV
-# row per (configuration, trace); then exit 1 on a bad argument.
+# gpualloc-tune end to end: exit 0, a ranked table with its best-per-trace and
+# per-architecture summary, the CSV header and one CSV row per (configuration,
+# trace); then exit 1 on a bad argument.
 set -eu
 tune=$1
 trace=$2
@@ -17,6 +18,15 @@ rows=$(($(wc -l <"$dir/out.csv") - 1))
 [ "$rows" -eq 4 ] || { echo "expected 4 CSV rows, got $rows"; exit 1; }
 [ "$(wc -l <"$dir/out.json")" -eq 4 ] || { echo "expected 4 JSON lines"; exit 1; }
 grep -q '^ *1 ' "$dir/table.txt" || { echo "no rank 1 in the table"; exit 1; }
+# Peaks to about a MiB (GiB with three decimals), and the best configuration
+# per trace and per architecture profile (no arch= swept here: one group).
+grep -Eq '^ *1 +[0-9]+ +[0-9]+\.[0-9]{3} +[0-9]+\.[0-9]{3} ' "$dir/table.txt" ||
+  { echo "the table's peaks do not have three decimals"; exit 1; }
+grep -q '^Best per trace' "$dir/table.txt" &&
+  grep -Eq '^  peak\[1\] [^ ]+: [0-9]+\.[0-9]{3} GiB peak reserved, [0-9]+ ooms, rank [0-9]+: device_memory=80GB' "$dir/table.txt" &&
+  grep -q '^Best per architecture profile' "$dir/table.txt" &&
+  grep -q '^  (arch not set) (4 configurations): rank 1, total ' "$dir/table.txt" ||
+  { echo "no best-per-trace and per-architecture summary"; exit 1; }
 # It says what it read, and defines its columns with gpualloc-replay's names.
 head -n 1 "$dir/table.txt" | grep -q '^Settings from: the command line only' ||
   { echo "the first line does not say what was read"; exit 1; }

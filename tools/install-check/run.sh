@@ -3,7 +3,8 @@
 # Installs a built tree into a staging directory, then compiles and runs a
 # consumer against it through pkg-config alone (the C++ consumer, and the C
 # example examples/embed.c linked shared and static, and the README's C++ and C
-# examples as the README builds them), loads the installed PyTorch hook, builds
+# examples as the README builds them), runs the installed snapshot converter
+# command (when the tools are built), loads the installed PyTorch hook, builds
 # a Meson project that takes gpualloc as a subproject (and checks that it
 # leaves gpualloc's tools and tests out), and a CMake project that finds it
 # with find_package (tools/install-check/cmake).
@@ -29,6 +30,23 @@ done
   { echo "install-check: gpualloc/gpualloc.h not installed" >&2; exit 1; }
 [[ -n "$(find "$work/stage" -path '*/share/doc/gpualloc/LICENSE' -print -quit)" ]] ||
   { echo "install-check: share/doc/gpualloc/LICENSE not installed" >&2; exit 1; }
+# The tools, when the build has them: the PyTorch snapshot converter is a
+# command beside them (gpualloc-torch-snapshot-to-csv), executable, run by its
+# shebang, and converts a bundled snapshot to its CSV byte for byte.
+bindir="$(find "$work/stage" -path '*/bin/gpualloc-replay' -printf '%h\n' -quit)"
+if [[ -n "$bindir" ]]; then
+  converter="$bindir/gpualloc-torch-snapshot-to-csv"
+  [[ -x "$converter" ]] ||
+    { echo "install-check: ${converter#"$work/stage"} not installed or not executable" >&2; exit 1; }
+  [[ "$(head -n 1 "$converter")" == '#!/usr/bin/env python3' ]] ||
+    { echo "install-check: ${converter#"$work/stage"} does not start with #!/usr/bin/env python3" >&2; exit 1; }
+  if command -v python3 >/dev/null; then
+    traces="$root/tests/data/traces"
+    "$converter" "$traces/torch-cs336-medium_1024_inference.pickle" -o "$work/converted.csv"
+    cmp -s "$work/converted.csv" "$traces/torch-cs336-medium_1024_inference.csv" ||
+      { echo "install-check: gpualloc-torch-snapshot-to-csv converts the bundled snapshot differently" >&2; exit 1; }
+  fi
+fi
 # The staged shared library is not on the loader's path.
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # shellcheck disable=SC2046  # pkg-config prints several flags
@@ -156,4 +174,4 @@ if [[ "$(ldd "$work/cmake/embed-static")" == *libgpualloc.so* ]]; then
 fi
 "$work/cmake/consumer"
 "$work/cmake/embed-static" >/dev/null
-echo "install-check: installed copy (C++ consumer, C example shared and static, the README's examples shared and static, PyTorch hook), subproject (library only by default) and CMake package all work"
+echo "install-check: installed copy (C++ consumer, C example shared and static, the README's examples shared and static, PyTorch hook, the snapshot converter command when tools are built), subproject (library only by default) and CMake package all work"

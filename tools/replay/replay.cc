@@ -3,22 +3,36 @@
 // form of the result, and the PyTorch baseline table.
 //
 // Two passes over the trace, each on a fresh backend and allocator:
-//   1. the measured pass: only Allocate/Deallocate (plus, on multi-stream
+//   1. an untimed pass, first: it runs the trace up to the step after which
+//      the live requested bytes first peaked, to read the fragmentation there
+//      (the step is known from the trace when every allocation succeeds;
+//      after a failed allocation the pass runs to the end, watching for the
+//      peak), and, when a timeline is asked for, to the end while recording
+//      blocks, regions and samples. It notes what each allocation answered.
+//      Run first, it is also the measured pass's warm-up: the heap the
+//      simulator's and the allocator's tables grow into is touched (and its
+//      page faults paid) outside the timed loop, so that the first
+//      configuration replayed in a process, or the first on a larger trace,
+//      is not slower than the same configuration replayed again. Its device
+//      is destroyed before the measured pass, which reuses its memory;
+//   2. the measured pass: only Allocate/Deallocate (plus, on multi-stream
 //      traces, the simulator's Use and a periodic CompleteAll, timed apart
 //      and taken out) inside the timed loop, so ns_per_op is the allocator's
 //      cost and no clock is read per call on one stream. With a repeat count
 //      it runs the trace that many times on the same allocator, each time
 //      under fresh ids, freeing what is left live at the end of each, and
-//      reads the counters after each;
-//   2. an untimed pass that re-runs the trace up to the op where the live
-//      requested bytes peaked (found from pass 1's outcome) to read the
-//      fragmentation there, and, when a timeline is asked for, on to the end
-//      while recording blocks, regions and samples. The simulator's fake
-//      addresses are deterministic, so pass 2 sees exactly pass 1's layout.
-//      It makes every call pass 1 made, the failed allocations included (they
-//      must fail again): out of memory, the allocator collects garbage, trims
-//      and waits on the host, and pass 2 must see the same state.
+//      reads the counters after each.
+// The simulator's fake addresses are deterministic, so both passes make the
+// same calls and see the same layout: pass 1 makes every call pass 2 makes
+// (as far as it goes), the failed allocations included (out of memory, the
+// allocator collects garbage, trims and waits on the host), and every
+// allocation must get the same answer in both, or the replay is an error.
 #include "tools/replay/replay.h"
+
+#include <sys/resource.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -97,6 +111,14 @@ std::string DeviceName(const Config& config, const DeviceInfo& info) {
                          static_cast<double>(info.total_bytes) / 1e9);
 }
 
+// The process's minor page faults so far (memory touched for the first
+// time); 0 where getrusage fails.
+std::uint64_t MinorFaults() {
+  struct rusage usage;
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<std::uint64_t>(usage.ru_minflt);
+}
+
 // JSON has no NaN or infinity; every ratio here is finite by construction,
 // but a 0 is safer than an unparsable line.
 std::string JsonDouble(double v) {
@@ -114,6 +136,15 @@ void AppendNumberField(std::string* object, absl::string_view k,
 }
 
 }  // namespace
+
+void KeepFreedMemoryMapped() {
+#if defined(__GLIBC__)
+  // The largest threshold glibc takes (32 MiB on 64-bit); setting it also
+  // turns off the dynamic threshold, which would otherwise trim again.
+  (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  (void)mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
 
 Trace OneStream(const Trace& trace) {
   Trace merged = trace;
@@ -278,9 +309,14 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
       options.work_us > 0 && trace.timed && trace.num_streams > 1;
   const SimClock clock = timed_model ? SimClock::kModeled : SimClock::kManual;
 
-  absl::StatusOr<Device> device = MakeDevice(*config, clock);
-  if (!device.ok()) return device.status();
-  result.device = DeviceName(*config, device->backend->info());
+  // The untimed pass first (on its own device), then the measured one: the
+  // untimed pass warms what the first replay of a process (or the first of
+  // a larger trace) would otherwise pay inside the timed loop, the page
+  // faults of the heap the simulator's and the allocator's tables grow into,
+  // so that ns_per_op compares across configurations whatever their order.
+  absl::StatusOr<Device> first = MakeDevice(*config, clock);
+  if (!first.ok()) return first.status();
+  result.device = DeviceName(*config, first->backend->info());
 
   const std::vector<TraceOp>& ops = trace.ops;
   const std::uint64_t n = ops.size();
@@ -289,7 +325,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // Repeating, every pass ends by freeing what the trace left live, so the
   // next one starts from nothing, as the first did.
   const bool drain = reps > 1;
-  const bool multi_stream = trace.num_streams > 1 && device->sim != nullptr;
+  const bool multi_stream = trace.num_streams > 1 && first->sim != nullptr;
   // Device progress on multi-stream traces, one of two models. Ops: the
   // clock is manual and everything queued completes after every `every` ops
   // (drain frees included; 0 = never). Timestamps: see HostClock.
@@ -339,19 +375,260 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
       }
     }
   };
-  HostClock host;
-  // The ids each pass freed at its end, in that order (for pass 2).
-  std::vector<std::vector<std::uint64_t>> drained(reps);
+
+  // --- Pass 1: untimed: fragmentation at the peak, and the timeline --------
+  // It makes the calls the measured pass will make, in the same order (the
+  // simulator's fake addresses are deterministic, so both see the same
+  // layout), and notes what each allocation answered; the measured pass must
+  // answer the same, or the picture would be a lie. It reads the
+  // fragmentation at the step after which the live requested bytes first
+  // reached their peak: it stops right after the step where they peak when
+  // every allocation succeeds (found from the trace alone), unless an
+  // allocation failed before it (then it runs to the end, watching for the
+  // peak as it goes) or a timeline is recorded (then it runs to the end,
+  // recording blocks, regions and samples).
+  //
+  // Per allocation id: 0 not attempted (yet), 1 served, 2 failed.
+  std::vector<std::uint8_t> outcome(na * reps, 0);
+  std::uint64_t predicted_peak = 0;   // a step index
+  std::uint64_t predicted_steps = 0;  // the run's steps
+  bool predicted_any = false;
+  {
+    std::uint64_t live = 0, peak = 0, g = 0;
+    std::vector<std::uint8_t> is_live(na, 0);
+    for (std::uint64_t k = 0; k < reps; ++k) {
+      for (const TraceOp& op : ops) {
+        if (op.kind == TraceOp::Kind::kAlloc) {
+          live += op.size;
+          is_live[op.id] = 1;
+          if (live > peak || !predicted_any) {
+            peak = live;
+            predicted_peak = g;
+            predicted_any = true;
+          }
+        } else {
+          live -= op.size;
+          is_live[op.id] = 0;
+        }
+        ++g;
+      }
+      if (drain) {
+        // Drain frees only lower the live bytes; they count as steps.
+        for (std::uint64_t id = 0; id < na; ++id) {
+          if (!is_live[id]) continue;
+          is_live[id] = 0;
+          live -= alloc_size[id];
+          ++g;
+        }
+      }
+    }
+    predicted_steps = g;
+  }
+  const bool record = options.record_timeline;
+  // Steps after `stop` are not made; no stop when recording.
+  std::uint64_t stop = record ? UINT64_MAX : predicted_peak;
+  Timeline& tl = result.timeline;
+  std::uint64_t total_steps = 0;  // steps of the whole run (pass 1 knows)
+  {
+    Allocator& a1 = *first->allocator;
+    SimBackend* const sim1 = first->sim.get();
+    tl.mode = std::string(AllocatorModeName(a1.options().mode));
+    // As the allocator decides (core/options.cc): in bfc mode, unless turned
+    // off, where the device has virtual memory.
+    tl.expandable = a1.options().mode == AllocatorMode::kBfc &&
+                    a1.options().expandable != Tristate::kOff &&
+                    a1.device().capabilities.virtual_memory;
+    std::vector<std::uint64_t> block_of(record ? na * reps : 0, 0);
+    // Regions by base: the index in tl.regions of the open one.
+    std::map<std::uint64_t, std::size_t> open_regions;
+    std::uint64_t seen_backend_allocs = 0, seen_backend_frees = 0;
+    // Samples every sample_every steps, from the run's steps when every
+    // allocation succeeds (an allocation that fails leaves fewer drain
+    // frees, so that is at most a few too many samples).
+    const std::uint64_t sample_every =
+        std::max<std::uint64_t>(1, predicted_steps / kTimelineSamples);
+    HostClock host1;
+    std::uint64_t live = 0, peak = 0;
+    bool any_alloc = false;
+    std::uint64_t g = 0;
+    // After step g: completions, the peak's fragmentation, the timeline.
+    auto after_step = [&](bool new_peak) -> absl::Status {
+      if (every != 0 && (g + 1) % every == 0) sim1->CompleteAll();
+      if (new_peak) result.fragmentation_at_peak = a1.GetStats().fragmentation;
+      if (!record) return absl::OkStatus();
+      const Stats s = a1.GetStats();
+      // Regions change only when the backend was called: only then is the
+      // (costly) snapshot taken and compared with the open regions.
+      if (s.backend_allocs != seen_backend_allocs ||
+          s.backend_frees != seen_backend_frees) {
+        seen_backend_allocs = s.backend_allocs;
+        seen_backend_frees = s.backend_frees;
+        const Snapshot snap = a1.GetSnapshot();
+        std::map<std::uint64_t, std::uint64_t> now;  // base -> size
+        for (const RegionSnapshot& r : snap.regions) now[r.base] = r.size;
+        for (auto it = open_regions.begin(); it != open_regions.end();) {
+          if (!now.contains(it->first)) {
+            tl.regions[it->second].to_op = g;
+            it = open_regions.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        for (const auto& [base, size] : now) {
+          auto it = open_regions.find(base);
+          // An expandable region grows and shrinks in place: each size is a
+          // record of its own, so that what is drawn reserved at an op is
+          // what was reserved then (never more than the peak).
+          if (it != open_regions.end() && tl.regions[it->second].size != size) {
+            tl.regions[it->second].to_op = g;
+            open_regions.erase(it);
+            it = open_regions.end();
+          }
+          if (it == open_regions.end()) {
+            TimelineRegion r;
+            r.base = base;
+            r.size = size;
+            r.from_op = g;
+            r.to_op = UINT64_MAX;  // still open: the run's end, set below
+            open_regions.emplace(base, tl.regions.size());
+            tl.regions.push_back(r);
+          }
+        }
+      }
+      if (g % sample_every == 0) {
+        tl.sample_ops.push_back(g);
+        tl.sample_reserved.push_back(s.bytes_reserved);
+        tl.sample_in_use.push_back(s.bytes_in_use);
+      }
+      return absl::OkStatus();
+    };
+    // One allocation (trace id `id` of pass k, renamed `gid`).
+    auto allocate = [&](const TraceOp& op, std::uint64_t gid) -> absl::Status {
+      const Stream stream(op.stream);
+      absl::StatusOr<void*> p = a1.Allocate(op.size, stream);
+      bool new_peak = false;
+      if (p.ok()) {
+        outcome[gid] = 1;
+        ptrs[gid] = *p;
+        if (multi_stream) {
+          sim1->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size,
+                    work_ns);
+        }
+        live += op.size;
+        if (live > peak || !any_alloc) {
+          peak = live;
+          any_alloc = true;
+          new_peak = true;
+        }
+        if (record) {
+          block_of[gid] = tl.blocks.size();
+          TimelineBlock b;
+          b.id = gid;
+          b.address = reinterpret_cast<std::uintptr_t>(*p);
+          b.size = op.size;
+          b.alloc_op = g;
+          b.free_op = UINT64_MAX;  // never freed: the run's end, set below
+          b.stream = op.stream;
+          tl.blocks.push_back(b);
+        }
+      } else if (absl::IsResourceExhausted(p.status())) {
+        outcome[gid] = 2;
+        // The peak may now come later than the trace alone says.
+        stop = UINT64_MAX;
+      } else {
+        return p.status();
+      }
+      return after_step(new_peak);
+    };
+    auto deallocate = [&](const TraceOp& op, std::uint64_t gid,
+                          std::uint64_t trace_id) -> absl::Status {
+      if (outcome[gid] == 1) {
+        hand_over(sim1, op, trace_id, ptrs[gid]);
+        absl::Status s = a1.Deallocate(ptrs[gid], Stream(op.stream));
+        if (!s.ok()) return s;
+        ptrs[gid] = nullptr;
+        live -= op.size;
+        if (record) tl.blocks[block_of[gid]].free_op = g;
+      }
+      return after_step(false);
+    };
+    bool done = false;
+    for (std::uint64_t k = 0; k < reps && !done; ++k) {
+      // The measured pass resets the peaks at every pass but the first:
+      // so does this one.
+      if (k > 0) a1.ResetPeakStats();
+      for (std::uint64_t i = 0; i < n; ++i, ++g) {
+        if (g > stop) {
+          done = true;
+          break;
+        }
+        const TraceOp& op = ops[i];
+        host1.Before(sim1, op, work_ns != 0);
+        const std::uint64_t gid = k * na + op.id;
+        absl::Status s = op.kind == TraceOp::Kind::kAlloc
+                             ? allocate(op, gid)
+                             : deallocate(op, gid, op.id);
+        if (!s.ok()) return s;
+      }
+      if (!drain || done) continue;
+      for (std::uint64_t id = 0; id < na; ++id) {
+        const std::uint64_t gid = k * na + id;
+        if (ptrs[gid] == nullptr) continue;
+        if (g > stop) {
+          done = true;
+          break;
+        }
+        TraceOp op;
+        op.kind = TraceOp::Kind::kFree;
+        op.id = id;
+        op.size = alloc_size[id];
+        op.stream = alloc_stream[id];
+        absl::Status s = deallocate(op, gid, id);
+        if (!s.ok()) return s;
+        ++g;
+      }
+    }
+    if (!done) total_steps = g;
+    // The last step is always sampled (the state is still the one after it).
+    if (record && g > 0 &&
+        (tl.sample_ops.empty() || tl.sample_ops.back() != g - 1)) {
+      const Stats s = a1.GetStats();
+      tl.sample_ops.push_back(g - 1);
+      tl.sample_reserved.push_back(s.bytes_reserved);
+      tl.sample_in_use.push_back(s.bytes_in_use);
+    }
+    // What the trace left live is freed before the allocator goes, so that
+    // it has nothing to report.
+    for (std::uint64_t j = 0; j < ptrs.size(); ++j) {
+      if (ptrs[j] == nullptr) continue;
+      (void)a1.Deallocate(ptrs[j], Stream(alloc_stream[j % na]));
+      ptrs[j] = nullptr;
+    }
+    if (record) {
+      tl.num_ops = total_steps;
+      for (TimelineBlock& b : tl.blocks) b.free_op = std::min(b.free_op, g);
+      for (TimelineRegion& r : tl.regions) r.to_op = std::min(r.to_op, g);
+    }
+  }
+
   // The progress callback is called from inside the timed loop (there is no
   // other place during a long replay), but only every 1% of the ops: one
   // compare per op, and nothing at all when it is null (the default).
   const std::uint64_t progress_total = n * reps;
   const std::uint64_t progress_every =
       options.progress ? std::max<std::uint64_t>(1, progress_total / 100) : 0;
+  // Pass 1's device goes first: the measured pass reuses its memory.
+  first->allocator.reset();
+  first->sim.reset();
+  first->backend.reset();
+  // --- Pass 2: measured ---------------------------------------------------
+  // A fresh device and allocator: the same configuration replays the same
+  // way, so this pass's state at every step is pass 1's.
+  absl::StatusOr<Device> device = MakeDevice(*config, clock);
+  if (!device.ok()) return device.status();
   Allocator& allocator = *device->allocator;
   SimBackend* const sim = device->sim.get();
-
-  // --- Pass 1: measured --------------------------------------------------
+  HostClock host;
   // Whole-run counters, read after each pass; a pass's figures are the
   // difference from the previous reading.
   struct Counters {
@@ -410,6 +687,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
     void** const p_k = ptrs.data() + k * na;
     std::uint8_t* const f_k = failed.data() + k * na;
     std::uint64_t pass_calls = 0, pass_ooms = 0;
+    const std::uint64_t faults_before = MinorFaults();
     const auto start = std::chrono::steady_clock::now();
     for (std::uint64_t i = 0; i < n; ++i) {
       const TraceOp& op = ops[i];
@@ -460,7 +738,6 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
             allocator.Deallocate(p_k[id], Stream(alloc_stream[id]));
         if (!s.ok()) return s;
         p_k[id] = nullptr;
-        drained[k].push_back(k * na + id);
         ++steps;
         if (every != 0 && steps % every == 0) {
           sim_work([&] { sim->CompleteAll(); });
@@ -468,6 +745,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
       }
     }
     const auto stop = std::chrono::steady_clock::now();
+    result.timed_page_faults += MinorFaults() - faults_before;
     elapsed_ns +=
         std::chrono::duration<double, std::nano>(stop - start).count();
     elapsed_ns -= sim_ns + static_cast<double>(sim_segments) * clock_read_ns;
@@ -534,203 +812,29 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   result.modeled_backend_ns = before.modeled_ns;
   result.hazards = before.hazards;
 
-  // The run as pass 1 made it, one step per op or drain free: pass k's
-  // trace ops (ids renamed), then its drain frees.
-  auto for_each_step = [&](std::uint64_t limit, auto&& fn) -> absl::Status {
-    std::uint64_t g = 0;
-    for (std::uint64_t k = 0; k < reps; ++k) {
-      for (std::uint64_t i = 0; i < n; ++i, ++g) {
-        if (g >= limit) return absl::OkStatus();
-        TraceOp op = ops[i];
-        op.id += k * na;
-        absl::Status s = fn(g, k, op);
-        if (!s.ok()) return s;
-      }
-      for (std::uint64_t id : drained[k]) {
-        if (g >= limit) return absl::OkStatus();
-        TraceOp op;
-        op.kind = TraceOp::Kind::kFree;
-        op.id = id;
-        op.size = alloc_size[id - k * na];
-        op.stream = alloc_stream[id - k * na];
-        absl::Status s = fn(g, k, op);
-        if (!s.ok()) return s;
-        ++g;
-      }
-    }
-    return absl::OkStatus();
-  };
-  const std::uint64_t total_steps = steps;
-
-  // The step after which the live requested bytes peaked (the first time),
-  // from pass 1's outcome: failed allocations hold nothing. Computed here
-  // rather than inside the timed loop, with the same result.
-  std::uint64_t peak_op = 0;
-  bool any_alloc = false;
-  {
-    std::uint64_t live = 0, peak = 0;
-    (void)for_each_step(total_steps,
-                        [&](std::uint64_t g, std::uint64_t, const TraceOp& op) {
-                          if (failed[op.id]) return absl::OkStatus();
-                          if (op.kind == TraceOp::Kind::kAlloc) {
-                            live += op.size;
-                            if (live > peak || !any_alloc) {
-                              peak = live;
-                              peak_op = g;
-                              any_alloc = true;
-                            }
-                          } else {
-                            live -= op.size;
-                          }
-                          return absl::OkStatus();
-                        });
+  // Pass 1 must have seen what this pass saw, as far as it went.
+  for (std::uint64_t id = 0; id < failed.size(); ++id) {
+    if (outcome[id] == 0 || (outcome[id] == 2) == (failed[id] != 0)) continue;
+    return absl::InternalError(absl::StrCat(
+        "replay of ", trace.name, " is not deterministic: allocation ", id % na,
+        " of pass ", id / na + 1, " ",
+        failed[id] ? "failed in the measured pass but succeeded in the untimed "
+                     "one"
+                   : "succeeded in the measured pass but failed in the untimed "
+                     "one"));
+  }
+  if (record && total_steps != steps) {
+    return absl::InternalError(absl::StrCat(
+        "replay of ", trace.name, " is not deterministic: ", steps,
+        " steps in the measured pass, ", total_steps, " in the untimed one"));
   }
   // What the trace left live is freed before the allocator goes (untimed,
   // after every figure was read), so that it has nothing to report.
-  auto free_live = [&](Allocator& a) {
-    for (std::uint64_t j = 0; j < ptrs.size(); ++j) {
-      if (ptrs[j] == nullptr) continue;
-      (void)a.Deallocate(ptrs[j], Stream(alloc_stream[j % na]));
-      ptrs[j] = nullptr;
-    }
-  };
-  free_live(allocator);
-  if (!any_alloc && !options.record_timeline) return result;
-
-  // --- Pass 2: fragmentation at the peak, and the timeline -----------------
-  // A fresh device and allocator: the same configuration replays the same
-  // way, so the state after step peak_op is pass 1's state at that moment.
-  absl::StatusOr<Device> again = MakeDevice(*config, clock);
-  if (!again.ok()) return again.status();
-  Allocator& a2 = *again->allocator;
-  SimBackend* const sim2 = again->sim.get();
-  std::fill(ptrs.begin(), ptrs.end(), nullptr);
-  const bool record = options.record_timeline;
-  const std::uint64_t end = record ? total_steps : peak_op + 1;
-  Timeline& tl = result.timeline;
-  tl.num_ops = total_steps;
-  tl.mode = std::string(AllocatorModeName(a2.options().mode));
-  // As the allocator decides (core/options.cc): in bfc mode, unless turned
-  // off, where the device has virtual memory.
-  tl.expandable = a2.options().mode == AllocatorMode::kBfc &&
-                  a2.options().expandable != Tristate::kOff &&
-                  a2.device().capabilities.virtual_memory;
-  std::vector<std::uint64_t> block_of(record ? na * reps : 0, 0);
-  // Regions by base: the index in tl.regions of the open one.
-  std::map<std::uint64_t, std::size_t> open_regions;
-  std::uint64_t seen_backend_allocs = 0, seen_backend_frees = 0;
-  const std::uint64_t sample_every =
-      std::max<std::uint64_t>(1, total_steps / kTimelineSamples);
-  std::uint64_t pass_seen = 0;
-  HostClock host2;
-  auto step = [&](std::uint64_t i, std::uint64_t k,
-                  const TraceOp& op) -> absl::Status {
-    // Pass 1 reset the peaks at every pass but the first: so does pass 2.
-    if (k != pass_seen) {
-      pass_seen = k;
-      a2.ResetPeakStats();
-    }
-    const Stream stream(op.stream);
-    host2.Before(sim2, op, work_ns != 0);
-    if (op.kind == TraceOp::Kind::kAlloc && failed[op.id]) {
-      // A failed allocation is replayed too: it changes the allocator's
-      // state (garbage collection, trimming, host waits that complete other
-      // streams' work), so skipping it would make the two passes diverge.
-      absl::StatusOr<void*> p = a2.Allocate(op.size, stream);
-      if (p.ok()) {
-        return absl::InternalError(
-            absl::StrCat("replay of ", trace.name, " is not deterministic: op ",
-                         i, " failed in the measured pass but now succeeds"));
-      }
-      if (!absl::IsResourceExhausted(p.status())) return p.status();
-    } else if (!failed[op.id]) {
-      if (op.kind == TraceOp::Kind::kAlloc) {
-        absl::StatusOr<void*> p = a2.Allocate(op.size, stream);
-        // Pass 1 served it; a different answer means the replay is not
-        // deterministic, which would make the picture a lie.
-        if (!p.ok()) {
-          return absl::InternalError(absl::StrCat(
-              "replay of ", trace.name, " is not deterministic: op ", i,
-              " succeeded in the measured pass but now fails: ",
-              p.status().message()));
-        }
-        ptrs[op.id] = *p;
-        if (multi_stream) {
-          sim2->Use(stream, reinterpret_cast<std::uintptr_t>(*p), op.size,
-                    work_ns);
-        }
-        if (record) {
-          block_of[op.id] = tl.blocks.size();
-          TimelineBlock b;
-          b.id = op.id;
-          b.address = reinterpret_cast<std::uintptr_t>(*p);
-          b.size = op.size;
-          b.alloc_op = i;
-          b.free_op = total_steps;
-          b.stream = op.stream;
-          tl.blocks.push_back(b);
-        }
-      } else {
-        hand_over(sim2, op, op.id % na, ptrs[op.id]);
-        absl::Status s = a2.Deallocate(ptrs[op.id], stream);
-        if (!s.ok()) return s;
-        if (record) tl.blocks[block_of[op.id]].free_op = i;
-      }
-    }
-    if (every != 0 && (i + 1) % every == 0) sim2->CompleteAll();
-    if (i == peak_op && any_alloc) {
-      result.fragmentation_at_peak = a2.GetStats().fragmentation;
-    }
-    if (!record) return absl::OkStatus();
-    const Stats s = a2.GetStats();
-    // Regions change only when the backend was called: only then is the
-    // (costly) snapshot taken and compared with the open regions.
-    if (s.backend_allocs != seen_backend_allocs ||
-        s.backend_frees != seen_backend_frees) {
-      seen_backend_allocs = s.backend_allocs;
-      seen_backend_frees = s.backend_frees;
-      const Snapshot snap = a2.GetSnapshot();
-      std::map<std::uint64_t, std::uint64_t> now;  // base -> size
-      for (const RegionSnapshot& r : snap.regions) now[r.base] = r.size;
-      for (auto it = open_regions.begin(); it != open_regions.end();) {
-        if (!now.contains(it->first)) {
-          tl.regions[it->second].to_op = i;
-          it = open_regions.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      for (const auto& [base, size] : now) {
-        auto it = open_regions.find(base);
-        // An expandable region grows and shrinks in place: each size is a
-        // record of its own, so that what is drawn reserved at an op is what
-        // was reserved then (never more than the peak).
-        if (it != open_regions.end() && tl.regions[it->second].size != size) {
-          tl.regions[it->second].to_op = i;
-          open_regions.erase(it);
-          it = open_regions.end();
-        }
-        if (it == open_regions.end()) {
-          TimelineRegion r;
-          r.base = base;
-          r.size = size;
-          r.from_op = i;
-          r.to_op = total_steps;
-          open_regions.emplace(base, tl.regions.size());
-          tl.regions.push_back(r);
-        }
-      }
-    }
-    if (i % sample_every == 0 || i + 1 == total_steps) {
-      tl.sample_ops.push_back(i);
-      tl.sample_reserved.push_back(s.bytes_reserved);
-      tl.sample_in_use.push_back(s.bytes_in_use);
-    }
-    return absl::OkStatus();
-  };
-  absl::Status s = for_each_step(end, step);
-  if (!s.ok()) return s;
-  free_live(a2);
+  for (std::uint64_t j = 0; j < ptrs.size(); ++j) {
+    if (ptrs[j] == nullptr) continue;
+    (void)allocator.Deallocate(ptrs[j], Stream(alloc_stream[j % na]));
+    ptrs[j] = nullptr;
+  }
   return result;
 }
 
@@ -782,6 +886,7 @@ std::string ToJson(const ReplayResult& r) {
   num("stream_waits", r.stream_waits);
   num("hazards", r.hazards);
   dbl("ns_per_op", r.ns_per_op);
+  num("timed_page_faults", r.timed_page_faults);
   num("repeat", r.repeat);
   num("complete_every", r.complete_every);
   str("progress_model", r.progress_model);

@@ -164,7 +164,13 @@ struct ReplayResult {
   std::uint64_t host_waits = 0;    // the host blocked on an event
   std::uint64_t stream_waits = 0;  // a stream made to wait for another's free
   std::uint64_t hazards = 0;
-  double ns_per_op = 0;  // wall time of the replay loop / ops
+  // Wall time of the measured loop / ops, after an untimed pass over the
+  // same trace (the warm-up; see replay.cc).
+  double ns_per_op = 0;
+  // Page faults of the process (memory touched for the first time) inside
+  // the measured loop: what it paid beyond the allocator's work. About 0
+  // after the warm-up with KeepFreedMemoryMapped.
+  std::uint64_t timed_page_faults = 0;
   // The allocator's at the end of the run (the peaks: the run's maximum).
   Stats stats;
   std::uint64_t repeat = 1;           // ReplayOptions::repeat
@@ -227,6 +233,16 @@ std::optional<std::uint64_t> NoWaitBound(const Trace& trace,
 absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                     const std::string& config_string,
                                     const ReplayOptions& options = {});
+
+// For a program that replays many times (gpualloc-replay, gpualloc-tune),
+// called once at the start of main, before anything sizeable is allocated
+// (called later, it leaves more faults in the timed loops): glibc's malloc
+// keeps freed memory mapped (no trimming of the heap's top, and blocks up to 32
+// MiB from the heap rather than from their own mmap), so that a measured pass
+// reuses the memory its untimed pass touched instead of faulting in fresh pages
+// inside the timed loop. The process keeps its peak heap. Does nothing on other
+// C libraries.
+void KeepFreedMemoryMapped();
 
 // One JSON object (one line) with every field above except the timeline;
 // "repetitions" is an array of one object per pass; "nowait_bound_bytes" and

@@ -80,7 +80,8 @@ constexpr Definition kDefinitions[] = {
      "simulator's race\ndetector; must be 0)"},
     {kColNsPerOp,
      "the allocator's own wall time per allocate/free on this machine "
-     "(varies between runs)"},
+     "(varies between runs), measured\nafter an untimed run of the same "
+     "trace, so that the first configuration pays no warm-up"},
     {kColOursPerPyTorch,
      "peak reserved / PyTorch's peak reserved on the same trace (in the "
      "trace's heading):\nbelow 1 is less memory than PyTorch's caching "

@@ -9,8 +9,11 @@
 // overlapping regions (regions that share addresses over time, e.g. a region
 // returned and mapped again, share a band), bands stacked in address order
 // with thin gaps, each band's height proportional to its span. The y axis is
-// the offset into the bands (their spans added up, gaps left out), in MiB or
-// GiB; the addresses are in tooltips (<title>) of the band bars and blocks.
+// the offset into the bands (their spans added up, gaps left out), in the
+// panel's one unit (the chart and caption use it too), ticked at 1, 2 or 5 x
+// 10^k of it; the x axis is ticked the same way in ops; the addresses are in
+// tooltips (<title>) of the band bars and blocks. Blocks are at least
+// kMinBlockPixels each way.
 //
 // Colours mean something: an in-use block has its stream's hue (three shades
 // alternating by id, so that neighbours stay apart); grey is reserved and
@@ -50,6 +53,7 @@ using svg_internal::Bytes;
 using svg_internal::Caption;
 using svg_internal::Escape;
 using svg_internal::kAddressHeight;
+using svg_internal::kAxisIntervals;
 using svg_internal::kCaptionHeight;
 using svg_internal::kChartGap;
 using svg_internal::kChartHeight;
@@ -58,17 +62,21 @@ using svg_internal::kHues;
 using svg_internal::kLeft;
 using svg_internal::kMaxExactBlocks;
 using svg_internal::kMergedFill;
+using svg_internal::kMinBlockPixels;
 using svg_internal::kPanelHeight;
 using svg_internal::kPlotWidth;
 using svg_internal::kStreamHues;
 using svg_internal::kTitleHeight;
 using svg_internal::kTotalWidth;
+using svg_internal::NiceStep;
 using svg_internal::Offset;
 using svg_internal::Outlined;
 using svg_internal::Present;
 using svg_internal::StreamIndex;
 using svg_internal::StreamName;
 using svg_internal::Survey;
+using svg_internal::Unit;
+using svg_internal::UnitFor;
 
 // `color` (#rrggbb) moved towards white (f > 0) or black (f < 0).
 std::string Shade(absl::string_view color, double f) {
@@ -171,7 +179,7 @@ double YOf(const Band& b, std::uint64_t address) {
 // The y axis: the offset into the bands at evenly spaced bytes, and a bar per
 // band whose tooltip names its addresses.
 void AppendYAxis(const std::vector<Band>& bands, double area_y,
-                 std::string& out) {
+                 const Unit& unit, std::string& out) {
   for (std::size_t i = 0; i < bands.size(); ++i) {
     const Band& b = bands[i];
     absl::StrAppendFormat(
@@ -181,17 +189,20 @@ void AppendYAxis(const std::vector<Band>& bands, double area_y,
         "to %s</title></rect>\n",
         kLeft - 6, area_y + b.top, std::max(0.5, b.height), i + 1, bands.size(),
         b.lo, b.hi, Escape(Bytes(static_cast<double>(b.hi - b.lo))),
-        Offset(b.offset), Offset(b.offset + (b.hi - b.lo)));
+        Offset(b.offset, unit), Offset(b.offset + (b.hi - b.lo), unit));
   }
   if (bands.empty()) return;
   const std::uint64_t total =
       bands.back().offset + (bands.back().hi - bands.back().lo);
-  // A step of 2^k MiB giving at most ~10 ticks.
-  std::uint64_t step = std::uint64_t{1} << 20;
-  while (total / step > 10) step *= 2;
+  // Ticks at a nice step (1, 2 or 5 x 10^k) of the panel's unit.
+  const double step =
+      NiceStep(static_cast<double>(total) / unit.bytes / kAxisIntervals);
   double last = -1e9;
   std::size_t k = 0;
-  for (std::uint64_t at = 0; at <= total; at += step) {
+  for (std::uint64_t i = 0;; ++i) {
+    const std::uint64_t at = static_cast<std::uint64_t>(
+        std::llround(static_cast<double>(i) * step * unit.bytes));
+    if (at > total) break;
     while (k + 1 < bands.size() && bands[k + 1].offset <= at) ++k;
     const Band& b = bands[k];
     const std::uint64_t into =
@@ -207,7 +218,7 @@ void AppendYAxis(const std::vector<Band>& bands, double area_y,
                           "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
                           "text-anchor=\"end\">%s</text>\n",
                           kLeft - 12, y, kLeft - 8, y, kLeft - 14, y + 4,
-                          Offset(at));
+                          Offset(at, unit));
   }
 }
 
@@ -231,8 +242,19 @@ void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
       static_cast<double>(std::max<std::uint64_t>(1, t.num_ops));
   const double xscale = kPlotWidth / num_ops;
   const std::vector<Band> bands = MakeBands(t.regions);
+  // One unit for the panel's sizes: its largest, of the y extent, the peak
+  // reserved and the strip's samples.
+  std::uint64_t largest = panel.result->peak_bytes_reserved;
+  {
+    std::uint64_t span = 0;
+    for (const Band& b : bands) span += b.hi - b.lo;
+    largest = std::max(largest, span);
+    for (std::uint64_t v : t.sample_reserved) largest = std::max(largest, v);
+    for (std::uint64_t v : t.sample_in_use) largest = std::max(largest, v);
+  }
+  const Unit unit = UnitFor(largest);
   if (!bands.empty()) {
-    const std::vector<std::string> lines = Caption(*panel.result, bands);
+    const std::vector<std::string> lines = Caption(*panel.result, bands, unit);
     for (std::size_t i = 0; i < lines.size(); ++i) {
       absl::StrAppendFormat(
           &out, "<text x=\"%.1f\" y=\"%.1f\" class=\"c\">%s</text>\n", kLeft,
@@ -240,7 +262,7 @@ void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
     }
   }
   AppendChart(t, panel.result->peak_bytes_reserved, kLeft, chart_y, xscale,
-              out);
+              unit, out);
 
   absl::StrAppendFormat(&out,
                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
@@ -255,7 +277,7 @@ void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
         : bands.empty() ? "no regions reserved"
                         : "no blocks");
   }
-  AppendYAxis(bands, area_y, out);
+  AppendYAxis(bands, area_y, unit, out);
 
   // Reserved memory over its lifetime, light grey under the blocks: grey
   // without a block is reserved but free, the fragmentation to be seen.
@@ -318,11 +340,17 @@ void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
     }
     // Tiny rectangles: a stroke would be all there is to see of them.
     const bool stroke = w >= 3 && h >= 3;
+    // Every block shows: at least kMinBlockPixels each way, kept inside the
+    // plot and its band (a small block at the end of either grows back).
+    const double dw = std::max(w, kMinBlockPixels);
+    const double dh = std::max(h, kMinBlockPixels);
+    const double dx = std::max(0.0, std::min(x, kPlotWidth - dw));
+    const double dy =
+        std::max(band->top, std::min(y, band->top + band->height - dh));
     absl::StrAppendFormat(&out,
                           "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
                           "height=\"%.2f\" fill=\"%s\"%s",
-                          kLeft + x, area_y + y, std::max(w, 0.3),
-                          std::max(h, 0.3), FillOf(blk, streams),
+                          kLeft + dx, area_y + dy, dw, dh, FillOf(blk, streams),
                           stroke ? " class=\"k\"" : "");
     if (merge) {
       out += "/>\n";
@@ -378,18 +406,20 @@ void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
                           b.x, b.y, b.w, std::max(b.h, 0.5));
   }
 
-  // Axes.
+  // Axes. The x ticks are at a nice step (1, 2 or 5 x 10^k ops), evenly
+  // spaced from 0, up to the last op.
   const double axis_y = area_y + kAddressHeight;
-  for (int i = 0; i <= 4; ++i) {
-    const double x = kLeft + kPlotWidth * i / 4.0;
+  const std::uint64_t x_step = std::max<std::uint64_t>(
+      1, static_cast<std::uint64_t>(
+             std::llround(NiceStep(num_ops / kAxisIntervals))));
+  for (std::uint64_t op = 0; op <= t.num_ops; op += x_step) {
+    const double x = kLeft + static_cast<double>(op) * xscale;
     absl::StrAppendFormat(&out,
                           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
                           "y2=\"%.1f\" stroke=\"#555\"/>\n"
                           "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
                           "text-anchor=\"middle\">%d</text>\n",
-                          x, axis_y, x, axis_y + 4, x, axis_y + 15,
-                          static_cast<std::uint64_t>(std::llround(
-                              static_cast<double>(t.num_ops) * i / 4.0)));
+                          x, axis_y, x, axis_y + 4, x, axis_y + 15, op);
   }
   std::string note = absl::StrFormat("%d blocks", t.blocks.size());
   if (merged > 0) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -56,15 +57,56 @@ std::string Bytes(double bytes) {
   return absl::StrFormat("%.0f B", bytes);
 }
 
-// An axis label: "0", "256 MiB", "1.5 GiB" (no trailing zeros).
-std::string Offset(std::uint64_t bytes) {
+Unit UnitFor(std::uint64_t largest) {
+  const double b = static_cast<double>(largest);
+  if (b >= kGiB) return Unit{"GiB", kGiB, 2};
+  if (b >= kMiB) return Unit{"MiB", kMiB, 1};
+  if (b >= 1024.0) return Unit{"KiB", 1024.0, 1};
+  return Unit{};
+}
+
+std::string InUnit(double bytes, const Unit& unit) {
+  return absl::StrFormat("%.*f %s", unit.decimals, bytes / unit.bytes,
+                         unit.name);
+}
+
+std::string Offset(std::uint64_t bytes, const Unit& unit) {
   if (bytes == 0) return "0";
-  const double b = static_cast<double>(bytes);
-  std::string text = b >= kGiB ? absl::StrFormat("%.2f", b / kGiB)
-                               : absl::StrFormat("%.1f", b / kMiB);
-  while (text.back() == '0') text.pop_back();
-  if (text.back() == '.') text.pop_back();
-  return absl::StrCat(text, b >= kGiB ? " GiB" : " MiB");
+  std::string text = absl::StrFormat("%.*f", unit.decimals,
+                                     static_cast<double>(bytes) / unit.bytes);
+  if (text.find('.') != std::string::npos) {
+    while (text.back() == '0') text.pop_back();
+    if (text.back() == '.') text.pop_back();
+  }
+  return absl::StrCat(text, " ", unit.name);
+}
+
+double NiceStep(double raw) {
+  if (!(raw > 0)) return 1;
+  double step = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    // A little slack: 0.3 / 0.1 must not come out as 2.9999 steps.
+    if (m * step >= raw * (1 - 1e-9)) return m * step;
+  }
+  return 10 * step;
+}
+
+std::uint64_t Releases(const ReplayResult& r) {
+  if (r.backend_frees > 0) return r.backend_frees;
+  const Timeline& t = r.timeline;
+  // Net change of the bytes the regions hold, per op where one ends.
+  std::map<std::uint64_t, std::int64_t> change;
+  for (const TimelineRegion& g : t.regions) {
+    if (g.to_op >= t.num_ops) continue;  // alive to the end
+    change[g.to_op] -= static_cast<std::int64_t>(g.size);
+  }
+  for (const TimelineRegion& g : t.regions) {
+    auto it = change.find(g.from_op);
+    if (it != change.end()) it->second += static_cast<std::int64_t>(g.size);
+  }
+  std::uint64_t shrank = 0;
+  for (const auto& [op, delta] : change) shrank += delta < 0 ? 1 : 0;
+  return shrank;
 }
 
 std::string StreamName(std::uint64_t stream) {
@@ -185,7 +227,7 @@ double AppendLegend(const Present& p, std::string& out) {
 // moments it was reached (platform mode frees at once), so the label says the
 // exact value and the dot sits on the highest sample.
 void AppendChart(const Timeline& t, std::uint64_t exact_peak, double x0,
-                 double y0, double xscale, std::string& out) {
+                 double y0, double xscale, const Unit& unit, std::string& out) {
   absl::StrAppendFormat(&out,
                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
                         "height=\"%.1f\" fill=\"#f6f6f6\" stroke=\"#ccc\"/>\n",
@@ -232,10 +274,11 @@ void AppendChart(const Timeline& t, std::uint64_t exact_peak, double x0,
   absl::StrAppendFormat(
       &out,
       "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" text-anchor=\"%s\">peak "
-      "reserved %.2f GiB</text>\n",
+      "reserved %s</text>\n",
       left ? px - 6 : px + 6, std::max(py + 4, y0 + 12), left ? "end" : "start",
-      static_cast<double>(std::max(exact_peak, t.sample_reserved[peak])) /
-          kGiB);
+      Escape(InUnit(
+          static_cast<double>(std::max(exact_peak, t.sample_reserved[peak])),
+          unit)));
   // Legend and scale.
   absl::StrAppendFormat(
       &out,
@@ -247,7 +290,7 @@ void AppendChart(const Timeline& t, std::uint64_t exact_peak, double x0,
                         "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
                         "text-anchor=\"end\">%s</text>\n",
                         x0 - 6, y0 + 26,
-                        Escape(Bytes(static_cast<double>(top))));
+                        Escape(InUnit(static_cast<double>(top), unit)));
 }
 
 // The panel's two caption lines: what it shows and what to look for; then
@@ -271,9 +314,11 @@ std::vector<std::string> Wrap(absl::string_view text, std::size_t width) {
 }
 
 // What the panel shows and what to look for; then the regions and the
-// extent.
-std::pair<std::string, std::string> CaptionText(
-    const ReplayResult& r, const std::vector<Band>& bands) {
+// extent. Sizes in `unit`; memory is said to have been unmapped or given
+// back only when it was (Releases).
+std::pair<std::string, std::string> CaptionText(const ReplayResult& r,
+                                                const std::vector<Band>& bands,
+                                                const Unit& unit) {
   const Timeline& t = r.timeline;
   // Regions by base (an expandable run has a record per size), and the most
   // alive at once: records of one base never overlap in time.
@@ -292,6 +337,10 @@ std::pair<std::string, std::string> CaptionText(
   // The replay's own peak; a hand-made timeline may have only samples.
   std::uint64_t peak = r.peak_bytes_reserved;
   for (std::uint64_t v : t.sample_reserved) peak = std::max(peak, v);
+  const auto size = [&unit](std::uint64_t bytes) {
+    return InUnit(static_cast<double>(bytes), unit);
+  };
+  const std::uint64_t releases = Releases(r);
   const std::string at_once =
       static_cast<std::uint64_t>(most) == bases.size()
           ? ""
@@ -304,26 +353,33 @@ std::pair<std::string, std::string> CaptionText(
         "block a chunk. Look for grey: free memory, and how it is split.";
     extent = absl::StrFormat(
         "%d region%s, %s reserved (the y extent); peak reserved %s.",
-        bases.size(), bases.size() == 1 ? "" : "s", Bytes(span), Bytes(peak));
+        bases.size(), bases.size() == 1 ? "" : "s", size(span), size(peak));
     return {what, extent};
   }
   if (t.expandable) {
     what =
-        "One reserved address range; grey is memory mapped into it and free. "
-        "Look for grey between blocks: free memory, which here merges into "
-        "one piece where it touches, and which is unmapped when unused.";
+        "One reserved address range; grey is memory mapped into it and free, "
+        "one piece wherever free memory touches. Look for grey between "
+        "blocks.";
     extent = absl::StrFormat(
         "The mapped memory formed %d run%s over the replay%s (a run is a "
-        "stretch of mapped addresses; unmapping a piece splits one, mapping "
-        "a hole joins two). ",
-        bases.size(), bases.size() == 1 ? "" : "s", at_once);
+        "stretch of mapped addresses); %s. ",
+        bases.size(), bases.size() == 1 ? "" : "s", at_once,
+        releases > 0
+            ? absl::StrCat(releases, " unmap", releases == 1 ? "" : "s",
+                           " over the replay (unmapping a piece splits a run, "
+                           "mapping a hole joins two)")
+            : std::string("nothing was unmapped over the replay: free memory "
+                          "stayed mapped"));
   } else if (t.mode == "platform") {
-    what =
-        "Each block is its own device allocation, given back when freed: what "
-        "is reserved is exactly what is live, at a device call per "
-        "operation.";
-    extent = absl::StrFormat("%d allocations over the replay%s. ", bases.size(),
-                             at_once);
+    what = absl::StrCat(
+        "Each block is its own device allocation",
+        releases > 0 ? ", given back when freed" : ", none given back",
+        ": what is reserved is exactly what is live, at a device call per "
+        "operation.");
+    extent =
+        absl::StrFormat("%d allocations over the replay%s, %d given back. ",
+                        bases.size(), at_once, releases);
   } else if (t.mode == "async") {
     what =
         "Each block is its own allocation from the device's stream-ordered "
@@ -336,34 +392,39 @@ std::pair<std::string, std::string> CaptionText(
         "Each dashed box is one region (a separate device allocation) over its "
         "lifetime; grey is reserved and free. Look for small long-lived "
         "blocks that keep a large region from being returned.";
-    extent = absl::StrFormat("%d region%s over the replay%s. ", bases.size(),
-                             bases.size() == 1 ? "" : "s", at_once);
+    extent = absl::StrFormat(
+        "%d region%s over the replay%s, %s. ", bases.size(),
+        bases.size() == 1 ? "" : "s", at_once,
+        releases > 0 ? absl::StrCat(releases, " given back to the device")
+                     : std::string("none given back"));
   }
   if (t.mode == "async") {
-    absl::StrAppend(&extent, "y: the ", Bytes(span),
+    absl::StrAppend(&extent, "y: the ", size(span),
                     " of addresses handed out at some moment.");
   } else if (span > peak + peak / 200) {
-    absl::StrAppend(&extent, "y: the ", Bytes(span),
-                    " of addresses reserved at some moment; at most ",
-                    Bytes(peak), " at once (the peak reserved): ",
-                    t.expandable
-                        ? "free pieces were unmapped, and memory was mapped "
-                          "again at other addresses of the range."
-                        : "memory given back was reserved again at other "
-                          "addresses.");
+    absl::StrAppend(
+        &extent, "y: the ", size(span),
+        " of addresses reserved at some moment; at most ", size(peak),
+        " at once (the peak reserved)",
+        releases == 0 ? "."
+        : t.expandable
+            ? ": free pieces were unmapped, and memory was mapped again at "
+              "other addresses of the range."
+            : ": memory given back was reserved again at other addresses.");
   } else {
-    absl::StrAppend(&extent, "y: ", Bytes(span),
-                    ", the addresses reserved; peak reserved ", Bytes(peak),
+    absl::StrAppend(&extent, "y: ", size(span),
+                    ", the addresses reserved; peak reserved ", size(peak),
                     ".");
   }
   return {what, extent};
 }
 
 std::vector<std::string> Caption(const ReplayResult& r,
-                                 const std::vector<Band>& bands) {
+                                 const std::vector<Band>& bands,
+                                 const Unit& unit) {
   // 11px italic sans is about 5.6 pixels a character.
   constexpr std::size_t kWidth = 200;
-  const auto [what, extent] = CaptionText(r, bands);
+  const auto [what, extent] = CaptionText(r, bands, unit);
   std::vector<std::string> lines = Wrap(what, kWidth);
   for (std::string& line : Wrap(extent, kWidth)) {
     lines.push_back(std::move(line));

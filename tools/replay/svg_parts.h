@@ -49,12 +49,40 @@ inline constexpr const char* kReservedLine = "#555";  // the chart's reserved
 inline constexpr const char* kInUseLine = "#2b6cb0";  // the chart's in use
 inline constexpr const char* kMergedFill = "#777";    // merged sub-pixel blocks
 
+// The narrowest and flattest a block is drawn, in pixels: a 256-byte block
+// in a region of gigabytes, or one living for one op of millions, still
+// shows.
+inline constexpr double kMinBlockPixels = 1.0;
+// About how many intervals an axis is cut into (its ticks at a nice step).
+inline constexpr double kAxisIntervals = 8;
+
 // XML text: & < > " ' escaped, control characters replaced.
 std::string Escape(absl::string_view text);
 // "1.67 GiB", "148.0 MiB", "12.0 KiB", "100 B".
 std::string Bytes(double bytes);
-// An axis label: "0", "256 MiB", "1.5 GiB" (no trailing zeros).
-std::string Offset(std::uint64_t bytes);
+
+// The one unit of a panel's sizes: the y axis, the strip's scale and peak
+// label, and the caption all use it, so that they compare at a glance.
+struct Unit {
+  const char* name = "B";  // "GiB", "MiB", "KiB" or "B"
+  double bytes = 1;        // bytes in one unit
+  int decimals = 0;        // shown: GiB 2, MiB and KiB 1, B 0
+};
+// The largest unit `largest` (the panel's largest size) reaches, at least B.
+Unit UnitFor(std::uint64_t largest);
+// `bytes` in `unit`: "6.0 MiB", "0.25 GiB".
+std::string InUnit(double bytes, const Unit& unit);
+// An axis label in `unit`: "0", "256 MiB", "1.5 GiB" (no trailing zeros).
+std::string Offset(std::uint64_t bytes, const Unit& unit);
+// The smallest "nice" step (1, 2 or 5 x 10^k) of at least `raw` (> 0); 1 for
+// anything not above 0.
+double NiceStep(double raw);
+
+// How many times memory was given back to the device during the replay:
+// unmapped (expandable regions) or freed (separate regions, platform mode).
+// The replay's backend frees; for a timeline that has none (hand-made, or
+// from a snapshot) the ops at which the regions alive shrank in all.
+std::uint64_t Releases(const ReplayResult& r);
 
 // Streams in the order of their values, each with its hue.
 using StreamIndex = std::map<std::uint64_t, std::size_t>;
@@ -89,12 +117,14 @@ double AppendLegend(const Present& p, std::string& out);
 // for; what the regions are and how many there were; the y extent (the
 // bands' spans added up) against the peak reserved, and why they differ.
 std::vector<std::string> Caption(const ReplayResult& r,
-                                 const std::vector<Band>& bands);
+                                 const std::vector<Band>& bands,
+                                 const Unit& unit);
 
 // The chart of reserved and in-use bytes over the samples, with the peak
-// reserved marked (`exact_peak`: the replay's own figure).
+// reserved marked (`exact_peak`: the replay's own figure), its scale and
+// label in `unit`.
 void AppendChart(const Timeline& t, std::uint64_t exact_peak, double x0,
-                 double y0, double xscale, std::string& out);
+                 double y0, double xscale, const Unit& unit, std::string& out);
 
 }  // namespace gpualloc::replay::svg_internal
 

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -78,6 +79,21 @@ std::string JsonString(absl::string_view text) {
   }
   out += '"';
   return out;
+}
+
+// Bytes in GiB with three decimals (steps of about 1 MiB, so that
+// configurations a few MiB apart differ in print), as gpualloc-replay shows
+// them.
+std::string Gib3(std::uint64_t bytes) {
+  return absl::StrFormat("%.3f", static_cast<double>(bytes) / kGiB);
+}
+
+// Whether two complete configurations rank equal: the same OOMs, peak
+// reserved total and modeled backend time.
+bool SameFigures(const RankedConfig& a, const RankedConfig& b) {
+  return a.status.ok() && b.status.ok() && a.ooms == b.ooms &&
+         a.peak_reserved_total == b.peak_reserved_total &&
+         a.modeled_backend_ns == b.modeled_backend_ns;
 }
 
 // Rows in rank order: configurations by rank, traces in row order within.
@@ -229,6 +245,9 @@ std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,
     RankedConfig r;
     r.config = c;
     r.peak_reserved.assign(traces.size(), 0);
+    r.replayed.assign(traces.size(), 0);
+    r.trace_ooms.assign(traces.size(), 0);
+    r.trace_modeled_ns.assign(traces.size(), 0);
     ranked.push_back(std::move(r));
   }
   for (const TuneRow& row : rows) {
@@ -244,8 +263,11 @@ std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,
     r.modeled_backend_ns += row.result.modeled_backend_ns;
     const auto t = std::find(traces.begin(), traces.end(), row.trace);
     if (t != traces.end()) {
-      r.peak_reserved[static_cast<std::size_t>(t - traces.begin())] =
-          row.result.peak_bytes_reserved;
+      const std::size_t i = static_cast<std::size_t>(t - traces.begin());
+      r.peak_reserved[i] = row.result.peak_bytes_reserved;
+      r.replayed[i] = 1;
+      r.trace_ooms[i] = row.result.ooms;
+      r.trace_modeled_ns[i] = row.result.modeled_backend_ns;
     }
   }
   std::stable_sort(ranked.begin(), ranked.end(),
@@ -258,10 +280,117 @@ std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,
                      }
                      return a.modeled_backend_ns < b.modeled_backend_ns;
                    });
+  // Equal figures share a rank (the first of theirs); a failed
+  // configuration has no figures to compare, so a rank of its own.
   for (std::size_t i = 0; i < ranked.size(); ++i) {
-    ranked[i].rank = static_cast<int>(i + 1);
+    RankedConfig& r = ranked[i];
+    r.rank = static_cast<int>(i + 1);
+    if (i > 0 && SameFigures(ranked[i - 1], r)) r.rank = ranked[i - 1].rank;
   }
   return ranked;
+}
+
+std::vector<TraceBest> BestPerTrace(const std::vector<RankedConfig>& ranked,
+                                    std::size_t num_traces) {
+  std::vector<TraceBest> best(num_traces);
+  for (std::size_t t = 0; t < num_traces; ++t) {
+    const auto key = [t](const RankedConfig& c) {
+      return std::make_tuple(c.trace_ooms[t], c.peak_reserved[t],
+                             c.trace_modeled_ns[t]);
+    };
+    TraceBest& b = best[t];
+    // In rank order: among equal figures the best ranked comes first.
+    for (const RankedConfig& c : ranked) {
+      if (t >= c.replayed.size() || !c.replayed[t]) continue;
+      if (b.config == nullptr || key(c) < key(*b.config)) {
+        b.config = &c;
+        b.equal = 0;
+      } else if (key(c) == key(*b.config)) {
+        ++b.equal;
+      }
+    }
+  }
+  return best;
+}
+
+std::vector<ArchBest> BestPerArch(const std::vector<RankedConfig>& ranked) {
+  std::vector<ArchBest> out;
+  std::map<std::string, std::size_t> at;
+  // Rank order: the first complete configuration of an arch is its best.
+  for (const RankedConfig& c : ranked) {
+    absl::StatusOr<ConfigOverrides> parsed = ParseConfigString(c.config);
+    const std::string arch =
+        parsed.ok() && parsed->arch.has_value() ? *parsed->arch : "";
+    auto [it, added] = at.emplace(arch, out.size());
+    if (added) out.push_back(ArchBest{arch, nullptr, 0, 0});
+    ArchBest& b = out[it->second];
+    ++b.configs;
+    if (!c.status.ok()) continue;
+    if (b.config == nullptr) {
+      b.config = &c;
+    } else if (c.rank == b.config->rank) {
+      ++b.equal;
+    }
+  }
+  // Best first: by the rank of each one's best (all failed: last).
+  std::stable_sort(
+      out.begin(), out.end(), [](const ArchBest& a, const ArchBest& b) {
+        if ((a.config == nullptr) != (b.config == nullptr)) {
+          return a.config != nullptr;
+        }
+        return a.config != nullptr && a.config->rank < b.config->rank;
+      });
+  return out;
+}
+
+std::string FormatBest(const std::vector<RankedConfig>& ranked,
+                       const std::vector<std::string>& traces) {
+  const auto config_text = [](const RankedConfig& c) {
+    return c.config.empty() ? std::string("(defaults)") : c.config;
+  };
+  const auto equal_text = [](std::size_t equal) {
+    return equal == 0 ? std::string()
+                      : absl::StrCat(" (", equal, " more with equal figures)");
+  };
+  std::string out =
+      "Best per trace (fewest ooms there, then least peak reserved, then "
+      "least modeled ms):\n";
+  const std::vector<TraceBest> per_trace = BestPerTrace(ranked, traces.size());
+  for (std::size_t t = 0; t < traces.size(); ++t) {
+    const TraceBest& b = per_trace[t];
+    if (b.config == nullptr) {
+      absl::StrAppendFormat(&out,
+                            "  peak[%d] %s: no configuration replayed it\n",
+                            t + 1, traces[t]);
+      continue;
+    }
+    absl::StrAppendFormat(
+        &out, "  peak[%d] %s: %s GiB peak reserved, %d ooms, rank %d: %s%s\n",
+        t + 1, traces[t], Gib3(b.config->peak_reserved[t]),
+        b.config->trace_ooms[t], b.config->rank, config_text(*b.config),
+        equal_text(b.equal));
+  }
+  out +=
+      "Best per architecture profile (its best ranked configuration, over all "
+      "traces):\n";
+  for (const ArchBest& a : BestPerArch(ranked)) {
+    const std::string name =
+        a.arch.empty() ? "(arch not set)" : absl::StrCat("arch=", a.arch);
+    if (a.config == nullptr) {
+      absl::StrAppendFormat(&out, "  %s: all %d configurations failed\n", name,
+                            a.configs);
+      continue;
+    }
+    absl::StrAppendFormat(
+        &out,
+        "  %s (%d configuration%s): rank %d, total %s GiB peak reserved, %d "
+        "ooms, %.3f modeled ms: %s%s\n",
+        name, a.configs, a.configs == 1 ? "" : "s", a.config->rank,
+        Gib3(a.config->peak_reserved_total), a.config->ooms,
+        static_cast<double>(a.config->modeled_backend_ns) / 1e6,
+        config_text(*a.config), equal_text(a.equal));
+  }
+  return out;
 }
 
 std::string FormatTable(const std::vector<RankedConfig>& ranked,
@@ -273,7 +402,7 @@ std::string FormatTable(const std::vector<RankedConfig>& ranked,
   for (std::size_t t = 0; t < traces.size(); ++t) {
     absl::StrAppendFormat(&out, "  %9s", absl::StrCat("peak[", t + 1, "]"));
   }
-  absl::StrAppendFormat(&out, "  %10s  %11s  %s\n", "total GiB", kColModeledMs,
+  absl::StrAppendFormat(&out, "  %11s  %11s  %s\n", "total GiB", kColModeledMs,
                         "config");
   for (const RankedConfig& r : ranked) {
     if (!r.status.ok()) {
@@ -284,10 +413,10 @@ std::string FormatTable(const std::vector<RankedConfig>& ranked,
     }
     absl::StrAppendFormat(&out, "%4d  %5d", r.rank, r.ooms);
     for (std::uint64_t p : r.peak_reserved) {
-      absl::StrAppendFormat(&out, "  %9.2f", static_cast<double>(p) / kGiB);
+      absl::StrAppendFormat(&out, "  %9s", Gib3(p));
     }
-    absl::StrAppendFormat(&out, "  %10.2f  %11.3f  %s\n",
-                          static_cast<double>(r.peak_reserved_total) / kGiB,
+    absl::StrAppendFormat(&out, "  %11s  %11.3f  %s\n",
+                          Gib3(r.peak_reserved_total),
                           static_cast<double>(r.modeled_backend_ns) / 1e6,
                           r.config.empty() ? "(defaults)" : r.config);
   }
@@ -295,12 +424,13 @@ std::string FormatTable(const std::vector<RankedConfig>& ranked,
     absl::StrAppendFormat(&out, "peak[%d]: peak reserved GiB of %s\n", t + 1,
                           traces[t]);
   }
+  absl::StrAppend(&out, "\n", FormatBest(ranked, traces));
   absl::StrAppend(
       &out, "\n",
       FormatDefinitions(
           {{"rank",
             "by ooms, then total GiB, then modeled ms, all summed over "
-            "the traces"},
+            "the traces; equal figures\nshare a rank"},
            {std::string(kColOoms), std::string(ColumnDefinition(kColOoms))},
            {"peak[N]",
             absl::StrCat("peak reserved in GiB on trace N (named above):\n",

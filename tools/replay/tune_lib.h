@@ -64,17 +64,50 @@ struct RankedConfig {
   std::vector<std::uint64_t> peak_reserved;  // per trace, in `traces` order
   std::uint64_t peak_reserved_total = 0;
   std::uint64_t modeled_backend_ns = 0;
+  // Per trace, in `traces` order: whether it replayed (its row is OK), and
+  // its OOMs and modeled backend time there.
+  std::vector<std::uint8_t> replayed;
+  std::vector<std::uint64_t> trace_ooms;
+  std::vector<std::uint64_t> trace_modeled_ns;
 };
 
 // Groups rows by configuration (in `configs` order; `traces` gives the
 // column order) and ranks them by total OOMs, then the sum of peak reserved
-// bytes, then modeled backend time, all ascending; ties keep grid order.
-// Configurations with a failed row come after every complete one.
+// bytes, then modeled backend time, all ascending; ties keep grid order and
+// share a rank (1, 2, 2, 4: equal figures, equal rank). Configurations with a
+// failed row come after every complete one, each with a rank of its own.
 std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,
                                const std::vector<std::string>& traces,
                                const std::vector<TuneRow>& rows);
 
-// The ranked table for a terminal.
+// The best configuration on one trace: the fewest OOMs there, then the least
+// peak reserved, then the least modeled backend time; among equals the best
+// ranked. Configurations that failed on the trace are left out.
+struct TraceBest {
+  const RankedConfig* config = nullptr;  // null: nothing replayed the trace
+  std::size_t equal = 0;  // other configurations with the same three figures
+};
+// One per trace, in `traces` order (`ranked` as Rank returns it).
+std::vector<TraceBest> BestPerTrace(const std::vector<RankedConfig>& ranked,
+                                    std::size_t num_traces);
+
+// The best ranked complete configuration of each architecture profile swept
+// (its arch= value; "" where the configuration sets none, the device's own
+// profile), best first.
+struct ArchBest {
+  std::string arch;
+  const RankedConfig* config = nullptr;  // null: all of them failed
+  std::size_t configs = 0;               // configurations with that arch=
+  std::size_t equal = 0;  // others of them with the same rank (equal figures)
+};
+std::vector<ArchBest> BestPerArch(const std::vector<RankedConfig>& ranked);
+
+// The two summaries for a terminal: the best configuration per trace with
+// its peak reserved, and per architecture profile over all traces.
+std::string FormatBest(const std::vector<RankedConfig>& ranked,
+                       const std::vector<std::string>& traces);
+
+// The ranked table for a terminal, then FormatBest.
 std::string FormatTable(const std::vector<RankedConfig>& ranked,
                         const std::vector<std::string>& traces);
 
