@@ -30,13 +30,18 @@
 //    min_block: in Options 0 means "unset" (or "the profile's"), so accepting
 //    it would silently mean something else. split_bound takes 0: there it
 //    means "always split", which is also the default.
-//  - PyTorch's allocator configuration is read at the level of the aliases;
-//    config.h lists what its keys map to, docs/ARCHITECTURE.md ("PyTorch's
-//    variables") why the others cannot be.
+//  - PyTorch's allocator configuration is read at the level of the aliases,
+//    with PyTorch's spellings exactly; config.h lists what its keys map to,
+//    docs/ARCHITECTURE.md ("PyTorch's variables") why the others cannot be.
+//  - Every setting keeps how the user set it (ConfigSetting::set_by and
+//    ::written), so that an error found later, against the device, can name
+//    the variable or key and the value as written (runtime/backend_factory.cc
+//    restates core/options.cc's problems with them).
 #include "gpualloc/config.h"
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -123,6 +128,34 @@ constexpr ValueType<double> kFraction = {
           f, config_internal::FormatFraction(f), where);
     },
     [](const double& f) { return config_internal::FormatFraction(f); }};
+
+// gc_threshold: 0 (off) or a fraction in (0, 1) of the limit.
+constexpr absl::string_view kNotThreshold =
+    "not 0 (off) or a decimal fraction of the limit in (0, 1), e.g. 0.8";
+absl::Status CheckThreshold(double t, absl::string_view value,
+                            const Where& where) {
+  if (std::isfinite(t) && t >= 0 && t < 1) return absl::OkStatus();
+  return Bad(where, value, kNotThreshold);
+}
+constexpr ValueType<double> kThreshold = {
+    [](absl::string_view value, const Where& where) -> absl::StatusOr<double> {
+      if (!value.empty() &&
+          value.find_first_not_of("0.") == absl::string_view::npos &&
+          std::count(value.begin(), value.end(), '.') <= 1 &&
+          value.find('0') != absl::string_view::npos) {
+        return 0.0;  // "0", "0.0", ".0"
+      }
+      const absl::StatusOr<double> t =
+          config_internal::ParseFraction(value, where);
+      if (!t.ok()) return Bad(where, value, kNotThreshold);
+      GPUALLOC_RETURN_IF_ERROR(CheckThreshold(*t, value, where));
+      return *t;
+    },
+    nullptr,
+    [](double& t, const Where& where) {
+      return CheckThreshold(t, config_internal::FormatFraction(t), where);
+    },
+    [](const double& t) { return config_internal::FormatFraction(t); }};
 
 std::string SizeOr(std::uint64_t bytes, absl::string_view zero) {
   return bytes == 0 ? std::string(zero) : absl::StrCat(bytes);
@@ -297,6 +330,9 @@ constexpr std::array kKeys = {
              &Options::garbage_collection>("gc", "GPUALLOC_GC",
                                            {"TF_ENABLE_GPU_GARBAGE_COLLECTION"},
                                            "true|false"),
+    Describe<&O::gc_threshold, kThreshold, &Config::options,
+             &Options::gc_threshold>("gc_threshold", "GPUALLOC_GC_THRESHOLD",
+                                     {}, "0 (off) or a fraction in (0, 1)"),
     Describe<&O::backend, kKeyword<config_internal::kBackends>,
              &Config::backend>("backend", "GPUALLOC_BACKEND", {},
                                "auto|sim|cuda|hip"),
@@ -346,13 +382,33 @@ constexpr std::size_t kFractionKey = KeyIndex("mem_fraction");
 constexpr std::size_t kLimitKey = KeyIndex("mem_limit");
 constexpr std::size_t kGranularityKey = KeyIndex("granularity");
 constexpr std::size_t kMinBlockKey = KeyIndex("min_block");
+constexpr std::size_t kPreallocateKey = KeyIndex("preallocate");
 static_assert(kFractionKey < kKeys.size() && kLimitKey < kKeys.size() &&
-              kGranularityKey < kKeys.size() && kMinBlockKey < kKeys.size());
+              kGranularityKey < kKeys.size() && kMinBlockKey < kKeys.size() &&
+              kPreallocateKey < kKeys.size());
+
+// Per key of kKeys: a text, e.g. the value as written.
+using PerKey = std::array<std::string, kKeys.size()>;
 
 std::string KeyList() {
   std::vector<absl::string_view> names;
   for (const KeyDescriptor& k : kKeys) names.push_back(k.name);
   return absl::StrJoin(names, ", ");
+}
+
+// The name of `names` closest to `name` (edit distance; the first on ties).
+template <typename Names>
+std::string Closest(absl::string_view name, const Names& names) {
+  std::string closest;
+  std::size_t best = std::numeric_limits<std::size_t>::max();
+  for (const auto& candidate : names) {
+    const std::size_t d = config_internal::Distance(name, candidate);
+    if (d < best) {
+      best = d;
+      closest = std::string(candidate);
+    }
+  }
+  return closest;
 }
 
 // Checks a programmatic option (ConfigOverrides) as strictly as a parsed one
@@ -381,31 +437,62 @@ constexpr std::array<absl::string_view, 8> kNotSettings = {
     "GPUALLOC_DEVICE_CHECK_PREBUILT",
 };
 
+constexpr absl::string_view kJaxPrefix = "XLA_PYTHON_CLIENT_";
+
 // Every GPUALLOC_* variable set in `env` names a setting (or is one of the
 // scripts' own): a misspelt one would otherwise be ignored without a word,
-// while the configuration string refuses an unknown key.
-absl::Status CheckUnknownVariables(const EnvLookup& env) {
+// while the configuration string refuses an unknown key. JAX's
+// XLA_PYTHON_CLIENT_* variables are JAX's namespace, where gpualloc only
+// stands in: one it does not know is a warning line in `warnings` (with the
+// closest one it reads), not an error, and so is one it knows but does not
+// read.
+absl::Status CheckUnknownVariables(const EnvLookup& env,
+                                   std::vector<std::string>& warnings) {
   std::vector<std::string> names = VariableNames(env);
   std::sort(names.begin(), names.end());
+  std::vector<absl::string_view> variables;
+  std::vector<absl::string_view> jax;
+  for (const KeyDescriptor& k : kKeys) {
+    variables.push_back(k.variable);
+    for (absl::string_view alias : k.aliases) {
+      if (absl::StartsWith(alias, kJaxPrefix)) jax.push_back(alias);
+    }
+  }
+  for (const config_internal::JaxVariable& v :
+       config_internal::UnreadJaxVariables()) {
+    jax.push_back(v.name);
+  }
   std::vector<std::string> unknown;
   for (const std::string& name : names) {
-    if (!absl::StartsWith(name, "GPUALLOC_")) continue;
-    bool known = std::find(kNotSettings.begin(), kNotSettings.end(), name) !=
-                 kNotSettings.end();
-    absl::string_view closest;
-    std::size_t best = std::numeric_limits<std::size_t>::max();
-    for (const KeyDescriptor& k : kKeys) {
-      if (k.variable == name) known = true;
-      const std::size_t d = config_internal::Distance(name, k.variable);
-      if (d < best) {
-        best = d;
-        closest = k.variable;
-      }
-    }
-    if (known) continue;
     const std::optional<std::string> value = env(name);
-    unknown.push_back(absl::StrCat(name, "=", Quoted(value.value_or("")),
-                                   " (did you mean ", closest, "?)"));
+    const std::string as_set =
+        absl::StrCat(name, "=", Quoted(value.value_or("")));
+    if (absl::StartsWith(name, kJaxPrefix)) {
+      if (std::find(jax.begin(), jax.end(), name) != jax.end()) {
+        for (const config_internal::JaxVariable& v :
+             config_internal::UnreadJaxVariables()) {
+          if (v.name == name) {
+            warnings.push_back(absl::StrCat("gpualloc: ", as_set,
+                                            ": not read by gpualloc: ", v.why));
+          }
+        }
+        continue;
+      }
+      warnings.push_back(
+          absl::StrCat("gpualloc: ", as_set,
+                       ": no such JAX variable, ignored (did you mean ",
+                       Closest(name, jax), "?)"));
+      continue;
+    }
+    if (!absl::StartsWith(name, "GPUALLOC_")) continue;
+    if (std::find(kNotSettings.begin(), kNotSettings.end(), name) !=
+            kNotSettings.end() ||
+        std::find(variables.begin(), variables.end(), name) !=
+            variables.end()) {
+      continue;
+    }
+    unknown.push_back(absl::StrCat(as_set, " (did you mean ",
+                                   Closest(name, variables), "?)"));
   }
   if (unknown.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
@@ -415,17 +502,17 @@ absl::Status CheckUnknownVariables(const EnvLookup& env) {
       "gpualloc/config.h"));
 }
 
-// Reads and parses one variable into `out`; returns whether it was set.
-absl::StatusOr<bool> ReadVariable(const EnvLookup& env,
-                                  const KeyDescriptor& key,
-                                  absl::string_view variable, bool alias,
-                                  ConfigOverrides& out) {
-  GPUALLOC_ASSIGN_OR_RETURN(const std::optional<std::string> value,
+// Reads and parses one variable into `out`; returns its value as written
+// (trimmed), nullopt when it is not set.
+absl::StatusOr<std::optional<std::string>> ReadVariable(
+    const EnvLookup& env, const KeyDescriptor& key, absl::string_view variable,
+    bool alias, ConfigOverrides& out) {
+  GPUALLOC_ASSIGN_OR_RETURN(std::optional<std::string> value,
                             ReadTrimmed(env, variable));
-  if (!value.has_value()) return false;
+  if (!value.has_value()) return value;
   GPUALLOC_RETURN_IF_ERROR(
       key.parse(*value, Where{std::string(variable), ""}, alias, out));
-  return true;
+  return value;
 }
 
 // ---------------------------------------------------------------- PyTorch
@@ -436,9 +523,13 @@ struct PytorchSettings {
   std::string variable;  // the variable read; empty when none is set
   ConfigOverrides values;
   // Per key of kKeys: the PyTorch entry that set it ("expandable_segments:
-  // True"); empty when none did.
-  std::array<std::string, kKeys.size()> entry;
-  std::vector<std::string> unsupported;  // PyTorch keys, in their order
+  // True"), its key and its value; empty when none did.
+  PerKey entry;
+  PerKey key;
+  PerKey written;
+  // What the warning lines say about the other entries, in their order:
+  // "max_split_size_mb:512 is not supported, ignored: ...".
+  std::vector<std::string> notes;
 };
 
 // Reads PYTORCH_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF and
@@ -466,28 +557,50 @@ absl::StatusOr<PytorchSettings> ReadPytorch(const EnvLookup& env) {
   GPUALLOC_ASSIGN_OR_RETURN(
       const std::vector<config_internal::PytorchEntry> entries,
       config_internal::SplitPytorchConf(text, out.variable));
+  const auto& keys = config_internal::PytorchKeys();
   for (const config_internal::PytorchEntry& e : entries) {
-    const auto& keys = config_internal::PytorchKeys();
+    const std::string entry = absl::StrCat(e.key, ":", e.value);
     const auto known =
         std::find_if(keys.begin(), keys.end(),
                      [&](const auto& k) { return k.name == e.key; });
     if (known == keys.end()) {
-      out.unsupported.push_back(e.key);
+      std::vector<absl::string_view> names;
+      for (const config_internal::PytorchKey& k : keys) names.push_back(k.name);
+      out.notes.push_back(absl::StrCat(
+          entry, " is no PyTorch allocator key, ignored (did you mean ",
+          Closest(e.key, names), "?)"));
       continue;
+    }
+    switch (known->kind) {
+      case config_internal::PytorchKeyKind::kUnsupported:
+        out.notes.push_back(
+            absl::StrCat(entry, " is not supported, ignored: ", known->why));
+        continue;
+      case config_internal::PytorchKeyKind::kHost:
+        out.notes.push_back(absl::StrCat(
+            entry,
+            " is read by PyTorch's pinned host-memory allocator, which "
+            "gpualloc (a device allocator) does not replace: it still takes "
+            "effect there"));
+        continue;
+      case config_internal::PytorchKeyKind::kMapped:
+        break;
     }
     const std::size_t i = KeyIndex(known->key);
     const Where where{absl::StrCat(out.variable, " ", e.key),
                       absl::StrFormat(" (entry %d)", e.entry)};
     const absl::StatusOr<std::string> value = known->translate(e.value, where);
     if (absl::IsUnimplemented(value.status())) {  // a form it cannot honour
-      out.unsupported.push_back(
-          absl::StrCat(e.key, " (", value.status().message(), ")"));
+      out.notes.push_back(absl::StrCat(
+          entry, " is not supported, ignored: ", value.status().message()));
       continue;
     }
     GPUALLOC_RETURN_IF_ERROR(value.status());
     GPUALLOC_RETURN_IF_ERROR(
         kKeys[i].parse(*value, where, /*alias=*/false, out.values));
-    out.entry[i] = absl::StrCat(e.key, ":", e.value);
+    out.entry[i] = entry;
+    out.key[i] = e.key;
+    out.written[i] = e.value;
   }
   return out;
 }
@@ -499,29 +612,10 @@ std::string EffectiveValue(const KeyDescriptor& k, const ConfigOverrides& o) {
   return k.print(c);
 }
 
-}  // namespace
-
-std::vector<ConfigKeyInfo> ConfigKeys() {
-  std::vector<ConfigKeyInfo> keys;
-  for (const KeyDescriptor& k : kKeys) {
-    ConfigKeyInfo info{k.name, k.variable, k.values, {}};
-    for (absl::string_view alias : k.aliases) {
-      if (!alias.empty()) info.aliases.push_back(alias);
-    }
-    keys.push_back(std::move(info));
-  }
-  return keys;
-}
-
-absl::StatusOr<std::uint64_t> ParseSize(absl::string_view text,
-                                        absl::string_view what) {
-  const Where where{std::string(what), ""};
-  const absl::string_view value = absl::StripAsciiWhitespace(text);
-  if (value.empty()) return Bad(where, text, "empty; expected a size");
-  return ParseSizeAt(value, where);
-}
-
-absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
+// ParseConfigString; `written` (when not null) gets each key's value as
+// written.
+absl::StatusOr<ConfigOverrides> ParseString(absl::string_view text,
+                                            PerKey* written) {
   ConfigOverrides out;
   if (absl::StripAsciiWhitespace(text).empty()) return out;
   std::array<int, kKeys.size()> set_by_entry = {};  // 0: not set yet
@@ -543,7 +637,7 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
 
     const std::size_t eq = item.find('=');
     if (absl::StripTrailingAsciiWhitespace(item).empty()) {
-      return error("empty entry (expected key=value)");
+      return error("empty entry (expected key=value; remove the extra comma)");
     }
     if (eq == absl::string_view::npos) {
       return error(
@@ -554,7 +648,7 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
         absl::StripTrailingAsciiWhitespace(item.substr(0, eq));
     const absl::string_view value =
         absl::StripAsciiWhitespace(item.substr(eq + 1));
-    if (key.empty()) return error("empty key before '='");
+    if (key.empty()) return error("empty key before '=' (expected key=value)");
     const KeyDescriptor* info = nullptr;
     std::size_t index = 0;
     for (std::size_t i = 0; i < kKeys.size(); ++i) {
@@ -564,36 +658,46 @@ absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
       }
     }
     if (info == nullptr) {
-      return error(absl::StrFormat("unknown key %s; valid keys: %s",
-                                   Quoted(key), KeyList()));
+      std::vector<absl::string_view> names;
+      for (const KeyDescriptor& k : kKeys) names.push_back(k.name);
+      return error(
+          absl::StrFormat("unknown key %s (did you mean %s?); valid keys: %s",
+                          Quoted(key), Closest(key, names), KeyList()));
     }
     if (set_by_entry[index] != 0) {
-      return error(
-          absl::StrFormat("duplicate key \"%s\" (first set by entry %d)", key,
-                          set_by_entry[index]));
+      return error(absl::StrFormat(
+          "duplicate key \"%s\" (first set by entry %d); set it once", key,
+          set_by_entry[index]));
     }
     set_by_entry[index] = entry;
     const Where where{absl::StrCat("config string ", key), place};
     if (value.empty()) {
-      return Bad(where, value, "empty value");
+      return Bad(where, value,
+                 "empty value; give one, or remove the entry to take the "
+                 "default");
     }
     GPUALLOC_RETURN_IF_ERROR(info->parse(value, where, /*alias=*/false, out));
+    if (written != nullptr) (*written)[index] = std::string(value);
     if (end == text.size()) break;
     start = end + 1;
   }
   return out;
 }
 
-namespace {
+constexpr absl::string_view kPytorchDocs =
+    " (docs/ARCHITECTURE.md, \"PyTorch's variables\")";
 
-// ResolveConfig; the warning names the program's settings `option_source`
-// ("option" or "config string").
+// ResolveConfig. The program's settings came from `option_source`
+// ("option", or "config string" with `option_written` their text).
 absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
                                const EnvLookup& env,
-                               absl::string_view option_source) {
+                               absl::string_view option_source,
+                               const PerKey* option_written,
+                               Conventions conventions) {
   ConfigOverrides options = overrides;
   GPUALLOC_RETURN_IF_ERROR(CheckOverrides(options));
-  GPUALLOC_RETURN_IF_ERROR(CheckUnknownVariables(env));
+  std::vector<std::string> jax_warnings;
+  GPUALLOC_RETURN_IF_ERROR(CheckUnknownVariables(env, jax_warnings));
 
   // The two fraction aliases name the same setting at the same level: when
   // both are set there is no telling which one the user meant, even when they
@@ -604,24 +708,31 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
     const std::optional<std::string> b = env(k.aliases[1]);
     if (a.has_value() && b.has_value()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s=%s and %s=%s are both set; they are aliases of %s, set "
-          "only one",
+          "%s=%s and %s=%s are both set; they are aliases of %s: unset one",
           k.aliases[0], Quoted(*a), k.aliases[1], Quoted(*b), k.variable));
     }
   }
 
   ConfigOverrides variables;  // GPUALLOC_* values
   ConfigOverrides aliases;    // JAX/XLA/TF values
-  std::array<std::string, kKeys.size()> alias_used;
+  PerKey variable_written;
+  PerKey alias_used;
+  PerKey alias_written;
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
     const KeyDescriptor& k = kKeys[i];
-    GPUALLOC_RETURN_IF_ERROR(
-        ReadVariable(env, k, k.variable, /*alias=*/false, variables).status());
+    GPUALLOC_ASSIGN_OR_RETURN(
+        const std::optional<std::string> value,
+        ReadVariable(env, k, k.variable, /*alias=*/false, variables));
+    if (value.has_value()) variable_written[i] = *value;
     for (absl::string_view alias : k.aliases) {
       if (alias.empty()) continue;
       GPUALLOC_ASSIGN_OR_RETURN(
-          const bool set, ReadVariable(env, k, alias, /*alias=*/true, aliases));
-      if (set) alias_used[i] = std::string(alias);
+          const std::optional<std::string> alias_value,
+          ReadVariable(env, k, alias, /*alias=*/true, aliases));
+      if (alias_value.has_value()) {
+        alias_used[i] = std::string(alias);
+        alias_written[i] = *alias_value;
+      }
     }
   }
   GPUALLOC_ASSIGN_OR_RETURN(const PytorchSettings pytorch, ReadPytorch(env));
@@ -629,8 +740,10 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
   // Per key: option > variable > alias (JAX/XLA/TF or PyTorch) > default.
   ConfigOverrides merged;
   std::array<ValueOrigin, kKeys.size()> origin = {};
-  std::array<std::string, kKeys.size()> source;
-  std::vector<std::string> notes;  // about the PyTorch configuration
+  PerKey source;
+  PerKey set_by;
+  PerKey written;
+  std::vector<std::string> notes = pytorch.notes;  // the PyTorch lines
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
     const KeyDescriptor& k = kKeys[i];
     const bool from_pytorch = k.is_set(pytorch.values);
@@ -639,29 +752,39 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
     if (k.is_set(options)) {
       k.copy(options, merged);
       origin[i] = ValueOrigin::kOption;
-      source[i] = "option";
+      source[i] = std::string(option_source);
+      set_by[i] = absl::StrCat(option_source, " ", k.name);
+      written[i] = option_written != nullptr ? (*option_written)[i]
+                                             : EffectiveValue(k, options);
     } else if (k.is_set(variables)) {
       k.copy(variables, merged);
       origin[i] = ValueOrigin::kVariable;
       source[i] = std::string(k.variable);
+      set_by[i] = std::string(k.variable);
+      written[i] = variable_written[i];
     } else if (k.is_set(aliases)) {
       // A JAX/XLA/TF alias and a PyTorch key are one level: they must agree.
       if (from_pytorch &&
           EffectiveValue(k, aliases) != EffectiveValue(k, pytorch.values)) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: %s gives %s but %s gives %s; both are compatibility "
+            "%s=%s gives %s=%s but %s gives %s=%s; both are compatibility "
             "variables of the same level: make them agree or unset one",
-            k.name, alias_used[i], EffectiveValue(k, aliases), pytorch_source,
+            alias_used[i], Quoted(alias_written[i]), k.name,
+            EffectiveValue(k, aliases), pytorch_source, k.name,
             EffectiveValue(k, pytorch.values)));
       }
       k.copy(aliases, merged);
       origin[i] = ValueOrigin::kAlias;
       source[i] = alias_used[i];
+      set_by[i] = alias_used[i];
+      written[i] = alias_written[i];
       continue;
     } else if (from_pytorch) {
       k.copy(pytorch.values, merged);
       origin[i] = ValueOrigin::kAlias;
       source[i] = pytorch_source;
+      set_by[i] = absl::StrCat(pytorch.variable, " ", pytorch.key[i]);
+      written[i] = pytorch.written[i];
       continue;
     } else {
       origin[i] = ValueOrigin::kDefault;
@@ -679,10 +802,18 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
       absl::StrAppend(&source[i], " (overrides ", pytorch_source, ")");
     }
   }
-  if (!pytorch.unsupported.empty()) {
-    notes.insert(notes.begin(),
-                 absl::StrCat("keys gpualloc does not support, ignored: ",
-                              absl::StrJoin(pytorch.unsupported, ", ")));
+
+  // PyTorch's conventions: grow on demand, up to the whole device, where
+  // nobody set otherwise.
+  if (conventions == Conventions::kPytorch) {
+    if (origin[kPreallocateKey] == ValueOrigin::kDefault) {
+      merged.preallocate = false;
+      source[kPreallocateKey] = "default (PyTorch's)";
+    }
+    if (origin[kFractionKey] == ValueOrigin::kDefault) {
+      merged.memory_fraction = 1.0;
+      source[kFractionKey] = "default (PyTorch's)";
+    }
   }
 
   // The limit is one setting with two spellings: a fraction from a higher
@@ -710,29 +841,35 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
     }
   }
 
-  // Region sizes are whole minimum blocks: a granularity and a min_block
-  // that disagree could never allocate, on any device.
-  if (merged.growth_granularity && merged.min_block_size &&
-      *merged.growth_granularity % *merged.min_block_size != 0) {
-    const std::size_t g = kGranularityKey;
-    const std::size_t b = kMinBlockKey;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "granularity=", *merged.growth_granularity, " (", source[g],
-        ") is not a multiple of min_block=", *merged.min_block_size, " (",
-        source[b], "): region sizes are whole minimum blocks"));
-  }
-
   Config config;
   for (const KeyDescriptor& k : kKeys) k.apply(merged, config);
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
     config.settings.push_back(ConfigSetting{std::string(kKeys[i].name),
                                             kKeys[i].print(config), origin[i],
-                                            source[i]});
+                                            source[i], set_by[i], written[i]});
   }
-  if (!notes.empty()) {
-    config.warnings.push_back(absl::StrCat(
-        "gpualloc: ", pytorch.variable, ": ", absl::StrJoin(notes, "; "),
-        " (docs/ARCHITECTURE.md, \"PyTorch's variables\")"));
+
+  // Region sizes are whole minimum blocks: a granularity and a min_block
+  // that disagree could never allocate, on any device.
+  if (merged.growth_granularity && merged.min_block_size &&
+      *merged.growth_granularity % *merged.min_block_size != 0) {
+    const ConfigSetting& g = config.settings[kGranularityKey];
+    const ConfigSetting& b = config.settings[kMinBlockKey];
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_internal::AsSet(g), " is not a multiple of ",
+        config_internal::AsSet(b),
+        ": region sizes are whole minimum blocks; set ",
+        config_internal::NameToChange(g), " to a multiple of ",
+        *merged.min_block_size, " bytes, or ", config_internal::NameToChange(b),
+        " to a power of two that divides ", *merged.growth_granularity));
+  }
+
+  for (const std::string& note : notes) {
+    config.warnings.push_back(
+        absl::StrCat("gpualloc: ", pytorch.variable, ": ", note, kPytorchDocs));
+  }
+  for (std::string& line : jax_warnings) {
+    config.warnings.push_back(std::move(line));
   }
   for (const std::string& line : config.warnings) {
     config_internal::WarnOncePerProcess(line);
@@ -742,24 +879,116 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
 
 }  // namespace
 
+namespace config_internal {
+
+const ConfigSetting* FindSetting(const Config& config, absl::string_view key) {
+  for (const ConfigSetting& s : config.settings) {
+    if (s.key == key) return &s;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// A PyTorch entry's variable and key ("PYTORCH_CUDA_ALLOC_CONF", "backend"),
+// when `set_by` names one.
+std::optional<std::pair<absl::string_view, absl::string_view>> PytorchEntryOf(
+    absl::string_view set_by) {
+  for (absl::string_view variable : kPytorchVariables) {
+    absl::string_view rest = set_by;
+    if (absl::ConsumePrefix(&rest, variable) &&
+        absl::ConsumePrefix(&rest, " ")) {
+      return std::make_pair(variable, rest);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string AsSet(const ConfigSetting& s) {
+  if (s.set_by.empty()) {
+    return absl::StrCat(s.key, "=", s.value,
+                        s.source == "default (PyTorch's)"
+                            ? " (PyTorch's default)"
+                            : " (the default)");
+  }
+  if (PytorchEntryOf(s.set_by).has_value()) {
+    return absl::StrCat(s.set_by, ":", s.written);
+  }
+  return absl::StrCat(s.set_by, "=", Quoted(s.written));
+}
+
+std::string NameToChange(const ConfigSetting& s) {
+  if (s.set_by.empty()) {
+    const std::size_t i = KeyIndex(s.key);
+    if (i == kKeys.size()) return s.key;
+    return absl::StrCat(s.key, " (", kKeys[i].variable, ")");
+  }
+  absl::string_view rest = s.set_by;
+  if (absl::ConsumePrefix(&rest, "config string ")) {
+    return absl::StrCat(rest, " in the config string");
+  }
+  if (const auto entry = PytorchEntryOf(s.set_by)) {
+    return absl::StrCat(entry->second, " in ", entry->first);
+  }
+  return s.set_by;
+}
+
+std::string HowToReset(const ConfigSetting& s) {
+  if (s.set_by.empty()) return absl::StrCat("leave ", s.key, " as it is");
+  absl::string_view rest = s.set_by;
+  if (absl::ConsumePrefix(&rest, "config string ")) {
+    return absl::StrCat("remove ", rest, " from the config string");
+  }
+  if (absl::StartsWith(s.set_by, "option ")) {
+    return absl::StrCat("leave ", s.set_by, " unset");
+  }
+  if (const auto entry = PytorchEntryOf(s.set_by)) {
+    return absl::StrCat("remove ", entry->second, " from ", entry->first);
+  }
+  return absl::StrCat("unset ", s.set_by);
+}
+
+}  // namespace config_internal
+
+std::vector<ConfigKeyInfo> ConfigKeys() {
+  std::vector<ConfigKeyInfo> keys;
+  for (const KeyDescriptor& k : kKeys) {
+    ConfigKeyInfo info{k.name, k.variable, k.values, {}};
+    for (absl::string_view alias : k.aliases) {
+      if (!alias.empty()) info.aliases.push_back(alias);
+    }
+    keys.push_back(std::move(info));
+  }
+  return keys;
+}
+
+absl::StatusOr<std::uint64_t> ParseSize(absl::string_view text,
+                                        absl::string_view what) {
+  const Where where{std::string(what), ""};
+  const absl::string_view value = absl::StripAsciiWhitespace(text);
+  if (value.empty()) return Bad(where, text, "empty; expected a size");
+  return ParseSizeAt(value, where);
+}
+
+absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text) {
+  return ParseString(text, nullptr);
+}
+
 absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
-                                     const EnvLookup& env) {
-  return Resolve(overrides, env, "option");
+                                     const EnvLookup& env,
+                                     Conventions conventions) {
+  return Resolve(overrides, env, "option", nullptr, conventions);
 }
 
 absl::StatusOr<Config> ResolveConfig(absl::string_view config_string,
-                                     const EnvLookup& env) {
+                                     const EnvLookup& env,
+                                     Conventions conventions) {
+  PerKey written;
   GPUALLOC_ASSIGN_OR_RETURN(ConfigOverrides overrides,
-                            ParseConfigString(config_string));
-  GPUALLOC_ASSIGN_OR_RETURN(Config config,
-                            Resolve(overrides, env, "config string"));
-  for (ConfigSetting& s : config.settings) {
-    if (s.origin == ValueOrigin::kOption) {
-      s.source =
-          absl::StrCat("config string", absl::StripPrefix(s.source, "option"));
-    }
-  }
-  return config;
+                            ParseString(config_string, &written));
+  return Resolve(overrides, env, "config string", &written, conventions);
 }
 
 }  // namespace gpualloc

@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
 #include "gpualloc/arch.h"
+#include "gpualloc/config.h"
 
 namespace gpualloc {
 
@@ -129,7 +130,9 @@ absl::Status CheckFraction(double f, absl::string_view value,
                            const Where& where) {
   // !(f > 0) also catches NaN from programmatic options.
   if (!std::isfinite(f) || !(f > 0) || f > 1) {
-    return Bad(where, value, "not in (0, 1]");
+    return Bad(where, value,
+               "not in (0, 1] (a fraction of the device's total memory, e.g. "
+               "0.75)");
   }
   return absl::OkStatus();
 }
@@ -243,7 +246,9 @@ absl::StatusOr<std::uint64_t> ParseSizeAt(absl::string_view text,
     }
   }
   const auto overflow = [&] {
-    return Bad(where, text, "does not fit in 64 bits of bytes");
+    return Bad(where, text,
+               "does not fit in 64 bits of bytes (at most 16 EiB); give a "
+               "smaller size");
   };
   const std::optional<std::uint64_t> integer = ParseDigits(decimal->integer);
   if (!integer.has_value()) return overflow();
@@ -262,11 +267,14 @@ absl::StatusOr<std::uint64_t> ParseSizeAt(absl::string_view text,
     const std::optional<std::uint64_t> frac = ParseDigits(fraction);
     const std::optional<std::uint64_t> scale = Pow10(fraction.size());
     if (!frac.has_value() || !scale.has_value()) {
-      return Bad(where, text, "too many digits after the decimal point");
+      return Bad(where, text,
+                 "too many digits after the decimal point; give fewer");
     }
     const std::uint64_t g = std::gcd(unit, *scale);
     if (*frac % (*scale / g) != 0) {
-      return Bad(where, text, "not a whole number of bytes");
+      return Bad(where, text,
+                 "not a whole number of bytes; give a size that is (1.5GiB, "
+                 "not 1.5B)");
     }
     const std::optional<std::uint64_t> p =
         Multiply(*frac / (*scale / g), unit / g);
@@ -299,7 +307,9 @@ absl::StatusOr<std::uint64_t> ParsePositiveSize(absl::string_view value,
 absl::Status CheckMinBlock(std::uint64_t bytes, absl::string_view value,
                            const Where& where) {
   if (bytes < 16 || (bytes & (bytes - 1)) != 0) {
-    return Bad(where, value, "not a power of two of at least 16 bytes");
+    return Bad(where, value,
+               "not a power of two of at least 16 bytes (e.g. 256, 512 or "
+               "4KiB)");
   }
   return absl::OkStatus();
 }
@@ -417,12 +427,17 @@ absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
       if (text[end] == '[') {
         ++depth;
       } else if (text[end] == ']') {
-        if (--depth < 0) return error(entry, "']' without '['");
+        if (--depth < 0) {
+          return error(entry,
+                       "']' without '[' (a list is written key:[a:b,c:d])");
+        }
       } else if (text[end] == ',' && depth == 0) {
         break;
       }
     }
-    if (depth != 0) return error(entry, "'[' without ']'");
+    if (depth != 0) {
+      return error(entry, "'[' without ']' (a list is written key:[a:b,c:d])");
+    }
     const absl::string_view item =
         absl::StripAsciiWhitespace(text.substr(start, end - start));
     start = end + 1;
@@ -436,15 +451,19 @@ absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
     e.key = std::string(absl::StripAsciiWhitespace(item.substr(0, colon)));
     e.value = std::string(absl::StripAsciiWhitespace(item.substr(colon + 1)));
     e.entry = entry;
-    if (e.key.empty()) return error(entry, "empty key before ':'");
+    if (e.key.empty()) {
+      return error(entry, "empty key before ':' (expected key:value)");
+    }
     if (e.value.empty()) {
-      return error(entry, absl::StrCat("empty value for ", e.key));
+      return error(entry, absl::StrCat("empty value for ", e.key,
+                                       " (expected key:value; remove the "
+                                       "entry to leave it out)"));
     }
     for (const PytorchEntry& seen : entries) {
       if (seen.key == e.key) {
-        return error(entry,
-                     absl::StrCat("duplicate key \"", e.key,
-                                  "\" (first set by entry ", seen.entry, ")"));
+        return error(entry, absl::StrCat("duplicate key \"", e.key,
+                                         "\" (first set by entry ", seen.entry,
+                                         "); set it once"));
       }
     }
     entries.push_back(std::move(e));
@@ -454,70 +473,160 @@ absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
 
 namespace {
 
+// PyTorch's booleans: True or False, exactly (c10's ConfigTokenizer::toBool).
+absl::StatusOr<bool> PytorchTrueFalse(absl::string_view value,
+                                      const Where& where) {
+  if (value == "True") return true;
+  if (value == "False") return false;
+  return Bad(where, value,
+             "not True or False (PyTorch takes only these two spellings)");
+}
+
 // expandable_segments:True|False -> expandable=true|false.
-absl::StatusOr<std::string> PytorchBool(absl::string_view value,
-                                        const Where& where) {
-  GPUALLOC_ASSIGN_OR_RETURN(const bool b, ParseBool(value, where));
+absl::StatusOr<std::string> PytorchExpandable(absl::string_view value,
+                                              const Where& where) {
+  GPUALLOC_ASSIGN_OR_RETURN(const bool b, PytorchTrueFalse(value, where));
   return std::string(b ? "true" : "false");
 }
 
-// garbage_collection_threshold:T, 0 < T < 1 -> gc=true. gpualloc's collection
-// has no threshold: it runs on out of memory, whatever T is.
+// garbage_collection_threshold:T, 0 < T < 1 (PyTorch's range) ->
+// gc_threshold=T.
 absl::StatusOr<std::string> PytorchGcThreshold(absl::string_view value,
                                                const Where& where) {
   const absl::StatusOr<double> t = ParseFraction(value, where);
   if (!t.ok() || *t >= 1) {
-    return Bad(where, value, "not a decimal number in (0, 1)");
+    return Bad(where, value,
+               "not a decimal number in (0, 1), PyTorch's range (e.g. 0.8: "
+               "give cached memory back before reserving more than 80% of "
+               "the limit)");
   }
-  return std::string("true");
+  return FormatFraction(*t);
 }
 
 // per_process_memory_fraction:F -> mem_fraction=F (of total memory in both).
+// PyTorch takes [0, 1]; 0 would allow no memory at all, which gpualloc
+// refuses as it refuses mem_fraction=0.
 absl::StatusOr<std::string> PytorchFraction(absl::string_view value,
                                             const Where& where) {
-  GPUALLOC_ASSIGN_OR_RETURN(const double f, ParseFraction(value, where));
-  return FormatFraction(f);
+  const absl::StatusOr<double> f = ParseFraction(value, where);
+  if (!f.ok()) {
+    if (SplitDecimal(value).has_value()) {  // 0, or above 1
+      return Bad(where, value,
+                 "not in (0, 1]: a fraction of the device's total memory "
+                 "(PyTorch takes 0 too, but it allows no memory at all); set "
+                 "a fraction such as 0.9, or remove the key for no cap");
+    }
+    return f.status();
+  }
+  return FormatFraction(*f);
 }
 
-// backend:native|cudaMallocAsync -> allocator=bfc|async.
-constexpr std::array<std::pair<absl::string_view, absl::string_view>, 3>
-    kPytorchBackends = {{{"native", "bfc"},
-                         {"cudaMallocAsync", "async"},
-                         {"hipMallocAsync", "async"}}};
+// backend:native|cudaMallocAsync|hipMallocAsync -> allocator=bfc|async, in
+// PyTorch's spelling exactly (ROCm builds take both async names).
 absl::StatusOr<std::string> PytorchBackend(absl::string_view value,
                                            const Where& where) {
-  GPUALLOC_ASSIGN_OR_RETURN(const absl::string_view mode,
-                            ParseKeyword(value, where, kPytorchBackends));
-  return std::string(mode);
+  if (value == "native") return std::string("bfc");
+  if (value == "cudaMallocAsync" || value == "hipMallocAsync") {
+    return std::string("async");
+  }
+  return Bad(where, value,
+             "not native, cudaMallocAsync or hipMallocAsync (PyTorch's "
+             "spellings; native is gpualloc's bfc, the others its async)");
 }
 
-// roundup_power2_divisions:N -> size_divisions=N; 1, PyTorch's "no
-// rounding" as 0 is, -> 0. The list form ("[256:1,512:2,>:8]", divisions per
-// size range) is not supported.
+// roundup_power2_divisions:N, a power of two as PyTorch requires ->
+// size_divisions=N; 1, one division (no rounding), -> 0. The list form
+// ("[256:1,512:2,>:8]", divisions per size range) is not supported.
 absl::StatusOr<std::string> PytorchDivisions(absl::string_view value,
                                              const Where& where) {
   if (absl::StartsWith(value, "[")) {
     return absl::UnimplementedError(
-        "its list form; the integer form roundup_power2_divisions:N is "
-        "supported");
+        "its list form gives each size range its own number of divisions; "
+        "gpualloc rounds every size with one number: use "
+        "roundup_power2_divisions:N or GPUALLOC_SIZE_DIVISIONS");
   }
-  if (Decimal(value) == 1) return std::string("0");
-  GPUALLOC_ASSIGN_OR_RETURN(const std::uint32_t n,
-                            ParseSizeDivisions(value, where));
-  return absl::StrCat(n);
+  const std::optional<std::uint64_t> n = Decimal(value);
+  if (!n.has_value() || !std::has_single_bit(*n)) {
+    return Bad(where, value,
+               "not a power of two (PyTorch's rule; 1 is no rounding, 4 "
+               "rounds each size up to a quarter of its power of two)");
+  }
+  if (*n == 1) return std::string("0");
+  if (*n > 64) {
+    return Bad(where, value,
+               "more than 64 divisions, which gpualloc does not round to "
+               "(its chunk rounding takes 2 to 64); use 64 or less");
+  }
+  return absl::StrCat(*n);
 }
 
 }  // namespace
 
 const std::vector<PytorchKey>& PytorchKeys() {
+  using K = PytorchKeyKind;
   static const std::vector<PytorchKey> keys = {
-      {"expandable_segments", "expandable", PytorchBool},
-      {"garbage_collection_threshold", "gc", PytorchGcThreshold},
-      {"per_process_memory_fraction", "mem_fraction", PytorchFraction},
-      {"backend", "allocator", PytorchBackend},
-      {"roundup_power2_divisions", "size_divisions", PytorchDivisions},
+      {"expandable_segments", K::kMapped, "expandable", PytorchExpandable, ""},
+      {"garbage_collection_threshold", K::kMapped, "gc_threshold",
+       PytorchGcThreshold, ""},
+      {"per_process_memory_fraction", K::kMapped, "mem_fraction",
+       PytorchFraction, ""},
+      {"backend", K::kMapped, "allocator", PytorchBackend, ""},
+      {"roundup_power2_divisions", K::kMapped, "size_divisions",
+       PytorchDivisions, ""},
+      {"max_split_size_mb", K::kUnsupported, "", nullptr,
+       "PyTorch never splits cached blocks above this size and keeps smaller "
+       "requests out of them; gpualloc's BFC splits any free chunk and has "
+       "no such size. The nearest setting, GPUALLOC_SPLIT_BOUND, keeps a "
+       "surplus up to its size unsplit with each allocation, which is not "
+       "the same"},
+      {"max_non_split_rounding_mb", K::kUnsupported, "", nullptr,
+       "PyTorch lets a request take a whole cached block up to this much "
+       "larger when max_split_size_mb keeps the block from being split; "
+       "gpualloc has no unsplit blocks. The nearest setting is "
+       "GPUALLOC_SPLIT_BOUND (a surplus up to its size stays with the "
+       "allocation)"},
+      {"large_segment_size_mb", K::kUnsupported, "", nullptr,
+       "PyTorch packs allocations of 1 to 10 MiB into segments of this size; "
+       "gpualloc sizes regions by its growth granularity and policy "
+       "(GPUALLOC_GRANULARITY, GPUALLOC_GROWTH)"},
+      {"release_lock_on_cudamalloc", K::kUnsupported, "", nullptr,
+       "PyTorch releases its allocator lock while cudaMalloc runs; "
+       "gpualloc's locking has no such switch"},
+      {"release_lock_on_hipmalloc", K::kUnsupported, "", nullptr,
+       "PyTorch releases its allocator lock while hipMalloc runs; "
+       "gpualloc's locking has no such switch"},
+      {"graph_capture_record_stream_reuse", K::kUnsupported, "", nullptr,
+       "a rule of PyTorch's allocator for blocks used on other streams "
+       "during graph capture; gpualloc orders such reuse itself "
+       "(GPUALLOC_CROSS_STREAM)"},
+      {"throw_on_cudamalloc_oom", K::kUnsupported, "", nullptr,
+       "PyTorch fails an allocation before cudaMalloc when it would likely "
+       "fail; gpualloc checks its own limit before asking the device "
+       "(GPUALLOC_MEM_LIMIT, GPUALLOC_MEM_FRACTION)"},
+      {"expandable_segments_reserve", K::kUnsupported, "", nullptr,
+       "the address space PyTorch's expandable segments reserve; gpualloc "
+       "reserves four times the device's memory once, with no setting"},
+      {"expandable_segments_reserve_by_class", K::kUnsupported, "", nullptr,
+       "the address space PyTorch's expandable segments reserve per stream "
+       "class; gpualloc reserves four times the device's memory once, with "
+       "no setting"},
+      {"pinned_use_cuda_host_register", K::kHost, "", nullptr, ""},
+      {"pinned_use_hip_host_register", K::kHost, "", nullptr, ""},
+      {"pinned_num_register_threads", K::kHost, "", nullptr, ""},
+      {"pinned_use_background_threads", K::kHost, "", nullptr, ""},
+      {"pinned_reserve_segment_size_mb", K::kHost, "", nullptr, ""},
+      {"pinned_free_catch_all", K::kHost, "", nullptr, ""},
   };
   return keys;
+}
+
+const std::vector<JaxVariable>& UnreadJaxVariables() {
+  static const std::vector<JaxVariable> variables = {
+      {"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB",
+       "it sizes XLA's separate pool for collectives' user buffers (NCCL), "
+       "not the device allocator gpualloc stands for"},
+  };
+  return variables;
 }
 
 // Edit distance between two names (insertions, deletions, substitutions).

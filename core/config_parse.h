@@ -168,20 +168,61 @@ struct PytorchEntry {
 absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
     absl::string_view text, absl::string_view variable);
 
-// A PyTorch key that has a meaning in gpualloc: the gpualloc key it sets and
-// how its value reads as that key's value (configuration-string text).
-// `translate` answers Unimplemented for a form of the value gpualloc cannot
-// honour (roundup_power2_divisions' list form): the key is then reported as
-// not supported, with the message.
+// What gpualloc does with a key of PyTorch's allocator configuration.
+enum class PytorchKeyKind {
+  // It sets a gpualloc key (`key`, its value through `translate`).
+  kMapped,
+  // PyTorch's caching allocator has it and gpualloc has no equivalent: it is
+  // named in a warning with `why` (why, and the nearest gpualloc setting).
+  kUnsupported,
+  // PyTorch's pinned host-memory allocator reads it; a device allocator does
+  // not replace that one, so it still takes effect: the warning says so.
+  kHost,
+};
+
+// A key of PyTorch's allocator configuration (c10's AllocatorConfig and
+// CUDAAllocatorConfig). For kMapped, `translate` reads the value as the
+// gpualloc key's (configuration-string text), with PyTorch's spellings; it
+// answers Unimplemented for a form of the value gpualloc cannot honour
+// (roundup_power2_divisions' list form): the entry is then reported as not
+// supported, with the message.
 struct PytorchKey {
   absl::string_view name;  // "expandable_segments"
-  absl::string_view key;   // "expandable"
+  PytorchKeyKind kind = PytorchKeyKind::kMapped;
+  absl::string_view key;  // kMapped: "expandable"
   absl::StatusOr<std::string> (*translate)(absl::string_view value,
-                                           const Where& where);
+                                           const Where& where) = nullptr;
+  absl::string_view why;  // kUnsupported
 };
-// Every such key (docs/ARCHITECTURE.md, "PyTorch's variables"); any other
-// PyTorch key is reported as not supported.
+// Every key PyTorch knows (docs/ARCHITECTURE.md, "PyTorch's variables"); any
+// other is reported as no PyTorch key, with the closest one.
 const std::vector<PytorchKey>& PytorchKeys();
+
+// JAX's XLA_PYTHON_CLIENT_* variables gpualloc does not read, with why (the
+// ones it reads are the aliases of config.h's table).
+struct JaxVariable {
+  absl::string_view name;
+  absl::string_view why;
+};
+const std::vector<JaxVariable>& UnreadJaxVariables();
+
+// ---------------------------------------------------- naming what was set
+
+// The setting of `key` in `config`; null when there is none.
+const ConfigSetting* FindSetting(const Config& config, absl::string_view key);
+// The setting as the user wrote it, for messages:
+// `GPUALLOC_GRANULARITY="4KiB"`, `config string granularity="4KiB"`,
+// `PYTORCH_CUDA_ALLOC_CONF garbage_collection_threshold:0.8`; a default as
+// `granularity=profile (the default)`.
+std::string AsSet(const ConfigSetting& s);
+// The name a fix changes: "GPUALLOC_GRANULARITY", "granularity in the config
+// string", "garbage_collection_threshold in PYTORCH_CUDA_ALLOC_CONF"; for a
+// default, the key and its variable ("granularity (GPUALLOC_GRANULARITY)").
+std::string NameToChange(const ConfigSetting& s);
+// How to take the default instead: "unset GPUALLOC_GRANULARITY", "remove
+// granularity from the config string", "remove garbage_collection_threshold
+// from PYTORCH_CUDA_ALLOC_CONF", "leave option granularity unset".
+std::string HowToReset(const ConfigSetting& s);
 
 template <typename T, std::size_t N>
 std::string KeywordName(

@@ -79,18 +79,21 @@ class ExpandableRegions final : public RegionSource {
           "no hole of the reserved range of %d bytes can take %d more bytes",
           space_.size(), needed));
     }
-    // Under pressure only: when mapping the plan would pass the limit, free
-    // granules elsewhere (which could not serve this request) are unmapped
-    // first, the smallest free runs first, until it fits; the free memory
-    // the plan joins stays. Below the limit nothing is unmapped: a repeated
-    // step finds that memory again, and unmapping it would cost device calls
-    // now and again when it is needed next (PyTorch's expandable segments
-    // also unmap only on empty_cache and out of memory).
+    // Under pressure only: when mapping the plan would pass the limit (or
+    // gc_threshold x the limit), free granules elsewhere (which could not
+    // serve this request) are unmapped first, the smallest free runs first,
+    // until it fits; the free memory the plan joins stays. Below that
+    // nothing is unmapped: a repeated step finds that memory again, and
+    // unmapping it would cost device calls now and again when it is needed
+    // next (PyTorch's expandable segments also unmap only on empty_cache,
+    // out of memory and past garbage_collection_threshold).
+    const std::uint64_t give_back_above =
+        GiveBackAbove(c_.resolved.limit, c_.resolved.options.gc_threshold);
     if (c_.resolved.options.trim_before_growth && !c_.capturing &&
-        Physical() + plan->bytes > c_.resolved.limit) {
+        Physical() + plan->bytes > give_back_above) {
       GPUALLOC_RETURN_IF_ERROR(
           UnmapFree(plan->address, plan->address + plan->bytes, &stream,
-                    Physical() + plan->bytes - c_.resolved.limit));
+                    Physical() + plan->bytes - give_back_above));
     }
     const std::uint64_t reserved = Physical();
     if (reserved + plan->bytes > c_.resolved.limit) {

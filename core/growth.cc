@@ -27,6 +27,12 @@ std::vector<std::uint64_t> GrowthCandidates(const GrowthRequest& r) {
   return sizes;
 }
 
+std::uint64_t GiveBackAbove(std::uint64_t limit, double gc_threshold) {
+  if (!(gc_threshold > 0 && gc_threshold < 1)) return limit;
+  // As PyTorch computes its threshold: T x the allowed memory, truncated.
+  return static_cast<std::uint64_t>(gc_threshold * static_cast<double>(limit));
+}
+
 std::uint64_t NextRegionSize(std::uint64_t granted,
                              std::uint64_t current_next) {
   const std::uint64_t doubled =

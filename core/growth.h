@@ -31,6 +31,11 @@ struct GrowthRequest {
 // REQUIRES: granularity > 0; reserved <= limit.
 std::vector<std::uint64_t> GrowthCandidates(const GrowthRequest& request);
 
+// The bytes reserved past which a growth first gives free memory back
+// (Options::trim_before_growth): the limit, or with a gc_threshold T in
+// (0, 1) (PyTorch's garbage_collection_threshold) T x the limit.
+std::uint64_t GiveBackAbove(std::uint64_t limit, double gc_threshold);
+
 // kDoubling's next_region_size after a region of `granted` bytes was added.
 std::uint64_t NextRegionSize(std::uint64_t granted, std::uint64_t current_next);
 

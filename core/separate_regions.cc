@@ -36,17 +36,20 @@ class SeparateRegions final : public RegionSource {
   // Tries the growth candidates, largest first. OK when a region was added.
   absl::Status Grow(std::uint64_t needed, Stream stream) override {
     // Under pressure only: when the smallest region that holds the request
-    // would pass the limit, fully free regions (none of which could serve
-    // it) go back first, largest first, until it fits. Below the limit they
-    // stay: a repeated step finds them again, and freeing them would cost a
-    // device call now and another when they are needed next.
+    // would pass the limit (or gc_threshold x the limit), fully free regions
+    // (none of which could serve it) go back first, largest first, until it
+    // fits. Below that they stay: a repeated step finds them again, and
+    // freeing them would cost a device call now and another when they are
+    // needed next.
     const std::uint64_t smallest =
         RoundUpToMultiple(needed, c_.resolved.granularity);
     const std::uint64_t reserved = c_.core.counters().bytes_reserved;
+    const std::uint64_t give_back_above =
+        GiveBackAbove(c_.resolved.limit, c_.resolved.options.gc_threshold);
     if (c_.resolved.options.trim_before_growth && !c_.capturing &&
-        reserved + smallest > c_.resolved.limit) {
+        reserved + smallest > give_back_above) {
       GPUALLOC_RETURN_IF_ERROR(
-          ReleaseFreeRegions(&stream, reserved + smallest - c_.resolved.limit));
+          ReleaseFreeRegions(&stream, reserved + smallest - give_back_above));
     }
     GrowthRequest request;
     request.needed = needed;

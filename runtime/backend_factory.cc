@@ -12,17 +12,21 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "backends/vendor_backends.h"
+#include "core/config_parse.h"
+#include "core/format_bytes.h"
 #include "core/options.h"
 #include "gpualloc/sim_backend.h"
 
@@ -34,7 +38,8 @@ std::string FromWhere(const Config& config, absl::string_view key) {
     if (s.key != key) continue;
     switch (s.origin) {
       case ValueOrigin::kDefault:
-        return " (the default)";
+        return s.source == "default (PyTorch's)" ? " (PyTorch's default)"
+                                                 : " (the default)";
       case ValueOrigin::kOption:
         return absl::StrCat(" (from the ", s.source, ")");
       case ValueOrigin::kVariable:
@@ -124,46 +129,116 @@ absl::StatusOr<T> TryVendors(const Config& config, Fn&& fn) {
 
 namespace runtime {
 
+namespace {
+
+using config_internal::AsSet;
+using config_internal::FindSetting;
+using config_internal::HowToReset;
+using config_internal::NameToChange;
+
+// How key `key` was set (AsSet); "key=value" when the configuration has no
+// such setting (a Config a program built by hand).
+std::string SettingAsSet(const Config& config, absl::string_view key,
+                         absl::string_view value) {
+  const ConfigSetting* s = FindSetting(config, key);
+  return s != nullptr ? AsSet(*s) : absl::StrCat(key, "=", value);
+}
+std::string SettingReset(const Config& config, absl::string_view key) {
+  const ConfigSetting* s = FindSetting(config, key);
+  return s != nullptr ? HowToReset(*s) : absl::StrCat("unset ", key);
+}
+std::string SettingName(const Config& config, absl::string_view key) {
+  const ConfigSetting* s = FindSetting(config, key);
+  return s != nullptr ? NameToChange(*s) : std::string(key);
+}
+
+}  // namespace
+
 // What the configuration alone rules out for its backend.
 absl::Status CheckBackendChoice(const Config& config) {
+  const std::string backend = std::string(BackendKindName(config.backend));
   if (config.device_memory != 0 && config.backend != BackendKind::kSim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device_memory=", config.device_memory,
-        FromWhere(config, "device_memory"),
-        " sizes the simulated device only, but backend=",
-        BackendKindName(config.backend), FromWhere(config, "backend"),
-        "; set backend=sim or unset device_memory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(SettingAsSet(config, "device_memory",
+                                  absl::StrCat(config.device_memory)),
+                     " sizes the simulated device (backend=sim) only, and ",
+                     SettingAsSet(config, "backend", backend),
+                     " selects another; set ", SettingName(config, "backend"),
+                     " to sim, or ", SettingReset(config, "device_memory")));
   }
   // Only AMD devices have fine-grained device memory.
   if (config.memory_kind == MemoryKind::kFine &&
       (config.backend == BackendKind::kSim ||
        config.backend == BackendKind::kCuda)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "memory_kind=fine", FromWhere(config, "memory_kind"),
-        " (AMD fine-grained memory) needs backend=hip, but backend=",
-        BackendKindName(config.backend), FromWhere(config, "backend"),
-        "; set backend=hip or memory_kind=coarse"));
+        SettingAsSet(config, "memory_kind", "fine"),
+        " (AMD fine-grained memory) needs backend=hip, and ",
+        SettingAsSet(config, "backend", backend), " selects another; set ",
+        SettingName(config, "backend"), " to hip, or ",
+        SettingReset(config, "memory_kind"), " (coarse)"));
   }
   return absl::OkStatus();
 }
 
-// The configuration key of an Options field, for messages.
-static absl::string_view KeyOfOptionsField(absl::string_view field) {
-  static constexpr std::pair<absl::string_view, absl::string_view> kKeys[] = {
-      {"growth_granularity", "granularity"},
-      {"min_block_size", "min_block"},
-      {"memory_fraction", "mem_fraction"},
-      {"memory_limit", "mem_limit"},
-      {"max_internal_fragmentation", "split_bound"},
-      {"size_divisions", "size_divisions"},
-      {"history", "history"},
-      {"expandable", "expandable"},
-      {"arch", "arch"},
-  };
-  for (const auto& [f, key] : kKeys) {
-    if (f == field) return key;
+absl::Status RestateOptionsError(const Config& config,
+                                 const absl::Status& status,
+                                 const DeviceInfo* device) {
+  const std::optional<core::OptionsProblem> problem =
+      core::OptionsProblemOf(status);
+  if (!problem.has_value()) return status;
+  // The setting behind each field, when the configuration has one.
+  std::vector<const ConfigSetting*> settings;
+  for (const core::OptionsField& f : problem->fields) {
+    const absl::string_view key = core::ConfigKeyOfField(f.field);
+    settings.push_back(key.empty() ? nullptr : FindSetting(config, key));
   }
-  return "";
+  std::string message = core::RenderOptionsProblem(
+      *problem,
+      [&](std::size_t i) {
+        const core::OptionsField& f = problem->fields[i];
+        const ConfigSetting* s = settings[i];
+        if (s == nullptr)
+          return absl::StrCat("Options.", f.field, "=", f.value);
+        // Left to its default: the value the check used, which the profile
+        // or the device gave.
+        if (s->set_by.empty() && !f.derived.empty()) {
+          return absl::StrCat(f.derived, " ", s->key, "=", f.value);
+        }
+        return AsSet(*s);
+      },
+      [&](std::size_t i) {
+        const ConfigSetting* s = settings[i];
+        return s != nullptr
+                   ? NameToChange(*s)
+                   : absl::StrCat("Options.", problem->fields[i].field);
+      },
+      [&](std::size_t i) {
+        const ConfigSetting* s = settings[i];
+        return s != nullptr
+                   ? HowToReset(*s)
+                   : absl::StrCat("reset Options.", problem->fields[i].field);
+      });
+  if (device != nullptr) {
+    absl::StrAppend(&message, " (device ", device->ordinal, ": ", device->name,
+                    ", ", device->total_bytes, " bytes (",
+                    core::FormatBytes(device->total_bytes), ")");
+    const ConfigSetting* memory = FindSetting(config, "device_memory");
+    if (config.device_memory != 0 && memory != nullptr) {
+      absl::StrAppend(&message, " as ", AsSet(*memory), " sets");
+    }
+    absl::StrAppend(&message, ")");
+  }
+  absl::Status restated(status.code(), message);
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+    restated.SetPayload(url, payload);
+  });
+  return restated;
+}
+
+absl::Status CheckWithoutDevice(const Config& config) {
+  if (absl::Status s = CheckBackendChoice(config); !s.ok()) return s;
+  return RestateOptionsError(config, core::CheckOptions(config.options),
+                             nullptr);
 }
 
 // The simulated device needs no device call: creating it and checking the
@@ -171,52 +246,49 @@ static absl::string_view KeyOfOptionsField(absl::string_view field) {
 // allocate (device_memory=255, granularity=3, min_block=2^63) into an error
 // naming the key, instead of an error on every later allocation.
 absl::Status CheckOnSimulatedDevice(const Config& config) {
-  std::string device_memory;
-  if (config.device_memory != 0) {
-    device_memory = absl::StrCat("device_memory=", config.device_memory,
-                                 FromWhere(config, "device_memory"));
+  // The simulated device's own size rules, named after what set them.
+  const std::string arch =
+      config.options.arch.empty() || config.options.arch == "auto"
+          ? std::string(kDefaultSimProfile)
+          : config.options.arch;
+  if (absl::StatusOr<const ArchProfile*> profile = FindArchProfile(arch);
+      profile.ok()) {
+    const std::uint64_t alignment = (*profile)->allocation_alignment;
+    if (config.device_memory != 0 && alignment != 0 &&
+        config.device_memory % alignment != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(SettingAsSet(config, "device_memory",
+                                    absl::StrCat(config.device_memory)),
+                       " is not a multiple of the simulated ", arch,
+                       "'s allocation alignment, ", alignment, " bytes; set ",
+                       SettingName(config, "device_memory"),
+                       " to a multiple of ", alignment, " bytes (e.g. 80GB)"));
+    }
+    if (config.device_memory == 0 && (*profile)->memory_bytes == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(SettingAsSet(config, "arch", arch),
+                       " is a generic profile with no "
+                       "memory size, which the simulated device needs; set ",
+                       SettingName(config, "device_memory"),
+                       " (e.g. 80GB), or ", SettingName(config, "arch"),
+                       " to a profile with one (h100, "
+                       "h200, mi300x, ...)"));
+    }
   }
   absl::StatusOr<std::shared_ptr<Backend>> backend = CreateBackend(config, 0);
   if (!backend.ok()) {
-    if (device_memory.empty()) return backend.status();
+    if (config.device_memory == 0) return backend.status();
     return absl::Status(
         backend.status().code(),
-        absl::StrCat(device_memory, ": ", backend.status().message()));
+        absl::StrCat(SettingAsSet(config, "device_memory",
+                                  absl::StrCat(config.device_memory)),
+                     ": ", backend.status().message()));
   }
   const DeviceInfo& device = (*backend)->info();
   absl::StatusOr<core::ResolvedOptions> resolved =
       core::ResolveOptions(config.options, device);
   if (resolved.ok()) return absl::OkStatus();
-  // "Options.<field>: why" -> "<key>=<value> (from ...): why".
-  absl::string_view message = resolved.status().message();
-  std::string what;
-  if (absl::ConsumePrefix(&message, "Options.")) {
-    const std::size_t colon = message.find(": ");
-    const absl::string_view key =
-        colon == absl::string_view::npos
-            ? absl::string_view()
-            : KeyOfOptionsField(message.substr(0, colon));
-    for (const ConfigSetting& s : config.settings) {
-      if (!key.empty() && s.key == key) {
-        what = absl::StrCat(key, "=", s.value, FromWhere(config, key), ":");
-        message.remove_prefix(colon + 2);
-      }
-    }
-    // The profile's granularity against a min_block that was set: the
-    // setting is what is wrong.
-    if (key == "granularity" && config.options.growth_granularity == 0 &&
-        config.options.min_block_size != 0) {
-      what = absl::StrCat("min_block=", config.options.min_block_size,
-                          FromWhere(config, "min_block"),
-                          ": the growth granularity");
-    }
-  }
-  if (what.empty()) what = "the configuration:";
-  return absl::Status(
-      resolved.status().code(),
-      absl::StrCat(what, " ", message, " (on the ", device.name, ", ",
-                   device.total_bytes, " bytes",
-                   device_memory.empty() ? "" : ", ", device_memory, ")"));
+  return RestateOptionsError(config, resolved.status(), &device);
 }
 
 }  // namespace runtime

@@ -19,6 +19,21 @@ namespace gpualloc::runtime {
 // without backend=sim, memory_kind=fine without backend=hip.
 absl::Status CheckBackendChoice(const Config& config);
 
+// An error of core::ResolveOptions or CreateAllocator about
+// `config.options`, restated in the configuration's terms: the key or
+// variable that set each field and its value as written
+// (`GPUALLOC_GRANULARITY="4KiB"`), and the fix in those terms; with `device`,
+// which device it was checked against. Any other status is returned as it
+// is.
+absl::Status RestateOptionsError(const Config& config,
+                                 const absl::Status& status,
+                                 const DeviceInfo* device);
+
+// Everything that can be checked without a device: CheckBackendChoice and
+// the option checks that need no device (core::CheckOptions: a setting that
+// belongs to allocator=bfc with another mode), restated.
+absl::Status CheckWithoutDevice(const Config& config);
+
 // The simulated device needs no device call, so a configuration that could
 // never allocate on it (device_memory=255, granularity=3, min_block=2^63) is
 // an error naming the key at creation.

@@ -46,9 +46,14 @@ class DeviceRegistryImpl final : public DeviceRegistry {
       return absl::InternalError(absl::StrCat(
           "the backend factory returned no backend for device ", ordinal));
     }
+    const DeviceInfo device = (*backend)->info();
     absl::StatusOr<std::unique_ptr<Allocator>> allocator =
         CreateAllocator(config_.options, std::move(*backend));
-    if (!allocator.ok()) return allocator.status();
+    if (!allocator.ok()) {
+      // The options are checked against the device only here, at its first
+      // use (on a GPU): the error names what the user set.
+      return runtime::RestateOptionsError(config_, allocator.status(), &device);
+    }
     slot.allocator = std::move(*allocator);
     slot.ready.store(slot.allocator.get(), std::memory_order_release);
     return slot.allocator.get();
@@ -81,8 +86,9 @@ absl::StatusOr<std::unique_ptr<DeviceRegistry>> DeviceRegistry::Create(
   }
   if (factory == nullptr) {
     // What can be checked without a device call fails here, at creation,
-    // rather than on every Get.
-    if (absl::Status s = runtime::CheckBackendChoice(config); !s.ok()) return s;
+    // rather than on every Get: on every backend, a setting that belongs to
+    // allocator=bfc with another mode.
+    if (absl::Status s = runtime::CheckWithoutDevice(config); !s.ok()) return s;
     if (config.backend == BackendKind::kSim) {
       if (absl::Status s = runtime::CheckOnSimulatedDevice(config); !s.ok())
         return s;

@@ -38,7 +38,6 @@
 #include "gpualloc/registry.h"
 #include "gpualloc/snapshot_json.h"
 #include "gpualloc/torch_snapshot.h"
-#include "runtime/backend_factory.h"
 
 // The handle: the registry, plus which devices were used (for
 // gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators), and
@@ -193,54 +192,18 @@ absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device) {
   return a;
 }
 
-using runtime::FromWhere;
-
-std::string ValueOf(const Config& config, absl::string_view key) {
-  for (const ConfigSetting& s : config.settings) {
-    if (s.key == key) return s.value;
-  }
-  return "";
-}
-
-// Settings that belong to allocator=bfc, asked for with another mode: no
-// device could ever serve them. Allocators are made at a device's first use,
-// where the options are checked against the device; these combinations are
-// refused here, at creation, whatever the backend (the simulator's are all
-// checked at creation already; a GPU's only at its first gpualloc_malloc).
-absl::Status CheckBfcOnlySettings(const Config& config) {
-  const Options& o = config.options;
-  if (o.mode == AllocatorMode::kBfc) return absl::OkStatus();
-  const std::string mode = std::string(AllocatorModeName(o.mode));
-  absl::string_view key, why, fix;
-  if (o.expandable == Tristate::kOn) {
-    key = "expandable";
-    why = " manages no regions of its own to expand";
-    fix = "set expandable=auto (or false), or allocator=bfc";
-  } else if (o.size_divisions != 0) {
-    key = "size_divisions";
-    why = " has no chunks of its own to round";
-    fix = "set size_divisions=0, or allocator=bfc";
-  } else if (o.history != 0) {
-    key = "history";
-    why = " records no allocation history";
-    fix = "set history=0, or allocator=bfc";
-  } else {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      key, "=", ValueOf(config, key), FromWhere(config, key),
-      " belongs to allocator=bfc, but allocator=", mode,
-      FromWhere(config, "allocator"), ": allocator=", mode, why, "; ", fix));
-}
-
+// Settings that could never work on any device (one that belongs to
+// allocator=bfc with another mode) fail here, in DeviceRegistry::Create,
+// whatever the backend; the simulator's are all checked there; a GPU's
+// others at its first gpualloc_malloc. Each error names the key or variable
+// the user set.
 absl::Status Create(const char* config, const EnvLookup& env,
-                    gpualloc_t** out) {
+                    Conventions conventions, gpualloc_t** out) {
   if (out == nullptr) return NullArgument("out");
   *out = nullptr;
   absl::StatusOr<Config> resolved =
-      ResolveConfig(config == nullptr ? "" : config, env);
+      ResolveConfig(config == nullptr ? "" : config, env, conventions);
   if (!resolved.ok()) return resolved.status();
-  if (absl::Status s = CheckBfcOnlySettings(*resolved); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<DeviceRegistry>> registry =
       DeviceRegistry::Create(*resolved);
   if (!registry.ok()) return registry.status();
@@ -416,7 +379,17 @@ extern "C" {
 gpualloc_status_t gpualloc_create(const char* config, gpualloc_t** out) {
   return Boundary("gpualloc_create", [&] {
     if (out != nullptr) *out = nullptr;  // also when the environment throws
-    return gpualloc::Create(config, gpualloc::ProcessEnvironment(), out);
+    return gpualloc::Create(config, gpualloc::ProcessEnvironment(),
+                            gpualloc::Conventions::kJax, out);
+  });
+}
+
+gpualloc_status_t gpualloc_create_pytorch(const char* config,
+                                          gpualloc_t** out) {
+  return Boundary("gpualloc_create_pytorch", [&] {
+    if (out != nullptr) *out = nullptr;  // also when the environment throws
+    return gpualloc::Create(config, gpualloc::ProcessEnvironment(),
+                            gpualloc::Conventions::kPytorch, out);
   });
 }
 
@@ -424,7 +397,8 @@ gpualloc_status_t gpualloc_create_isolated(const char* config,
                                            gpualloc_t** out) {
   return Boundary("gpualloc_create_isolated", [&] {
     if (out != nullptr) *out = nullptr;  // also when the environment throws
-    return gpualloc::Create(config, gpualloc::MapEnvironment({}), out);
+    return gpualloc::Create(config, gpualloc::MapEnvironment({}),
+                            gpualloc::Conventions::kJax, out);
   });
 }
 

@@ -92,7 +92,7 @@ Hook& Unborn() {
 
 // Creates the handle from `config` and the environment; create_mu held.
 void CreateLocked(Hook& h) {
-  h.create_status = gpualloc_create(  // TODO-merge: gpualloc_create_pytorch
+  h.create_status = gpualloc_create_pytorch(
 
       h.config.empty() ? nullptr : h.config.c_str(), &h.handle);
   if (h.create_status != GPUALLOC_OK) {

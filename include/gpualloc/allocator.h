@@ -101,6 +101,11 @@ struct Options {
   // fits. Below the limit nothing is returned: a repeated step then makes no
   // backend call.
   bool trim_before_growth = true;
+  // PyTorch's garbage_collection_threshold (bfc mode): 0 (off) or a fraction
+  // T in (0, 1). With T, the give-back above starts before a growth would
+  // pass T x the limit instead of the limit: just enough free memory goes
+  // back first. Needs trim_before_growth.
+  double gc_threshold = 0;
   GrowthPolicy growth_policy = GrowthPolicy::kExact;
   // Region sizes are multiples of this; 0 takes the architecture profile's
   // recommended granularity. Must be a multiple of the device's minimum.

@@ -6,11 +6,16 @@
 //      or a configuration string "key=value[,key=value...]" parsed into one;
 //   2. the environment: GPUALLOC_* variables, then their JAX/XLA/TF aliases
 //      and PyTorch's allocator configuration (one level, below GPUALLOC_*);
-//   3. the defaults (JAX's: BFC, preallocate 75% of total memory).
+//   3. the defaults: JAX's (BFC, preallocate 75% of total memory), or with
+//      Conventions::kPytorch (gpualloc_create_pytorch, the PyTorch hook)
+//      PyTorch's (grow on demand, up to the whole device).
 // Parsing is strict everywhere: a bad value, an unknown key, a repeated key or
 // two sources that conflict at the same level (XLA_CLIENT_MEM_FRACTION and
 // XLA_PYTHON_CLIENT_MEM_FRACTION both set) is InvalidArgument naming the
-// variable or key and the value. Nothing is ever silently ignored.
+// variable or key the user set, the value as written ("4KiB", not 4096) and
+// how to fix it. Nothing is ever silently ignored: what only warns (PyTorch
+// keys gpualloc cannot honour, XLA_PYTHON_CLIENT_* names JAX does not have)
+// is a line in Config::warnings and on stderr.
 //
 // Keys of the configuration string and their variables:
 //   allocator     GPUALLOC_ALLOCATOR     bfc|platform|async
@@ -26,6 +31,13 @@
 //   arch          GPUALLOC_ARCH          auto or a profile name
 //   gc            GPUALLOC_GC            true|false|1|0
 //                 alias TF_ENABLE_GPU_GARBAGE_COLLECTION
+//   gc_threshold  GPUALLOC_GC_THRESHOLD  0 (off) or a fraction T in (0, 1):
+//                                        growing on demand, free memory goes
+//                                        back before the reserve would pass
+//                                        T x the limit instead of the limit,
+//                                        PyTorch's
+//                                        garbage_collection_threshold (bfc
+//                                        only)
 //   backend       GPUALLOC_BACKEND       auto|sim|cuda|hip
 //   device_memory GPUALLOC_DEVICE_MEMORY sim only: the device's size, e.g. 80GB
 //   cross_stream  GPUALLOC_CROSS_STREAM  when_complete|stream_wait
@@ -57,22 +69,32 @@
 //                                        only the HIP backend takes fine
 // PyTorch's allocator configuration: PYTORCH_ALLOC_CONF, or the older
 // PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF (PyTorch reads the first set
-// in that order; two set to different text are an error), "key:value[,...]":
+// in that order; two set to different text are an error), "key:value[,...]",
+// with PyTorch's spellings exactly (keys and True/False are case-sensitive):
 //   expandable_segments:True|False      -> expandable=true|false
-//   garbage_collection_threshold:T      -> gc=true (T in (0, 1); gpualloc
-//                                          collects on out of memory only)
-//   per_process_memory_fraction:F       -> mem_fraction=F
-//   backend:native|cudaMallocAsync      -> allocator=bfc|async
-//   roundup_power2_divisions:N          -> size_divisions=N (1 or 0:
-//                                          size_divisions=0, no rounding)
-// Every other key (max_split_size_mb, the pinned_* keys, ...) has no
-// equivalent, nor has roundup_power2_divisions' list form ("[256:1,>:8]",
-// divisions per size range): ResolveConfig names them in one warning line on
-// stderr, once per process (Config::warnings). These keys are aliases
+//   garbage_collection_threshold:T      -> gc_threshold=T, 0 < T < 1
+//   per_process_memory_fraction:F       -> mem_fraction=F, 0 < F <= 1
+//                                          (PyTorch's 0, no memory at all,
+//                                          is refused)
+//   backend:native|cudaMallocAsync|hipMallocAsync
+//                                       -> allocator=bfc|async|async
+//   roundup_power2_divisions:N          -> size_divisions=N, N a power of
+//                                          two (1: size_divisions=0, no
+//                                          rounding; above 64 is refused)
+// Keys PyTorch has but gpualloc has no equivalent for (max_split_size_mb,
+// max_non_split_rounding_mb, large_segment_size_mb, release_lock_on_*malloc,
+// graph_capture_record_stream_reuse, throw_on_cudamalloc_oom,
+// expandable_segments_reserve*) and roundup_power2_divisions' list form
+// ("[256:1,>:8]") are ignored with a warning line each, saying why and the
+// nearest gpualloc setting; the pinned_* keys (PyTorch's host allocator,
+// which gpualloc does not replace) with a line saying they still take effect
+// in PyTorch; a key PyTorch does not have with a line naming the closest one
+// ("did you mean expandable_segments?"). Each line goes to stderr once per
+// process and into Config::warnings. The mapped keys are aliases
 // (ValueOrigin::kAlias, source "PYTORCH_CUDA_ALLOC_CONF expandable_segments:
 // True"):
 // an option or GPUALLOC_* variable beats them, and is then reported
-// (" (overrides ...)" in the setting's source, and in the warning line) when
+// (" (overrides ...)" in the setting's source, and in a warning line) when
 // the values differ; a JAX/XLA/TF alias that gives the same key another value
 // is an error.
 // Sizes take B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers
@@ -95,14 +117,21 @@
 //    variables (GPUALLOC_SKIP_DEPS, GPUALLOC_TEST_LABEL, GPUALLOC_TEST_SEED,
 //    GPUALLOC_SOURCE_ROOT, GPUALLOC_ROOT, GPUALLOC_BUILD_DIR,
 //    GPUALLOC_DEVICE_CHECK_ASSUME_GPU, GPUALLOC_DEVICE_CHECK_PREBUILT) are
-//    allowed. The check covers the
+//    allowed. An XLA_PYTHON_CLIENT_* variable JAX does not have
+//    (XLA_PYTHON_CLIENT_PREALOCATE) is a warning line with the closest one,
+//    not an error: that namespace is JAX's. The checks cover the
 //    environments ProcessEnvironment and MapEnvironment return; another
 //    EnvLookup can only be asked for names, so it is not checked;
 //  - each key resolves on its own, but for mem_limit and mem_fraction, which
 //    both set the limit: between them the higher level wins (a mem_fraction
 //    the program gives beats a GPUALLOC_MEM_LIMIT in the environment, which
 //    is then reported as overridden), and at one level mem_limit beats
-//    mem_fraction (Options::memory_limit).
+//    mem_fraction (Options::memory_limit);
+//  - an error found later, against the device (a granularity that is not a
+//    multiple of the device's, a mem_limit above its memory: at
+//    DeviceRegistry::Create on the simulator, at the device's first use on a
+//    GPU), names the key or variable that set each side too, not the
+//    Options field.
 #ifndef GPUALLOC_CONFIG_H_
 #define GPUALLOC_CONFIG_H_
 
@@ -148,6 +177,7 @@ struct ConfigOverrides {
   std::optional<Tristate> expandable;
   std::optional<std::string> arch;
   std::optional<bool> garbage_collection;
+  std::optional<double> gc_threshold;
   std::optional<BackendKind> backend;
   std::optional<std::uint64_t> device_memory;
   std::optional<CrossStreamReuse> cross_stream_reuse;
@@ -168,10 +198,21 @@ struct ConfigSetting {
   std::string value;   // as it will be used, e.g. "0.75"
   ValueOrigin origin;  // which level decided it
   std::string source;  // the variable's name (and the entry for PyTorch's),
-                       // "config string", "option", or "default"; with
-                       // " (overrides ...)" when it beat a PyTorch key of
-                       // another value, " (overridden by ...)" on a mem_limit
-                       // a higher mem_fraction beat
+                       // "config string", "option", "default", or
+                       // "default (PyTorch's)" where PyTorch's conventions
+                       // changed the default; with " (overrides ...)" when it
+                       // beat a PyTorch key of another value,
+                       // " (overridden by ...)" on a mem_limit a higher
+                       // mem_fraction beat
+  // What the user set, for messages: the variable
+  // ("GPUALLOC_GRANULARITY", "XLA_PYTHON_CLIENT_MEM_FRACTION"), "config
+  // string granularity", "option granularity", or the PyTorch variable and
+  // key ("PYTORCH_CUDA_ALLOC_CONF garbage_collection_threshold"); empty for
+  // a default.
+  std::string set_by;
+  // The value as the user wrote it there, trimmed ("4KiB", "True"); a
+  // program's option in configuration-string form. Empty for a default.
+  std::string written;
 };
 
 // The resolved configuration: allocator Options plus what selects and sizes
@@ -186,8 +227,11 @@ struct Config {
   MemoryKind memory_kind = MemoryKind::kCoarse;
   // Every key above, in the order of the table, with its origin.
   std::vector<ConfigSetting> settings;
-  // Warning lines about the environment (PyTorch keys not supported or
-  // overridden), also written to stderr, each once per process.
+  // Warning lines about the environment, one per entry (a PyTorch key not
+  // supported, with why; one for PyTorch's host allocator; one PyTorch does
+  // not have, or an unknown XLA_PYTHON_CLIENT_* variable, with the closest
+  // name; a PyTorch key overridden), also written to stderr, each once per
+  // process.
   std::vector<std::string> warnings;
 };
 
@@ -202,12 +246,27 @@ EnvLookup MapEnvironment(std::map<std::string, std::string> variables);
 // are InvalidArgument naming the key and the value.
 absl::StatusOr<ConfigOverrides> ParseConfigString(absl::string_view text);
 
+// Whose defaults the level below every option and variable follows.
+enum class Conventions {
+  // JAX's: preallocate 75% of total memory on first use.
+  kJax,
+  // PyTorch's, for gpualloc loaded as PyTorch's allocator: grow on demand
+  // (preallocate=false) up to the whole device (mem_fraction=1), as PyTorch
+  // has no cap unless per_process_memory_fraction or
+  // torch.cuda.set_per_process_memory_fraction sets one. Everything a user
+  // sets still wins; those settings show the source "default (PyTorch's)".
+  kPytorch,
+};
+
 // Applies overrides > environment > defaults.
-absl::StatusOr<Config> ResolveConfig(const ConfigOverrides& overrides,
-                                     const EnvLookup& env);
-// ResolveConfig(ParseConfigString(text), env).
-absl::StatusOr<Config> ResolveConfig(absl::string_view config_string,
-                                     const EnvLookup& env);
+absl::StatusOr<Config> ResolveConfig(
+    const ConfigOverrides& overrides, const EnvLookup& env,
+    Conventions conventions = Conventions::kJax);
+// ResolveConfig(ParseConfigString(text), env), the settings of the string
+// named as written there.
+absl::StatusOr<Config> ResolveConfig(
+    absl::string_view config_string, const EnvLookup& env,
+    Conventions conventions = Conventions::kJax);
 
 // One configuration key, for help texts: the key, its GPUALLOC_* variable,
 // a short description of its values and its aliases.

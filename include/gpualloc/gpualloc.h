@@ -123,14 +123,30 @@ typedef struct gpualloc_stats {
 #define GPUALLOC_ALL_DEVICES (-1)
 
 /* Creates a handle from `config` ("key=value,...", NULL or "" for none) over
- * the process environment (GPUALLOC_* variables and their JAX/XLA/TF aliases):
- * the string wins, then the environment, then the defaults. A bad key or value
- * is GPUALLOC_INVALID_ARGUMENT with a message naming it; *out is then NULL. No
- * device is touched until its first use. */
+ * the process environment (GPUALLOC_* variables, their JAX/XLA/TF aliases and
+ * PyTorch's PYTORCH_*ALLOC_CONF): the string wins, then the environment, then
+ * the defaults (JAX's: preallocate 75% of total memory on first use). A bad
+ * key or value is GPUALLOC_INVALID_ARGUMENT with a message naming the key or
+ * variable as set, the value as written and the fix; *out is then NULL. No
+ * device is touched until its first use (a GPU's settings are checked
+ * against it then, at its first gpualloc_malloc, with messages of the same
+ * kind). */
 GPUALLOC_API gpualloc_status_t gpualloc_create(const char* config,
                                                gpualloc_t** out);
-/* The same without reading the environment: the configuration string and the
- * defaults only (reproducible; for tests and tools). */
+/* gpualloc_create with PyTorch's defaults, for gpualloc loaded as PyTorch's
+ * allocator (CUDAPluggableAllocator; the PyTorch hook calls it): the string
+ * wins, then the environment (GPUALLOC_*, the JAX/XLA/TF aliases and
+ * PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF), then
+ * PyTorch's defaults instead of JAX's: memory grows on demand
+ * (preallocate=false) up to the whole device (mem_fraction=1), as PyTorch's
+ * caching allocator has no cap unless per_process_memory_fraction sets one.
+ * What the string or a variable sets still wins (GPUALLOC_PREALLOCATE=true
+ * preallocates, GPUALLOC_MEM_FRACTION or per_process_memory_fraction caps).
+ * Errors as gpualloc_create. */
+GPUALLOC_API gpualloc_status_t gpualloc_create_pytorch(const char* config,
+                                                       gpualloc_t** out);
+/* gpualloc_create without reading the environment: the configuration string
+ * and the defaults only (reproducible; for tests and tools). */
 GPUALLOC_API gpualloc_status_t gpualloc_create_isolated(const char* config,
                                                         gpualloc_t** out);
 /* Releases the handle and every allocator's memory. Memory still allocated

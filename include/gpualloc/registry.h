@@ -50,7 +50,11 @@ class DeviceRegistry {
 
   // Allocators are created lazily from `config`; `factory` (default:
   // CreateBackend(config, ordinal)) makes each device's backend. `num_devices`
-  // bounds the ordinals (0: DeviceCount(config)).
+  // bounds the ordinals (0: DeviceCount(config)). With the default factory,
+  // what needs no device (a setting that belongs to allocator=bfc with another
+  // mode; on the simulator, everything) is checked here; the rest at each
+  // device's first Get. Either error names the configuration key or variable
+  // that set each side, as written (config.settings), not the Options field.
   static absl::StatusOr<std::unique_ptr<DeviceRegistry>> Create(
       const Config& config, BackendFactory factory = nullptr,
       int num_devices = 0);

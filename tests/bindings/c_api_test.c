@@ -62,6 +62,7 @@ static int checks = 0;
     }                                                                       \
   } while (0)
 
+static const uint64_t kMiB = 1024ull * 1024;
 static const uint64_t kGiB = 1024ull * 1024 * 1024;
 /* Grows on demand so that trim has something to return. */
 static const char* const kConfig =
@@ -101,20 +102,20 @@ static void TestBadConfiguration(void) {
                GPUALLOC_INVALID_ARGUMENT);
 
   /* Configurations that could never allocate fail at creation, naming the
-   * key and the value, not on every later malloc. */
+   * key and the value as written, not on every later malloc. */
   {
     static const char* const kNever[][3] = {
-        {"backend=sim,memory_kind=fine", "memory_kind=fine", "backend=hip"},
-        {"backend=sim,device_memory=255", "device_memory=255", "255"},
-        {"backend=sim,device_memory=256", "device_memory=256",
+        {"backend=sim,memory_kind=fine", "memory_kind=\"fine\"", "backend=hip"},
+        {"backend=sim,device_memory=255", "device_memory=\"255\"", "255"},
+        {"backend=sim,device_memory=256", "device_memory=\"256\"",
          "smaller than one growth granule"},
         {"backend=sim,granularity=3", "granularity=\"3\"", "16 bytes"},
-        {"backend=sim,granularity=4KiB,min_block=8KiB", "granularity=4096",
-         "min_block=8192"},
+        {"backend=sim,granularity=4KiB,min_block=8KiB", "granularity=\"4KiB\"",
+         "min_block=\"8KiB\""},
         {"backend=sim,min_block=9223372036854775808",
-         "min_block=9223372036854775808", "granularity"},
+         "min_block=\"9223372036854775808\"", "granularity"},
         {"backend=sim,arch=mi300x,device_memory=1GiB,granularity=2064",
-         "granularity=2064", "minimum block size 256"},
+         "granularity=\"2064\"", "the profile's min_block=256"},
     };
     for (size_t i = 0; i < sizeof(kNever) / sizeof(kNever[0]); ++i) {
       a = (gpualloc_t*)0x1;
@@ -133,13 +134,14 @@ static void TestBadConfiguration(void) {
     static const char* const kBackends[] = {"backend=sim", "backend=cuda",
                                             "backend=hip", "backend=auto"};
     static const char* const kBfcOnly[][3] = {
-        {"expandable=true,allocator=platform", "expandable=true",
-         "allocator=platform"},
-        {"allocator=async,expandable=true", "expandable=true",
-         "allocator=async"},
-        {"allocator=platform,size_divisions=4", "size_divisions=4",
-         "allocator=platform"},
-        {"allocator=async,history=100", "history=100", "allocator=async"},
+        {"expandable=true,allocator=platform", "expandable=\"true\"",
+         "allocator=\"platform\""},
+        {"allocator=async,expandable=true", "expandable=\"true\"",
+         "allocator=\"async\""},
+        {"allocator=platform,size_divisions=4", "size_divisions=\"4\"",
+         "allocator=\"platform\""},
+        {"allocator=async,history=100", "history=\"100\"",
+         "allocator=\"async\""},
     };
     char config[128];
     for (size_t b = 0; b < sizeof(kBackends) / sizeof(kBackends[0]); ++b) {
@@ -159,8 +161,9 @@ static void TestBadConfiguration(void) {
     CHECK_STATUS(gpualloc_create("backend=cuda,allocator=platform", &a),
                  GPUALLOC_INVALID_ARGUMENT);
     CHECK(a == NULL);
-    CHECK_ERROR_MENTIONS("expandable=true (from GPUALLOC_EXPANDABLE)");
-    CHECK_ERROR_MENTIONS("allocator=platform (from the config string)");
+    CHECK_ERROR_MENTIONS("GPUALLOC_EXPANDABLE=\"true\"");
+    CHECK_ERROR_MENTIONS("config string allocator=\"platform\"");
+    CHECK_ERROR_MENTIONS("unset GPUALLOC_EXPANDABLE");
     unsetenv("GPUALLOC_EXPANDABLE");
     /* expandable=auto falls back to separate regions: still fine. */
     CHECK_OK(gpualloc_create_isolated(
@@ -207,6 +210,54 @@ static void TestCreateFromEnvironment(void) {
   unsetenv("GPUALLOC_PREALOCATE");
   unsetenv("GPUALLOC_MEM_LIMIT");
   unsetenv("GPUALLOC_PREALLOCATE");
+  unsetenv("GPUALLOC_BACKEND");
+}
+
+/* gpualloc_create_pytorch: gpualloc_create with PyTorch's defaults, grow on
+ * demand up to the whole device; what the string or a variable sets wins. */
+static void TestCreatePytorch(void) {
+  setenv("GPUALLOC_BACKEND", "sim", 1);
+  setenv("GPUALLOC_DEVICE_MEMORY", "1GiB", 1);
+  gpualloc_t* a = (gpualloc_t*)0x1;
+  CHECK_OK(gpualloc_create_pytorch(NULL, &a));
+  void* p = NULL;
+  CHECK_OK(gpualloc_malloc(a, 0, 1 << 20, NULL, &p));
+  gpualloc_stats_t s = Stats(a);
+  CHECK(s.bytes_limit == kGiB);        /* mem_fraction 1: no cap */
+  CHECK(s.bytes_reserved < 64 * kMiB); /* nothing preallocated */
+  CHECK_OK(gpualloc_free(a, 0, p, NULL));
+  gpualloc_destroy(a);
+
+  /* gpualloc_create keeps JAX's: 75%, preallocated on first use. */
+  CHECK_OK(gpualloc_create(NULL, &a));
+  CHECK_OK(gpualloc_malloc(a, 0, 1 << 20, NULL, &p));
+  s = Stats(a);
+  CHECK(s.bytes_limit == 3 * kGiB / 4);
+  CHECK(s.bytes_reserved == s.bytes_limit);
+  CHECK_OK(gpualloc_free(a, 0, p, NULL));
+  gpualloc_destroy(a);
+
+  /* Set by the user: wins over PyTorch's defaults. */
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "per_process_memory_fraction:0.5", 1);
+  CHECK_OK(gpualloc_create_pytorch("preallocate=true", &a));
+  CHECK_OK(gpualloc_malloc(a, 0, 1 << 20, NULL, &p));
+  s = Stats(a);
+  CHECK(s.bytes_limit == kGiB / 2);
+  CHECK(s.bytes_reserved == s.bytes_limit);
+  CHECK_OK(gpualloc_free(a, 0, p, NULL));
+  gpualloc_destroy(a);
+
+  /* Errors as gpualloc_create's, named after the call. */
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:true", 1);
+  a = (gpualloc_t*)0x1;
+  CHECK_STATUS(gpualloc_create_pytorch(NULL, &a), GPUALLOC_INVALID_ARGUMENT);
+  CHECK(a == NULL);
+  CHECK_ERROR_MENTIONS("gpualloc_create_pytorch");
+  CHECK_ERROR_MENTIONS("expandable_segments=\"true\"");
+  CHECK_ERROR_MENTIONS("not True or False");
+  CHECK_STATUS(gpualloc_create_pytorch(NULL, NULL), GPUALLOC_INVALID_ARGUMENT);
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  unsetenv("GPUALLOC_DEVICE_MEMORY");
   unsetenv("GPUALLOC_BACKEND");
 }
 
@@ -804,6 +855,7 @@ int main(void) {
   TestCreateFromString();
   TestBadConfiguration();
   TestCreateFromEnvironment();
+  TestCreatePytorch();
   TestMallocFreeStreams();
   TestBadFreeChangesNothing();
   TestStatsStructSize();

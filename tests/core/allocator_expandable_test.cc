@@ -214,6 +214,42 @@ TEST(AllocatorExpandableTest,
   for (void* p : {guard, y, z}) GPUALLOC_EXPECT_OK(a->Deallocate(p, s));
 }
 
+// PyTorch's garbage_collection_threshold with expandable regions: free
+// granules are unmapped before a growth would pass T x the limit; below it
+// nothing is unmapped. Without a threshold the same growth unmaps nothing.
+TEST(AllocatorExpandableTest, GrowthPastTheGcThresholdUnmapsFreeGranulesFirst) {
+  for (double threshold : {0.5, 0.0}) {
+    SCOPED_TRACE(threshold);
+    auto sim = MakeSim(kGiB);
+    Options o = Expandable(128 * kMiB);
+    o.gc_threshold = threshold;
+    auto a = MakeAllocator(o, sim);
+    void* x = *a->Allocate(20 * kMiB);
+    void* guard = *a->Allocate(6 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(x));
+    // The free 20 MiB cannot take 24 MiB: mapped at the end, 50 MiB in all,
+    // below 0.5 x 128 MiB: nothing unmapped.
+    void* below = *a->Allocate(24 * kMiB);
+    Stats st = a->GetStats();
+    EXPECT_EQ(st.bytes_reserved, 50 * kMiB);
+    EXPECT_EQ(st.backend_frees, 0u);
+    // 30 MiB more would make 80 MiB, past 64 MiB: x's granules go first.
+    void* past = *a->Allocate(30 * kMiB);
+    st = a->GetStats();
+    if (threshold > 0) {
+      EXPECT_GE(st.backend_frees, 1u);
+      EXPECT_LE(st.bytes_reserved, 64 * kMiB);
+      EXPECT_LE(st.peak_bytes_reserved, 64 * kMiB);
+    } else {
+      EXPECT_EQ(st.backend_frees, 0u);
+      EXPECT_EQ(st.bytes_reserved, 80 * kMiB);
+    }
+    EXPECT_EQ(st.host_waits, 0u);
+    ExpectAccounting(*a, *sim);
+    for (void* p : {guard, below, past}) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  }
+}
+
 TEST(AllocatorExpandableTest, RandomOperationsKeepTheGranulesAccounted) {
   SimOptions so;
   so.profile = "h100";

@@ -273,6 +273,63 @@ TEST(AllocatorTest, GrowthPastTheLimitReturnsFreeRegionsFirst) {
   }
 }
 
+// PyTorch's garbage_collection_threshold (Options::gc_threshold): the
+// give-back before growth starts at T x the limit instead of the limit. Below
+// T x the limit nothing goes back; past it, just enough free regions go back
+// first. Without a threshold the same growth returns nothing (it stays below
+// the limit).
+TEST(AllocatorTest, GrowthPastTheGcThresholdReturnsFreeRegionsFirst) {
+  for (double threshold : {0.5, 0.0}) {
+    SCOPED_TRACE(threshold);
+    Options o = Growth(100 * kMiB);
+    o.gc_threshold = threshold;
+    o.garbage_collection = false;
+    auto a = MakeAllocator(o, MakeSim(kGiB));
+    void* keep = *a->Allocate(2 * kMiB);
+    void* p = *a->Allocate(20 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(p));
+    // 24 MiB does not fit the free 20 MiB region: growth to 46 MiB, below
+    // 0.5 x 100 MiB, returns nothing.
+    void* below = *a->Allocate(24 * kMiB);
+    Stats s = a->GetStats();
+    EXPECT_EQ(s.bytes_reserved, 46 * kMiB);
+    EXPECT_EQ(s.backend_frees, 0u);
+    // 30 MiB more would make 76 MiB, past 50 MiB: with the threshold the
+    // free 20 MiB region goes back first (all there is to give).
+    void* past = *a->Allocate(30 * kMiB);
+    s = a->GetStats();
+    if (threshold > 0) {
+      EXPECT_EQ(s.backend_frees, 1u);
+      EXPECT_EQ(s.bytes_reserved, 56 * kMiB);
+      EXPECT_EQ(s.peak_bytes_reserved, 56 * kMiB);
+    } else {
+      EXPECT_EQ(s.backend_frees, 0u);
+      EXPECT_EQ(s.bytes_reserved, 76 * kMiB);
+    }
+    GPUALLOC_EXPECT_OK(a->Validate());
+    for (void* q : {keep, below, past}) GPUALLOC_EXPECT_OK(a->Deallocate(q));
+  }
+}
+
+TEST(AllocatorTest, GcThresholdGivesBackJustEnough) {
+  // Two free regions, 8 and 16 MiB; a growth of 10 MiB past 0.5 x 64 MiB by
+  // 6 MiB returns the larger one only (largest first, until it fits).
+  Options o = Growth(64 * kMiB);
+  o.gc_threshold = 0.5;
+  auto a = MakeAllocator(o, MakeSim(kGiB));
+  void* keep = *a->Allocate(4 * kMiB);
+  void* x = *a->Allocate(8 * kMiB);
+  void* y = *a->Allocate(16 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(x));
+  GPUALLOC_ASSERT_OK(a->Deallocate(y));
+  void* z = *a->Allocate(18 * kMiB);  // 28 + 18 = 46 > 32
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.backend_frees, 1u);
+  EXPECT_EQ(s.bytes_reserved, 30 * kMiB);  // 4 + 8 + 18
+  GPUALLOC_EXPECT_OK(a->Validate());
+  for (void* q : {keep, z}) GPUALLOC_EXPECT_OK(a->Deallocate(q));
+}
+
 TEST(AllocatorTest, WithoutGarbageCollectionTheSameRequestFails) {
   Options o = Growth(64 * kMiB);
   o.garbage_collection = false;

@@ -32,6 +32,7 @@ using ::testing::HasSubstr;
 using testing::kGiB;
 using testing::kKiB;
 using testing::kMiB;
+using ::testing::Not;
 
 using Env = std::map<std::string, std::string>;
 
@@ -44,19 +45,18 @@ const ConfigSetting& SettingOf(const Config& c, const std::string& key) {
   for (const ConfigSetting& s : c.settings) {
     if (s.key == key) return s;
   }
-  static const ConfigSetting kMissing{"missing", "", ValueOrigin::kDefault, ""};
+  static const ConfigSetting kMissing{"missing", "", ValueOrigin::kDefault,
+                                      "",        "", ""};
   ADD_FAILURE() << "no setting " << key;
   return kMissing;
 }
 
 const std::vector<std::string> kAllKeys = {
-    "allocator",    "preallocate", "mem_fraction",
-    "mem_limit",    "expandable",  "arch",
-    "gc",           "backend",     "device_memory",
-    "cross_stream", "growth",      "granularity",
-    "min_block",    "split_bound", "size_divisions",
-    "history",      "front_cache", "name",
-    "memory_kind"};
+    "allocator",   "preallocate",   "mem_fraction", "mem_limit",
+    "expandable",  "arch",          "gc",           "gc_threshold",
+    "backend",     "device_memory", "cross_stream", "growth",
+    "granularity", "min_block",     "split_bound",  "size_divisions",
+    "history",     "front_cache",   "name",         "memory_kind"};
 
 TEST(ConfigTest, DefaultsAreJaxs) {
   auto c = Resolve("");
@@ -81,6 +81,8 @@ TEST(ConfigTest, DefaultsAreJaxs) {
     EXPECT_EQ(c->settings[i].key, kAllKeys[i]);
     EXPECT_EQ(c->settings[i].origin, ValueOrigin::kDefault) << kAllKeys[i];
     EXPECT_EQ(c->settings[i].source, "default") << kAllKeys[i];
+    EXPECT_EQ(c->settings[i].set_by, "") << kAllKeys[i];
+    EXPECT_EQ(c->settings[i].written, "") << kAllKeys[i];
   }
   EXPECT_EQ(SettingOf(*c, "allocator").value, "bfc");
   EXPECT_EQ(SettingOf(*c, "preallocate").value, "true");
@@ -89,6 +91,8 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(SettingOf(*c, "expandable").value, "auto");
   EXPECT_EQ(SettingOf(*c, "arch").value, "auto");
   EXPECT_EQ(SettingOf(*c, "gc").value, "true");
+  EXPECT_EQ(SettingOf(*c, "gc_threshold").value, "0");
+  EXPECT_EQ(c->options.gc_threshold, 0);
   EXPECT_EQ(SettingOf(*c, "backend").value, "auto");
   EXPECT_EQ(SettingOf(*c, "device_memory").value, "unset");
   EXPECT_EQ(SettingOf(*c, "cross_stream").value, "stream_wait");
@@ -150,6 +154,14 @@ TEST(ConfigTest, EachVariableAndAlias) {
        ValueOrigin::kVariable},
       {"GPUALLOC_ARCH", "auto", "arch", "auto", ValueOrigin::kVariable},
       {"GPUALLOC_GC", "0", "gc", "false", ValueOrigin::kVariable},
+      {"GPUALLOC_GC_THRESHOLD", "0.8", "gc_threshold", "0.8",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_GC_THRESHOLD", ".5", "gc_threshold", "0.5",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_GC_THRESHOLD", "0", "gc_threshold", "0",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_GC_THRESHOLD", "0.0", "gc_threshold", "0",
+       ValueOrigin::kVariable},
       {"GPUALLOC_BACKEND", "sim", "backend", "sim", ValueOrigin::kVariable},
       {"GPUALLOC_BACKEND", "cuda", "backend", "cuda", ValueOrigin::kVariable},
       {"GPUALLOC_BACKEND", "hip", "backend", "hip", ValueOrigin::kVariable},
@@ -219,6 +231,9 @@ TEST(ConfigTest, EachVariableAndAlias) {
     EXPECT_EQ(s.value, t.effective);
     EXPECT_EQ(s.origin, t.origin);
     EXPECT_EQ(s.source, t.variable);
+    // What the user set, as written (trimmed).
+    EXPECT_EQ(s.set_by, t.variable);
+    EXPECT_EQ(s.written, absl::StripAsciiWhitespace(t.value));
     // Every other key stays at its default.
     for (const ConfigSetting& other : c->settings) {
       if (other.key != t.key) {
@@ -236,6 +251,7 @@ TEST(ConfigTest, VariablesReachTheOptions) {
                         {"GPUALLOC_EXPANDABLE", "false"},
                         {"GPUALLOC_ARCH", "H100"},
                         {"GPUALLOC_GC", "false"},
+                        {"GPUALLOC_GC_THRESHOLD", "0.7"},
                         {"GPUALLOC_BACKEND", "sim"},
                         {"GPUALLOC_DEVICE_MEMORY", "80GB"},
                         {"GPUALLOC_CROSS_STREAM", "stream_wait"},
@@ -258,6 +274,7 @@ TEST(ConfigTest, VariablesReachTheOptions) {
   EXPECT_EQ(c->options.expandable, Tristate::kOff);
   EXPECT_EQ(c->options.arch, "h100");
   EXPECT_FALSE(c->options.garbage_collection);
+  EXPECT_EQ(c->options.gc_threshold, 0.7);
   EXPECT_EQ(c->backend, BackendKind::kSim);
   EXPECT_EQ(c->device_memory, 80'000'000'000u);
   EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kStreamWait);
@@ -297,6 +314,8 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
        "0.3"},
       {"gc", "GPUALLOC_GC", "TF_ENABLE_GPU_GARBAGE_COLLECTION", "false", "true",
        "false", "false", "true", "false"},
+      {"gc_threshold", "GPUALLOC_GC_THRESHOLD", "", "0.5", "0.75", "", "0.5",
+       "0.75", ""},
       {"mem_limit", "GPUALLOC_MEM_LIMIT", "", "1GiB", "2GiB", "", "1073741824",
        "2147483648", ""},
       {"expandable", "GPUALLOC_EXPANDABLE", "", "false", "true", "", "false",
@@ -327,6 +346,8 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
     EXPECT_EQ(SettingOf(*c, t.key).value, t.option_effective);
     EXPECT_EQ(SettingOf(*c, t.key).origin, ValueOrigin::kOption);
     EXPECT_EQ(SettingOf(*c, t.key).source, "config string");
+    EXPECT_EQ(SettingOf(*c, t.key).set_by, "config string " + t.key);
+    EXPECT_EQ(SettingOf(*c, t.key).written, t.option_value);
 
     c = Resolve("", all);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -356,6 +377,8 @@ TEST(ConfigTest, OverridesStructIsOptionOrigin) {
   EXPECT_EQ(c->options.arch, "mi250x");  // canonical spelling
   EXPECT_EQ(SettingOf(*c, "mem_fraction").origin, ValueOrigin::kOption);
   EXPECT_EQ(SettingOf(*c, "mem_fraction").source, "option");
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").set_by, "option mem_fraction");
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").written, "0.25");
   EXPECT_EQ(SettingOf(*c, "gc").origin, ValueOrigin::kVariable);
   EXPECT_EQ(SettingOf(*c, "gc").source, "GPUALLOC_GC");
   EXPECT_EQ(SettingOf(*c, "backend").value, "sim");
@@ -393,6 +416,11 @@ TEST(ConfigTest, BadOverridesAreRejectedLikeParsedOnes) {
   cases.back().o.size_divisions = 1;
   cases.push_back({"history", {}, "option history=\"16777217\""});
   cases.back().o.history = (std::uint64_t{1} << 24) + 1;
+  cases.push_back({"gc threshold", {}, "option gc_threshold=\"1\""});
+  cases.back().o.gc_threshold = 1;
+  cases.push_back(
+      {"negative gc threshold", {}, "option gc_threshold=\"-0.5\""});
+  cases.back().o.gc_threshold = -0.5;
   for (const Case& t : cases) {
     SCOPED_TRACE(t.name);
     auto c = ResolveConfig(t.o, MapEnvironment({}));
@@ -518,6 +546,11 @@ TEST(ConfigTest, BadValueForEveryVariable) {
       {"GPUALLOC_SPLIT_BOUND", "1.5B", "whole number of bytes"},
       {"GPUALLOC_NAME", "", "empty"},
   };
+  for (const char* t : {"1", "1.0", "1.5", "-0.5", "0.8x", "high", "00.."}) {
+    cases.push_back({"GPUALLOC_GC_THRESHOLD", t,
+                     "not 0 (off) or a decimal fraction of the limit in (0, "
+                     "1)"});
+  }
   for (const char* n : {"3", "1", "128", "-4", "4.0", "four", "0x4",
                         "99999999999999999999999"}) {
     cases.push_back({"GPUALLOC_SIZE_DIVISIONS", n,
@@ -542,7 +575,8 @@ TEST(ConfigTest, MessageFormat) {
   auto c = Resolve("", {{"GPUALLOC_MEM_FRACTION", "1.5"}});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message(),
-            "GPUALLOC_MEM_FRACTION=\"1.5\": not in (0, 1]");
+            "GPUALLOC_MEM_FRACTION=\"1.5\": not in (0, 1] (a fraction of "
+            "the device's total memory, e.g. 0.75)");
 }
 
 // A long bad value is cut in the message, as trace errors cut long lines: the
@@ -655,7 +689,12 @@ TEST(ConfigTest, ConfigStringErrors) {
       {"backend=sim, mem_limit=12 parsecs",
        {"config string mem_limit=\"12 parsecs\" (entry 2, column 14)",
         "unknown unit"}},
-      {"Backend=sim", {"unknown key \"Backend\""}},
+      {"Backend=sim",
+       {"unknown key \"Backend\" (did you mean backend?)", "valid keys:"}},
+      {"prealocate=false",
+       {"unknown key \"prealocate\" (did you mean "
+        "preallocate?)"}},
+      {"gc_treshold=0.8", {"(did you mean gc_threshold?)"}},
       {"allocator=cuda_async", {"config string allocator=\"cuda_async\""}},
   };
   for (const BadStringCase& t : cases) {
@@ -770,6 +809,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"expandable", "auto", ValueOrigin::kDefault, "default"},
       {"arch", "h100", ValueOrigin::kOption, "config string"},
       {"gc", "true", ValueOrigin::kVariable, "GPUALLOC_GC"},
+      {"gc_threshold", "0", ValueOrigin::kDefault, "default"},
       {"backend", "auto", ValueOrigin::kDefault, "default"},
       {"device_memory", "unset", ValueOrigin::kDefault, "default"},
       {"cross_stream", "stream_wait", ValueOrigin::kDefault, "default"},
@@ -883,11 +923,15 @@ TEST(ConfigTest, GranularityMustBeWholeMinimumBlocks) {
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(), HasSubstr("option granularity=\"24\""));
 
+  // Both named as the user wrote them, with the fix.
   c = Resolve("granularity=4KiB", {{"GPUALLOC_MIN_BLOCK", "8KiB"}});
   ASSERT_FALSE(c.ok());
-  EXPECT_THAT(c.status().message(),
-              HasSubstr("granularity=4096 (option) is not a multiple of "
-                        "min_block=8192 (GPUALLOC_MIN_BLOCK)"));
+  EXPECT_EQ(c.status().message(),
+            "config string granularity=\"4KiB\" is not a multiple of "
+            "GPUALLOC_MIN_BLOCK=\"8KiB\": region sizes are whole minimum "
+            "blocks; set granularity in the config string to a multiple of "
+            "8192 bytes, or GPUALLOC_MIN_BLOCK to a power of two that "
+            "divides 4096");
   c = Resolve("granularity=48,min_block=16");
   EXPECT_TRUE(c.ok()) << c.status();
 }
@@ -945,85 +989,122 @@ TEST(ConfigTest, MemoryKind) {
 }
 
 // PyTorch's allocator configuration: every key, what it sets, and the
-// warning line naming what gpualloc cannot honour.
+// warning lines about the entries gpualloc does not honour.
 struct PytorchCase {
   std::string variable;
   std::string conf;
   // The settings it decides, key -> effective value (origin alias, source
   // "VARIABLE key:value").
   std::map<std::string, std::string> settings;
-  std::string unsupported;  // the warning's list; empty: no warning
+  // A part of each warning line, in order; empty: no warning.
+  std::vector<std::string> warnings;
 };
 
-std::string UnsupportedLine(const std::string& variable,
-                            const std::string& keys) {
-  return absl::StrCat("gpualloc: ", variable,
-                      ": keys gpualloc does not support, ignored: ", keys,
+// The line about one entry of `variable`.
+std::string PytorchLine(const std::string& variable, const std::string& note) {
+  return absl::StrCat("gpualloc: ", variable, ": ", note,
                       " (docs/ARCHITECTURE.md, \"PyTorch's variables\")");
 }
 
 TEST(ConfigTest, EveryPytorchKey) {
   const std::string kCuda = "PYTORCH_CUDA_ALLOC_CONF";
   const std::string kListForm =
-      "roundup_power2_divisions (its list form; the integer form "
-      "roundup_power2_divisions:N is supported)";
+      "roundup_power2_divisions:[256:1,512:2,>:8] is not supported, ignored: "
+      "its list form gives each size range its own number of divisions; "
+      "gpualloc rounds every size with one number: use "
+      "roundup_power2_divisions:N or GPUALLOC_SIZE_DIVISIONS";
+  const std::string kPinned =
+      " is read by PyTorch's pinned host-memory allocator, which gpualloc (a "
+      "device allocator) does not replace: it still takes effect there";
   const std::vector<PytorchCase> cases = {
-      {kCuda, "expandable_segments:True", {{"expandable", "true"}}, ""},
-      {kCuda, "expandable_segments:False", {{"expandable", "false"}}, ""},
-      {kCuda, " expandable_segments : true ", {{"expandable", "true"}}, ""},
-      {kCuda, "garbage_collection_threshold:0.8", {{"gc", "true"}}, ""},
-      {kCuda, "garbage_collection_threshold:.05", {{"gc", "true"}}, ""},
-      {kCuda, "per_process_memory_fraction:0.5", {{"mem_fraction", "0.5"}}, ""},
-      {kCuda, "per_process_memory_fraction:1", {{"mem_fraction", "1"}}, ""},
-      {kCuda, "backend:native", {{"allocator", "bfc"}}, ""},
-      {kCuda, "backend:cudaMallocAsync", {{"allocator", "async"}}, ""},
+      {kCuda, "expandable_segments:True", {{"expandable", "true"}}, {}},
+      {kCuda, "expandable_segments:False", {{"expandable", "false"}}, {}},
+      {kCuda, " expandable_segments : True ", {{"expandable", "true"}}, {}},
+      // PyTorch's threshold, kept.
+      {kCuda,
+       "garbage_collection_threshold:0.8",
+       {{"gc_threshold", "0.8"}},
+       {}},
+      {kCuda,
+       "garbage_collection_threshold:.05",
+       {{"gc_threshold", "0.05"}},
+       {}},
+      {kCuda, "per_process_memory_fraction:0.5", {{"mem_fraction", "0.5"}}, {}},
+      {kCuda, "per_process_memory_fraction:1", {{"mem_fraction", "1"}}, {}},
+      {kCuda, "backend:native", {{"allocator", "bfc"}}, {}},
+      {kCuda, "backend:cudaMallocAsync", {{"allocator", "async"}}, {}},
       {"PYTORCH_HIP_ALLOC_CONF",
        "backend:hipMallocAsync",
        {{"allocator", "async"}},
-       ""},
-      // No equivalent in gpualloc: named in the warning, nothing set.
-      {kCuda, "max_split_size_mb:512", {}, "max_split_size_mb"},
-      {kCuda, "roundup_power2_divisions:4", {{"size_divisions", "4"}}, ""},
-      {kCuda, "roundup_power2_divisions:64", {{"size_divisions", "64"}}, ""},
-      // 1 and 0 are PyTorch's "no rounding".
-      {kCuda, "roundup_power2_divisions:1", {{"size_divisions", "0"}}, ""},
-      {kCuda, "roundup_power2_divisions:0", {{"size_divisions", "0"}}, ""},
+       {}},
+      {kCuda, "roundup_power2_divisions:4", {{"size_divisions", "4"}}, {}},
+      {kCuda, "roundup_power2_divisions:64", {{"size_divisions", "64"}}, {}},
+      // 1 division is PyTorch's "no rounding".
+      {kCuda, "roundup_power2_divisions:1", {{"size_divisions", "0"}}, {}},
+      // No equivalent in gpualloc: named with the reason, nothing set.
+      {kCuda,
+       "max_split_size_mb:512",
+       {},
+       {"max_split_size_mb:512 is not supported, ignored: PyTorch never "
+        "splits cached blocks above this size"}},
       // The list form (divisions per size range) is not supported.
-      {kCuda, "roundup_power2_divisions:[256:1,512:2,>:8]", {}, kListForm},
+      {kCuda, "roundup_power2_divisions:[256:1,512:2,>:8]", {}, {kListForm}},
       {kCuda,
        "max_non_split_rounding_mb:1024",
        {},
-       "max_non_split_rounding_mb"},
+       {"max_non_split_rounding_mb:1024 is not supported, ignored: "}},
       {kCuda,
        "release_lock_on_cudamalloc:True",
        {},
-       "release_lock_on_cudamalloc"},
+       {"release_lock_on_cudamalloc:True is not supported, ignored: "}},
+      {kCuda,
+       "large_segment_size_mb:64",
+       {},
+       {"large_segment_size_mb:64 is not supported, ignored: "}},
+      // The host allocator's keys still take effect in PyTorch.
       {kCuda,
        "pinned_use_cuda_host_register:True,pinned_num_register_threads:8,"
        "pinned_use_background_threads:True",
        {},
-       "pinned_use_cuda_host_register, pinned_num_register_threads, "
-       "pinned_use_background_threads"},
-      {kCuda, "colour:blue", {}, "colour"},
+       {"pinned_use_cuda_host_register:True" + kPinned,
+        "pinned_num_register_threads:8" + kPinned,
+        "pinned_use_background_threads:True" + kPinned}},
+      // No such key: the closest one.
+      {kCuda,
+       "expandable_segment:True",
+       {},
+       {"expandable_segment:True is no PyTorch allocator key, ignored (did "
+        "you mean expandable_segments?)"}},
+      {kCuda,
+       "garbage_collect_threshold:0.8",
+       {},
+       {"(did you mean garbage_collection_threshold?)"}},
       // Keys are case-sensitive, as in PyTorch.
-      {kCuda, "Expandable_Segments:True", {}, "Expandable_Segments"},
+      {kCuda,
+       "Expandable_Segments:True",
+       {},
+       {"Expandable_Segments:True is no PyTorch allocator key, ignored (did "
+        "you mean expandable_segments?)"}},
       // The usual mix, under each variable name.
       {"PYTORCH_ALLOC_CONF",
        "expandable_segments:True,max_split_size_mb:512,"
        "garbage_collection_threshold:0.8,roundup_power2_divisions:4",
-       {{"expandable", "true"}, {"gc", "true"}, {"size_divisions", "4"}},
-       "max_split_size_mb"},
+       {{"expandable", "true"},
+        {"gc_threshold", "0.8"},
+        {"size_divisions", "4"}},
+       {"max_split_size_mb:512 is not supported"}},
       {kCuda,
        "expandable_segments:True,max_split_size_mb:512,"
-       "garbage_collection_threshold:0.8,roundup_power2_divisions:[256:1,>:8]",
-       {{"expandable", "true"}, {"gc", "true"}},
-       "max_split_size_mb, " + kListForm},
+       "garbage_collection_threshold:0.8,roundup_power2_divisions:[256:1,512:"
+       "2,>:8]",
+       {{"expandable", "true"}, {"gc_threshold", "0.8"}},
+       {"max_split_size_mb:512 is not supported", kListForm}},
       {"PYTORCH_HIP_ALLOC_CONF",
        "expandable_segments:True,max_split_size_mb:512",
        {{"expandable", "true"}},
-       "max_split_size_mb"},
+       {"max_split_size_mb:512 is not supported"}},
       // Empty entries (a leading or trailing comma) are skipped.
-      {kCuda, ",expandable_segments:True,", {{"expandable", "true"}}, ""},
+      {kCuda, ",expandable_segments:True,", {{"expandable", "true"}}, {}},
   };
   for (const PytorchCase& t : cases) {
     SCOPED_TRACE(t.variable + "=" + t.conf);
@@ -1038,35 +1119,75 @@ TEST(ConfigTest, EveryPytorchKey) {
       EXPECT_EQ(s.value, it->second) << s.key;
       EXPECT_EQ(s.origin, ValueOrigin::kAlias) << s.key;
       EXPECT_THAT(s.source, ::testing::StartsWith(t.variable + " ")) << s.key;
+      EXPECT_THAT(s.set_by, ::testing::StartsWith(t.variable + " ")) << s.key;
     }
-    if (t.unsupported.empty()) {
-      EXPECT_THAT(c->warnings, ::testing::IsEmpty());
-    } else {
-      EXPECT_THAT(c->warnings, ::testing::ElementsAre(
-                                   UnsupportedLine(t.variable, t.unsupported)));
+    ASSERT_EQ(c->warnings.size(), t.warnings.size())
+        << absl::StrJoin(c->warnings, "\n");
+    for (std::size_t i = 0; i < t.warnings.size(); ++i) {
+      EXPECT_THAT(c->warnings[i],
+                  ::testing::StartsWith("gpualloc: " + t.variable + ": "));
+      EXPECT_THAT(c->warnings[i], HasSubstr(t.warnings[i]));
     }
   }
-  // The source names the variable and the PyTorch entry.
+  // The source names the variable and the PyTorch entry; set_by and written
+  // the key and the value as written.
   auto c = Resolve("", {{kCuda, "expandable_segments:True"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(SettingOf(*c, "expandable").source,
             "PYTORCH_CUDA_ALLOC_CONF expandable_segments:True");
+  EXPECT_EQ(SettingOf(*c, "expandable").set_by,
+            "PYTORCH_CUDA_ALLOC_CONF expandable_segments");
+  EXPECT_EQ(SettingOf(*c, "expandable").written, "True");
   EXPECT_EQ(c->options.expandable, Tristate::kOn);
   c = Resolve("", {{kCuda,
                     "garbage_collection_threshold:0.6,"
                     "per_process_memory_fraction:0.4,"
                     "backend:cudaMallocAsync"}});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->options.garbage_collection);
+  EXPECT_EQ(c->options.gc_threshold, 0.6);
+  EXPECT_TRUE(c->options.garbage_collection);  // gc is another key
+  EXPECT_EQ(SettingOf(*c, "gc").origin, ValueOrigin::kDefault);
   EXPECT_EQ(c->options.memory_fraction, 0.4);
   EXPECT_EQ(c->options.mode, AllocatorMode::kAsync);
   EXPECT_EQ(SettingOf(*c, "mem_fraction").source,
             "PYTORCH_CUDA_ALLOC_CONF per_process_memory_fraction:0.4");
+  EXPECT_EQ(SettingOf(*c, "gc_threshold").source,
+            "PYTORCH_CUDA_ALLOC_CONF garbage_collection_threshold:0.6");
   c = Resolve("", {{kCuda, "roundup_power2_divisions:8"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->options.size_divisions, 8u);
   EXPECT_EQ(SettingOf(*c, "size_divisions").source,
             "PYTORCH_CUDA_ALLOC_CONF roundup_power2_divisions:8");
+  // Every key PyTorch's parser knows is known here (mapped, not supported
+  // with a reason, or the host allocator's), and each has its reason.
+  for (const char* key : {"max_split_size_mb",
+                          "max_non_split_rounding_mb",
+                          "large_segment_size_mb",
+                          "garbage_collection_threshold",
+                          "roundup_power2_divisions",
+                          "expandable_segments",
+                          "pinned_use_background_threads",
+                          "backend",
+                          "release_lock_on_cudamalloc",
+                          "release_lock_on_hipmalloc",
+                          "pinned_use_cuda_host_register",
+                          "pinned_use_hip_host_register",
+                          "pinned_num_register_threads",
+                          "pinned_reserve_segment_size_mb",
+                          "graph_capture_record_stream_reuse",
+                          "per_process_memory_fraction",
+                          "pinned_free_catch_all",
+                          "throw_on_cudamalloc_oom",
+                          "expandable_segments_reserve",
+                          "expandable_segments_reserve_by_class"}) {
+    SCOPED_TRACE(key);
+    c = Resolve("", {{kCuda, std::string(key) + ":[1]"}});
+    if (!c.ok()) continue;  // a mapped key refuses the list
+    for (const std::string& line : c->warnings) {
+      EXPECT_THAT(line, Not(HasSubstr("no PyTorch allocator key")));
+      EXPECT_THAT(line, Not(HasSubstr("ignored: (docs")));  // a reason
+    }
+  }
 }
 
 // A bad PYTORCH_CUDA_ALLOC_CONF and a part of the error.
@@ -1079,17 +1200,27 @@ TEST(ConfigTest, BadPytorchConfigurations) {
   const std::vector<PytorchBadCase> cases = {
       {"expandable_segments:maybe",
        "PYTORCH_CUDA_ALLOC_CONF expandable_segments=\"maybe\" (entry 1): not "
-       "a boolean"},
+       "True or False (PyTorch takes only these two spellings)"},
       {"max_split_size_mb:512,expandable_segments:[1]",
-       "expandable_segments=\"[1]\" (entry 2): not a boolean"},
+       "expandable_segments=\"[1]\" (entry 2): not True or False"},
+      // PyTorch's spellings exactly: True and False only.
+      {"expandable_segments:true", "not True or False"},
+      {"expandable_segments:1", "not True or False"},
+      {"expandable_segments:TRUE", "not True or False"},
       {"garbage_collection_threshold:1", "not a decimal number in (0, 1)"},
       {"garbage_collection_threshold:0", "not a decimal number in (0, 1)"},
       {"garbage_collection_threshold:high", "not a decimal number in (0, 1)"},
       {"per_process_memory_fraction:1.5",
        "per_process_memory_fraction=\"1.5\" (entry 1): not in (0, 1]"},
-      {"per_process_memory_fraction:0", "not in (0, 1]"},
+      {"per_process_memory_fraction:0",
+       "not in (0, 1]: a fraction of the device's total memory (PyTorch "
+       "takes 0 too, but it allows no memory at all)"},
+      {"per_process_memory_fraction:most", "not a decimal number"},
       {"backend:cuda_async",
-       "not one of native, cudaMallocAsync, hipMallocAsync"},
+       "not native, cudaMallocAsync or hipMallocAsync (PyTorch's spellings"},
+      // Case-sensitive, as PyTorch compares them.
+      {"backend:Native", "not native, cudaMallocAsync or hipMallocAsync"},
+      {"backend:cudamallocasync", "not native, cudaMallocAsync"},
       {"expandable_segments", "entry 1: \"expandable_segments\" has no ':'"},
       {"expandable_segments:True;max_split_size_mb:64",
        "expandable_segments=\"True;max_split_size_mb:64\""},
@@ -1097,10 +1228,13 @@ TEST(ConfigTest, BadPytorchConfigurations) {
       {"expandable_segments:", "empty value for expandable_segments"},
       {"roundup_power2_divisions:3",
        "PYTORCH_CUDA_ALLOC_CONF roundup_power2_divisions=\"3\" (entry 1): not "
-       "0 (off) or a power of two from 2 to 64"},
-      {"roundup_power2_divisions:128", "not 0 (off) or a power of two"},
-      {"roundup_power2_divisions:four", "not 0 (off) or a power of two"},
-      {"roundup_power2_divisions:-2", "not 0 (off) or a power of two"},
+       "a power of two (PyTorch's rule"},
+      // PyTorch refuses 0 in the integer form too; 1 is no rounding.
+      {"roundup_power2_divisions:0", "not a power of two"},
+      {"roundup_power2_divisions:128",
+       "more than 64 divisions, which gpualloc does not round to"},
+      {"roundup_power2_divisions:four", "not a power of two"},
+      {"roundup_power2_divisions:-2", "not a power of two"},
       {"roundup_power2_divisions:[256:1,>:8", "'[' without ']'"},
       {"roundup_power2_divisions:256:1]", "']' without '['"},
       {"expandable_segments:True,max_split_size_mb:64,expandable_segments:"
@@ -1136,6 +1270,18 @@ TEST(ConfigTest, PytorchVariablesAgreeOrAreAnError) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(SettingOf(*c, "expandable").source,
             "PYTORCH_CUDA_ALLOC_CONF expandable_segments:False");
+  // PYTORCH_HIP_ALLOC_CONF alone is read, as on ROCm.
+  c = Resolve("", {{"PYTORCH_HIP_ALLOC_CONF",
+                    "expandable_segments:True,garbage_collection_threshold:"
+                    "0.7,per_process_memory_fraction:0.5,backend:"
+                    "hipMallocAsync"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->options.expandable, Tristate::kOn);
+  EXPECT_EQ(c->options.gc_threshold, 0.7);
+  EXPECT_EQ(c->options.memory_fraction, 0.5);
+  EXPECT_EQ(c->options.mode, AllocatorMode::kAsync);
+  EXPECT_EQ(SettingOf(*c, "allocator").source,
+            "PYTORCH_HIP_ALLOC_CONF backend:hipMallocAsync");
   // Different text: an error naming both, even where the keys would agree.
   for (const Env& env :
        {Env{{"PYTORCH_ALLOC_CONF", "expandable_segments:True"},
@@ -1143,7 +1289,7 @@ TEST(ConfigTest, PytorchVariablesAgreeOrAreAnError) {
         Env{{"PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64"},
             {"PYTORCH_HIP_ALLOC_CONF", "max_split_size_mb:128"}},
         Env{{"PYTORCH_ALLOC_CONF", "expandable_segments:True"},
-            {"PYTORCH_HIP_ALLOC_CONF", "expandable_segments:true"}}}) {
+            {"PYTORCH_HIP_ALLOC_CONF", "expandable_segments:False"}}}) {
     c = Resolve("", env);
     ASSERT_FALSE(c.ok());
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
@@ -1162,7 +1308,7 @@ struct PytorchConflictCase {
   std::string key;
   std::string effective;
   std::string source;   // the setting's
-  std::string warning;  // a part of the warning line; empty: none
+  std::string warning;  // a part of the last warning line; empty: none
 };
 
 TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
@@ -1182,14 +1328,21 @@ TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
        "true",
        "GPUALLOC_EXPANDABLE",
        ""},
-      {"gc=false",
+      {"gc_threshold=0",
        {{kConf, "garbage_collection_threshold:0.8"}},
-       "gc",
-       "false",
+       "gc_threshold",
+       "0",
        "config string (overrides PYTORCH_CUDA_ALLOC_CONF "
        "garbage_collection_threshold:0.8)",
        "garbage_collection_threshold:0.8 overridden by config string "
-       "(gc=false)"},
+       "(gc_threshold=0)"},
+      {"",
+       {{"GPUALLOC_GC_THRESHOLD", "0.8"},
+        {kConf, "garbage_collection_threshold:0.8"}},
+       "gc_threshold",
+       "0.8",
+       "GPUALLOC_GC_THRESHOLD",
+       ""},
       {"allocator=bfc",
        {{kConf, "backend:native"}},
        "allocator",
@@ -1211,7 +1364,6 @@ TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
        "0.9",
        "GPUALLOC_MEM_FRACTION (overrides PYTORCH_CUDA_ALLOC_CONF "
        "per_process_memory_fraction:0.5)",
-       "keys gpualloc does not support, ignored: max_split_size_mb; "
        "per_process_memory_fraction:0.5 overridden by GPUALLOC_MEM_FRACTION "
        "(mem_fraction=0.9)"},
       {"size_divisions=0",
@@ -1237,11 +1389,12 @@ TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
        "0.5",
        "XLA_PYTHON_CLIENT_MEM_FRACTION",
        ""},
+      // TensorFlow's collection switch is gc, not the threshold: both apply.
       {"",
-       {{"TF_ENABLE_GPU_GARBAGE_COLLECTION", "true"},
+       {{"TF_ENABLE_GPU_GARBAGE_COLLECTION", "false"},
         {kConf, "garbage_collection_threshold:0.5"}},
        "gc",
-       "true",
+       "false",
        "TF_ENABLE_GPU_GARBAGE_COLLECTION",
        ""},
   };
@@ -1252,12 +1405,12 @@ TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
     EXPECT_EQ(SettingOf(*c, t.key).value, t.effective);
     EXPECT_EQ(SettingOf(*c, t.key).source, t.source);
     if (t.warning.empty()) {
-      EXPECT_THAT(c->warnings, ::testing::IsEmpty());
+      for (const std::string& line : c->warnings) {
+        EXPECT_THAT(line, Not(HasSubstr("overridden")));
+      }
     } else {
-      ASSERT_EQ(c->warnings.size(), 1u);
-      EXPECT_THAT(c->warnings[0], HasSubstr(t.warning));
-      EXPECT_THAT(c->warnings[0],
-                  ::testing::StartsWith("gpualloc: " + kConf + ": "));
+      ASSERT_FALSE(c->warnings.empty());
+      EXPECT_EQ(c->warnings.back(), PytorchLine(kConf, t.warning));
     }
   }
 
@@ -1281,19 +1434,20 @@ TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
   EXPECT_EQ(c->options.memory_limit, 8ull << 30);
 
   // A JAX/XLA/TF alias that gives the same key another value: an error (the
-  // same level), naming both.
+  // same level), naming both as written.
   for (const Env& env : {Env{{"XLA_PYTHON_CLIENT_ALLOCATOR", "platform"},
                              {kConf, "backend:cudaMallocAsync"}},
-                         Env{{"TF_ENABLE_GPU_GARBAGE_COLLECTION", "false"},
-                             {kConf, "garbage_collection_threshold:0.8"}},
                          Env{{"XLA_CLIENT_MEM_FRACTION", "0.9"},
                              {kConf, "per_process_memory_fraction:0.5"}}}) {
     c = Resolve("", env);
     ASSERT_FALSE(c.ok());
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(c.status().message(), HasSubstr(env.begin()->first));
-    EXPECT_THAT(c.status().message(), HasSubstr(kConf));
+    // The map's last entry is the XLA variable.
+    EXPECT_THAT(c.status().message(), HasSubstr(env.rbegin()->first + "=\"" +
+                                                env.rbegin()->second + "\""));
+    EXPECT_THAT(c.status().message(), HasSubstr(env.begin()->second));
     EXPECT_THAT(c.status().message(), HasSubstr("same level"));
+    EXPECT_THAT(c.status().message(), HasSubstr("make them agree or unset"));
   }
 
   // A higher level does not hide a bad PyTorch value.
@@ -1305,19 +1459,134 @@ TEST(ConfigTest, PytorchKeysYieldToHigherLevelsAndConflictsAreReported) {
 TEST(ConfigTest, PytorchWarningIsWrittenOncePerProcess) {
   const Env env = {{"PYTORCH_CUDA_ALLOC_CONF",
                     "expandable_segments:True,only_in_this_test_a:1,"
-                    "only_in_this_test_b:[1,2]"}};
-  const std::string line = UnsupportedLine(
-      "PYTORCH_CUDA_ALLOC_CONF", "only_in_this_test_a, only_in_this_test_b");
+                    "max_split_size_mb:99999"}};
+  const std::vector<std::string> lines = {
+      PytorchLine("PYTORCH_CUDA_ALLOC_CONF",
+                  "only_in_this_test_a:1 is no PyTorch allocator key, ignored "
+                  "(did you mean max_split_size_mb?)"),
+      PytorchLine(
+          "PYTORCH_CUDA_ALLOC_CONF",
+          "max_split_size_mb:99999 is not supported, ignored: PyTorch never "
+          "splits cached blocks above this size and keeps smaller requests "
+          "out of them; gpualloc's BFC splits any free chunk and has no such "
+          "size. The nearest setting, GPUALLOC_SPLIT_BOUND, keeps a surplus "
+          "up to its size unsplit with each allocation, which is not the "
+          "same")};
   ::testing::internal::CaptureStderr();
   for (int i = 0; i < 3; ++i) {
     auto c = Resolve("", env);
     ASSERT_TRUE(c.ok()) << c.status();
-    // Every resolution returns it ...
-    EXPECT_THAT(c->warnings, ::testing::ElementsAre(line));
+    // Every resolution returns them ...
+    EXPECT_THAT(c->warnings, ::testing::ElementsAreArray(lines));
   }
   const std::string err = ::testing::internal::GetCapturedStderr();
-  // ... but stderr gets it once.
-  EXPECT_EQ(err, line + "\n");
+  // ... but stderr gets each once.
+  EXPECT_EQ(err, lines[0] + "\n" + lines[1] + "\n");
+}
+
+// JAX's XLA_PYTHON_CLIENT_* namespace: a variable gpualloc does not know is
+// a warning with the closest one it reads (JAX ignores unknown ones too), not
+// an error as a GPUALLOC_* typo is.
+TEST(ConfigTest, UnknownJaxVariableIsAWarningWithTheClosestName) {
+  ::testing::internal::CaptureStderr();
+  auto c = Resolve("", {{"XLA_PYTHON_CLIENT_PREALOCATE", "false"},
+                        {"XLA_PYTHON_CLIENT_MEM_FRACTON", ".5"},
+                        {"XLA_PYTHON_CLIENT_ALLOCATOR", "platform"}});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(
+      c->warnings,
+      ::testing::ElementsAre(
+          "gpualloc: XLA_PYTHON_CLIENT_MEM_FRACTON=\".5\": no such JAX "
+          "variable, ignored (did you mean XLA_PYTHON_CLIENT_MEM_FRACTION?)",
+          "gpualloc: XLA_PYTHON_CLIENT_PREALOCATE=\"false\": no such JAX "
+          "variable, ignored (did you mean XLA_PYTHON_CLIENT_PREALLOCATE?)"));
+  EXPECT_THAT(err, HasSubstr("did you mean XLA_PYTHON_CLIENT_PREALLOCATE?"));
+  // The setting it meant is not taken from it.
+  EXPECT_EQ(SettingOf(*c, "preallocate").origin, ValueOrigin::kDefault);
+  EXPECT_EQ(SettingOf(*c, "allocator").value, "platform");
+  // A JAX variable gpualloc knows but does not read says why.
+  c = Resolve("", {{"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", "2048"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->warnings,
+              ::testing::ElementsAre(HasSubstr(
+                  "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB=\"2048\": not "
+                  "read by gpualloc: it sizes XLA's separate pool")));
+  // Other XLA_* variables are XLA's own business.
+  c = Resolve("", {{"XLA_FLAGS", "--xla_gpu_autotune_level=0"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->warnings, ::testing::IsEmpty());
+}
+
+// PyTorch's conventions (gpualloc_create_pytorch, the PyTorch hook): grow on
+// demand up to the whole device, unless something a user sets says
+// otherwise.
+TEST(ConfigTest, PytorchConventionsChangeOnlyTheDefaults) {
+  auto c = ResolveConfig("", MapEnvironment({}), Conventions::kPytorch);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->options.preallocate);
+  EXPECT_EQ(c->options.memory_fraction, 1.0);
+  EXPECT_EQ(c->options.memory_limit, 0u);
+  EXPECT_EQ(SettingOf(*c, "preallocate").value, "false");
+  EXPECT_EQ(SettingOf(*c, "preallocate").origin, ValueOrigin::kDefault);
+  EXPECT_EQ(SettingOf(*c, "preallocate").source, "default (PyTorch's)");
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").value, "1");
+  EXPECT_EQ(SettingOf(*c, "mem_fraction").source, "default (PyTorch's)");
+  // The rest is as with JAX's conventions.
+  auto jax = ResolveConfig("", MapEnvironment({}));
+  ASSERT_TRUE(jax.ok()) << jax.status();
+  EXPECT_TRUE(jax->options.preallocate);
+  EXPECT_EQ(jax->options.memory_fraction, 0.75);
+  for (std::size_t i = 0; i < c->settings.size(); ++i) {
+    if (c->settings[i].key == "preallocate" ||
+        c->settings[i].key == "mem_fraction") {
+      continue;
+    }
+    EXPECT_EQ(c->settings[i].value, jax->settings[i].value)
+        << c->settings[i].key;
+    EXPECT_EQ(c->settings[i].source, "default") << c->settings[i].key;
+  }
+
+  // Everything a user sets wins over them.
+  struct Case {
+    std::string config;
+    Env env;
+    bool preallocate;
+    double fraction;
+    std::uint64_t limit;
+  };
+  const std::vector<Case> cases = {
+      {"", {{"GPUALLOC_PREALLOCATE", "true"}}, true, 1.0, 0},
+      {"", {{"XLA_PYTHON_CLIENT_PREALLOCATE", "true"}}, true, 1.0, 0},
+      {"preallocate=true", {}, true, 1.0, 0},
+      {"", {{"GPUALLOC_MEM_FRACTION", "0.6"}}, false, 0.6, 0},
+      {"",
+       {{"PYTORCH_CUDA_ALLOC_CONF", "per_process_memory_fraction:0.5"}},
+       false,
+       0.5,
+       0},
+      {"",
+       {{"PYTORCH_ALLOC_CONF", "per_process_memory_fraction:0.25"}},
+       false,
+       0.25,
+       0},
+      {"mem_limit=8GiB", {}, false, 1.0, 8 * kGiB},
+  };
+  for (const Case& t : cases) {
+    SCOPED_TRACE(t.config);
+    c = ResolveConfig(t.config, MapEnvironment(t.env), Conventions::kPytorch);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->options.preallocate, t.preallocate);
+    EXPECT_EQ(c->options.memory_fraction, t.fraction);
+    EXPECT_EQ(c->options.memory_limit, t.limit);
+  }
+  // ConfigOverrides take them too.
+  ConfigOverrides o;
+  o.preallocate = true;
+  c = ResolveConfig(o, MapEnvironment({}), Conventions::kPytorch);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->options.preallocate);
+  EXPECT_EQ(c->options.memory_fraction, 1.0);
 }
 
 // A document's configuration table under `heading`, one row per key: `| key

@@ -3,6 +3,8 @@
 // bad-options table.
 #include "core/options.h"
 
+#include <cmath>
+#include <optional>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -183,6 +185,25 @@ TEST(OptionsTest, BadOptionsNameTheField) {
         },
         std::string("allocator=") + std::string(AllocatorModeName(mode)));
   }
+  for (double t : {1.0, 1.5, -0.1, std::nan("")}) {
+    add(
+        "gc_threshold " + std::to_string(t),
+        [t](Options& o) { o.gc_threshold = t; }, "Options.gc_threshold");
+  }
+  add(
+      "gc_threshold in async",
+      [](Options& o) {
+        o.mode = AllocatorMode::kAsync;
+        o.gc_threshold = 0.8;
+      },
+      "allocator=async");
+  add(
+      "gc_threshold without trim_before_growth",
+      [](Options& o) {
+        o.gc_threshold = 0.8;
+        o.trim_before_growth = false;
+      },
+      "Options.trim_before_growth=false");
   for (const BadCase& c : cases) {
     auto r = ResolveOptions(c.options, H100());
     ASSERT_FALSE(r.ok()) << c.name;
@@ -190,6 +211,55 @@ TEST(OptionsTest, BadOptionsNameTheField) {
     EXPECT_NE(r.status().message().find(c.field), std::string::npos)
         << c.name << ": " << r.status();
   }
+}
+
+// Every option error says how to fix it and carries its problem, so that the
+// runtime layer can name the configuration keys instead of the fields.
+TEST(OptionsTest, ErrorsCarryTheirProblem) {
+  Options o;
+  o.min_block_size = 4 * kMiB;  // the profile's granularity is 2 MiB
+  auto r = ResolveOptions(o, H100());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "the device's growth_granularity=2097152 (Options."
+            "growth_granularity left to its default) is not a multiple of "
+            "Options.min_block_size=4194304: region sizes are whole minimum "
+            "blocks; set Options.growth_granularity to a multiple of 4194304 "
+            "bytes (4.00 MiB), or Options.min_block_size to a power of two "
+            "that divides 2097152");
+  const std::optional<OptionsProblem> problem = OptionsProblemOf(r.status());
+  ASSERT_TRUE(problem.has_value());
+  ASSERT_EQ(problem->fields.size(), 2u);
+  EXPECT_EQ(problem->fields[0].field, "growth_granularity");
+  EXPECT_EQ(problem->fields[0].value, "2097152");
+  EXPECT_EQ(problem->fields[0].derived, "the device's");
+  EXPECT_EQ(problem->fields[1].field, "min_block_size");
+  EXPECT_EQ(problem->fields[1].value, "4194304");
+  EXPECT_EQ(problem->fields[1].derived, "");
+  // Rendered with other names.
+  EXPECT_EQ(RenderOptionsProblem(
+                *problem, [](std::size_t i) { return "S" + std::to_string(i); },
+                [](std::size_t i) { return "N" + std::to_string(i); },
+                [](std::size_t i) { return "R" + std::to_string(i); }),
+            "S0 is not a multiple of S1: region sizes are whole minimum "
+            "blocks; set N0 to a multiple of 4194304 bytes (4.00 MiB), or N1 "
+            "to a power of two that divides 2097152");
+  EXPECT_EQ(ConfigKeyOfField("growth_granularity"), "granularity");
+  EXPECT_EQ(ConfigKeyOfField("trim_before_growth"), "");
+
+  // The checks that need no device, on their own.
+  o = Options();
+  o.mode = AllocatorMode::kPlatform;
+  o.history = 10;
+  const absl::Status s = CheckOptions(o);
+  EXPECT_EQ(s.message(),
+            "Options.history=10: the allocation history belongs to "
+            "allocator=bfc, but Options.mode=kPlatform (allocator=platform) "
+            "records none; set Options.history to 0 (no history), or set "
+            "Options.mode to AllocatorMode::kBfc");
+  EXPECT_TRUE(OptionsProblemOf(s).has_value());
+  EXPECT_FALSE(OptionsProblemOf(absl::InvalidArgumentError("x")).has_value());
+  EXPECT_TRUE(CheckOptions(Options()).ok());
 }
 
 }  // namespace

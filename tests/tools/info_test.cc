@@ -113,16 +113,25 @@ TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
                            "expandable +true +alias +PYTORCH_CUDA_ALLOC_CONF "
                            "expandable_segments:True"));
   EXPECT_THAT(run.out, ::testing::ContainsRegex(
-                           "gc +true +alias +PYTORCH_CUDA_ALLOC_CONF "
+                           "gc_threshold +0.8 +alias +PYTORCH_CUDA_ALLOC_CONF "
                            "garbage_collection_threshold:0.8"));
-  // One warning line on stderr names the keys gpualloc cannot honour.
+  // A warning line on stderr for each entry gpualloc cannot honour, with why.
   run = RunInfo(env, "", kStderr);
   EXPECT_EQ(run.exit_code, 0) << run.out;
   EXPECT_EQ(run.out,
-            "gpualloc: PYTORCH_CUDA_ALLOC_CONF: keys gpualloc does not "
-            "support, ignored: max_split_size_mb, roundup_power2_divisions "
-            "(its list form; the integer form roundup_power2_divisions:N is "
-            "supported) (docs/ARCHITECTURE.md, \"PyTorch's variables\")\n");
+            "gpualloc: PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb:512 is not "
+            "supported, ignored: PyTorch never splits cached blocks above "
+            "this size and keeps smaller requests out of them; gpualloc's BFC "
+            "splits any free chunk and has no such size. The nearest setting, "
+            "GPUALLOC_SPLIT_BOUND, keeps a surplus up to its size unsplit "
+            "with each allocation, which is not the same (docs/"
+            "ARCHITECTURE.md, \"PyTorch's variables\")\n"
+            "gpualloc: PYTORCH_CUDA_ALLOC_CONF: roundup_power2_divisions:"
+            "[256:1,>:8] is not supported, ignored: its list form gives each "
+            "size range its own number of divisions; gpualloc rounds every "
+            "size with one number: use roundup_power2_divisions:N or "
+            "GPUALLOC_SIZE_DIVISIONS (docs/ARCHITECTURE.md, \"PyTorch's "
+            "variables\")\n");
 
   // A GPUALLOC_* variable wins, and says what it overrides; the integer form
   // of roundup_power2_divisions sets size_divisions.
@@ -134,7 +143,7 @@ TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
   EXPECT_THAT(run.out, ::testing::ContainsRegex(
                            "size_divisions +4 +alias +PYTORCH_ALLOC_CONF "
                            "roundup_power2_divisions:4"));
-  EXPECT_THAT(run.out, Not(HasSubstr("does not support")));
+  EXPECT_THAT(run.out, Not(HasSubstr("is not supported")));
   EXPECT_THAT(run.out, ::testing::ContainsRegex(
                            "expandable +false +variable +GPUALLOC_EXPANDABLE "
                            "\\(overrides PYTORCH_ALLOC_CONF "
@@ -158,7 +167,7 @@ TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
       "", kStderr);
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.out, HasSubstr("PYTORCH_CUDA_ALLOC_CONF expandable_segments="
-                                 "\"maybe\" (entry 1): not a boolean"));
+                                 "\"maybe\" (entry 1): not True or False"));
 }
 
 // The limit section says what each mode enforces: bfc grows by granules
