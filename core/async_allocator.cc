@@ -50,7 +50,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "core/alignment.h"
-#include "core/format_bytes.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
@@ -332,13 +331,7 @@ class AsyncAllocator final : public Allocator {
     LockGuard lock(&mu_);
     if (!deferred_.empty()) RetryDeferredLocked();
     const std::uint64_t held = live_.counters().bytes_held + deferred_bytes_;
-    if (held > limit) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "SetLimit(%d bytes, %s): the live allocations hold %d bytes (%s), "
-          "which allocator=%s caches none of; free memory first or choose a "
-          "limit of at least %d bytes",
-          limit, FormatBytes(limit), held, FormatBytes(held), kMode, held));
-    }
+    if (held > limit) return LiveAboveNewLimit(limit, held, kMode);
     limit_.store(limit, std::memory_order_relaxed);
     // The pool's unused memory counts as reserved: a lower limit than what
     // is reserved gives it back, as Trim does.

@@ -468,4 +468,13 @@ absl::StatusOr<std::uint64_t> NewLimit(std::uint64_t bytes, std::uint64_t unit,
   return limit;
 }
 
+absl::Status LiveAboveNewLimit(std::uint64_t limit, std::uint64_t held,
+                               absl::string_view mode) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "SetLimit(%d bytes, %s): the live allocations hold %d bytes (%s), "
+      "which allocator=%s caches none of; free memory first or choose a "
+      "limit of at least %d bytes",
+      limit, FormatBytes(limit), held, FormatBytes(held), mode, held));
+}
+
 }  // namespace gpualloc::core

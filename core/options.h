@@ -51,6 +51,11 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
 absl::StatusOr<std::uint64_t> NewLimit(std::uint64_t bytes, std::uint64_t unit,
                                        const DeviceInfo& device);
 
+// SetLimit's refusal in a mode that caches nothing: the live allocations
+// hold `held` bytes, more than the new `limit`.
+absl::Status LiveAboveNewLimit(std::uint64_t limit, std::uint64_t held,
+                               absl::string_view mode);
+
 // The checks of ResolveOptions that need no device: values out of range and
 // settings that belong to another mode (size_divisions with
 // allocator=platform). ResolveOptions makes them first.

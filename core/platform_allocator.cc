@@ -27,7 +27,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "core/alignment.h"
-#include "core/format_bytes.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
@@ -209,13 +208,7 @@ class PlatformAllocator final : public Allocator {
         NewLimit(bytes, resolved_.granularity, backend_->info()));
     LockGuard lock(&mu_);
     const std::uint64_t held = live_.counters().bytes_held;
-    if (held > limit) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "SetLimit(%d bytes, %s): the live allocations hold %d bytes (%s), "
-          "which allocator=%s caches none of; free memory first or choose a "
-          "limit of at least %d bytes",
-          limit, FormatBytes(limit), held, FormatBytes(held), kMode, held));
-    }
+    if (held > limit) return LiveAboveNewLimit(limit, held, kMode);
     limit_.store(limit, std::memory_order_relaxed);
     return absl::OkStatus();
   }
