@@ -243,8 +243,10 @@ Stats BfcAllocator::StatsLocked() const {
   s.peak_bytes_in_use = k.peak_bytes_in_use;
   s.largest_alloc_size = k.largest_alloc_size;
   s.bytes_limit = resolved_.limit;
-  s.bytes_reserved = k.bytes_reserved;
-  s.peak_bytes_reserved = k.peak_bytes_reserved;
+  // (Memory the device refused to take back is reserved too.)
+  s.bytes_release_pending = source_->pending_bytes();
+  s.bytes_reserved = k.bytes_reserved + s.bytes_release_pending;
+  s.peak_bytes_reserved = std::max(k.peak_bytes_reserved, s.bytes_reserved);
   s.largest_free_block_bytes = core_.LargestFreeBlock();
   s.bytes_requested = k.bytes_requested;
   s.peak_bytes_requested = k.peak_bytes_requested;
@@ -267,6 +269,7 @@ Stats BfcAllocator::StatsLocked() const {
     // memory is not reserved (bytes_sleeping).
     s.bytes_reserved = Physical();
     if (slept_) s.peak_bytes_reserved = std::max(peak_reserved_, Physical());
+    s.peak_bytes_reserved = std::max(s.peak_bytes_reserved, Physical());
     s.bytes_sleeping = source_->sleeping_bytes();
     s.bytes_in_use = InUse();
     s.peak_bytes_in_use = peak_in_use_;

@@ -483,9 +483,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
     bool& capturing_;
     const bool saved_;
   };
-  // Memory reserved from the device: regions, less the memory asleep.
+  // Memory reserved from the device: regions, less the memory asleep, and
+  // what the device refused to take back (RegionSource::pending_bytes).
   std::uint64_t Physical() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return core_.counters().bytes_reserved - source_->sleeping_bytes();
+    return core_.counters().bytes_reserved - source_->sleeping_bytes() +
+           source_->pending_bytes();
   }
   // The tags' SlabSource: TakeTagSlab, the rest as for private pools.
   class TagSlabs final : public SlabSource {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/size_class.h"
 
@@ -59,16 +60,16 @@ std::optional<GrowthPlan> PlanGrowth(const std::vector<Extent>& extents,
 
 ExpandableSpace::~ExpandableSpace() {
   for (const auto& [address, m] : mappings_) {
-    if (m.asleep) {
-      // A handle kept by a failed release (Sleep) goes now.
-      if (m.handle != 0) (void)backend_.ReleasePhysical(m.handle);
-      continue;
-    }
-    if (backend_.Unmap(address, m.bytes).ok()) {
-      (void)backend_.ReleasePhysical(m.handle);
-    }
+    // (A mapping asleep holds a handle, maybe mapped, only where a failed
+    // call left one.)
+    (void)GiveBack(address, m.bytes, m.handle, !m.asleep || m.mapped);
   }
-  if (size_ != 0) (void)backend_.FreeAddress(base_, size_);
+  mappings_.clear();
+  // What the device refused, before or just now, once more.
+  (void)RetryPending();
+  if (size_ != 0 && !backend_.FreeAddress(base_, size_).ok()) {
+    (void)backend_.FreeAddress(base_, size_);
+  }
 }
 
 absl::Status ExpandableSpace::Reserve(std::uint64_t bytes) {
@@ -106,7 +107,8 @@ absl::Status ExpandableSpace::MapOne(DeviceAddress address,
   if (!handle.ok()) return handle.status();
   absl::Status mapped = backend_.Map(address, bytes, *handle);
   if (!mapped.ok()) {
-    (void)backend_.ReleasePhysical(*handle);
+    // (A refused release keeps the handle: the map's error says what failed.)
+    (void)GiveBack(address, bytes, *handle, /*mapped=*/false);
     return mapped;
   }
   mappings_.emplace(address, Mapping{bytes, *handle});
@@ -136,48 +138,120 @@ absl::Status ExpandableSpace::Map(DeviceAddress address, std::uint64_t bytes,
   }
   if (status.ok()) status = backend_.SetAccess(address, bytes);
   if (status.ok()) return status;
-  // Take back whatever this call mapped.
-  std::uint64_t ignored = 0;
-  (void)Unmap(address, bytes, &ignored);
-  return Context(status,
-                 absl::StrFormat("mapping %d bytes at %#x (%d bytes were "
-                                 "mapped when it failed)",
-                                 bytes, address, done));
+  // Take back whatever this call mapped: no region will hold it. What the
+  // device refuses to take back stays ours (refused_), never lost.
+  const absl::Status back = TakeBack(address, done);
+  return Context(
+      status,
+      absl::StrFormat("mapping %d bytes at %#x (%d bytes were mapped when it "
+                      "failed%s)",
+                      bytes, address, done,
+                      back.ok() ? ""
+                                : absl::StrCat("; taking them back failed "
+                                               "too, so they are kept and "
+                                               "given back later: ",
+                                               back.message())));
+}
+
+absl::Status ExpandableSpace::TakeBack(DeviceAddress address,
+                                       std::uint64_t bytes) {
+  absl::Status first_error;
+  auto it = mappings_.lower_bound(address);
+  while (it != mappings_.end() && it->first < address + bytes) {
+    const DeviceAddress at = it->first;
+    const Mapping m = it->second;
+    it = mappings_.erase(it);
+    mapped_bytes_ -= m.bytes;
+    absl::Status status = GiveBack(at, m.bytes, m.handle, /*mapped=*/true);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
+}
+
+absl::Status ExpandableSpace::GiveBack(DeviceAddress at, std::uint64_t bytes,
+                                       PhysicalHandle handle, bool mapped) {
+  if (mapped) {
+    absl::Status status = backend_.Unmap(at, bytes);
+    if (!status.ok()) {
+      refused_.push_back(Refused{at, bytes, handle, /*mapped=*/true});
+      refused_bytes_ += bytes;
+      return Context(status,
+                     absl::StrFormat("unmapping %d bytes at %#x", bytes, at));
+    }
+    ++unmaps_;
+  }
+  if (handle == 0) return absl::OkStatus();
+  absl::Status status = backend_.ReleasePhysical(handle);
+  if (!status.ok()) {
+    refused_.push_back(Refused{at, bytes, handle, /*mapped=*/false});
+    refused_bytes_ += bytes;
+    return Context(status,
+                   absl::StrFormat("releasing the handle of the %d bytes "
+                                   "unmapped at %#x (kept, to release later)",
+                                   bytes, at));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpandableSpace::RetryPending() {
+  if (refused_.empty()) return absl::OkStatus();
+  std::vector<Refused> todo;
+  todo.swap(refused_);
+  refused_bytes_ = 0;
+  absl::Status first_error;
+  for (const Refused& r : todo) {
+    absl::Status status = GiveBack(r.address, r.bytes, r.handle, r.mapped);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  if (first_error.ok()) return first_error;
+  return Context(first_error,
+                 absl::StrFormat("giving back memory the device refused "
+                                 "before (%d bytes still held)",
+                                 refused_bytes_));
+}
+
+std::vector<std::pair<DeviceAddress, std::uint64_t>>
+ExpandableSpace::RefusedMappedRanges() const {
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> ranges;
+  for (const Refused& r : refused_) {
+    if (r.mapped) ranges.emplace_back(r.address, r.bytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  return ranges;
 }
 
 absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
                                     std::uint64_t* unmapped) {
   *unmapped = 0;
   const DeviceAddress end = address + bytes;
+  absl::Status first_error;
   auto it = mappings_.lower_bound(address);
   while (it != mappings_.end() && it->first + it->second.bytes <= end) {
     const DeviceAddress at = it->first;
     const Mapping m = it->second;
-    if (m.asleep) {  // nothing mapped; a handle kept goes
-      if (m.handle != 0) (void)backend_.ReleasePhysical(m.handle);
-      *unmapped += m.bytes;
-      mapped_bytes_ -= m.bytes;
-      sleeping_bytes_ -= m.bytes;
-      it = mappings_.erase(it);
-      continue;
-    }
-    absl::Status status = backend_.Unmap(at, m.bytes);
-    if (!status.ok()) {
-      return Context(status,
-                     absl::StrFormat("unmapping %d bytes at %#x", m.bytes, at));
+    // (Asleep: mapped, or holding a handle, only where a failed call left
+    // it so.)
+    if (!m.asleep || m.mapped) {
+      absl::Status status = backend_.Unmap(at, m.bytes);
+      if (!status.ok()) {
+        if (!first_error.ok()) return first_error;
+        return Context(
+            status, absl::StrFormat("unmapping %d bytes at %#x", m.bytes, at));
+      }
+      ++unmaps_;
     }
     *unmapped += m.bytes;
     mapped_bytes_ -= m.bytes;
-    ++unmaps_;
-    it = mappings_.erase(it);
-    status = backend_.ReleasePhysical(m.handle);
-    if (!status.ok()) {
-      return Context(status, absl::StrFormat("releasing the handle of the %d "
-                                             "bytes unmapped at %#x",
-                                             m.bytes, at));
+    if (m.asleep) {
+      sleeping_bytes_ -= m.bytes;
+      if (m.handle != 0) asleep_held_bytes_ -= m.bytes;
     }
+    it = mappings_.erase(it);
+    // Unmapped: a refused release keeps the handle for later (GiveBack).
+    absl::Status status = GiveBack(at, m.bytes, m.handle, /*mapped=*/false);
+    if (!status.ok() && first_error.ok()) first_error = status;
   }
-  return absl::OkStatus();
+  return first_error;
 }
 
 absl::Status ExpandableSpace::Sleep(DeviceAddress address, std::uint64_t bytes,
@@ -198,14 +272,19 @@ absl::Status ExpandableSpace::Sleep(DeviceAddress address, std::uint64_t bytes,
     status = backend_.ReleasePhysical(m.handle);
     if (!status.ok()) {
       // The memory is still the handle's: map it back (content and all), or
-      // else keep the handle for Wake, so that it is never lost.
+      // else keep the handle (mapped, if only the access was refused) for
+      // Wake, so that it is never lost.
       absl::Status back = backend_.Map(it->first, m.bytes, m.handle);
-      if (back.ok()) back = backend_.SetAccess(it->first, m.bytes);
-      if (back.ok()) {
+      const bool remapped = back.ok();
+      if (remapped) {
         ++maps_;
-      } else {
+        back = backend_.SetAccess(it->first, m.bytes);
+      }
+      if (!back.ok()) {
         m.asleep = true;
+        m.mapped = remapped;
         sleeping_bytes_ += m.bytes;
+        asleep_held_bytes_ += m.bytes;
         *done += m.bytes;
       }
       return Context(
@@ -243,26 +322,47 @@ absl::Status ExpandableSpace::Wake(DeviceAddress address, std::uint64_t bytes,
     Mapping& m = it->second;
     if (!m.asleep) continue;
     const DeviceAddress at = it->first;
-    // A handle a failed release left is mapped again as it is.
+    const auto fail = [&](const absl::Status& status) {
+      return Context(status, absl::StrFormat("mapping %d bytes at %#x again "
+                                             "to wake them",
+                                             m.bytes, at));
+    };
+    // A handle a failed call left is mapped again as it is (or only made
+    // accessible, where it is still mapped).
     const bool kept = m.handle != 0;
     absl::StatusOr<PhysicalHandle> handle =
         kept ? absl::StatusOr<PhysicalHandle>(m.handle)
              : backend_.CreatePhysical(m.bytes);
-    absl::Status status = handle.status();
-    if (status.ok()) status = backend_.Map(at, m.bytes, *handle);
-    if (status.ok()) {
-      status = backend_.SetAccess(at, m.bytes);
-      if (!status.ok()) (void)backend_.Unmap(at, m.bytes);
+    if (!handle.ok()) return fail(handle.status());
+    if (!m.mapped) {
+      absl::Status mapped = backend_.Map(at, m.bytes, *handle);
+      if (!mapped.ok()) {
+        if (!kept) (void)GiveBack(at, m.bytes, *handle, /*mapped=*/false);
+        return fail(mapped);
+      }
+      ++maps_;
     }
+    absl::Status status = backend_.SetAccess(at, m.bytes);
     if (!status.ok()) {
-      if (handle.ok() && !kept) (void)backend_.ReleasePhysical(*handle);
-      return Context(status, absl::StrFormat("mapping %d bytes at %#x again "
-                                             "to wake them",
-                                             m.bytes, at));
+      // Unmapped again (and a fresh handle released); what the device
+      // refuses stays this mapping's, for the next Wake.
+      bool held = true;
+      if (!m.mapped && backend_.Unmap(at, m.bytes).ok()) {
+        ++unmaps_;
+        held = kept || !backend_.ReleasePhysical(*handle).ok();
+      } else {
+        m.mapped = true;
+      }
+      if (held) {
+        if (!kept) asleep_held_bytes_ += m.bytes;
+        m.handle = *handle;
+      }
+      return fail(status);
     }
-    ++maps_;
+    if (kept) asleep_held_bytes_ -= m.bytes;
     m.handle = *handle;
     m.asleep = false;
+    m.mapped = false;
     sleeping_bytes_ -= m.bytes;
     *done += m.bytes;
   }

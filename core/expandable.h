@@ -23,6 +23,13 @@
 //     right after it, as PyTorch does: CUDA allows releasing a mapped handle,
 //     but some ROCm releases mishandle it.
 //
+// Memory the device refuses to take back is never forgotten: a handle whose
+// release fails, or a mapping whose unmap fails where no region may keep it
+// (taking back a failed Map), is kept as "refused" (pending_bytes(): the
+// device still holds it, so it counts as reserved and against the limit),
+// its address range closed to growth while still mapped, and given back by
+// RetryPending (Trim, growth, destruction).
+//
 // Thread safety: none; the allocator facade's lock guards it.
 #ifndef GPUALLOC_CORE_EXPANDABLE_H_
 #define GPUALLOC_CORE_EXPANDABLE_H_
@@ -73,8 +80,9 @@ class ExpandableSpace {
   // granularity). Reserves nothing yet.
   ExpandableSpace(Backend* backend, std::uint64_t unit)
       : backend_(*backend), unit_(unit) {}
-  // Unmaps everything still mapped and frees the reservation; errors are
-  // ignored (the allocator is going away).
+  // Unmaps everything still mapped, releases every handle (what the device
+  // refused before included, each refused call tried once more) and frees
+  // the reservation; errors are ignored (the allocator is going away).
   ~ExpandableSpace();
 
   ExpandableSpace(const ExpandableSpace&) = delete;
@@ -90,16 +98,33 @@ class ExpandableSpace {
 
   // Maps [address, address + bytes) as handles of `handle_bytes` each (a
   // multiple of the unit dividing `bytes`) and makes it accessible. On error
-  // nothing stays mapped and the error names the step.
+  // no mapping of this call is left in the table and the error names the
+  // step; what the device refused to take back is kept as refused.
   absl::Status Map(DeviceAddress address, std::uint64_t bytes,
                    std::uint64_t handle_bytes);
   // Unmaps every mapping inside [address, address + bytes), one call each,
-  // and releases its handle. On error the mappings before the failing one are
-  // gone (reported through *unmapped, in bytes) and the rest stay; a failed
-  // release after a successful unmap counts the mapping as gone. A mapping
-  // asleep (Sleep) is only forgotten: nothing is behind it.
+  // and releases its handle. A failed unmap stops there: the mappings before
+  // it are gone (reported through *unmapped, in bytes) and the rest stay. A
+  // failed release after a successful unmap counts the mapping as gone, its
+  // handle kept as refused (the error says so), and goes on. A mapping
+  // asleep (Sleep) has nothing behind it unless a failed call left its
+  // handle.
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes,
                      std::uint64_t* unmapped);
+  // Gives back what the device refused before (unmap, then release), each
+  // once more; what it refuses again stays. The first error, or OK when
+  // nothing is left.
+  absl::Status RetryPending();
+  // Bytes the device holds outside the mapping table's awake mappings:
+  // refused memory, and handles kept by mappings asleep. Reserved from the
+  // device, so counted as reserved and against the limit.
+  std::uint64_t pending_bytes() const {
+    return refused_bytes_ + asleep_held_bytes_;
+  }
+  // The refused memory still mapped, as [address, address + bytes) in
+  // address order: no region holds it, and no growth may map there.
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> RefusedMappedRanges()
+      const;
   // The runs of whole mappings inside [address, address + bytes), merged
   // where adjacent (unless not `merged`), in address order.
   std::vector<std::pair<DeviceAddress, std::uint64_t>> MappedRunsWithin(
@@ -113,8 +138,10 @@ class ExpandableSpace {
   // accessible. Both act mapping by mapping and stop at the first error,
   // *done then telling how many bytes changed state. A handle whose release
   // fails after its unmap is mapped back (the error says so); if that fails
-  // too, the mapping is asleep with its handle kept, which Wake maps again
-  // (never lost).
+  // too, the mapping is asleep with its handle kept (and still mapped, if
+  // only the access was refused), which Wake maps again or makes accessible
+  // (never lost). A Wake that fails after its Map takes the mapping back;
+  // what the device refuses there stays the mapping's, for the next Wake.
   // REQUIRES: the range holds whole mappings only, all awake (Sleep) or all
   // asleep (Wake).
   absl::Status Sleep(DeviceAddress address, std::uint64_t bytes,
@@ -145,11 +172,30 @@ class ExpandableSpace {
  private:
   struct Mapping {
     std::uint64_t bytes = 0;
+    // Awake: the handle mapped here. Asleep: 0, or a handle a failed call
+    // left (asleep_held_bytes_).
     PhysicalHandle handle = 0;
     bool asleep = false;
+    // Asleep with its handle still mapped, without access.
+    bool mapped = false;
+  };
+  // Memory the device refused to take back, in no mapping of the table.
+  struct Refused {
+    DeviceAddress address = 0;
+    std::uint64_t bytes = 0;
+    PhysicalHandle handle = 0;  // 0: released, only the mapping is left
+    bool mapped = false;        // still mapped at `address`
   };
   // Maps one new handle of `bytes` at `address` (create, map).
   absl::Status MapOne(DeviceAddress address, std::uint64_t bytes);
+  // Unmaps [at, at + bytes) when `mapped`, then releases `handle` (if any):
+  // memory no mapping of the table holds. What the device refuses is kept
+  // as refused; the error names the step.
+  absl::Status GiveBack(DeviceAddress at, std::uint64_t bytes,
+                        PhysicalHandle handle, bool mapped);
+  // Takes every mapping inside [address, address + bytes) out of the table
+  // and gives it back (a failed Map's rollback).
+  absl::Status TakeBack(DeviceAddress address, std::uint64_t bytes);
 
   Backend& backend_;
   const std::uint64_t unit_;
@@ -158,6 +204,10 @@ class ExpandableSpace {
   absl::btree_map<DeviceAddress, Mapping> mappings_;  // by start
   std::uint64_t mapped_bytes_ = 0;
   std::uint64_t sleeping_bytes_ = 0;
+  // Of them, the bytes whose mapping still holds a handle.
+  std::uint64_t asleep_held_bytes_ = 0;
+  std::vector<Refused> refused_;
+  std::uint64_t refused_bytes_ = 0;
   std::uint64_t maps_ = 0;
   std::uint64_t unmaps_ = 0;
 };

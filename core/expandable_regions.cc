@@ -41,14 +41,37 @@ class ExpandableRegions final : public RegionSource {
 
   // The whole limit at once, in at most kMaxHandles handles of nearly equal
   // size (Trim can give back each whole handle later).
+  // Memory the device refused to take back before (Trim) is given back
+  // first; what it still holds is left out of the preallocation (the limit
+  // counts it) and its mapped ranges are avoided.
   absl::Status Preallocate() override {
     GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
+    if (!c_.capturing) (void)space_.RetryPending();
     const std::uint64_t unit = space_.unit();
-    const std::uint64_t units = c_.resolved.limit / unit;  // the limit is whole
+    const std::uint64_t held = std::min(Physical(), c_.resolved.limit);
+    // (The limit is whole units, and so is what the device holds.)
+    const std::uint64_t units = (c_.resolved.limit - held) / unit;
+    if (units == 0) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the device still holds %d bytes it refused to take back, which "
+          "fill the limit of %d bytes",
+          held, c_.resolved.limit));
+    }
     const std::uint64_t handles = std::min(kMaxHandles, units);
     // `longer` handles of q + 1 units, then the rest of q units.
     const std::uint64_t q = units / handles, longer = units % handles;
     DeviceAddress at = space_.base();
+    if (held != 0) {
+      const std::optional<GrowthPlan> plan =
+          PlanGrowth(Extents(/*free_ends=*/false), space_.base(), space_.size(),
+                     units * unit, unit);
+      if (!plan.has_value()) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "no hole of the reserved range of %d bytes can take %d bytes",
+            space_.size(), units * unit));
+      }
+      at = plan->address;
+    }
     if (longer != 0) {
       GPUALLOC_RETURN_IF_ERROR(
           MapRegion(at, longer * (q + 1) * unit, (q + 1) * unit));
@@ -65,15 +88,12 @@ class ExpandableRegions final : public RegionSource {
   // hole and the limit have room (GrowDoubling).
   absl::Status Grow(std::uint64_t needed, Stream stream) override {
     GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
-    std::vector<Extent> extents;
-    for (DeviceAddress base : c_.core.RegionBases()) {
-      const RegionId id = *c_.core.RegionAt(base);
-      const RegionEdges edges = c_.core.region_edges(id);
-      extents.push_back(Extent{base, c_.core.region_size(id), edges.free_head,
-                               edges.free_tail});
-    }
-    const std::optional<GrowthPlan> plan = PlanGrowth(
-        extents, space_.base(), space_.size(), needed, space_.unit());
+    // What the device refused to take back before, first (its error is met
+    // again at the next Trim; what stays counts against the limit below).
+    if (!c_.capturing) (void)space_.RetryPending();
+    const std::optional<GrowthPlan> plan =
+        PlanGrowth(Extents(/*free_ends=*/true), space_.base(), space_.size(),
+                   needed, space_.unit());
     if (!plan.has_value()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "no hole of the reserved range of %d bytes can take %d more bytes",
@@ -141,13 +161,10 @@ class ExpandableRegions final : public RegionSource {
   // it (PlanGrowth with no free ends), mapped as one handle.
   absl::StatusOr<DeviceAddress> MapExclusive(std::uint64_t bytes) override {
     GPUALLOC_RETURN_IF_ERROR(EnsureReserved());
-    std::vector<Extent> extents;
-    for (DeviceAddress base : c_.core.RegionBases()) {
-      extents.push_back(
-          Extent{base, c_.core.region_size(*c_.core.RegionAt(base)), 0, 0});
-    }
+    if (!c_.capturing) (void)space_.RetryPending();
     const std::optional<GrowthPlan> plan =
-        PlanGrowth(extents, space_.base(), space_.size(), bytes, space_.unit());
+        PlanGrowth(Extents(/*free_ends=*/false), space_.base(), space_.size(),
+                   bytes, space_.unit());
     if (!plan.has_value()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "no hole of the reserved range of %d bytes can take %d bytes",
@@ -183,8 +200,17 @@ class ExpandableRegions final : public RegionSource {
     return space_.SleepingWithin(address, bytes);
   }
 
-  // (An empty keep range: [1, 0) touches no chunk.)
-  absl::Status ReleaseFree() override { return UnmapFree(1, 0, nullptr); }
+  // What the device refused before, then every free mapping. (An empty keep
+  // range: [1, 0) touches no chunk.)
+  absl::Status ReleaseFree() override {
+    const absl::Status retried = space_.RetryPending();
+    const absl::Status unmapped = UnmapFree(1, 0, nullptr);
+    return retried.ok() ? unmapped : retried;
+  }
+
+  std::uint64_t pending_bytes() const override {
+    return space_.pending_bytes();
+  }
 
   bool HasFreeToRelease() const override {
     for (const BfcCore::FreeSpan& span : c_.core.FreeSpans(space_.unit())) {
@@ -213,9 +239,36 @@ class ExpandableRegions final : public RegionSource {
   std::uint64_t backend_frees() const override { return space_.unmaps(); }
 
  private:
-  // Memory reserved from the device: what is mapped and awake.
+  // Memory reserved from the device: what is mapped and awake, and what the
+  // device refused to take back.
   std::uint64_t Physical() const {
-    return c_.core.counters().bytes_reserved - space_.sleeping_bytes();
+    return c_.core.counters().bytes_reserved - space_.sleeping_bytes() +
+           space_.pending_bytes();
+  }
+
+  // The core's regions (with their free ends when `free_ends`) and the
+  // refused memory still mapped (no free end: nothing may use it), in
+  // address order, for PlanGrowth.
+  std::vector<Extent> Extents(bool free_ends) const {
+    std::vector<Extent> extents;
+    for (DeviceAddress base : c_.core.RegionBases()) {
+      const RegionId id = *c_.core.RegionAt(base);
+      Extent e{base, c_.core.region_size(id), 0, 0};
+      if (free_ends) {
+        const RegionEdges edges = c_.core.region_edges(id);
+        e.free_head = edges.free_head;
+        e.free_tail = edges.free_tail;
+      }
+      extents.push_back(e);
+    }
+    const auto refused = space_.RefusedMappedRanges();
+    if (refused.empty()) return extents;
+    for (const auto& [address, bytes] : refused) {
+      extents.push_back(Extent{address, bytes, 0, 0});
+    }
+    std::sort(extents.begin(), extents.end(),
+              [](const Extent& a, const Extent& b) { return a.base < b.base; });
+    return extents;
   }
 
   // Preallocation, and a doubling growth, map in at most this many handles.

@@ -105,6 +105,13 @@ class RegionSource {
     return 0;
   }
 
+  // Bytes the device holds outside the regions' awake memory: what it
+  // refused to take back (a failed unmap or release), kept and given back
+  // later (ReleaseFree, Grow, destruction). Reserved from the device, so
+  // counted in Stats::bytes_reserved and against the limit
+  // (Stats::bytes_release_pending).
+  virtual std::uint64_t pending_bytes() const { return 0; }
+
   // Regions or mappings made and undone (Stats::backend_allocs/frees).
   virtual std::uint64_t backend_allocs() const = 0;
   virtual std::uint64_t backend_frees() const = 0;

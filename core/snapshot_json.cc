@@ -56,6 +56,7 @@ constexpr StatsField kOptionalStatsFields[] = {
     {"pool_bytes_reserved", &Stats::pool_bytes_reserved},
     {"pool_bytes_in_use", &Stats::pool_bytes_in_use},
     {"bytes_sleeping", &Stats::bytes_sleeping},
+    {"bytes_release_pending", &Stats::bytes_release_pending},
 };
 
 // ---- Reading -------------------------------------------------------------

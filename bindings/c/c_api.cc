@@ -270,6 +270,7 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   full.pool_bytes_reserved = s.pool_bytes_reserved;
   full.pool_bytes_in_use = s.pool_bytes_in_use;
   full.bytes_sleeping = s.bytes_sleeping;
+  full.bytes_release_pending = s.bytes_release_pending;
   // The caller's struct may be older (smaller): fill the whole fields that
   // fit, never part of one (a struct_size between two field boundaries gets
   // the fields before it). Or newer (larger): fill this library's fields and
@@ -298,6 +299,7 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
       GPUALLOC_FIELD_END(pool_bytes_reserved),
       GPUALLOC_FIELD_END(pool_bytes_in_use),
       GPUALLOC_FIELD_END(bytes_sleeping),
+      GPUALLOC_FIELD_END(bytes_release_pending),
 #undef GPUALLOC_FIELD_END
   };
   static_assert(

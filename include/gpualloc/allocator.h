@@ -193,6 +193,11 @@ struct Stats {
   // Memory of tags put to sleep (Allocator::Sleep): given back to the device
   // (not in bytes_reserved), its addresses kept for Wake.
   std::uint64_t bytes_sleeping = 0;
+  // Memory the device refused to take back (a failed unmap or release of
+  // physical memory): still held by the device, so counted in
+  // bytes_reserved and against the limit; released at the next Trim,
+  // garbage collection or growth, or at destruction.
+  std::uint64_t bytes_release_pending = 0;
   // Front caches (Options::front_cache): bytes of freed blocks they hold now
   // (not in bytes_in_use, but in the peaks: a cached block is memory only
   // its stream may take), allocations they served, and allocations that

@@ -116,6 +116,9 @@ typedef struct gpualloc_stats {
   /* Memory of tags asleep (gpualloc_sleep): given back to the device, not in
    * bytes_reserved. */
   uint64_t bytes_sleeping;
+  /* Memory the device refused to take back (a failed unmap or release):
+   * still held, counted in bytes_reserved, released later. */
+  uint64_t bytes_release_pending;
 } gpualloc_stats_t;
 
 /* Every device: the device argument of gpualloc_trim, gpualloc_release_stream

@@ -66,7 +66,8 @@ class _Stats(ctypes.Structure):
         "events_recorded", "stream_waits", "host_waits")] + [
         ("fragmentation", ctypes.c_double)] + [
         (name, ctypes.c_uint64) for name in (
-            "pool_bytes_reserved", "pool_bytes_in_use", "bytes_sleeping")]
+            "pool_bytes_reserved", "pool_bytes_in_use", "bytes_sleeping",
+            "bytes_release_pending")]
 
 
 # gpualloc_stats_t's fields under PyTorch's memory_stats() names where torch

@@ -373,6 +373,147 @@ TEST(AllocatorExpandableTest, HandlesAreReleasedOnlyAfterTheirUnmap) {
   EXPECT_EQ(sim->physical_bytes(), 0u);
 }
 
+// What the device holds is what the allocator counts: bytes_reserved equals
+// the simulator's physical memory, and nothing is mapped outside a region.
+void ExpectDeviceMatches(const Allocator& a, const SimBackend& sim) {
+  EXPECT_EQ(sim.physical_bytes(), a.GetStats().bytes_reserved);
+  GPUALLOC_EXPECT_OK(a.Validate());
+}
+
+// A handle whose release the device refuses after its unmap stays the
+// allocator's: counted in bytes_reserved (the device still holds it) and
+// released by the next Trim.
+TEST(AllocatorExpandableTest, RefusedReleaseKeepsTheHandleForTheNextTrim) {
+  for (bool preallocate : {false, true}) {
+    SCOPED_TRACE(preallocate ? "preallocated" : "growing");
+    auto sim = MakeSim(kGiB);
+    auto a = MakeAllocator(Expandable(64 * kMiB, preallocate), sim);
+    void* p = *a->Allocate(6 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(p));
+    sim->FailNthCall(SimOp::kReleasePhysical, 1,
+                     absl::InternalError("injected release fault"));
+    const absl::Status trimmed = a->Trim();
+    EXPECT_EQ(trimmed.code(), absl::StatusCode::kInternal) << trimmed;
+    EXPECT_NE(trimmed.message().find("injected release fault"),
+              std::string::npos)
+        << trimmed;
+    EXPECT_GT(sim->physical_bytes(), 0u);
+    ExpectDeviceMatches(*a, *sim);
+    GPUALLOC_ASSERT_OK(a->Trim());
+    EXPECT_EQ(sim->physical_bytes(), 0u);
+    EXPECT_EQ(sim->mapped_bytes(), 0u);
+    ExpectDeviceMatches(*a, *sim);
+  }
+}
+
+// The destructor releases what the device refused before.
+TEST(AllocatorExpandableTest, RefusedReleaseIsRetriedAtDestruction) {
+  auto sim = MakeSim(kGiB);
+  {
+    auto a = MakeAllocator(Expandable(64 * kMiB), sim);
+    void* p = *a->Allocate(6 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(p));
+    sim->FailNthCall(SimOp::kReleasePhysical, 1,
+                     absl::InternalError("injected release fault"));
+    EXPECT_FALSE(a->Trim().ok());
+  }
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  EXPECT_EQ(sim->reserved_address_bytes(), 0u);
+}
+
+// At destruction, a release or address free the device refuses is tried
+// once more: nothing could give the memory back later.
+TEST(AllocatorExpandableTest, DestructionTriesRefusedCallsOnceMore) {
+  auto sim = MakeSim(kGiB);
+  {
+    auto a = MakeAllocator(Expandable(64 * kMiB), sim);
+    GPUALLOC_ASSERT_OK(a->Allocate(6 * kMiB).status());
+    sim->FailNthCall(SimOp::kReleasePhysical, 1,
+                     absl::InternalError("injected release fault"));
+    sim->FailNthCall(SimOp::kFreeAddress, 1,
+                     absl::InternalError("injected free-address fault"));
+  }
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  EXPECT_EQ(sim->reserved_address_bytes(), 0u);
+}
+
+// Memory the device refused to take back counts against the limit until it
+// goes: growth first retries the release, and passes the limit never.
+TEST(AllocatorExpandableTest, RefusedReleaseCountsAgainstTheLimit) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(8 * kMiB), sim);
+  void* p = *a->Allocate(8 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(p));
+  sim->FailNthCall(SimOp::kReleasePhysical, 1,
+                   absl::InternalError("injected release fault"));
+  EXPECT_FALSE(a->Trim().ok());
+  ExpectDeviceMatches(*a, *sim);
+  // The retry at growth is refused too: no room under the limit.
+  sim->FailNthCall(SimOp::kReleasePhysical, 1,
+                   absl::InternalError("injected release fault"));
+  auto q = a->Allocate(8 * kMiB);
+  EXPECT_LE(sim->physical_bytes(), 8 * kMiB);
+  ExpectDeviceMatches(*a, *sim);
+  if (q.ok()) GPUALLOC_ASSERT_OK(a->Deallocate(*q));
+  // Once the device takes it back, the limit has room again.
+  auto r = a->Allocate(8 * kMiB);
+  GPUALLOC_ASSERT_OK(r.status());
+  EXPECT_LE(sim->physical_bytes(), 8 * kMiB);
+  ExpectDeviceMatches(*a, *sim);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*r));
+}
+
+// A failed set-access whose rollback unmap fails too: the refused growth
+// changes nothing visible and loses nothing; the range stays the
+// allocator's (counted, never handed out) until the device unmaps it.
+TEST(AllocatorExpandableTest,
+     RefusedSetAccessWithARefusedRollbackLosesNothing) {
+  for (bool preallocate : {false, true}) {
+    SCOPED_TRACE(preallocate ? "preallocated" : "growing");
+    auto sim = MakeSim(kGiB);
+    auto a = MakeAllocator(Expandable(256 * kMiB, preallocate), sim);
+    sim->FailNthCall(SimOp::kSetAccess, 1,
+                     absl::InternalError("injected set-access fault"));
+    sim->FailNthCall(SimOp::kUnmap, 1,
+                     absl::InternalError("injected unmap fault"));
+    auto p = a->Allocate(64 * kMiB);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInternal) << p.status();
+    ExpectDeviceMatches(*a, *sim);
+    EXPECT_LE(sim->physical_bytes(), 256 * kMiB);
+    // The same request again works, and stays under the limit.
+    auto q = a->Allocate(64 * kMiB);
+    GPUALLOC_ASSERT_OK(q.status());
+    EXPECT_TRUE(sim->IsAccessible(testing::Addr(*q), 64 * kMiB));
+    EXPECT_LE(sim->physical_bytes(), 256 * kMiB);
+    ExpectDeviceMatches(*a, *sim);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*q));
+    GPUALLOC_ASSERT_OK(a->Trim());
+    EXPECT_EQ(sim->physical_bytes(), 0u);
+    EXPECT_EQ(sim->mapped_bytes(), 0u);
+    ExpectDeviceMatches(*a, *sim);
+  }
+}
+
+// A refused map whose handle's release is refused too keeps the handle.
+TEST(AllocatorExpandableTest, RefusedMapWithARefusedReleaseLosesNothing) {
+  auto sim = MakeSim(kGiB);
+  {
+    auto a = MakeAllocator(Expandable(256 * kMiB), sim);
+    sim->FailNthCall(SimOp::kMap, 1, absl::InternalError("injected map"));
+    sim->FailNthCall(SimOp::kReleasePhysical, 1,
+                     absl::InternalError("injected release fault"));
+    auto p = a->Allocate(64 * kMiB);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInternal) << p.status();
+    ExpectDeviceMatches(*a, *sim);
+    GPUALLOC_ASSERT_OK(a->Trim());
+    EXPECT_EQ(sim->physical_bytes(), 0u);
+    ExpectDeviceMatches(*a, *sim);
+  }
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
 TEST(AllocatorExpandableTest, AGranuleThatIsNoPowerOfTwoWorks) {
   auto sim = MakeSim(kGiB);
   Options o = Expandable(240 * kMiB);

@@ -581,5 +581,56 @@ TEST(SleepWakeTest, Figures) {
   }
 }
 
+// A Wake whose set-access is refused, and whose unmap back is refused too:
+// the tag stays asleep, what the device holds is counted, and the next Wake
+// finishes the job.
+TEST(SleepWakeTest, RefusedWakeWithARefusedRollbackLosesNothing) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+  auto q = a->Allocate(3 * kMiB);
+  GPUALLOC_ASSERT_OK(p.status());
+  GPUALLOC_ASSERT_OK(q.status());
+  GPUALLOC_ASSERT_OK(a->Sleep(1).status());
+  sim->FailNthCall(SimOp::kSetAccess, 1, absl::InternalError("set-access"));
+  sim->FailNthCall(SimOp::kUnmap, 1, absl::InternalError("unmap"));
+  const absl::Status woken = a->Wake(1);
+  EXPECT_EQ(woken.code(), absl::StatusCode::kInternal) << woken;
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(sim->physical_bytes(), a->GetStats().bytes_reserved);
+  EXPECT_EQ(a->Deallocate(*p).code(), absl::StatusCode::kFailedPrecondition);
+  GPUALLOC_ASSERT_OK(a->Wake(1));
+  EXPECT_TRUE(sim->IsAccessible(Addr(*p), 3 * kMiB));
+  EXPECT_EQ(sim->physical_bytes(), a->GetStats().bytes_reserved);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*q));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// A Sleep whose release is refused maps the handle back; when the device
+// refuses access to it again, it stays mapped (counted) and a Wake makes it
+// accessible.
+TEST(SleepWakeTest, RefusedReleaseAndRefusedAccessBackLoseNothing) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/true);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto p = a->Allocate(3 * kMiB, Stream(), 0, 1);
+  GPUALLOC_ASSERT_OK(p.status());
+  sim->FailNthCall(SimOp::kReleasePhysical, 1, absl::InternalError("release"));
+  sim->FailNthCall(SimOp::kSetAccess, 1, absl::InternalError("set-access"));
+  EXPECT_FALSE(a->Sleep(1).ok());
+  GPUALLOC_EXPECT_OK(a->Validate());
+  EXPECT_EQ(sim->physical_bytes(), a->GetStats().bytes_reserved);
+  if (a->GetStats().bytes_sleeping != 0) GPUALLOC_ASSERT_OK(a->Wake(1));
+  EXPECT_TRUE(sim->IsAccessible(Addr(*p), 3 * kMiB));
+  EXPECT_EQ(sim->physical_bytes(), a->GetStats().bytes_reserved);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*p));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+  EXPECT_EQ(sim->mapped_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace gpualloc
