@@ -4,8 +4,10 @@
 #include "gpualloc/allocator.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/bfc_allocator.h"
@@ -27,7 +29,30 @@ BfcAllocator::~BfcAllocator() {
                           Requested());
   // Every region goes back to the device with source_ (declared last,
   // destroyed first): live allocations die with the allocator, as with any
-  // caching allocator.
+  // caching allocator. Expandable regions are unmapped, which does not wait
+  // for the work still using them: the source waits for the work on plain
+  // blocks, and here the host waits for the work on the blocks of private
+  // pools and tags (their streams are the pools' users, which the core's
+  // chunks do not name).
+  if (pools_on_ && resolved_.expandable && oracle_ == &stream_order_) {
+    std::vector<std::uintptr_t> streams;
+    for (const PrivatePools* pools : {&pools_, &tags_}) {
+      for (PoolId id : pools->Ids()) {
+        for (std::uintptr_t stream : pools->Users(id)) {
+          if (std::find(streams.begin(), streams.end(), stream) ==
+              streams.end()) {
+            streams.push_back(stream);
+          }
+        }
+      }
+    }
+    // (Each on its own: one failing wait does not skip the others.)
+    for (std::uintptr_t stream : streams) {
+      if (!stream_order_.WaitForAll({stream}).ok()) {
+        (void)stream_order_.TakeError();
+      }
+    }
+  }
 }
 absl::Status BfcAllocator::RecordStream(void* ptr, Stream stream) {
   const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);

@@ -328,5 +328,38 @@ TEST(PrivatePoolsModesTest, PlatformAndAsyncHaveNoPools) {
   }
 }
 
+// Destroying the allocator unmaps its memory (expandable regions, growing or
+// preallocated) only after the work still queued on a pool's blocks, live or
+// freed into the pool, has completed, as for plain blocks.
+TEST(PrivatePoolsDestructionTest, WaitsForTheWorkOnPoolBlocks) {
+  for (bool preallocate : {false, true}) {
+    SCOPED_TRACE(preallocate ? "preallocated" : "growing");
+    auto sim = MakeSim(8 * kGiB);
+    {
+      Options o = ModeOptions(kBfcExpandable, 2 * kGiB);
+      o.preallocate = preallocate;
+      auto alloc = MakeAllocator(o, sim);
+      ASSERT_NE(alloc, nullptr);
+      absl::StatusOr<PoolId> pool = alloc->CreatePool();
+      ASSERT_TRUE(pool.ok()) << pool.status();
+      ASSERT_TRUE(alloc->BeginAllocateToPool(*pool, kS2).ok());
+      absl::StatusOr<void*> live = alloc->Allocate(4 * kMiB, kS2);
+      absl::StatusOr<void*> freed = alloc->Allocate(4 * kMiB, kS2);
+      ASSERT_TRUE(live.ok() && freed.ok());
+      ASSERT_TRUE(alloc->EndAllocateToPool(*pool).ok());
+      sim->Use(kS2, Addr(*live), 4 * kMiB);
+      sim->Use(kS2, Addr(*freed), 4 * kMiB);
+      ASSERT_TRUE(alloc->Deallocate(*freed, kS2).ok());
+      // `live` dies with the allocator, its kernel still running.
+    }
+    EXPECT_EQ(sim->hazards(), 0u);
+    if (sim->hazards() != 0) {
+      EXPECT_EQ(sim->hazard_log().front().ToString(), "");
+    }
+    EXPECT_EQ(sim->physical_bytes(), 0u);
+    EXPECT_EQ(sim->mapped_bytes(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace gpualloc::testing

@@ -581,6 +581,32 @@ TEST(SleepWakeTest, Figures) {
   }
 }
 
+// Destroying the allocator unmaps a tag's memory only after the work still
+// queued on its blocks has completed, as for plain blocks.
+TEST(SleepWakeTest, DestructionWaitsForTheWorkOnTaggedBlocks) {
+  for (bool preallocate : {false, true}) {
+    SCOPED_TRACE(preallocate ? "preallocated" : "growing");
+    auto sim = MakeSim(kGiB);
+    {
+      auto a = MakeAllocator(Expandable(preallocate), sim);
+      auto live = a->Allocate(3 * kMiB, Stream(2), 0, 1);
+      auto freed = a->Allocate(3 * kMiB, Stream(2), 0, 1);
+      GPUALLOC_ASSERT_OK(live.status());
+      GPUALLOC_ASSERT_OK(freed.status());
+      sim->Use(Stream(2), Addr(*live), 3 * kMiB);
+      sim->Use(Stream(2), Addr(*freed), 3 * kMiB);
+      GPUALLOC_ASSERT_OK(a->Deallocate(*freed, Stream(2)));
+      // `live` dies with the allocator, its kernel still running.
+    }
+    EXPECT_EQ(sim->hazards(), 0u);
+    if (sim->hazards() != 0) {
+      EXPECT_EQ(sim->hazard_log().front().ToString(), "");
+    }
+    EXPECT_EQ(sim->physical_bytes(), 0u);
+    EXPECT_EQ(sim->mapped_bytes(), 0u);
+  }
+}
+
 // A Wake whose set-access is refused, and whose unmap back is refused too:
 // the tag stays asleep, what the device holds is counted, and the next Wake
 // finishes the job.
