@@ -22,10 +22,11 @@ class SeparateRegions final : public RegionSource {
 
   // Live allocations die with the allocator (as with any caching
   // allocator); their memory still goes back to the device (cuMemFree
-  // synchronizes the device first).
+  // synchronizes the device first). A free the device refuses is tried once
+  // more: nothing could free the region later.
   ~SeparateRegions() override {
     for (DeviceAddress base : c_.core.RegionBases()) {
-      (void)c_.backend.Free(base);
+      if (!c_.backend.Free(base).ok()) (void)c_.backend.Free(base);
     }
   }
 

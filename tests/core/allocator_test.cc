@@ -420,6 +420,20 @@ TEST(AllocatorTest, FaultInjectionOnTrimKeepsTheRegionUsable) {
   EXPECT_EQ(a->GetStats().backend_allocs, 1u);
 }
 
+// Destruction frees every region; a free the device refuses there is tried
+// once more, since nothing could free the region later.
+TEST(AllocatorTest, DestructionTriesARefusedFreeOnceMore) {
+  auto sim = MakeSim(kGiB);
+  {
+    auto a = MakeAllocator(Growth(), sim);
+    GPUALLOC_ASSERT_OK(a->Allocate(kMiB).status());
+    sim->FailNthCall(SimOp::kFree, 1,
+                     absl::InternalError("simulated driver error"));
+  }
+  EXPECT_EQ(sim->bytes_allocated(), 0u);
+  EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
 TEST(AllocatorTest, DoublingBacksOffWhenTheDeviceRefuses) {
   auto sim = MakeSim(kGiB);
   Options o = Growth();
