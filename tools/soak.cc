@@ -52,8 +52,9 @@ constexpr absl::string_view kUsage =
     "side streams released and destroyed, injected backend faults) on a\n"
     "simulated device in every allocator mode, checking after every\n"
     "operation: no overlapping blocks, bytes_requested equal to the live\n"
-    "requests, no hazard, no call on a released stream, Validate(); at the\n"
-    "end nothing in use and the device's memory all returned.\n"
+    "requests, no hazard, no call on a released stream, Validate() and the\n"
+    "device's held memory equal to bytes_reserved; at the end nothing in\n"
+    "use and the device's memory all returned.\n"
     "\n"
     "  --seed S                the sequence (default 1)\n"
     "  --ops N                 operations per mode and stream count\n"
@@ -70,8 +71,9 @@ constexpr absl::string_view kUsage =
     "                          (default 50; 0: none)\n"
     "  --fault-ops LIST        the backend calls that fail (default\n"
     "                          allocate,pool_allocate,map,create_physical,\n"
-    "                          create_event,record_event,query_event; any\n"
-    "                          simulator call by its name, e.g. unmap)\n"
+    "                          create_event,record_event,query_event,\n"
+    "                          set_access,unmap,release_physical; any\n"
+    "                          simulator call by its name, e.g. free)\n"
     "  --validate-every N      Validate() every N operations (default 1)\n"
     "  --phase-ops N           mean fill/drain phase length (default 5000)\n"
     "  --min-live N, --max-live N  range of the phases' targets of live\n"
@@ -203,9 +205,10 @@ int main(int argc, char** argv) {
       options.cross_free_percent, options.fault_every,
       gpualloc::soak::FaultOpsString(options.fault_ops),
       options.validate_every);
-  absl::PrintF("%-15s %7s %10s %8s %11s %8s %8s %8s %8s %8s %8s %10s %7s\n",
-               "mode", "streams", "ops", "seconds", "ops/s", "ooms", "faults",
-               "failed", "xfrees", "released", "hazards", "validated", "peak");
+  absl::PrintF(
+      "%-15s %7s %10s %8s %11s %8s %8s %8s %8s %8s %8s %10s %7s %11s\n", "mode",
+      "streams", "ops", "seconds", "ops/s", "ooms", "faults", "failed",
+      "xfrees", "released", "hazards", "validated", "peak", "pending");
   std::fflush(stdout);
   for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) {
     std::signal(sig, OnCrash);
@@ -231,10 +234,12 @@ int main(int argc, char** argv) {
       const double rate =
           r->seconds > 0 ? static_cast<double>(r->ops) / r->seconds : 0;
       absl::PrintF(
-          "%-15s %7d %10d %8.1f %11.0f %8d %8d %8d %8d %8d %8d %10d %7d\n",
+          "%-15s %7d %10d %8.1f %11.0f %8d %8d %8d %8d %8d %8d %10d %7d "
+          "%11d\n",
           r->mode, r->streams, r->ops, r->seconds, rate, r->ooms,
           r->faults_injected, r->failed_by_fault, r->cross_frees,
-          r->streams_released, r->hazards, r->validator_runs, r->peak_live);
+          r->streams_released, r->hazards, r->validator_runs, r->peak_live,
+          r->peak_release_pending);
       std::fflush(stdout);
       if (!r->ok) {
         absl::PrintF(

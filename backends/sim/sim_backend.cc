@@ -393,6 +393,10 @@ class SimBackend::Impl {
     core::LockGuard lock(&mu_);
     return f(vm_);
   }
+  std::uint64_t BytesHeld() {
+    core::LockGuard lock(&mu_);
+    return info_.total_bytes - DeviceFree();
+  }
 
  private:
   std::uint64_t DeviceFree() const GPUALLOC_SIM_LOCKED {
@@ -676,6 +680,7 @@ std::uint64_t SimBackend::bytes_allocated() const {
   return impl_->WithPlacement(
       [](sim::Placement& p) { return p.bytes_allocated(); });
 }
+std::uint64_t SimBackend::bytes_held() const { return impl_->BytesHeld(); }
 std::uint64_t SimBackend::live_allocations() const {
   return impl_->WithPlacement(
       [](sim::Placement& p) { return p.live_allocations(); });

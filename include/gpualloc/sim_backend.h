@@ -499,6 +499,10 @@ class SimBackend final : public Backend {
   // Device memory currently handed out, and how many allocations hold it.
   std::uint64_t bytes_allocated() const;
   std::uint64_t live_allocations() const;
+  // Everything the device's memory holds for its callers: plain
+  // allocations, the stream-ordered pool's reserve and physical memory
+  // (total minus what FreeBytes answers, without a call).
+  std::uint64_t bytes_held() const;
 
  private:
   class Impl;

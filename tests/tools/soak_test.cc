@@ -2,9 +2,11 @@
 // tests/tools/soak_test.cc: a short gpualloc-soak in every mode, on one and on
 // four streams (tools/soak/soak_lib.h): no overlap, no lost byte, no hazard,
 // every invariant after every operation, with injected backend faults.
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
@@ -143,6 +145,49 @@ TEST(SoakTest, ReplayCommandNamesTheRun) {
             std::string::npos)
       << cmd;
   EXPECT_NE(cmd.find("--validate-every 1"), std::string::npos) << cmd;
+}
+
+// Unmaps, physical releases and set-access calls the device refuses: nothing
+// lost or uncounted (the device's held memory equals bytes_reserved at every
+// validation, and nothing is left once the allocator is gone).
+TEST(SoakTest, RefusedUnmapsReleasesAndAccessLoseNothing) {
+  struct Run {
+    std::vector<SimOp> ops;
+    std::uint64_t every;
+    std::uint64_t ops_count;
+    std::uint64_t phase_ops;
+  };
+  const Run runs[] = {
+      {{SimOp::kReleasePhysical}, 3, 2000, 100},
+      {{SimOp::kSetAccess, SimOp::kUnmap}, 7, 2000, 100},
+  };
+  for (const char* name : {"bfc-expandable", "bfc-prealloc"}) {
+    absl::StatusOr<SoakMode> mode = FindMode(name);
+    ASSERT_TRUE(mode.ok()) << mode.status();
+    for (const Run& run : runs) {
+      SoakOptions options;
+      options.ops = run.ops_count;
+      options.phase_ops = run.phase_ops;
+      options.fault_ops = run.ops;
+      options.fault_every = run.every;
+      options.device_memory = std::uint64_t{2} << 30;
+      absl::StatusOr<SoakResult> r = RunSoak(*mode, options);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->ok) << name << " after operation " << r->failed_op << ": "
+                         << r->violation
+                         << "\nreplay: " << ReplayCommand(*r, options);
+      EXPECT_GT(r->faults_injected, 0u) << name;
+    }
+  }
+}
+
+// CI's soak injects faults into giving memory back too.
+TEST(SoakTest, DefaultFaultsIncludeGivingMemoryBack) {
+  const std::vector<SimOp> ops = DefaultFaultOps();
+  for (SimOp op : {SimOp::kReleasePhysical, SimOp::kSetAccess, SimOp::kUnmap}) {
+    EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end())
+        << SimOpName(op);
+  }
 }
 
 }  // namespace

@@ -339,6 +339,19 @@ class SoakRun {
     }
     absl::Status s =
         allocator_->Deallocate(reinterpret_cast<void*>(l.address), stream);
+    // A free the device refused (platform mode's Free) changes nothing: the
+    // block is still live and counted, and the program frees it again.
+    while (!s.ok() && IsInjected(s)) {
+      ++result_.failed_by_fault;
+      CountFiredFaults(op);
+      if (const std::uint64_t r = allocator_->GetStats().bytes_requested;
+          r != requested_) {
+        return Fail(op, absl::StrFormat("a refused Deallocate(%#x) changed "
+                                        "bytes_requested to %d (expected %d)",
+                                        l.address, r, requested_));
+      }
+      s = allocator_->Deallocate(reinterpret_cast<void*>(l.address), stream);
+    }
     if (!s.ok()) {
       return Fail(
           op, absl::StrFormat("Deallocate(%#x, stream %d) of a live "
@@ -421,7 +434,13 @@ class SoakRun {
       return Fail(op, log.empty() ? absl::StrCat(v, " access violations")
                                   : log.front().ToString());
     }
+    // (An async allocator's reserved figure is the pool's usage as last
+    // read: compared with the device's only when this read worked.)
+    const std::uint64_t usage_failures =
+        sim_->failed_calls(SimOp::kGetPoolUsage);
     const Stats stats = allocator_->GetStats();
+    const bool reserved_fresh =
+        sim_->failed_calls(SimOp::kGetPoolUsage) == usage_failures;
     if (stats.bytes_requested != requested_) {
       return Fail(op, absl::StrFormat(
                           "bytes_requested is %d, the live blocks asked for %d "
@@ -443,6 +462,17 @@ class SoakRun {
       if (!v.ok()) {
         return Fail(op, absl::StrCat("Validate: ", v.ToString()));
       }
+      // Nothing lost or uncounted: what the device holds is what the
+      // allocator says it reserved.
+      if (reserved_fresh && sim_->bytes_held() != stats.bytes_reserved) {
+        return Fail(op, absl::StrFormat(
+                            "the device holds %d bytes, but the allocator "
+                            "counts %d reserved (%d of them release pending)",
+                            sim_->bytes_held(), stats.bytes_reserved,
+                            stats.bytes_release_pending));
+      }
+      result_.peak_release_pending =
+          std::max(result_.peak_release_pending, stats.bytes_release_pending);
     }
     return true;
   }
@@ -536,7 +566,8 @@ class SoakRun {
 std::vector<SimOp> DefaultFaultOps() {
   return {SimOp::kAllocate,       SimOp::kPoolAllocate, SimOp::kMap,
           SimOp::kCreatePhysical, SimOp::kCreateEvent,  SimOp::kRecordEvent,
-          SimOp::kQueryEvent};
+          SimOp::kQueryEvent,     SimOp::kSetAccess,    SimOp::kUnmap,
+          SimOp::kReleasePhysical};
 }
 
 absl::StatusOr<std::vector<SimOp>> ParseFaultOps(absl::string_view list) {

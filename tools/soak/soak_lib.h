@@ -12,8 +12,11 @@
 // injection. After every operation the shadow model checks that no returned
 // block overlaps another live one, that bytes_requested is the sum of the
 // live requests, and that the simulator saw no hazard and no access to
-// inaccessible memory; Validate() runs every validate_every operations. At
-// the end every block is freed and nothing may stay in use.
+// inaccessible memory; Validate() runs every validate_every operations, and
+// with it the device's held memory is compared with the allocator's
+// bytes_reserved (nothing lost, nothing uncounted). At the end every block
+// is freed, nothing may stay in use, and once the allocator is destroyed the
+// device must hold nothing.
 //
 // A run stops at its first violation and reports the operation index, so
 // that RunSoak with ops = index + 1 (same seed, mode and settings) replays
@@ -48,9 +51,10 @@ const std::vector<SoakMode>& AllModes();
 absl::StatusOr<SoakMode> FindMode(absl::string_view name);
 
 // The backend calls faults go into by default: growth (plain allocations,
-// pool allocations, physical memory, mappings) and the events behind
-// cross-stream reuse: allocate, pool_allocate, map, create_physical,
-// create_event, record_event, query_event.
+// pool allocations, physical memory, mappings), giving memory back
+// (unmappings, physical releases) and the events behind cross-stream reuse:
+// allocate, pool_allocate, map, create_physical, create_event,
+// record_event, query_event, set_access, unmap, release_physical.
 std::vector<SimOp> DefaultFaultOps();
 // "map,record_event" (SimOpName's names) to the operations; InvalidArgument
 // naming an unknown one.
@@ -120,6 +124,8 @@ struct SoakResult {
   std::uint64_t peak_live = 0;
   std::uint64_t peak_bytes_requested = 0;
   std::uint64_t events_recorded = 0;
+  // The most Stats::bytes_release_pending seen at a validation.
+  std::uint64_t peak_release_pending = 0;
 };
 
 // Runs `mode` on a fresh simulated device. Errors are for setup only (a bad
