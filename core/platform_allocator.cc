@@ -52,9 +52,10 @@ class PlatformAllocator final : public Allocator {
     ReportLiveAtDestruction(kMode, backend_->info(), live_.size(),
                             live_.counters().bytes_requested);
     // Live allocations die with the allocator (as with BFC); their memory
-    // still goes back to the device.
+    // still goes back to the device (a refused free tried once more: nothing
+    // could free it later).
     live_.ForEach([this](DeviceAddress, const LiveAllocation& a) {
-      (void)backend_->Free(a.base);
+      if (!backend_->Free(a.base).ok()) (void)backend_->Free(a.base);
     });
   }
 

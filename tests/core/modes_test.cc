@@ -437,6 +437,20 @@ TEST(PlatformTest, SnapshotIsOneRegionPerBlock) {
   EXPECT_EQ(sim->calls(SimOp::kFree), 1u);
 }
 
+// Live blocks go back to the device at destruction; a free the device
+// refuses there is tried once more, since nothing could free it later.
+TEST(PlatformTest, DestructionTriesARefusedFreeOnceMore) {
+  auto sim = MakeSim(80 * kGiB);
+  {
+    auto a = MakeAllocator(Mode(AllocatorMode::kPlatform), sim);
+    ASSERT_NE(a, nullptr);
+    GPUALLOC_ASSERT_OK(a->Allocate(kMiB));
+    sim->FailNthCall(SimOp::kFree, 1, absl::InternalError("free broke"));
+  }
+  EXPECT_EQ(sim->bytes_allocated(), 0u);
+  EXPECT_EQ(sim->live_allocations(), 0u);
+}
+
 // ---------------------------------------------------------------------------
 // Async mode on the fake pool.
 
