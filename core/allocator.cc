@@ -62,8 +62,10 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
               "and releasing records an event"));
   }
   if (StreamFront* f = FrontFor(stream)) {
+    // Its blocks back to the core, and its slot free for the next stream.
     FoldFigures();
     ClearFront(*f);
+    FreeFront(*f);
   }
   // Without streams (all map to one) or never seen: nothing names it.
   if (stream_mask_ == 0 ||
