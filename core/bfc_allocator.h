@@ -468,6 +468,10 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // Why Sleep / Wake cannot run now, or OK.
   absl::Status CheckSleepable(absl::string_view call, Tag tag, bool backup)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sleeps or wakes one slab (RegionSource::Sleep / Wake), recording what
+  // changed in the history (segment_unmap / segment_map).
+  absl::Status SleepOrWakeSlab(DeviceAddress base, std::uint64_t size,
+                               bool sleep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sleep or wake `slabs` in order; on an error, the ones done are turned
   // back (*clean: whether that worked) and the error names `call`.
   absl::Status SleepSlabs(
