@@ -103,6 +103,10 @@ class Export(unittest.TestCase):
                 segments = snap["segments"]
                 self.assertEqual(len(segments), len(doc["regions"]))
                 expandable = "expandable=true" in config
+                self.assertEqual(doc["region_kind"], "expandable"
+                                 if expandable else "separate")
+                self.assertIs(snap["allocator_settings"]["expandable_segments"],
+                              expandable)
                 for seg, region in zip(segments, doc["regions"]):
                     self.assertEqual(seg["address"], region["base"])
                     self.assertEqual(seg["total_size"], region["size"])
@@ -369,6 +373,99 @@ class InconsistentJson(unittest.TestCase):
                                                       "state": "free",
                                                       "stream": 0}]}]}]
         self.refused(pool, "pools[0].regions[0].chunks[0]", "the region's end")
+
+
+class SleepAndRegionKind(unittest.TestCase):
+    """Memory given back by Sleep is not shown as reserved (PyTorch lists
+    only the mapped parts of an expandable segment), Sleep and Wake are
+    segment_unmap and segment_map in the trace, and is_expandable comes from
+    the allocator, whatever the history holds."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def write(self, config):
+        prefix = os.path.join(self.tmp.name, "sleep-%d" % len(os.listdir(
+            self.tmp.name)))
+        subprocess.run([WRITER, "--sleep", config, prefix], check=True,
+                       timeout=120)
+        out = {}
+        for when in ("asleep", "awake"):
+            with open("%s.%s.pickle" % (prefix, when), "rb") as f:
+                data = f.read()
+            with open("%s.%s.json" % (prefix, when)) as f:
+                doc = json.load(f)
+            out[when] = (prefix + "." + when, data, pickle.loads(data), doc)
+        return out
+
+    def test_sleeping_memory_is_not_in_the_segments(self):
+        out = self.write("expandable=true,preallocate=false,history=64")
+        _, _, snap, doc = out["asleep"]
+        stats = doc["stats"]
+        self.assertEqual(stats["bytes_sleeping"], 64 << 20)
+        segments = snap["segments"]
+        self.assertEqual(sum(s["total_size"] for s in segments),
+                         stats["bytes_reserved"])
+        asleep = [(c["address"], c["size"]) for r in doc["regions"]
+                  for c in r["chunks"] if c.get("asleep")]
+        self.assertEqual([size for _, size in asleep], [64 << 20])
+        lo, size = asleep[0]
+        for seg in segments:
+            self.assertTrue(seg["is_expandable"])
+            self.assertEqual(sum(b["size"] for b in seg["blocks"]),
+                             seg["total_size"])
+            self.assertFalse(seg["address"] < lo + size and
+                             lo < seg["address"] + seg["total_size"])
+        self.assertIs(snap["allocator_settings"]["expandable_segments"], True)
+        events = snap["device_traces"][0]
+        self.assertEqual((events[-1]["action"], events[-1]["addr"],
+                          events[-1]["size"]), ("segment_unmap", lo, size))
+        # Awake: the tag's memory is a segment again, its allocation a block
+        # of its own, and the trace maps it back.
+        _, _, snap, doc = out["awake"]
+        self.assertEqual(sum(s["total_size"] for s in snap["segments"]),
+                         doc["stats"]["bytes_reserved"])
+        blocks = {b["address"]: b for s in snap["segments"]
+                  for b in s["blocks"]}
+        self.assertEqual(blocks[lo]["state"], "active_allocated")
+        self.assertEqual(blocks[lo]["requested_size"], (64 << 20) - 1000)
+        self.assertEqual(blocks[lo]["frames"][0]["name"], "weights")
+        actions = [(e["action"], e["addr"], e["size"])
+                   for e in snap["device_traces"][0]]
+        unmap = actions.index(("segment_unmap", lo, size))
+        self.assertIn(("segment_map", lo, size), actions[unmap + 1:])
+        # gpualloc-torch-snapshot writes the same from the JSON.
+        for when in ("asleep", "awake"):
+            prefix, data, _, _ = out[when]
+            got = subprocess.run([TOOL, prefix + ".json"], capture_output=True,
+                                 check=True, timeout=60).stdout
+            self.assertEqual(got, data, when)
+
+    def test_expandable_flag_without_map_events_in_the_history(self):
+        # No history at all, and a ring of 2 that wrapped past the last map.
+        for config in ("expandable=true,preallocate=false",
+                       "expandable=true,preallocate=false,history=2",
+                       "expandable=true,preallocate=true,history=2"):
+            with self.subTest(config=config):
+                out = self.write(config)
+                prefix, data, snap, doc = out["awake"]
+                self.assertNotIn("segment_map", [
+                    e["action"] for e in snap["device_traces"][0]])
+                self.assertIs(
+                    snap["allocator_settings"]["expandable_segments"], True)
+                self.assertTrue(snap["segments"])
+                for seg in snap["segments"]:
+                    self.assertIs(seg["is_expandable"], True)
+                self.assertEqual(doc["region_kind"], "expandable")
+                got = subprocess.run([TOOL, prefix + ".json"],
+                                     capture_output=True, check=True,
+                                     timeout=60).stdout
+                self.assertEqual(got, data)
 
 
 if __name__ == "__main__":
