@@ -87,8 +87,10 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
               "and releasing records an event"));
   }
   if (StreamFront* f = FrontFor(stream)) {
+    // Its blocks back to the core, and its slot free for the next stream.
     FoldFigures();
     ClearFront(*f);
+    FreeFront(*f);
   }
   // Without streams (all map to one) or never seen: nothing names it.
   if (stream_mask_ == 0 ||
@@ -150,21 +152,37 @@ Snapshot BfcAllocator::GetSnapshot() const {
     const_cast<BfcAllocator*>(this)->FlushFronts();
   }
   Snapshot s;
+  s.region_kind =
+      resolved_.expandable ? RegionKind::kExpandable : RegionKind::kSeparate;
   core_.AppendSnapshot(&s.regions);
   if (pools_on_) {
+    // A tag's block asleep (a whole mapping of its own, TakeTagSlab) is
+    // still a chunk of its region, but its memory is given back.
+    auto asleep = [this](const ChunkSnapshot& c) {
+      return !asleep_.empty() &&
+             source_->SleepingWithin(c.address, c.size) != 0;
+    };
     for (RegionSnapshot& r : s.regions) {
       for (ChunkSnapshot& c : r.chunks) {
         if (!c.in_use) continue;
         c.pool = pools_.SlabOwner(c.address);
         c.tag = static_cast<Tag>(tags_.SlabOwner(c.address));
+        c.asleep = c.tag != 0 && asleep(c);
       }
     }
     pools_.AppendSnapshot(&s.pools);
     const std::size_t first_tag = s.pools.size();
     tags_.AppendSnapshot(&s.pools);
     for (std::size_t i = first_tag; i < s.pools.size(); ++i) {
-      s.pools[i].tag = static_cast<Tag>(s.pools[i].id);
-      s.pools[i].asleep = asleep_.contains(s.pools[i].tag);
+      PoolSnapshot& p = s.pools[i];
+      p.tag = static_cast<Tag>(p.id);
+      p.asleep = asleep_.contains(p.tag);
+      if (!p.asleep) continue;
+      p.bytes_sleeping = SleepingBytesOf(p.tag);
+      p.bytes_reserved -= p.bytes_sleeping;
+      for (RegionSnapshot& r : p.regions) {
+        for (ChunkSnapshot& c : r.chunks) c.asleep = asleep(c);
+      }
     }
   }
   s.stats = StatsLocked();

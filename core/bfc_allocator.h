@@ -265,9 +265,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
   void EnablePoolPaths() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Front caches (core/bfc_front.cc) -------------------------------------
-  // One per stream (at most kMaxFronts; further streams go to the core
-  // directly). Made under mu_ and published by num_fronts_; never destroyed
-  // before the allocator. Lock order: mu_, then a front's mu.
+  // One per stream alive (at most kMaxFronts at once; further streams go to
+  // the core directly). A slot is made under mu_ and published by
+  // num_fronts_, and never destroyed before the allocator: ReleaseStream
+  // empties its front and frees the slot (its key becomes kFreeFront), and
+  // the next stream's front reuses it. Lock order: mu_, then a front's mu.
   // What a front changes on top of the core's counters (see FoldFigures).
   struct FrontFigures {
     std::int64_t in_use = 0;
@@ -292,7 +294,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
   struct alignas(64) StreamFront {
     StreamFront(std::uintptr_t s, std::uint64_t budget)
         : stream(s), cache(budget, kFrontMaxAge) {}
-    const std::uintptr_t stream;
+    // The stream served, or kFreeFront while the slot is free. Changed only
+    // under mu_, with the front empty (MakeFront, FreeFront); read without
+    // any lock by FrontFor, so that a thread on another stream may scan the
+    // slot while it changes hands (the key it looks for is neither).
+    std::atomic<std::uintptr_t> stream;
     alignas(64) Lock mu;
     FrontCache cache ABSL_GUARDED_BY(mu);
     FrontFigures figures ABSL_GUARDED_BY(mu);
@@ -317,6 +323,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
     }
   };
   static constexpr int kMaxFronts = 16;
+  // The key of a free slot: no stream's (live keys have the top bit clear,
+  // released ones count up from 1 below it).
+  static constexpr std::uintptr_t kFreeFront = ~std::uintptr_t{0};
   // Front operations a block may wait in its cache before it is evicted.
   static constexpr std::uint64_t kFrontMaxAge = std::uint64_t{1} << 16;
   // All streams' front caches together hold at most this many times
@@ -325,13 +334,21 @@ class BfcAllocator final : public Allocator, private SlabSource {
   StreamFront* FrontFor(std::uintptr_t stream) const {
     const int n = num_fronts_.load(std::memory_order_acquire);
     for (int i = 0; i < n; ++i) {
-      if (fronts_[i]->stream == stream) return fronts_[i].get();
+      if (fronts_[i]->stream.load(std::memory_order_acquire) == stream) {
+        return fronts_[i].get();
+      }
     }
     return nullptr;
   }
-  // The stream's front, made if there is room (under mu_).
+  // The stream's front, made if a slot is free or left (under mu_).
   StreamFront* MakeFront(std::uintptr_t stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the slot of `f`, emptied by ClearFront (its stream is released).
+  void FreeFront(StreamFront& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per live front at most front_cache bytes; all together at most
+  // kFrontTotalFactor times that, shared evenly among the live fronts.
+  std::uint64_t FrontBudget() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShareFrontBudget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The global path of a free while fronts are on: a second free of a cached
   // block is refused; a block a front handed out that another stream frees
   // leaves that front; a block freed on the stream it was allocated on
@@ -451,6 +468,10 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // Why Sleep / Wake cannot run now, or OK.
   absl::Status CheckSleepable(absl::string_view call, Tag tag, bool backup)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sleeps or wakes one slab (RegionSource::Sleep / Wake), recording what
+  // changed in the history (segment_unmap / segment_map).
+  absl::Status SleepOrWakeSlab(DeviceAddress base, std::uint64_t size,
+                               bool sleep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sleep or wake `slabs` in order; on an error, the ones done are turned
   // back (*clean: whether that worked) and the error names `call`.
   absl::Status SleepSlabs(
@@ -699,7 +720,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // Front caches on (Options::front_cache, and no pool, tag or history).
   std::atomic<bool> fronts_on_{resolved_.front_cache != 0};
   std::array<std::unique_ptr<StreamFront>, kMaxFronts> fronts_;
+  // Slots made (free ones included), and of them those serving a stream.
   std::atomic<int> num_fronts_{0};
+  int live_fronts_ ABSL_GUARDED_BY(mu_) = 0;
   mutable FoldedFigures folded_ ABSL_GUARDED_BY(mu_);
   // The allocation history (Options::history), null when off.
   const std::unique_ptr<History> history_ = MakeHistory(resolved_.history);

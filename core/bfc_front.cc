@@ -8,22 +8,58 @@
 
 namespace gpualloc::core {
 
+std::uint64_t BfcAllocator::FrontBudget() const {
+  const std::uint64_t total = kFrontTotalFactor * resolved_.front_cache;
+  return std::min<std::uint64_t>(
+      resolved_.front_cache,
+      total / static_cast<std::uint64_t>(std::max(live_fronts_, 1)));
+}
+
+void BfcAllocator::ShareFrontBudget() {
+  const std::uint64_t budget = FrontBudget();
+  const int n = num_fronts_.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    StreamFront& f = *fronts_[i];
+    if (f.stream.load(std::memory_order_relaxed) == kFreeFront) continue;
+    LockGuard front_lock(&f.mu);
+    f.cache.set_budget(budget);
+  }
+}
+
 BfcAllocator::StreamFront* BfcAllocator::MakeFront(std::uintptr_t stream) {
   if (StreamFront* f = FrontFor(stream)) return f;
   const int n = num_fronts_.load(std::memory_order_relaxed);
-  if (n == kMaxFronts) return nullptr;
-  // Per stream at most front_cache bytes; all together at most
-  // kFrontTotalFactor times that, shared evenly.
-  const std::uint64_t total = kFrontTotalFactor * resolved_.front_cache;
-  const std::uint64_t budget = std::min<std::uint64_t>(
-      resolved_.front_cache, total / static_cast<std::uint64_t>(n + 1));
-  for (int i = 0; i < n; ++i) {
-    LockGuard front_lock(&fronts_[i]->mu);
-    fronts_[i]->cache.set_budget(budget);
+  int slot = 0;
+  while (slot < n &&
+         fronts_[slot]->stream.load(std::memory_order_relaxed) != kFreeFront) {
+    ++slot;
   }
-  fronts_[n] = std::make_unique<StreamFront>(stream, budget);
-  num_fronts_.store(n + 1, std::memory_order_release);
-  return fronts_[n].get();
+  if (slot == kMaxFronts) return nullptr;
+  ++live_fronts_;
+  if (slot == n) {
+    fronts_[n] = std::make_unique<StreamFront>(kFreeFront, 0);
+  }
+  StreamFront& f = *fronts_[slot];
+  // The slot is free (empty since FreeFront): it serves `stream` from the
+  // store on; a thread on another stream scanning it meanwhile looks for
+  // neither key.
+  f.stream.store(stream, std::memory_order_release);
+  if (slot == n) num_fronts_.store(n + 1, std::memory_order_release);
+  ShareFrontBudget();
+  return &f;
+}
+
+void BfcAllocator::FreeFront(StreamFront& f) {
+  // The figures the front changed are 0 again once ClearFront gave every
+  // block back: folded now, the slot starts from 0 for its next stream.
+  FoldFigures();
+  {
+    LockGuard front_lock(&f.mu);
+    f.cache.Recycle();
+  }
+  f.stream.store(kFreeFront, std::memory_order_release);
+  --live_fronts_;
+  ShareFrontBudget();
 }
 
 absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
@@ -38,7 +74,7 @@ absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
         return absl::FailedPreconditionError(absl::StrFormat(
             "Deallocate(%#x): the block is already free (it waits in the "
             "front cache of stream %#x)",
-            address, owner->stream));
+            address, owner->stream.load(std::memory_order_relaxed)));
       }
       if (std::optional<FrontCache::Forgotten> gone =
               owner->cache.Forget(address)) {
@@ -84,8 +120,8 @@ void BfcAllocator::EvictLocked(StreamFront& f, bool all) {
             static_cast<std::int64_t>(e->core_requested));
     // Freed on its stream now: a later stamp than the free's, which only
     // makes other streams wait longer for it.
-    (void)core_.Deallocate(e->address, f.stream, stream_order_.stamp(),
-                           oracle_);
+    (void)core_.Deallocate(e->address, f.stream.load(std::memory_order_relaxed),
+                           stream_order_.stamp(), oracle_);
   }
 }
 
@@ -103,7 +139,7 @@ absl::Status BfcAllocator::FreedTwice(DeviceAddress address, StreamFront& f) {
   return absl::FailedPreconditionError(absl::StrFormat(
       "Deallocate(%#x): the block is already free (it waits in the front "
       "cache of stream %#x)",
-      address, f.stream));
+      address, f.stream.load(std::memory_order_relaxed)));
 }
 
 bool BfcAllocator::FlushFronts() {
@@ -175,9 +211,30 @@ absl::Status BfcAllocator::ValidateFronts() const
   for (int i = 0; i < n; ++i) fronts_[i]->mu.lock();
   absl::Status status;
   std::int64_t in_use = 0, requested = 0;
+  int live = 0;
+  const std::uint64_t budget = FrontBudget();
   for (int i = 0; i < n && status.ok(); ++i) {
     const StreamFront& f = *fronts_[i];
+    const std::uintptr_t stream = f.stream.load(std::memory_order_relaxed);
     status = f.cache.Validate();
+    if (!status.ok()) break;
+    if (stream == kFreeFront) {
+      if (f.cache.owned_blocks() != 0 || f.figures.in_use != 0 ||
+          f.figures.requested != 0) {
+        status = absl::InternalError(absl::StrFormat(
+            "front cache invariant FC6 broken: free slot %d holds %d blocks "
+            "and changes in-use bytes by %d, requested bytes by %d",
+            i, f.cache.owned_blocks(), f.figures.in_use, f.figures.requested));
+      }
+      continue;
+    }
+    ++live;
+    if (f.cache.budget() != budget) {
+      status = absl::InternalError(absl::StrFormat(
+          "front cache invariant FC6 broken: stream %#x's front has a budget "
+          "of %d bytes, not the %d bytes each of the %d live fronts gets",
+          stream, f.cache.budget(), budget, live_fronts_));
+    }
     in_use -= static_cast<std::int64_t>(f.cache.cached_bytes());
     requested += f.cache.requested_adjust() -
                  static_cast<std::int64_t>(f.cache.cached_requested());
@@ -187,14 +244,20 @@ absl::Status BfcAllocator::ValidateFronts() const
       if (!status.ok()) return;
       const std::optional<BfcCore::InUseChunk> chunk = core->FindInUse(address);
       if (!chunk.has_value() || chunk->size != size ||
-          chunk->stream != f.stream) {
+          chunk->stream != stream) {
         status = absl::InternalError(absl::StrFormat(
             "front cache invariant FC4 broken: %s block %#x of %d bytes of "
             "stream %#x's front is not an in-use chunk of that size "
             "allocated on that stream",
-            cached ? "cached" : "live", address, size, f.stream));
+            cached ? "cached" : "live", address, size, stream));
       }
     });
+  }
+  if (status.ok() && live != live_fronts_) {
+    status = absl::InternalError(absl::StrFormat(
+        "front cache invariant FC6 broken: %d slots serve a stream, %d "
+        "counted",
+        live, live_fronts_));
   }
   std::int64_t said_in_use = 0, said_requested = 0;
   for (int i = 0; i < n; ++i) {

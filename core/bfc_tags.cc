@@ -137,6 +137,21 @@ absl::Status BfcAllocator::CheckSleepable(absl::string_view call, Tag tag,
   return absl::OkStatus();
 }
 
+absl::Status BfcAllocator::SleepOrWakeSlab(DeviceAddress base,
+                                           std::uint64_t size, bool sleep) {
+  std::uint64_t done = 0;
+  absl::Status status = sleep ? source_->Sleep(base, size, &done)
+                              : source_->Wake(base, size, &done);
+  // The memory given back or mapped again, as PyTorch's expandable segments
+  // record it (the first `done` bytes changed, even on an error).
+  if (done != 0 && history_ != nullptr) {
+    history_->Record(
+        sleep ? HistoryAction::kSegmentUnmap : HistoryAction::kSegmentMap, base,
+        done, 0);
+  }
+  return status;
+}
+
 // Each slab in turn; on an error, the slabs done are turned back. *clean
 // says whether that worked (else some of the tag's mappings are asleep and
 // some awake, and the caller keeps the tag asleep).
@@ -146,15 +161,11 @@ absl::Status BfcAllocator::SleepSlabs(
   *clean = true;
   for (std::size_t i = 0; i < slabs.size(); ++i) {
     const auto [base, size] = slabs[i];
-    std::uint64_t done = 0;
-    absl::Status status = sleep ? source_->Sleep(base, size, &done)
-                                : source_->Wake(base, size, &done);
+    absl::Status status = SleepOrWakeSlab(base, size, sleep);
     if (status.ok()) continue;
     for (std::size_t j = 0; j <= i; ++j) {
-      std::uint64_t ignored = 0;
       const absl::Status back =
-          sleep ? source_->Wake(slabs[j].first, slabs[j].second, &ignored)
-                : source_->Sleep(slabs[j].first, slabs[j].second, &ignored);
+          SleepOrWakeSlab(slabs[j].first, slabs[j].second, !sleep);
       *clean = *clean && back.ok();
     }
     return absl::Status(status.code(),
@@ -335,8 +346,7 @@ absl::Status BfcAllocator::Wake(Tag tag) {
           absl::StrFormat("%s: restoring %d bytes at %#x from the backup: %s",
                           call, copy.bytes, copy.address, status.message()));
       for (const auto& [base, size] : slabs) {
-        std::uint64_t ignored = 0;
-        clean = clean && source_->Sleep(base, size, &ignored).ok();
+        clean = clean && SleepOrWakeSlab(base, size, /*sleep=*/true).ok();
       }
     }
   }

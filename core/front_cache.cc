@@ -43,6 +43,11 @@ void FrontCache::Adopt(std::uint64_t address, std::uint64_t size,
   Cache(i);
 }
 
+void FrontCache::Recycle() {
+  GPUALLOC_DCHECK(owned_.size() == 0 && age_head_ == kNone);
+  wanted_.fill(0);
+}
+
 std::optional<FrontCache::Forgotten> FrontCache::Forget(std::uint64_t address) {
   const std::uint32_t* found = owned_.FindValue(address);
   if (found == nullptr || blocks_[*found].cached) return std::nullopt;

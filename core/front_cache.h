@@ -156,6 +156,12 @@ class FrontCache {
                                   clock_ - blocks_[age_head_].stamp > max_age_);
   }
   bool empty() const { return age_head_ == kNone; }
+  // Blocks owned, cached or live.
+  std::uint64_t owned_blocks() const { return owned_.size(); }
+  // The front's stream is gone and its slot will serve another: the sizes
+  // it wanted are forgotten (the counts of hits, misses and evictions
+  // stay). REQUIRES: no block owned.
+  void Recycle();
 
   std::uint64_t budget() const { return budget_; }
   void set_budget(std::uint64_t budget) { budget_ = budget; }

@@ -330,6 +330,16 @@ absl::StatusOr<double> Fraction(const JsonValue& v, absl::string_view path,
 
 }  // namespace
 
+absl::string_view RegionKindName(RegionKind kind) {
+  switch (kind) {
+    case RegionKind::kSeparate:
+      return "separate";
+    case RegionKind::kExpandable:
+      return "expandable";
+  }
+  return "invalid";
+}
+
 void AppendJsonString(std::string* out, absl::string_view s) {
   out->push_back('"');
   for (unsigned char c : s) {
@@ -377,6 +387,7 @@ void AppendRegions(std::string* out,
                       "\",\"stream\":", c.stream);
       if (c.pool != 0) absl::StrAppend(out, ",\"pool\":", c.pool);
       if (c.tag != 0) absl::StrAppend(out, ",\"tag\":", c.tag);
+      if (c.asleep) *out += ",\"asleep\":true";
       *out += "}";
     }
     *out += "]}";
@@ -429,7 +440,9 @@ std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
   const double frag = std::isfinite(snapshot.stats.fragmentation)
                           ? snapshot.stats.fragmentation
                           : 0.0;
-  absl::StrAppendFormat(&out, "\"fragmentation\":%.9g},\"regions\":", frag);
+  absl::StrAppendFormat(&out, "\"fragmentation\":%.9g}", frag);
+  absl::StrAppend(&out, ",\"region_kind\":\"",
+                  RegionKindName(snapshot.region_kind), "\",\"regions\":");
   AppendRegions(&out, snapshot.regions);
   if (!snapshot.pools.empty()) {
     out += ",\"pools\":[";
@@ -442,7 +455,8 @@ std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
                       ",\"bytes_in_use\":", p.bytes_in_use);
       if (p.tag != 0) {
         absl::StrAppend(&out, ",\"tag\":", p.tag,
-                        ",\"asleep\":", p.asleep ? "true" : "false");
+                        ",\"asleep\":", p.asleep ? "true" : "false",
+                        ",\"bytes_sleeping\":", p.bytes_sleeping);
       }
       out += ",\"regions\":";
       AppendRegions(&out, p.regions);
@@ -495,6 +509,13 @@ absl::StatusOr<std::vector<RegionSnapshot>> ParseRegions(
         GPUALLOC_JSON_ASSIGN(tag, Unsigned(c, cpath, "tag"));
         chunk.tag = static_cast<std::uint32_t>(tag);
       }
+      if (c.Find("asleep") != nullptr) {
+        const JsonValue* asleep = nullptr;
+        GPUALLOC_JSON_ASSIGN(
+            asleep,
+            Member(c, cpath, "asleep", JsonValue::Kind::kBool, "a boolean"));
+        chunk.asleep = asleep->boolean;
+      }
       const JsonValue* state = nullptr;
       GPUALLOC_JSON_ASSIGN(state, Member(c, cpath, "state",
                                          JsonValue::Kind::kString, "a string"));
@@ -531,6 +552,10 @@ absl::StatusOr<PoolSnapshot> ParsePool(const JsonValue& p,
     GPUALLOC_JSON_ASSIGN(
         asleep, Member(p, path, "asleep", JsonValue::Kind::kBool, "a boolean"));
     pool.asleep = asleep->boolean;
+    if (p.Find("bytes_sleeping") != nullptr) {
+      GPUALLOC_JSON_ASSIGN(pool.bytes_sleeping,
+                           Unsigned(p, path, "bytes_sleeping"));
+    }
   }
   const JsonValue* streams = nullptr;
   GPUALLOC_JSON_ASSIGN(
@@ -656,6 +681,26 @@ absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
   }
   if (doc->Find("history") != nullptr) {
     if (absl::Status s = ParseHistory(*doc, snapshot); !s.ok()) return s;
+  }
+  if (doc->Find("region_kind") != nullptr) {
+    const JsonValue* kind = nullptr;
+    GPUALLOC_JSON_ASSIGN(kind, Member(*doc, "", "region_kind",
+                                      JsonValue::Kind::kString, "a string"));
+    if (kind->text == RegionKindName(RegionKind::kExpandable)) {
+      snapshot.region_kind = RegionKind::kExpandable;
+    } else if (kind->text != RegionKindName(RegionKind::kSeparate)) {
+      return FieldError("region_kind",
+                        absl::StrCat("\"separate\" or \"expandable\", got \"",
+                                     kind->text, "\""));
+    }
+  } else {
+    // An older document: only expandable regions map and unmap.
+    for (const HistoryEvent& e : snapshot.history) {
+      if (e.action == HistoryAction::kSegmentMap ||
+          e.action == HistoryAction::kSegmentUnmap) {
+        snapshot.region_kind = RegionKind::kExpandable;
+      }
+    }
   }
   return snapshot;
 }

@@ -184,25 +184,29 @@ struct Block {
   std::uint64_t size;
   std::uint64_t requested;
   bool in_use;
+  bool asleep;  // its memory given back (a tag asleep): not a segment's
 };
 
-// The blocks of one region: its chunks, a private pool's slabs replaced by
-// the pool's own chunks inside them (when those tile the slabs exactly).
+// The blocks of one region: its chunks, the slabs of a private pool or of a
+// tag replaced by that pool's own chunks inside them (when those tile the
+// slabs exactly). A tag's slab asleep stays one block, asleep.
 std::vector<Block> RegionBlocks(const RegionSnapshot& r,
                                 const std::vector<ChunkSnapshot>& pooled) {
   std::vector<Block> blocks;
   for (std::size_t i = 0; i < r.chunks.size();) {
     const ChunkSnapshot& c = r.chunks[i];
-    if (!c.in_use || c.pool == 0) {
-      blocks.push_back(Block{c.address, c.size, c.requested, c.in_use});
+    if (!c.in_use || (c.pool == 0 && c.tag == 0) || c.asleep) {
+      blocks.push_back(
+          Block{c.address, c.size, c.requested, c.in_use, c.asleep});
       ++i;
       continue;
     }
-    // A run of neighbouring slabs of one pool.
+    // A run of neighbouring slabs of one pool (or tag), awake.
     std::size_t j = i + 1;
     std::uint64_t end = c.address + c.size;
     while (j < r.chunks.size() && r.chunks[j].in_use &&
-           r.chunks[j].pool == c.pool && r.chunks[j].address == end) {
+           r.chunks[j].pool == c.pool && r.chunks[j].tag == c.tag &&
+           !r.chunks[j].asleep && r.chunks[j].address == end) {
       end += r.chunks[j].size;
       ++j;
     }
@@ -212,7 +216,8 @@ std::vector<Block> RegionBlocks(const RegionSnapshot& r,
     std::vector<Block> inner;
     std::uint64_t at = c.address;
     for (; it != pooled.end() && it->address < end && it->address == at; ++it) {
-      inner.push_back(Block{it->address, it->size, it->requested, it->in_use});
+      inner.push_back(
+          Block{it->address, it->size, it->requested, it->in_use, false});
       at += it->size;
     }
     if (at == end) {
@@ -220,12 +225,65 @@ std::vector<Block> RegionBlocks(const RegionSnapshot& r,
     } else {  // not a tiling: the slabs as they are
       for (std::size_t k = i; k < j; ++k) {
         const ChunkSnapshot& s = r.chunks[k];
-        blocks.push_back(Block{s.address, s.size, s.requested, true});
+        blocks.push_back(Block{s.address, s.size, s.requested, true, false});
       }
     }
     i = j;
   }
   return blocks;
+}
+
+// One segment: blocks [first, last) of a region, all awake and adjacent.
+void Segment(
+    Pickler& p, const std::vector<Block>& blocks, std::size_t first,
+    std::size_t last, int device, bool expandable,
+    const absl::flat_hash_map<std::uint64_t, const std::string*>& context) {
+  std::uint64_t total = 0;
+  std::uint64_t allocated = 0;
+  std::uint64_t requested = 0;
+  for (std::size_t k = first; k < last; ++k) {
+    const Block& b = blocks[k];
+    total += b.size;
+    if (b.in_use) {
+      allocated += b.size;
+      requested += b.requested;
+    }
+  }
+  p.BeginDict();
+  p.EntryInt("device", static_cast<std::uint64_t>(device));
+  p.EntryInt("address", blocks[first].address);
+  p.EntryInt("total_size", total);
+  p.EntryInt("allocated_size", allocated);
+  p.EntryInt("active_size", allocated);
+  p.EntryInt("requested_size", requested);
+  p.EntryInt("stream", 0);
+  p.EntryStr("segment_type", "large");
+  p.Key("segment_pool_id");
+  p.Tuple2Ints(0, 0);
+  p.Item();
+  p.EntryBool("is_expandable", expandable);
+  p.Key("frames");
+  Frames(p, "");
+  p.Item();
+  p.Key("blocks");
+  p.BeginList();
+  for (std::size_t k = first; k < last; ++k) {
+    const Block& b = blocks[k];
+    p.BeginDict();
+    p.EntryInt("address", b.address);
+    p.EntryInt("size", b.size);
+    p.EntryInt("requested_size", b.in_use ? b.requested : 0);
+    p.EntryStr("state", b.in_use ? "active_allocated" : "inactive");
+    p.Key("frames");
+    auto it = b.in_use ? context.find(b.address) : context.end();
+    Frames(p, it == context.end() ? absl::string_view() : *it->second);
+    p.Item();
+    p.End();
+    p.Item();
+  }
+  p.End();
+  p.Item();
+  p.End();
 }
 
 void Segments(Pickler& p, const Snapshot& s, int device, bool expandable) {
@@ -246,50 +304,21 @@ void Segments(Pickler& p, const Snapshot& s, int device, bool expandable) {
   }
   p.BeginList();
   for (const RegionSnapshot& r : s.regions) {
+    // Memory given back is no segment's: as PyTorch lists only the mapped
+    // parts of an expandable segment, a region is one segment per run of
+    // blocks awake.
     const std::vector<Block> blocks = RegionBlocks(r, pooled);
-    std::uint64_t allocated = 0;
-    std::uint64_t requested = 0;
-    for (const Block& b : blocks) {
-      if (b.in_use) {
-        allocated += b.size;
-        requested += b.requested;
+    for (std::size_t first = 0; first < blocks.size();) {
+      if (blocks[first].asleep) {
+        ++first;
+        continue;
       }
-    }
-    p.BeginDict();
-    p.EntryInt("device", static_cast<std::uint64_t>(device));
-    p.EntryInt("address", r.base);
-    p.EntryInt("total_size", r.size);
-    p.EntryInt("allocated_size", allocated);
-    p.EntryInt("active_size", allocated);
-    p.EntryInt("requested_size", requested);
-    p.EntryInt("stream", 0);
-    p.EntryStr("segment_type", "large");
-    p.Key("segment_pool_id");
-    p.Tuple2Ints(0, 0);
-    p.Item();
-    p.EntryBool("is_expandable", expandable);
-    p.Key("frames");
-    Frames(p, "");
-    p.Item();
-    p.Key("blocks");
-    p.BeginList();
-    for (const Block& b : blocks) {
-      p.BeginDict();
-      p.EntryInt("address", b.address);
-      p.EntryInt("size", b.size);
-      p.EntryInt("requested_size", b.in_use ? b.requested : 0);
-      p.EntryStr("state", b.in_use ? "active_allocated" : "inactive");
-      p.Key("frames");
-      auto it = b.in_use ? context.find(b.address) : context.end();
-      Frames(p, it == context.end() ? absl::string_view() : *it->second);
+      std::size_t last = first + 1;
+      while (last < blocks.size() && !blocks[last].asleep) ++last;
+      Segment(p, blocks, first, last, device, expandable, context);
       p.Item();
-      p.End();
-      p.Item();
+      first = last;
     }
-    p.End();
-    p.Item();
-    p.End();
-    p.Item();
   }
   p.End();
 }
@@ -348,13 +377,7 @@ void Settings(Pickler& p, bool expandable) {
 
 std::string TorchSnapshotPickle(const Snapshot& snapshot, int device) {
   device = std::max(device, 0);
-  // Expandable regions are told by their mapping events.
-  const bool expandable =
-      std::any_of(snapshot.history.begin(), snapshot.history.end(),
-                  [](const HistoryEvent& e) {
-                    return e.action == HistoryAction::kSegmentMap ||
-                           e.action == HistoryAction::kSegmentUnmap;
-                  });
+  const bool expandable = snapshot.region_kind == RegionKind::kExpandable;
   Pickler p;
   p.BeginDict();
   p.Key("segments");

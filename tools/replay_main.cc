@@ -252,11 +252,29 @@ int main(int argc, char** argv) {
   if (configs.empty()) configs.push_back("");
   // Every configuration and output path is checked before the first replay,
   // so that a typo fails the run at once instead of after minutes of work.
+  // Each configuration's rows, picture and totals carry its label (name=,
+  // else the string): two with one label could not be told apart.
+  std::map<std::string, std::string> config_of_label;
   for (const std::string& config : configs) {
     const absl::Status checked = CheckConfig(config);
     if (!checked.ok()) {
       return Fail(
           absl::StrCat("--config \"", config, "\": ", checked.message()));
+    }
+    absl::StatusOr<std::string> label = gpualloc::replay::ConfigLabel(config);
+    if (!label.ok()) {
+      return Fail(absl::StrCat("--config \"", config,
+                               "\": ", label.status().message()));
+    }
+    auto [it, added] = config_of_label.emplace(*label, config);
+    if (!added) {
+      return Fail(absl::StrCat(
+          "--config \"", it->second, "\" and --config \"", config,
+          "\" have the same ",
+          it->second == config ? "string"
+                               : absl::StrCat("name \"", *label, "\""),
+          ", which labels each configuration's results: give each a "
+          "different name="));
     }
   }
   if (!svg_path.empty()) {

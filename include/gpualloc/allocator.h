@@ -236,12 +236,26 @@ struct ChunkSnapshot {
   // An in-use chunk holding the memory of this tag (see Allocator::Sleep),
   // else 0.
   std::uint32_t tag = 0;
+  // The chunk's memory is given back to the device (its tag is asleep, see
+  // Allocator::Sleep): counted in its region's size, which keeps the
+  // addresses, but not in Stats::bytes_reserved (it is in bytes_sleeping).
+  // Set on the tag's block in the regions and on the tag pool's chunks.
+  bool asleep = false;
 };
 struct RegionSnapshot {
   std::uint64_t base = 0;
-  std::uint64_t size = 0;
+  std::uint64_t size = 0;  // the chunks' sizes, those asleep included
   std::vector<ChunkSnapshot> chunks;
 };
+// How an allocator's regions are made (Snapshot::region_kind).
+enum class RegionKind : std::uint8_t {
+  kSeparate,    // each region one backend allocation (the bfc mode without
+                // expandable regions, and the platform and async modes)
+  kExpandable,  // maximal mapped runs of one reserved address range
+                // (Options::expandable): PyTorch's expandable segments
+};
+// "separate", "expandable".
+absl::string_view RegionKindName(RegionKind kind);
 // A private memory pool (see Allocator::CreatePool). 0 is never a pool.
 using PoolId = std::uint64_t;
 
@@ -255,9 +269,11 @@ struct PoolSnapshot {
   std::uint64_t bytes_in_use = 0;       // of it, handed out and not freed
   std::vector<RegionSnapshot> regions;
   // The memory of a tag (Allocator::Sleep) is listed as a pool too, with the
-  // tag as its id; `asleep` while its memory is given back.
+  // tag as its id; `asleep` while its memory is given back, and then
+  // `bytes_sleeping` of its memory is not reserved (not in bytes_reserved).
   std::uint32_t tag = 0;
   bool asleep = false;
+  std::uint64_t bytes_sleeping = 0;
 };
 
 // The largest Options::history (16 Mi entries, 40 bytes each).
@@ -294,6 +310,8 @@ struct Snapshot {
   std::vector<RegionSnapshot> regions;
   std::vector<PoolSnapshot> pools;
   Stats stats;
+  // How the regions are made (whether there are any yet or not).
+  RegionKind region_kind = RegionKind::kSeparate;
   // Options::history's events (empty when off), oldest first; counts of
   // the events recorded since creation and of those overwritten since.
   std::vector<HistoryEvent> history;

@@ -5,6 +5,7 @@
 //   {"format":"gpualloc-snapshot","version":1,
 //    "device":{"ordinal":0,"backend":"sim","name":"...","total_bytes":N},
 //    "stats":{"num_allocs":N,...every Stats field under its own name...},
+//    "region_kind":"separate"|"expandable",
 //    "regions":[{"base":N,"size":N,
 //                "chunks":[{"address":N,"size":N,"requested":N,
 //                           "state":"in_use"|"free","stream":N},...]},...]}
@@ -13,6 +14,11 @@
 //                          "address":N,"size":N,"stream":N,"time_ns":N,
 //                          "context":"..."},...]}}
 // "history" is written when Options::history is on, read when present.
+// A chunk may also have "pool", "tag" and "asleep":true (its memory given
+// back: the chunks without it add up to stats.bytes_reserved); "pools" lists
+// private pools and tags (docs/ARCHITECTURE.md). A document without
+// "region_kind" (an older one) reads as expandable when its history maps or
+// unmaps, else separate.
 // Regions and chunks are in address order. Every number is an unsigned 64-bit
 // integer written in decimal, except stats.fragmentation (a fraction).
 // "device" is present when a DeviceInfo is given.

@@ -19,7 +19,10 @@
 //    'allocator_settings': {...PyTorch's keys...},
 //    'external_annotations': []}
 // docs/ARCHITECTURE.md ("PyTorch memory snapshots") says how gpualloc's
-// regions, chunks, pools and history map onto it.
+// regions, chunks, pools and history map onto it. 'is_expandable' and
+// allocator_settings' 'expandable_segments' come from
+// Snapshot::region_kind; chunks asleep (a tag's memory given back) are in no
+// segment, as PyTorch lists only the mapped parts of an expandable segment.
 #ifndef GPUALLOC_TORCH_SNAPSHOT_H_
 #define GPUALLOC_TORCH_SNAPSHOT_H_
 

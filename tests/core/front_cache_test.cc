@@ -238,5 +238,108 @@ TEST(FrontCaches, TwoThreadsOnTwoStreams) {
   GPUALLOC_ASSERT_OK(a->Validate());
 }
 
+// A server with a stream per request: each stream is made, used for a few
+// steps and released. Released streams give their front back, so every
+// request gets a front cache of its own however many came before.
+TEST(FrontCaches, EveryStreamOfAStreamPerRequestProgramGetsHits) {
+  auto sim = MakeSim(256 * kMiB);
+  auto a = MakeAllocator(FrontOptions(), sim);
+  ASSERT_NE(a, nullptr);
+  for (int request = 0; request < 100; ++request) {
+    const Stream s(0x1000 + request);
+    const std::uint64_t hits = a->GetStats().front_cache_hits;
+    for (int i = 0; i < 4; ++i) Step(*a, s);
+    EXPECT_GT(a->GetStats().front_cache_hits, hits) << "request " << request;
+    GPUALLOC_ASSERT_OK(a->ReleaseStream(s));
+    sim->DestroyStream(s);
+    GPUALLOC_ASSERT_OK(a->Validate());
+  }
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.num_allocs, 100u * 4 * 5);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.bytes_requested, 0u);
+  EXPECT_EQ(s.front_cache_bytes, 0u);  // released fronts hold nothing
+  EXPECT_EQ(sim->hazards(), 0u);
+}
+
+// Blocks of `bytes` freed on `s` in a loop: the bytes its front then holds.
+std::uint64_t CachedAfterLoop(Allocator& a, Stream s, std::uint64_t bytes) {
+  for (int i = 0; i < 4; ++i) {
+    std::vector<void*> live;
+    for (int k = 0; k < 3; ++k) {
+      auto p = a.Allocate(bytes, s);
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (p.ok()) live.push_back(*p);
+    }
+    // Each block is freed while its neighbours are in use (a block next to
+    // free memory is merged, not cached).
+    auto guard = a.Allocate(bytes, s);
+    EXPECT_TRUE(guard.ok());
+    for (void* p : live) EXPECT_TRUE(a.Deallocate(p, s).ok());
+    if (guard.ok()) {
+      EXPECT_TRUE(a.Deallocate(*guard, s).ok());
+    }
+  }
+  return a.GetStats().front_cache_bytes;
+}
+
+// The fronts share their total budget (4x front_cache) among the streams
+// that are alive: released streams take no share.
+TEST(FrontCaches, ReleasedStreamsTakeNoShareOfTheBudget) {
+  Options o = FrontOptions();
+  o.front_cache = kMiB;
+  constexpr std::uint64_t kBlock =
+      200 * 1024;  // 3 fit in 1 MiB, not in 256 KiB
+  auto fresh = MakeAllocator(o, MakeSim(256 * kMiB));
+  ASSERT_NE(fresh, nullptr);
+  const std::uint64_t alone = CachedAfterLoop(*fresh, Stream(7), kBlock);
+  EXPECT_GE(alone, 2 * kBlock);
+
+  auto sim = MakeSim(256 * kMiB);
+  auto a = MakeAllocator(o, sim);
+  ASSERT_NE(a, nullptr);
+  for (int i = 0; i < 15; ++i) {
+    const Stream s(0x100 + i);
+    Step(*a, s);
+    Step(*a, s);
+    GPUALLOC_ASSERT_OK(a->ReleaseStream(s));
+  }
+  // (With the 15 released fronts sharing, the budget was 1/16 of the total:
+  // 256 KiB, one block.)
+  EXPECT_GE(CachedAfterLoop(*a, Stream(7), kBlock), 2 * kBlock);
+  GPUALLOC_ASSERT_OK(a->Validate());
+}
+
+// Streams made and released by some threads while others allocate on
+// streams that live throughout (run under ThreadSanitizer in CI): fronts are
+// looked up without the global lock while their slots are reused.
+TEST(FrontCaches, ThreadsReleasingStreamsWhileOthersHitTheirCaches) {
+  auto sim = MakeSim(256 * kMiB);
+  auto a = MakeAllocator(FrontOptions(), sim);
+  ASSERT_NE(a, nullptr);
+  auto steady = [&](Stream s) {
+    for (int i = 0; i < 200; ++i) Step(*a, s);
+  };
+  auto churn = [&](std::uintptr_t first) {
+    for (int i = 0; i < 40; ++i) {
+      const Stream s(first + static_cast<std::uintptr_t>(i));
+      Step(*a, s);
+      Step(*a, s);
+      EXPECT_TRUE(a->ReleaseStream(s).ok());
+    }
+  };
+  std::thread t1(steady, Stream(1)), t2(steady, Stream(2));
+  std::thread t3(churn, 0x1000), t4(churn, 0x2000);
+  t1.join();
+  t2.join();
+  t3.join();
+  t4.join();
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.num_allocs, (2 * 200 + 2 * 40 * 2) * 5u);
+  EXPECT_GT(s.front_cache_hits, 0u);
+  EXPECT_EQ(s.bytes_requested, 0u);
+  GPUALLOC_ASSERT_OK(a->Validate());
+}
+
 }  // namespace
 }  // namespace gpualloc

@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gpualloc/allocator.h"
+#include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -198,6 +199,46 @@ TEST(AllocatorHistory, BoundedAndBfcOnly) {
     EXPECT_THAT(m.status().message(),
                 HasSubstr(std::string(AllocatorModeName(mode))));
   }
+}
+
+// Sleep gives a tag's mappings back (segment_unmap, as PyTorch's expandable
+// segments record an unmap) and Wake maps them again (segment_map), so a
+// trace shows the memory leaving and coming back.
+TEST(AllocatorHistory, SleepUnmapsAndWakeMaps) {
+  auto sim = MakeSim(std::uint64_t{1} << 30);
+  auto a = MakeAllocator(Bfc(64, Tristate::kOn), sim);
+  ASSERT_NE(a, nullptr);
+  void* p = *a->Allocate(8 << 20, Stream(), 0, /*tag=*/5);
+  const Snapshot before = a->GetSnapshot();
+  ASSERT_TRUE(a->Sleep(5).ok());
+  const Snapshot asleep = a->GetSnapshot();
+  ASSERT_EQ(asleep.history.size(), before.history.size() + 1);
+  const HistoryEvent& unmap = asleep.history.back();
+  EXPECT_EQ(unmap.action, HistoryAction::kSegmentUnmap);
+  EXPECT_EQ(unmap.address, reinterpret_cast<std::uintptr_t>(p));
+  EXPECT_EQ(unmap.size, std::uint64_t{8} << 20);
+  ASSERT_TRUE(a->Wake(5).ok());
+  const Snapshot awake = a->GetSnapshot();
+  ASSERT_EQ(awake.history.size(), asleep.history.size() + 1);
+  const HistoryEvent& map = awake.history.back();
+  EXPECT_EQ(map.action, HistoryAction::kSegmentMap);
+  EXPECT_EQ(map.address, unmap.address);
+  EXPECT_EQ(map.size, unmap.size);
+
+  // A sleep that fails half way and maps the first slab back records both.
+  void* q = *a->Allocate(8 << 20, Stream(), 0, /*tag=*/5);
+  sim->FailNthCall(SimOp::kUnmap, 2, absl::InternalError("injected unmap"));
+  EXPECT_FALSE(a->Sleep(5).ok());
+  const Snapshot failed = a->GetSnapshot();
+  ASSERT_GE(failed.history.size(), 3u);
+  const HistoryEvent* last = &failed.history[failed.history.size() - 2];
+  EXPECT_EQ(last[0].action, HistoryAction::kSegmentUnmap);
+  EXPECT_EQ(last[1].action, HistoryAction::kSegmentMap);
+  EXPECT_EQ(last[0].address, last[1].address);
+  EXPECT_EQ(last[0].size, last[1].size);
+  EXPECT_EQ(a->GetStats().bytes_sleeping, 0u);
+  ASSERT_TRUE(a->Deallocate(p).ok());
+  ASSERT_TRUE(a->Deallocate(q).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "gpualloc/allocator.h"
@@ -579,6 +580,60 @@ TEST(SleepWakeTest, Figures) {
     for (void* p : tagged) GPUALLOC_EXPECT_OK(a->Deallocate(p));
     GPUALLOC_EXPECT_OK(a->Deallocate(*untagged));
   }
+}
+
+// The snapshot agrees with the statistics while a tag sleeps: its chunks say
+// they are asleep, the regions' chunks that are awake add up to
+// bytes_reserved and the ones asleep to bytes_sleeping, and the tag's pool
+// reserves nothing.
+TEST(SleepWakeTest, SnapshotShowsSleepingMemoryAsNotReserved) {
+  auto sim = MakeSim(kGiB, /*host_backed=*/false);
+  auto a = MakeAllocator(Expandable(false), sim);
+  auto untagged = a->Allocate(8 * kMiB);
+  GPUALLOC_ASSERT_OK(untagged.status());
+  auto tagged = a->Allocate(64 * kMiB, Stream(), 0, 3);
+  GPUALLOC_ASSERT_OK(tagged.status());
+  GPUALLOC_ASSERT_OK(a->Sleep(3).status());
+  auto sums = [](const Snapshot& s) {
+    std::uint64_t awake = 0, asleep = 0;
+    for (const RegionSnapshot& r : s.regions) {
+      for (const ChunkSnapshot& c : r.chunks)
+        (c.asleep ? asleep : awake) += c.size;
+    }
+    return std::pair(awake, asleep);
+  };
+  const Snapshot s = a->GetSnapshot();
+  ASSERT_EQ(s.stats.bytes_sleeping, 64 * kMiB);
+  EXPECT_EQ(sums(s).first, s.stats.bytes_reserved);
+  EXPECT_EQ(sums(s).second, s.stats.bytes_sleeping);
+  EXPECT_EQ(s.stats.bytes_reserved, a->GetStats().bytes_reserved);
+  for (const RegionSnapshot& r : s.regions) {
+    for (const ChunkSnapshot& c : r.chunks) {
+      EXPECT_EQ(c.asleep, c.tag == 3) << c.address;
+      if (c.tag == 3) {
+        EXPECT_TRUE(c.in_use);
+        EXPECT_EQ(c.address, Addr(*tagged));
+      }
+    }
+  }
+  ASSERT_EQ(s.pools.size(), 1u);
+  EXPECT_TRUE(s.pools[0].asleep);
+  EXPECT_EQ(s.pools[0].bytes_reserved, 0u);
+  EXPECT_EQ(s.pools[0].bytes_sleeping, 64 * kMiB);
+  EXPECT_EQ(s.pools[0].bytes_in_use, 64 * kMiB);
+  for (const RegionSnapshot& r : s.pools[0].regions) {
+    for (const ChunkSnapshot& c : r.chunks) EXPECT_TRUE(c.asleep);
+  }
+
+  GPUALLOC_ASSERT_OK(a->Wake(3));
+  const Snapshot w = a->GetSnapshot();
+  EXPECT_EQ(sums(w).first, w.stats.bytes_reserved);
+  EXPECT_EQ(sums(w).second, 0u);
+  ASSERT_EQ(w.pools.size(), 1u);
+  EXPECT_EQ(w.pools[0].bytes_reserved, 64 * kMiB);
+  EXPECT_EQ(w.pools[0].bytes_sleeping, 0u);
+  GPUALLOC_EXPECT_OK(a->Deallocate(*tagged));
+  GPUALLOC_EXPECT_OK(a->Deallocate(*untagged));
 }
 
 // Destroying the allocator unmaps a tag's memory only after the work still

@@ -125,6 +125,80 @@ TEST(SnapshotJsonTest, RoundTripsTagsAndSleep) {
   ASSERT_TRUE(a->Deallocate(q).ok());
 }
 
+// How the regions are made (Snapshot::region_kind), and the chunks of a tag
+// asleep: marked asleep, so that the chunks awake add up to bytes_reserved.
+TEST(SnapshotJsonTest, RegionKindAndChunksAsleep) {
+  auto backend = SimBackend::Create(SimOptions()).value();
+  Options options;
+  options.preallocate = false;
+  options.expandable = Tristate::kOn;
+  std::unique_ptr<Allocator> a = CreateAllocator(options, backend).value();
+  void* untagged = a->Allocate(8 * kMiB).value();
+  void* p = a->Allocate(64 * kMiB, Stream(), 0, /*tag=*/4).value();
+  ASSERT_TRUE(a->Sleep(4).ok());
+  const Snapshot s = a->GetSnapshot();
+  EXPECT_EQ(s.region_kind, RegionKind::kExpandable);
+  const std::string json = SnapshotToJson(s, nullptr);
+  EXPECT_THAT(json, HasSubstr(",\"region_kind\":\"expandable\",\"regions\":"));
+  EXPECT_THAT(json, HasSubstr(",\"tag\":4,\"asleep\":true}"));
+  EXPECT_THAT(json, HasSubstr("\"tag\":4,\"asleep\":true,"
+                              "\"bytes_sleeping\":67108864"));
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->region_kind, RegionKind::kExpandable);
+  std::uint64_t awake = 0, asleep = 0;
+  for (const RegionSnapshot& r : back->regions) {
+    for (const ChunkSnapshot& c : r.chunks) {
+      (c.asleep ? asleep : awake) += c.size;
+    }
+  }
+  EXPECT_EQ(awake, back->stats.bytes_reserved);
+  EXPECT_EQ(asleep, 64 * kMiB);
+  ASSERT_EQ(back->pools.size(), 1u);
+  EXPECT_EQ(back->pools[0].bytes_sleeping, 64 * kMiB);
+  EXPECT_EQ(back->pools[0].bytes_reserved, 0u);
+  EXPECT_EQ(SnapshotToJson(*back, nullptr), json);
+  ASSERT_TRUE(a->Wake(4).ok());
+  ASSERT_TRUE(a->Deallocate(p).ok());
+  ASSERT_TRUE(a->Deallocate(untagged).ok());
+
+  options.expandable = Tristate::kOff;
+  std::unique_ptr<Allocator> b = CreateAllocator(options, backend).value();
+  void* q = b->Allocate(kMiB).value();
+  const Snapshot separate = b->GetSnapshot();
+  EXPECT_EQ(separate.region_kind, RegionKind::kSeparate);
+  const std::string separate_json = SnapshotToJson(separate, nullptr);
+  EXPECT_THAT(separate_json, HasSubstr(",\"region_kind\":\"separate\","));
+  EXPECT_EQ(SnapshotFromJson(separate_json)->region_kind,
+            RegionKind::kSeparate);
+  ASSERT_TRUE(b->Deallocate(q).ok());
+
+  // An older document without the field: expandable when its history maps
+  // or unmaps, else separate.
+  auto without = [](std::string doc) {
+    const std::string field = "\"region_kind\":\"expandable\",";
+    const std::size_t at = doc.find(field);
+    EXPECT_NE(at, std::string::npos);
+    if (at != std::string::npos) doc.erase(at, field.size());
+    return doc;
+  };
+  EXPECT_EQ(SnapshotFromJson(without(json))->region_kind,
+            RegionKind::kSeparate);
+  Snapshot mapped = s;
+  mapped.history.push_back(
+      HistoryEvent{HistoryAction::kSegmentMap, 1 << 21, 1 << 21, 0, 0, ""});
+  mapped.history_recorded = 1;
+  EXPECT_EQ(SnapshotFromJson(without(SnapshotToJson(mapped)))->region_kind,
+            RegionKind::kExpandable);
+  std::string bad = json;
+  bad.replace(bad.find("\"expandable\""), 12, "\"elastic\"");
+  absl::StatusOr<Snapshot> wrong = SnapshotFromJson(bad);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.status().message(),
+              HasSubstr("region_kind: expected \"separate\" or "
+                        "\"expandable\", got \"elastic\""));
+}
+
 TEST(SnapshotJsonTest, WritesTheDocumentedFields) {
   Fixture f = MakeFragmented();
   const std::string json = SnapshotToJson(f.snapshot, &f.allocator->device());
