@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: Apache-2.0
+// tests/tools/reference_test.cc: the reference models of other allocators'
+// policies (tools/replay/reference.h): their rules on hand-made traces with
+// known answers, the replay's fields for them, and the validation of the
+// PyTorch model against what PyTorch recorded on the bundled traces.
+#include "tools/replay/reference.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/replay/replay.h"
+
+namespace gpualloc::replay {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::string_view kHeader = "seq,action,addr_or_id,size,stream\n";
+constexpr std::uint64_t kMiB = 1 << 20;
+// A small simulated device, so that out-of-memory paths are reachable.
+constexpr absl::string_view kSmallDevice = "arch=h100,device_memory=1GiB";
+
+std::string TraceDir() { return GPUALLOC_TRACE_DIR; }
+
+Trace MustParse(absl::string_view text) {
+  absl::StatusOr<Trace> t = ParseTrace(text, "t");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : Trace{};
+}
+
+// Rows "alloc id size stream" / "free id stream" in a compact form.
+struct Row {
+  bool alloc;
+  std::uint64_t id, size, stream;
+};
+Trace Make(const std::vector<Row>& rows) {
+  std::string text(kHeader);
+  std::vector<std::uint64_t> sizes(64, 0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    if (r.alloc) sizes[r.id] = r.size;
+    absl::StrAppend(&text, i, ",", r.alloc ? "alloc" : "free", ",", r.id, ",",
+                    r.alloc ? r.size : sizes[r.id], ",", r.stream, "\n");
+  }
+  return MustParse(text);
+}
+Row A(std::uint64_t id, std::uint64_t size, std::uint64_t stream = 0) {
+  return {true, id, size, stream};
+}
+Row F(std::uint64_t id, std::uint64_t stream = 0) {
+  return {false, id, 0, stream};
+}
+
+ReplayResult ReplayModel(const Trace& t, absl::string_view reference,
+                         absl::string_view config = "",
+                         std::uint64_t complete_every = 64) {
+  ReplayOptions o;
+  o.reference = std::string(reference);
+  o.complete_every = complete_every;
+  absl::StatusOr<ReplayResult> r = Replay(t, std::string(config), o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : ReplayResult{};
+}
+
+TEST(ReferenceNames, ParsedAndChecked) {
+  absl::StatusOr<std::vector<std::string>> l =
+      ParseReferenceList("pytorch,tf,async");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(*l, (std::vector<std::string>{"pytorch", "tf", "async"}));
+  absl::StatusOr<std::vector<std::string>> bad = ParseReferenceList("torch");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("unknown reference \"torch\" (expected one of "
+                        "pytorch, tf, async)"));
+  EXPECT_FALSE(ParseReferenceList("pytorch,").ok());
+  EXPECT_EQ(ReferenceLabel("pytorch"), "pytorch model");
+}
+
+// PyTorch: 512-byte rounding; small requests (<= 1 MiB) share 2 MiB
+// segments; 1-10 MiB requests take 20 MiB segments, split; larger ones a
+// segment of their size rounded to 2 MiB.
+TEST(PyTorchModel, SegmentSizes) {
+  ReplayResult r = ReplayModel(Make({A(0, 1000), A(1, 1000)}), "pytorch");
+  EXPECT_EQ(r.peak_bytes_reserved, 2 * kMiB);  // one small segment
+  EXPECT_EQ(r.backend_allocs, 1u);
+  EXPECT_EQ(r.peak_bytes_in_use, 2048u);  // 1000 -> 1024 each
+
+  r = ReplayModel(Make({A(0, 5 * kMiB), A(1, 5 * kMiB)}), "pytorch");
+  EXPECT_EQ(r.peak_bytes_reserved, 20 * kMiB);  // both from one 20 MiB
+  EXPECT_EQ(r.backend_allocs, 1u);
+
+  r = ReplayModel(Make({A(0, 11 * kMiB + 1)}), "pytorch");
+  EXPECT_EQ(r.peak_bytes_reserved, 12 * kMiB);  // rounded to 2 MiB
+
+  // A large block is split only when more than 1 MiB would remain: 19 MiB
+  // of a 20 MiB segment leaves exactly 1 MiB, which stays with the block.
+  r = ReplayModel(Make({A(0, 9 * kMiB + 512 * 1024), A(1, 1)}), "pytorch");
+  EXPECT_EQ(r.backend_allocs, 2u);  // small pool: a segment of its own
+  r = ReplayModel(Make({A(0, 19 * kMiB), F(0), A(1, 5 * kMiB), A(2, 5 * kMiB)}),
+                  "pytorch");
+  // 19 MiB took the whole 20 MiB segment; freed, 5 MiB splits it (15 MiB
+  // remain), the next 5 MiB takes from the rest: still one segment.
+  EXPECT_EQ(r.backend_allocs, 1u);
+  EXPECT_EQ(r.peak_bytes_reserved, 20 * kMiB);
+}
+
+// A freed block returns to its stream's pool: another stream does not
+// reuse it, and a free on another stream (record_stream) waits for an event.
+TEST(PyTorchModel, PoolsPerStream) {
+  ReplayResult r = ReplayModel(
+      Make({A(0, 4 * kMiB, 0), F(0, 0), A(1, 4 * kMiB, 1)}), "pytorch");
+  EXPECT_EQ(r.backend_allocs, 2u);
+  EXPECT_EQ(r.peak_bytes_reserved, 40 * kMiB);
+  EXPECT_EQ(r.hazards, 0u);
+
+  r = ReplayModel(Make({A(0, 4 * kMiB, 0), F(0, 1), A(1, 16 * kMiB + 1, 0)}),
+                  "pytorch");
+  EXPECT_EQ(r.events_recorded, 1u);
+  EXPECT_EQ(r.hazards, 0u);
+}
+
+// Out of memory: every outstanding event is waited for on the host, every
+// cached segment goes back, and the request is retried.
+TEST(PyTorchModel, OutOfMemoryReleasesCachedSegmentsAndRetries) {
+  // Two 400 MiB segments fill most of 1 GiB; the second is freed on
+  // another stream (pending), then 500 MiB needs both back.
+  ReplayResult r = ReplayModel(Make({A(0, 400 * kMiB, 0), A(1, 400 * kMiB, 0),
+                                     F(0, 0), F(1, 1), A(2, 500 * kMiB, 0)}),
+                               "pytorch", kSmallDevice, /*complete_every=*/0);
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.backend_frees, 2u);
+  EXPECT_EQ(r.host_waits, 1u);
+  EXPECT_EQ(r.hazards, 0u);
+  // Nothing left to give back: a refusal, counted.
+  r = ReplayModel(Make({A(0, 600 * kMiB), A(1, 600 * kMiB)}), "pytorch",
+                  kSmallDevice);
+  EXPECT_EQ(r.ooms, 1u);
+}
+
+// TensorFlow's BFC: regions start at 2 MiB and double; a chunk is split
+// when at least twice the request.
+TEST(TfModel, RegionsDoubleAndChunksSplitAtTwice) {
+  ReplayResult r =
+      ReplayModel(Make({A(0, kMiB), A(1, kMiB), A(2, kMiB)}), "tf");
+  // 2 MiB region (split: 2x), then its rest, then a 4 MiB region.
+  EXPECT_EQ(r.backend_allocs, 2u);
+  EXPECT_EQ(r.peak_bytes_reserved, 6 * kMiB);
+  // 1.5 MiB of a 2 MiB region: not split (less than twice), whole chunk.
+  r = ReplayModel(Make({A(0, 1536 * 1024)}), "tf");
+  EXPECT_EQ(r.peak_bytes_in_use, 2 * kMiB);
+  // A request larger than the region doubles it until it fits.
+  r = ReplayModel(Make({A(0, 5 * kMiB)}), "tf");
+  EXPECT_EQ(r.peak_bytes_reserved, 8 * kMiB);
+}
+
+// Out of memory, TensorFlow gives back regions with nothing in use (its
+// garbage collection), then grows again.
+TEST(TfModel, FreeRegionsGoBackAsLastResort) {
+  // Regions of 128 MiB (for 100 MiB) and 512 MiB (for 300 MiB); with the
+  // first freed, 400 MiB fits no free chunk and the 384 MiB left under the
+  // limit cannot hold it: the free region goes back and a 512 MiB one
+  // comes.
+  ReplayResult r = ReplayModel(
+      Make({A(0, 100 * kMiB), A(1, 300 * kMiB), F(0), A(2, 400 * kMiB)}), "tf",
+      kSmallDevice);
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.backend_allocs, 3u);
+  EXPECT_EQ(r.backend_frees, 1u);
+  EXPECT_EQ(r.final_bytes_reserved, 1024 * kMiB);
+}
+
+TEST(AsyncModel, EveryAllocationIsAPoolCall) {
+  ReplayResult r = ReplayModel(Make({A(0, 1000), F(0), A(1, 1000)}), "async");
+  EXPECT_EQ(r.backend_allocs, 2u);
+  EXPECT_EQ(r.backend_frees, 1u);
+  EXPECT_GT(r.peak_bytes_reserved, 0u);
+}
+
+TEST(ReferenceReplay, JsonNamesTheReferenceAndKeepsRepeat) {
+  ReplayOptions o;
+  o.reference = "pytorch";
+  o.repeat = 3;
+  absl::StatusOr<ReplayResult> r =
+      Replay(Make({A(0, 4 * kMiB), A(1, 1000), F(0)}), "", o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->label, "pytorch model");
+  EXPECT_EQ(r->repetitions.size(), 3u);
+  // Warm after the first pass: no new segment.
+  EXPECT_EQ(r->repetitions[1].backend_allocs, 0u);
+  const std::string json = ToJson(*r);
+  EXPECT_THAT(json, HasSubstr("\"label\":\"pytorch model\","
+                              "\"reference\":\"pytorch\","));
+  EXPECT_THAT(json, HasSubstr("\"repeat\":3"));
+  // gpualloc's own rows carry no "reference" field.
+  absl::StatusOr<ReplayResult> ours =
+      Replay(Make({A(0, 4 * kMiB), F(0)}), "", ReplayOptions());
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  EXPECT_FALSE(absl::StrContains(ToJson(*ours), "reference"));
+}
+
+// The validation: the PyTorch model against what PyTorch recorded on the
+// bundled traces. Peak reserved: the snapshots' segments (each pickle's
+// `segments`, summed with its segment_alloc and segment_free events:
+// tests/data/traces/SOURCES.md, "PyTorch's own result"), in bytes.
+// Segment allocations: torch-opt125m-zo-finetune was recorded from process
+// start, and its pickle has 61 segment_alloc events. The cs336 pickles were
+// recorded after warm-up steps, so their segment_alloc events (none) miss
+// the segments made before; no segment was ever freed (no segment_free, no
+// out of memory), so the count of segments they list is the count PyTorch
+// allocated: 108, 234 and 377 (tests/data/traces/*.pickle).
+struct Recorded {
+  const char* trace;
+  std::uint64_t peak_reserved;
+  std::uint64_t segments;
+};
+constexpr Recorded kRecorded[] = {
+    {"torch-cs336-medium_1024_inference", 3204448256, 108},
+    {"torch-cs336-medium_1024_training", 25178406912, 234},
+    {"torch-cs336-medium_128_training", 7235174400, 377},
+    {"torch-opt125m-zo-finetune", 1897922560, 61},
+};
+
+TEST(PyTorchModelValidation, PeakReservedWithin2PercentOfPyTorchs) {
+  for (const Recorded& rec : kRecorded) {
+    absl::StatusOr<Trace> t =
+        LoadTrace(absl::StrCat(TraceDir(), "/", rec.trace, ".csv"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    const ReplayResult r = ReplayModel(*t, "pytorch");
+    EXPECT_EQ(r.ooms, 0u) << rec.trace;
+    const double ratio = static_cast<double>(r.peak_bytes_reserved) /
+                         static_cast<double>(rec.peak_reserved);
+    EXPECT_NEAR(ratio, 1.0, 0.02)
+        << rec.trace << ": model " << r.peak_bytes_reserved << ", PyTorch "
+        << rec.peak_reserved;
+  }
+}
+
+TEST(PyTorchModelValidation, SegmentAllocationsWithin10PercentOfPyTorchs) {
+  for (const Recorded& rec : kRecorded) {
+    absl::StatusOr<Trace> t =
+        LoadTrace(absl::StrCat(TraceDir(), "/", rec.trace, ".csv"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    const ReplayResult r = ReplayModel(*t, "pytorch");
+    EXPECT_EQ(r.backend_frees, 0u) << rec.trace;
+    if (absl::string_view(rec.trace) == "torch-cs336-medium_1024_training") {
+      // The exception, and why: PyTorch's 234 segments were made during
+      // the warm-up steps before recording began, whose requests the trace
+      // does not have (its prelude is only the blocks live when recording
+      // began). Their history left large segments (63 of 256 MiB, 41 of
+      // 128 MiB) split into the 4 and 16 MiB blocks the recorded step
+      // asks for; replayed from nothing, the model gives those requests
+      // segments of their own: more segments, the same bytes (the peak
+      // test above).
+      EXPECT_GT(r.backend_allocs, rec.segments) << rec.trace;
+      continue;
+    }
+    const double ratio = static_cast<double>(r.backend_allocs) /
+                         static_cast<double>(rec.segments);
+    EXPECT_NEAR(ratio, 1.0, 0.10) << rec.trace << ": model " << r.backend_allocs
+                                  << ", PyTorch " << rec.segments;
+  }
+}
+
+}  // namespace
+}  // namespace gpualloc::replay
