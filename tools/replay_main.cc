@@ -93,9 +93,11 @@ constexpr absl::string_view kUsage =
     "                       PyTorch's CUDACachingAllocator, tf =\n"
     "                       TensorFlow's BFC allocator with allow_growth,\n"
     "                       async = the driver's stream-ordered pool), on\n"
-    "                       the same simulated device: rows \"pytorch\n"
+    "                       the device of the first --config (its\n"
+    "                       allocator settings unused): rows \"pytorch\n"
     "                       model\" etc. after the configurations' (the\n"
-    "                       JSON's \"reference\" names the model)\n"
+    "                       JSON's \"reference\" names the model, its\n"
+    "                       \"config\" is \"\")\n"
     "  --json               one JSON object per (trace, configuration)\n"
     "  --repeat N           replay each trace N times back to back on\n"
     "                       the same allocator (default 1); with N > 1\n"
@@ -315,11 +317,13 @@ int main(int argc, char** argv) {
 
   const bool tty = isatty(STDERR_FILENO) != 0;
   std::vector<ReplayResult> results;
-  // The configurations' runs, then the reference models' (each on the
-  // default configuration's device).
+  // The configurations' runs, then the reference models', on the device the
+  // first configuration describes (its allocator settings are not used).
   std::vector<std::pair<std::string, std::string>> runs;
   for (const std::string& config : configs) runs.emplace_back(config, "");
-  for (const std::string& name : references) runs.emplace_back("", name);
+  for (const std::string& name : references) {
+    runs.emplace_back(configs.front(), name);
+  }
   for (const Trace& trace : traces) {
     for (const auto& [config, reference] : runs) {
       gpualloc::replay::ReplayOptions options;

@@ -51,8 +51,9 @@ constexpr char kUsage[] =
     "  --reference NAMES other allocators' policies, modeled (comma-\n"
     "                    separated: pytorch, tf, async; see gpualloc-replay\n"
     "                    --help), ranked among the configurations as\n"
-    "                    \"reference=NAME\" on the simulator's default\n"
-    "                    device (not in the per-architecture summary)\n"
+    "                    \"reference=NAME\" on the device --base describes\n"
+    "                    (its allocator settings unused; not in the per-\n"
+    "                    architecture summary)\n"
     "  --csv FILE        one row per (configuration, trace), with its rank\n"
     "  --json FILE       the same as one JSON object per line\n"
     "  --help            this text\n";
@@ -198,7 +199,7 @@ int main(int argc, char** argv) {
       if (gpualloc::replay::IsReferenceConfig(config)) {
         options.reference =
             config.substr(gpualloc::replay::kReferencePrefix.size());
-        replayed.clear();  // the default device
+        replayed = base;  // the device --base describes
       }
       absl::StatusOr<gpualloc::replay::ReplayResult> result =
           gpualloc::replay::Replay(trace, replayed, options);

@@ -31,7 +31,9 @@ namespace {
 class AsyncModel final : public ReferenceModel {
  public:
   AsyncModel(const AsyncModelOptions& o, std::shared_ptr<Backend> backend)
-      : ReferenceModel("async", std::move(backend)), o_(o) {}
+      : ReferenceModel("async", std::move(backend)), o_(o) {
+    stats_.bytes_limit = backend_->info().total_bytes;
+  }
 
   absl::Status Configure() {
     PoolOptions p;

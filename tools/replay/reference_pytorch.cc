@@ -57,7 +57,10 @@ using BlockPool = std::set<Block*, BySize>;
 class PyTorchModel final : public ReferenceModel {
  public:
   PyTorchModel(const PyTorchModelOptions& o, std::shared_ptr<Backend> backend)
-      : ReferenceModel("pytorch", std::move(backend)), o_(o) {}
+      : ReferenceModel("pytorch", std::move(backend)), o_(o) {
+    stats_.bytes_limit =
+        o.memory_limit != 0 ? o.memory_limit : backend_->info().total_bytes;
+  }
 
   ~PyTorchModel() override {
     // Every block, free or not, once; then the segments go back.

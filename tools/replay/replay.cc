@@ -305,6 +305,8 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
     result.label = "defaults";
   }
   if (!options.reference.empty()) {
+    // The configuration gave the device only.
+    result.config.clear();
     result.reference = options.reference;
     result.label = ReferenceLabel(options.reference);
   }

@@ -124,7 +124,7 @@ struct ReplayOptions {
   // When set, a reference model (reference.h: "pytorch", "tf", "async")
   // replays instead of gpualloc, on the device the configuration string
   // describes (the simulator's default device for ""); the configuration's
-  // allocator settings are not used.
+  // allocator settings are not used, and the result's config is "".
   std::string reference;
 };
 
