@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
+#include "gpualloc/config.h"
+#include "gpualloc/registry.h"
 #include "gtest/gtest.h"
 #include "tools/replay/replay.h"
 
@@ -142,6 +144,77 @@ TEST(PyTorchModel, OutOfMemoryReleasesCachedSegmentsAndRetries) {
   r = ReplayModel(Make({A(0, 600 * kMiB), A(1, 600 * kMiB)}), "pytorch",
                   kSmallDevice);
   EXPECT_EQ(r.ooms, 1u);
+}
+
+// A model made directly, on a simulated device described as in a
+// configuration string.
+std::unique_ptr<Allocator> MakePyTorch(const PyTorchModelOptions& o,
+                                       absl::string_view device) {
+  absl::StatusOr<ConfigOverrides> over =
+      ParseConfigString(absl::StrCat("backend=sim,", device));
+  EXPECT_TRUE(over.ok()) << over.status();
+  absl::StatusOr<Config> config = ResolveConfig(*over, MapEnvironment({}));
+  EXPECT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateBackend(*config, 0);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  absl::StatusOr<std::unique_ptr<Allocator>> m =
+      CreatePyTorchModel(o, *backend);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+// roundup_power2_divisions: a size above 512 B x N rounds up to the next of
+// N steps of its power-of-two interval.
+TEST(PyTorchModel, RoundupPower2Divisions) {
+  PyTorchModelOptions o;
+  o.roundup_power2_divisions = 4;
+  std::unique_ptr<Allocator> m = MakePyTorch(o, "arch=h100");
+  ASSERT_NE(m, nullptr);
+  auto in_use_after = [&](std::uint64_t bytes) {
+    const std::uint64_t before = m->GetStats().bytes_in_use;
+    absl::StatusOr<void*> p = m->Allocate(bytes);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return m->GetStats().bytes_in_use - before;
+  };
+  EXPECT_EQ(in_use_after(1200 * 1024), 1280u * 1024);  // 1.25 MiB
+  EXPECT_EQ(in_use_after(5 * kMiB), 5 * kMiB);         // on a step
+  EXPECT_EQ(in_use_after(5 * kMiB + 1), 6 * kMiB);
+  EXPECT_EQ(in_use_after(1000), 1024u);  // below 512 B x 4: 512 multiples
+  o.roundup_power2_divisions = 3;
+  EXPECT_EQ(CreatePyTorchModel(o, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// max_split_size_mb: blocks of that size or more are never split, a smaller
+// request never takes one, and out of memory such blocks go back before
+// everything cached does.
+TEST(PyTorchModel, MaxSplitSize) {
+  PyTorchModelOptions o;
+  o.max_split_size = 64 * kMiB;
+  std::unique_ptr<Allocator> m = MakePyTorch(o, "arch=h100");
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<void*> big = m->Allocate(100 * kMiB);
+  ASSERT_TRUE(big.ok());
+  ASSERT_TRUE(m->Deallocate(*big).ok());
+  ASSERT_TRUE(m->Allocate(30 * kMiB).ok());
+  EXPECT_EQ(m->GetStats().backend_allocs, 2u);  // not carved from 100 MiB
+  // Unlimited (the default), the cached 100 MiB block is split instead.
+  std::unique_ptr<Allocator> d = MakePyTorch({}, "arch=h100");
+  big = d->Allocate(100 * kMiB);
+  ASSERT_TRUE(big.ok());
+  ASSERT_TRUE(d->Deallocate(*big).ok());
+  ASSERT_TRUE(d->Allocate(30 * kMiB).ok());
+  EXPECT_EQ(d->GetStats().backend_allocs, 1u);
+
+  // 1 GiB: a cached 600 MiB block is too large for 500 MiB (more than
+  // 20 MiB over) and the device cannot hold both: it goes back alone.
+  m = MakePyTorch(o, "arch=h100,device_memory=1GiB");
+  big = m->Allocate(600 * kMiB);
+  ASSERT_TRUE(big.ok());
+  ASSERT_TRUE(m->Deallocate(*big).ok());
+  ASSERT_TRUE(m->Allocate(500 * kMiB).ok());
+  EXPECT_EQ(m->GetStats().backend_frees, 1u);
+  EXPECT_EQ(m->GetStats().bytes_reserved, 500 * kMiB);
 }
 
 // TensorFlow's BFC: regions start at 2 MiB and double; a chunk is split
