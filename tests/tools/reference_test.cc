@@ -80,7 +80,7 @@ TEST(ReferenceNames, ParsedAndChecked) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()),
               HasSubstr("unknown reference \"torch\" (expected one of "
-                        "pytorch, tf, async)"));
+                        "pytorch, pytorch-expandable, tf, async)"));
   EXPECT_FALSE(ParseReferenceList("pytorch,").ok());
   EXPECT_EQ(ReferenceLabel("pytorch"), "pytorch model");
 }
@@ -215,6 +215,40 @@ TEST(PyTorchModel, MaxSplitSize) {
   ASSERT_TRUE(m->Allocate(500 * kMiB).ok());
   EXPECT_EQ(m->GetStats().backend_frees, 1u);
   EXPECT_EQ(m->GetStats().bytes_reserved, 500 * kMiB);
+}
+
+// expandable_segments:True: one address range per stream and pool, mapped
+// in 20 MiB pages (large pool) as it grows, blocks split down to 512 B.
+TEST(PyTorchModel, ExpandableSegmentsGrowByPages) {
+  // 5 MiB maps a page and splits it; 5 MiB more from its rest; 12 MiB does
+  // not fit the 10 MiB left, which grows by one more page into 30 MiB.
+  ReplayResult r =
+      ReplayModel(Make({A(0, 5 * kMiB), A(1, 5 * kMiB), A(2, 12 * kMiB)}),
+                  "pytorch-expandable");
+  EXPECT_EQ(r.backend_allocs, 2u);
+  EXPECT_EQ(r.peak_bytes_reserved, 40 * kMiB);
+  EXPECT_EQ(r.peak_bytes_in_use, 22 * kMiB);
+  // Each stream has its own segment.
+  r = ReplayModel(Make({A(0, 4 * kMiB, 0), A(1, 4 * kMiB, 1)}),
+                  "pytorch-expandable");
+  EXPECT_EQ(r.backend_allocs, 2u);
+  EXPECT_EQ(r.peak_bytes_reserved, 40 * kMiB);
+}
+
+// Out of memory, the free pages are unmapped (release_cached_blocks) and
+// the request maps new ones after the live block.
+TEST(PyTorchModel, ExpandableSegmentsUnmapOnlyOutOfMemory) {
+  ReplayResult r = ReplayModel(
+      Make({A(0, 400 * kMiB), A(1, 400 * kMiB), F(0), A(2, 500 * kMiB)}),
+      "pytorch-expandable", kSmallDevice);
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.backend_frees, 20u);  // the freed 400 MiB: 20 pages
+  EXPECT_EQ(r.final_bytes_reserved, 900 * kMiB);
+  // Nothing is unmapped while memory lasts.
+  r = ReplayModel(Make({A(0, 400 * kMiB), F(0), A(1, 100 * kMiB)}),
+                  "pytorch-expandable", kSmallDevice);
+  EXPECT_EQ(r.backend_frees, 0u);
+  EXPECT_EQ(r.final_bytes_reserved, 400 * kMiB);
 }
 
 // TensorFlow's BFC: regions start at 2 MiB and double; a chunk is split

@@ -46,7 +46,7 @@ strip() { sed -E 's/"ns_per_op":[^,]*,"timed_page_faults":[0-9]*//' "$1"; }
 if "$replay" --reference torch "$trace" >"$out" 2>&1; then
   fail "--reference torch was accepted"
 fi
-grep -q 'unknown reference "torch" (expected one of pytorch, tf, async)' "$out" ||
+grep -q 'unknown reference "torch" (expected one of pytorch, pytorch-expandable, tf, async)' "$out" ||
   fail "--reference torch: no message naming it"
 
 "$tune" --grid preallocate=false --reference pytorch "$trace" >"$out"

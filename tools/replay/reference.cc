@@ -17,8 +17,8 @@
 namespace gpualloc::replay {
 
 const std::vector<std::string>& ReferenceNames() {
-  static const std::vector<std::string>* names =
-      new std::vector<std::string>{"pytorch", "tf", "async"};
+  static const std::vector<std::string>* names = new std::vector<std::string>{
+      "pytorch", "pytorch-expandable", "tf", "async"};
   return *names;
 }
 
@@ -55,8 +55,10 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateReference(
     absl::string_view name, std::shared_ptr<Backend> backend) {
   absl::Status s = CheckReferenceName(name);
   if (!s.ok()) return s;
-  if (name == "pytorch") {
-    return CreatePyTorchModel(PyTorchModelOptions(), std::move(backend));
+  if (name == "pytorch" || name == "pytorch-expandable") {
+    PyTorchModelOptions o;
+    o.expandable_segments = name == "pytorch-expandable";
+    return CreatePyTorchModel(o, std::move(backend));
   }
   if (name == "tf") return CreateTfModel(TfModelOptions(), std::move(backend));
   return CreateAsyncModel(AsyncModelOptions(), std::move(backend));

@@ -35,6 +35,11 @@ struct PyTorchModelOptions {
   // set_per_process_memory_fraction, in bytes; 0: none (the device's
   // capacity bounds it).
   std::uint64_t memory_limit = 0;
+  // expandable_segments:True: per stream and pool, one range of address
+  // space mapped in pages (2 MiB small, 20 MiB large) as it grows, unmapped
+  // only by empty_cache and the last out-of-memory stage. Needs a backend
+  // with virtual memory.
+  bool expandable_segments = false;
 };
 
 // TensorFlow's GPU BFC allocator options the model honours (TF's defaults,
@@ -64,7 +69,8 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateTfModel(
 absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncModel(
     const AsyncModelOptions& options, std::shared_ptr<Backend> backend);
 
-// The names gpualloc-replay --reference takes: "pytorch", "tf", "async".
+// The names gpualloc-replay --reference takes: "pytorch",
+// "pytorch-expandable" (expandable_segments:True), "tf", "async".
 const std::vector<std::string>& ReferenceNames();
 // The model `name` names, with its defaults; an unknown name is
 // InvalidArgument listing the known ones.

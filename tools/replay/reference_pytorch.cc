@@ -42,6 +42,28 @@ struct Block {
   int event_count = 0;    // outstanding events of streams that used it
   Block* prev = nullptr;  // neighbours in the segment (split blocks)
   Block* next = nullptr;
+  // Expandable segments: the segment, and whether the block's pages are
+  // mapped (an unmapped block is address space only).
+  struct Segment* seg = nullptr;
+  bool mapped = true;
+};
+
+// ExpandableSegment: address space for 1 1/8 of the device's memory, mapped
+// page by page (2 MiB pages for the small pool, 20 MiB for the large), one
+// per stream and pool.
+struct Segment {
+  std::uint64_t base = 0;
+  std::uint64_t size = 0;
+  std::uint64_t page = 0;
+  std::vector<PhysicalHandle> handles;  // per page; 0: not mapped
+};
+
+// BlockComparatorAddress: (stream, address), for the unmapped blocks.
+struct ByAddress {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    return a->ptr < b->ptr;
+  }
 };
 
 // BlockComparatorSize: (stream, size, address).
@@ -68,6 +90,8 @@ class PyTorchModel final : public ReferenceModel {
     for (auto& [ptr, b] : allocated_) heads.push_back(b);
     for (Block* b : small_) heads.push_back(b);
     for (Block* b : large_) heads.push_back(b);
+    for (Block* b : small_unmapped_) heads.push_back(b);
+    for (Block* b : large_unmapped_) heads.push_back(b);
     for (auto& [stream, q] : events_) {
       for (auto& e : q) heads.push_back(e.second);
     }
@@ -75,7 +99,7 @@ class PyTorchModel final : public ReferenceModel {
     for (Block* b : heads) {
       while (b->prev != nullptr) b = b->prev;
       if (!seen.insert(b).second) continue;
-      (void)backend_->Free(b->ptr);
+      if (b->seg == nullptr) (void)backend_->Free(b->ptr);
       while (b != nullptr) {
         Block* next = b->next;
         delete b;
@@ -83,6 +107,14 @@ class PyTorchModel final : public ReferenceModel {
       }
     }
     for (EventHandle e : event_pool_) (void)backend_->DestroyEvent(e);
+    for (const std::unique_ptr<Segment>& seg : segments_) {
+      for (std::size_t i = 0; i < seg->handles.size(); ++i) {
+        if (seg->handles[i] == 0) continue;
+        (void)backend_->Unmap(seg->base + i * seg->page, seg->page);
+        (void)backend_->ReleasePhysical(seg->handles[i]);
+      }
+      (void)backend_->FreeAddress(seg->base, seg->size);
+    }
   }
 
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream, std::size_t,
@@ -99,18 +131,20 @@ class PyTorchModel final : public ReferenceModel {
       // alloc_block, then release_available_cached_blocks (max_split_size
       // only) and alloc_block, then release_cached_blocks (synchronize every
       // outstanding event, free every unsplit cached block) and alloc_block
-      // once more (the retry).
-      absl::StatusOr<Block*> b = AllocBlock(alloc_size, stream.handle, small);
+      // once more (the retry). Expandable segments map the request's pages
+      // instead of a segment of get_allocation_size.
+      const std::uint64_t want = o_.expandable_segments ? size : alloc_size;
+      absl::StatusOr<Block*> b = AllocBlock(want, stream.handle, small);
       if (!b.ok()) return b.status();
       if (*b == nullptr &&
           ReleaseAvailableCachedBlocks(pool, stream.handle, size)) {
-        b = AllocBlock(alloc_size, stream.handle, small);
+        b = AllocBlock(want, stream.handle, small);
         if (!b.ok()) return b.status();
       }
       if (*b == nullptr) {
         s = ReleaseCachedBlocks();
         if (!s.ok()) return s;
-        b = AllocBlock(alloc_size, stream.handle, small);
+        b = AllocBlock(want, stream.handle, small);
         if (!b.ok()) return b.status();
       }
       if (*b == nullptr) {
@@ -180,13 +214,22 @@ class PyTorchModel final : public ReferenceModel {
     for (const auto& [p, b] : allocated_) add(b);
     for (const Block* b : small_) add(b);
     for (const Block* b : large_) add(b);
+    for (const Block* b : small_unmapped_) add(b);
+    for (const Block* b : large_unmapped_) add(b);
     for (const auto& [stream, q] : events_) {
       for (const auto& e : q) add(e.second);
     }
+    // A region per run of mapped blocks (an expandable segment's mapped
+    // stretches; a native segment is one).
     for (const auto& [base, head] : heads) {
       RegionSnapshot r;
-      r.base = base;
       for (const Block* b = head; b != nullptr; b = b->next) {
+        if (!b->mapped) {
+          if (r.size != 0) snap.regions.push_back(std::move(r));
+          r = RegionSnapshot();
+          continue;
+        }
+        if (r.size == 0) r.base = b->ptr;
         r.size += b->size;
         ChunkSnapshot c;
         c.address = b->ptr;
@@ -196,7 +239,7 @@ class PyTorchModel final : public ReferenceModel {
         c.stream = b->stream;
         r.chunks.push_back(c);
       }
-      snap.regions.push_back(std::move(r));
+      if (r.size != 0) snap.regions.push_back(std::move(r));
     }
     snap.stats = GetStats();
     return snap;
@@ -252,7 +295,9 @@ class PyTorchModel final : public ReferenceModel {
   // a request of max_split_size or more.
   bool ShouldSplit(const Block& block, std::uint64_t size) const {
     const std::uint64_t remaining = block.size - size;
-    if (block.small) return remaining >= kMinBlockSize;
+    if (block.small || o_.expandable_segments) {
+      return remaining >= kMinBlockSize;
+    }
     return size < o_.max_split_size && remaining > kSmallSize;
   }
 
@@ -267,6 +312,19 @@ class PyTorchModel final : public ReferenceModel {
     key.size = size;
     auto it = pool.lower_bound(&key);
     if (it == pool.end() || (*it)->stream != stream) return nullptr;
+    if ((*it)->seg != nullptr) {
+      // An expandable block counts as the size it can grow to (itself and
+      // the unmapped space after it): the smallest such is taken.
+      auto grows_to = [](const Block* b) {
+        return b->size +
+               (b->next != nullptr && !b->next->mapped ? b->next->size : 0);
+      };
+      auto next = std::next(it);
+      while ((*it)->seg != nullptr && next != pool.end() &&
+             (*next)->stream == stream && grows_to(*next) < grows_to(*it)) {
+        it = next++;
+      }
+    }
     if (size < o_.max_split_size && (*it)->size >= o_.max_split_size) {
       return nullptr;
     }
@@ -285,6 +343,9 @@ class PyTorchModel final : public ReferenceModel {
     if (o_.memory_limit != 0 &&
         stats_.bytes_reserved + size > o_.memory_limit) {
       return nullptr;
+    }
+    if (o_.expandable_segments) {
+      return TryAllocateExpandableBlock(stream, small, size);
     }
     absl::StatusOr<DeviceAddress> p = backend_->Allocate(size);
     if (!p.ok()) {
@@ -305,8 +366,15 @@ class PyTorchModel final : public ReferenceModel {
   void FreeBlock(Block* block) {
     BlockPool& pool = block->small ? small_ : large_;
     for (Block* n : {block->prev, block->next}) {
-      if (n == nullptr || n->allocated || n->event_count > 0) continue;
-      pool.erase(n);
+      if (n == nullptr || n->allocated || n->event_count > 0 ||
+          n->mapped != block->mapped) {
+        continue;
+      }
+      if (n->mapped) {
+        pool.erase(n);
+      } else {
+        Unmapped(*n).erase(n);
+      }
       if (n == block->prev) {
         block->ptr = n->ptr;
         block->prev = n->prev;
@@ -318,15 +386,31 @@ class PyTorchModel final : public ReferenceModel {
       block->size += n->size;
       delete n;
     }
-    pool.insert(block);
+    if (block->mapped) {
+      pool.insert(block);
+    } else {
+      Unmapped(*block).insert(block);
+    }
   }
 
   // release_block of every cached block that is a whole segment
   // (release_blocks: !prev && !next).
   void ReleaseBlocks(BlockPool& pool) {
+    // Expandable blocks: their whole pages are unmapped (unmap_block), and a
+    // segment left as one unmapped block goes (release_expandable_segment).
+    std::vector<Block*> to_unmap;
+    for (Block* b : pool) {
+      if (b->seg != nullptr) to_unmap.push_back(b);
+    }
+    for (Block* b : to_unmap) {
+      Block* u = UnmapBlock(pool, b);
+      if (u != nullptr && u->prev == nullptr && u->next == nullptr) {
+        ReleaseExpandableSegment(u);
+      }
+    }
     for (auto it = pool.begin(); it != pool.end();) {
       Block* b = *it;
-      if (b->prev != nullptr || b->next != nullptr) {
+      if (b->seg != nullptr || b->prev != nullptr || b->next != nullptr) {
         ++it;
         continue;
       }
@@ -410,6 +494,191 @@ class PyTorchModel final : public ReferenceModel {
     }
     return absl::OkStatus();
   }
+  std::set<Block*, ByAddress>& Unmapped(const Block& b) {
+    return b.small ? small_unmapped_ : large_unmapped_;
+  }
+
+  // try_allocate_expandable_block: the stream's segment of the pool (made on
+  // first use, find_expandable_block) maps as many pages as the request
+  // needs after the free space it extends (map_block).
+  absl::StatusOr<Block*> TryAllocateExpandableBlock(std::uintptr_t stream,
+                                                    bool small,
+                                                    std::uint64_t size) {
+    BlockPool& pool = small ? small_ : large_;
+    absl::StatusOr<Block*> found = FindExpandableBlock(stream, small, size);
+    if (!found.ok() || *found == nullptr) return found;
+    Block* c = *found;
+    if (!c->mapped) {
+      absl::StatusOr<Block*> m = MapBlock(c, std::min(c->size, size));
+      if (!m.ok() || *m == nullptr) return m;
+      c = *m;
+    }
+    while (c->size < size) {
+      // free -> unmapped -> ...: map some of the unmapped, merged into c.
+      absl::StatusOr<Block*> m =
+          MapBlock(c->next, std::min(size - c->size, c->next->size));
+      if (!m.ok() || *m == nullptr) return m;
+      c = *m;
+    }
+    pool.erase(c);
+    return c;
+  }
+
+  // find_expandable_block: the lowest unmapped block of the stream's
+  // segments (with the free block before it) that has room, else a new
+  // segment.
+  absl::StatusOr<Block*> FindExpandableBlock(std::uintptr_t stream, bool small,
+                                             std::uint64_t size) {
+    auto allocatable = [](const Block* b) {
+      return b != nullptr && !b->allocated && b->event_count == 0;
+    };
+    auto room = [&](const Block* b) {
+      std::uint64_t bytes = 0;
+      while (bytes < size && allocatable(b)) {
+        bytes += b->size;
+        b = b->next;
+      }
+      return bytes >= size;
+    };
+    std::set<Block*, ByAddress>& unmapped =
+        small ? small_unmapped_ : large_unmapped_;
+    Block key;
+    key.stream = stream;
+    for (auto it = unmapped.lower_bound(&key);
+         it != unmapped.end() && (*it)->stream == stream; ++it) {
+      Block* c = *it;
+      if (allocatable(c->prev)) c = c->prev;
+      if (room(c)) return c;
+    }
+    const DeviceInfo& info = backend_->info();
+    auto seg = std::make_unique<Segment>();
+    seg->page = small ? kSmallBuffer : kLargeBuffer;
+    const std::uint64_t want = info.total_bytes + info.total_bytes / 8;
+    seg->size = (want + seg->page - 1) / seg->page * seg->page;
+    absl::StatusOr<DeviceAddress> base = backend_->ReserveAddress(seg->size, 0);
+    if (!base.ok()) {
+      if (absl::IsResourceExhausted(base.status())) return nullptr;
+      return base.status();
+    }
+    seg->base = *base;
+    seg->handles.assign(seg->size / seg->page, 0);
+    Block* b = new Block;
+    b->ptr = seg->base;
+    b->size = seg->size;
+    b->stream = stream;
+    b->small = small;
+    b->mapped = false;
+    b->seg = seg.get();
+    segments_.push_back(std::move(seg));
+    unmapped.insert(b);
+    return b;
+  }
+
+  // map_block: whole pages over [b->ptr, b->ptr + size) (b is unmapped, so
+  // page-aligned), each its own physical allocation; the mapped part becomes
+  // a free block merged with its free mapped neighbours (it keeps the
+  // merged block). nullptr when the device has no memory for them (what was
+  // mapped here is undone).
+  absl::StatusOr<Block*> MapBlock(Block* b, std::uint64_t size) {
+    Segment& seg = *b->seg;
+    const std::uint64_t first = (b->ptr - seg.base) / seg.page;
+    const std::uint64_t last =
+        (b->ptr + size - seg.base + seg.page - 1) / seg.page;
+    // ExpandableSegment::map: every page's physical memory first (on
+    // failure what was created is released and nothing is mapped), then
+    // the mappings and their access.
+    for (std::uint64_t i = first; i < last; ++i) {
+      absl::StatusOr<PhysicalHandle> h = backend_->CreatePhysical(seg.page);
+      if (!h.ok()) {
+        for (std::uint64_t j = first; j < i; ++j) {
+          (void)backend_->ReleasePhysical(seg.handles[j]);
+          seg.handles[j] = 0;
+        }
+        if (absl::IsResourceExhausted(h.status())) return nullptr;
+        return h.status();
+      }
+      seg.handles[i] = *h;
+    }
+    for (std::uint64_t i = first; i < last; ++i) {
+      absl::Status s =
+          backend_->Map(seg.base + i * seg.page, seg.page, seg.handles[i]);
+      if (!s.ok()) return s;
+      OnReserved(seg.page);
+    }
+    const std::uint64_t bytes = (last - first) * seg.page;
+    absl::Status s = backend_->SetAccess(seg.base + first * seg.page, bytes);
+    if (!s.ok()) return s;
+    Unmapped(*b).erase(b);
+    b->mapped = true;
+    if (bytes < b->size) {
+      Block* rest = new Block(*b);
+      rest->ptr = b->ptr + bytes;
+      rest->size = b->size - bytes;
+      rest->mapped = false;
+      rest->prev = b;
+      if (rest->next != nullptr) rest->next->prev = rest;
+      b->next = rest;
+      b->size = bytes;
+      Unmapped(*rest).insert(rest);
+    }
+    FreeBlock(b);
+    return b;
+  }
+
+  // unmap_block: the whole pages inside the free block are unmapped; what
+  // is left before and after them stays free and mapped. Returns the
+  // unmapped block (merged with unmapped neighbours), or nullptr when the
+  // block holds no whole page.
+  Block* UnmapBlock(BlockPool& pool, Block* b) {
+    Segment& seg = *b->seg;
+    const std::uint64_t first = (b->ptr - seg.base + seg.page - 1) / seg.page;
+    const std::uint64_t last = (b->ptr + b->size - seg.base) / seg.page;
+    if (last <= first) return nullptr;
+    pool.erase(b);
+    const std::uint64_t lo = seg.base + first * seg.page;
+    const std::uint64_t hi = seg.base + last * seg.page;
+    for (std::uint64_t i = first; i < last; ++i) {
+      (void)backend_->Unmap(seg.base + i * seg.page, seg.page);
+      (void)backend_->ReleasePhysical(seg.handles[i]);
+      seg.handles[i] = 0;
+      OnReleased(seg.page);
+    }
+    if (lo > b->ptr) {  // prev -> before -> b
+      Block* before = new Block(*b);
+      before->size = lo - b->ptr;
+      before->next = b;
+      if (before->prev != nullptr) before->prev->next = before;
+      b->prev = before;
+      pool.insert(before);
+    }
+    if (b->ptr + b->size > hi) {  // b -> after -> next
+      Block* after = new Block(*b);
+      after->ptr = hi;
+      after->size = b->ptr + b->size - hi;
+      after->prev = b;
+      if (after->next != nullptr) after->next->prev = after;
+      b->next = after;
+      pool.insert(after);
+    }
+    b->ptr = lo;
+    b->size = hi - lo;
+    b->mapped = false;
+    FreeBlock(b);  // merges with unmapped neighbours, into the unmapped set
+    return b;
+  }
+
+  // release_expandable_segment: a segment that is one unmapped block.
+  void ReleaseExpandableSegment(Block* b) {
+    Unmapped(*b).erase(b);
+    (void)backend_->FreeAddress(b->seg->base, b->seg->size);
+    for (auto it = segments_.begin(); it != segments_.end(); ++it) {
+      if (it->get() == b->seg) {
+        segments_.erase(it);
+        break;
+      }
+    }
+    delete b;
+  }
 
   // EventPool: events are created once and reused.
   absl::StatusOr<EventHandle> GetEvent() {
@@ -423,6 +692,9 @@ class PyTorchModel final : public ReferenceModel {
 
   const PyTorchModelOptions o_;
   BlockPool small_, large_;
+  // Expandable segments: the unmapped blocks per pool, and the segments.
+  std::set<Block*, ByAddress> small_unmapped_, large_unmapped_;
+  std::vector<std::unique_ptr<Segment>> segments_;
   absl::flat_hash_map<std::uintptr_t, Block*> allocated_;
   // Outstanding events per stream they were recorded on, in record order.
   std::map<std::uintptr_t, std::deque<std::pair<EventHandle, Block*>>> events_;
@@ -437,6 +709,12 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreatePyTorchModel(
   if (n != 0 && (n & (n - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "roundup_power2_divisions must be a power of two, got ", n));
+  }
+  if (options.expandable_segments &&
+      !backend->info().capabilities.virtual_memory) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("expandable_segments needs virtual memory; backend ",
+                     backend->info().backend, " has none"));
   }
   return std::unique_ptr<Allocator>(
       new PyTorchModel(options, std::move(backend)));
