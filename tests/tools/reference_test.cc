@@ -217,6 +217,36 @@ TEST(PyTorchModel, MaxSplitSize) {
   EXPECT_EQ(m->GetStats().bytes_reserved, 500 * kMiB);
 }
 
+// garbage_collection_threshold (under a memory limit): above the threshold,
+// the older unsplit cached blocks go back before a new segment, without
+// waiting for the limit.
+TEST(PyTorchModel, GarbageCollectionThreshold) {
+  PyTorchModelOptions o;
+  o.memory_limit = 500 * kMiB;
+  auto run = [&](double threshold) {
+    o.garbage_collection_threshold = threshold;
+    std::unique_ptr<Allocator> m = MakePyTorch(o, "arch=h100");
+    absl::StatusOr<void*> a = m->Allocate(200 * kMiB);
+    EXPECT_TRUE(a.ok() && m->Deallocate(*a).ok());
+    absl::StatusOr<void*> b = m->Allocate(210 * kMiB);
+    EXPECT_TRUE(b.ok() && m->Deallocate(*b).ok());
+    EXPECT_TRUE(m->Allocate(220 * kMiB).ok());
+    return m->GetStats();
+  };
+  // 410 MiB cached is above 250 MiB: the older block (200 MiB) goes, and
+  // 220 MiB fits beside the 210 MiB one.
+  Stats s = run(0.5);
+  EXPECT_EQ(s.backend_frees, 1u);
+  EXPECT_EQ(s.bytes_reserved, 430 * kMiB);
+  // Off: 220 MiB would pass the limit, so everything cached goes.
+  s = run(0);
+  EXPECT_EQ(s.backend_frees, 2u);
+  EXPECT_EQ(s.bytes_reserved, 220 * kMiB);
+  o.garbage_collection_threshold = 1;
+  EXPECT_EQ(CreatePyTorchModel(o, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // expandable_segments:True: one address range per stream and pool, mapped
 // in 20 MiB pages (large pool) as it grows, blocks split down to 512 B.
 TEST(PyTorchModel, ExpandableSegmentsGrowByPages) {

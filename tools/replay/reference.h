@@ -40,6 +40,9 @@ struct PyTorchModelOptions {
   // only by empty_cache and the last out-of-memory stage. Needs a backend
   // with virtual memory.
   bool expandable_segments = false;
+  // garbage_collection_threshold, in (0, 1); acts only with memory_limit
+  // (PyTorch: only under set_per_process_memory_fraction). 0: off.
+  double garbage_collection_threshold = 0;
 };
 
 // TensorFlow's GPU BFC allocator options the model honours (TF's defaults,

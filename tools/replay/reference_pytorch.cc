@@ -46,6 +46,9 @@ struct Block {
   // mapped (an unmapped block is address space only).
   struct Segment* seg = nullptr;
   bool mapped = true;
+  // garbage_collection_threshold: its pool's get_free_block count when it
+  // was cached (its age is the count since).
+  std::uint64_t gc_count_base = 0;
 };
 
 // ExpandableSegment: address space for 1 1/8 of the device's memory, mapped
@@ -128,11 +131,13 @@ class PyTorchModel final : public ReferenceModel {
     const std::uint64_t alloc_size = AllocationSize(size);
     Block* block = GetFreeBlock(pool, stream.handle, size);
     if (block == nullptr) {
-      // alloc_block, then release_available_cached_blocks (max_split_size
-      // only) and alloc_block, then release_cached_blocks (synchronize every
-      // outstanding event, free every unsplit cached block) and alloc_block
-      // once more (the retry). Expandable segments map the request's pages
-      // instead of a segment of get_allocation_size.
+      // With garbage_collection_threshold, garbage_collect_cached_blocks
+      // first. Then alloc_block, then release_available_cached_blocks
+      // (max_split_size only) and alloc_block, then release_cached_blocks
+      // (synchronize every outstanding event, free every unsplit cached block)
+      // and alloc_block once more (the retry). Expandable segments map the
+      // request's pages instead of a segment of get_allocation_size.
+      if (GcEnabled()) GarbageCollectCachedBlocks();
       const std::uint64_t want = o_.expandable_segments ? size : alloc_size;
       absl::StatusOr<Block*> b = AllocBlock(want, stream.handle, small);
       if (!b.ok()) return b.status();
@@ -165,7 +170,7 @@ class PyTorchModel final : public ReferenceModel {
       if (rest->next != nullptr) rest->next->prev = rest;
       block->next = rest;
       block->size = size;
-      pool.insert(rest);
+      InsertIntoBlocks(pool, rest);
     }
     block->allocated = true;
     block->requested = bytes;
@@ -307,6 +312,8 @@ class PyTorchModel final : public ReferenceModel {
   // or more takes a block at most kLargeBuffer larger.
   Block* GetFreeBlock(BlockPool& pool, std::uintptr_t stream,
                       std::uint64_t size) {
+    // Block ages are tracked only with garbage collection on.
+    if (GcEnabled()) ++FreeBlockCalls(pool);
     Block key;
     key.stream = stream;
     key.size = size;
@@ -387,7 +394,7 @@ class PyTorchModel final : public ReferenceModel {
       delete n;
     }
     if (block->mapped) {
-      pool.insert(block);
+      InsertIntoBlocks(pool, block);
     } else {
       Unmapped(*block).insert(block);
     }
@@ -494,6 +501,63 @@ class PyTorchModel final : public ReferenceModel {
     }
     return absl::OkStatus();
   }
+  bool GcEnabled() const {
+    return o_.memory_limit != 0 && o_.garbage_collection_threshold > 0;
+  }
+  std::uint64_t& FreeBlockCalls(const BlockPool& pool) {
+    return &pool == &small_ ? small_calls_ : large_calls_;
+  }
+  // BlockPool::insert_into_blocks: cached, its age counted from now.
+  void InsertIntoBlocks(BlockPool& pool, Block* b) {
+    b->gc_count_base = FreeBlockCalls(pool);
+    pool.insert(b);
+  }
+
+  // garbage_collect_cached_blocks: above garbage_collection_threshold x the
+  // limit, the unsplit cached large blocks at least as old as the average
+  // go back, round after round, until enough is reclaimed (no
+  // synchronization, unlike release_cached_blocks).
+  void GarbageCollectCachedBlocks() {
+    const auto threshold = static_cast<std::uint64_t>(
+        o_.garbage_collection_threshold * static_cast<double>(o_.memory_limit));
+    if (stats_.bytes_reserved <= threshold) return;
+    const std::uint64_t target = stats_.bytes_reserved - threshold;
+    const std::uint64_t calls = large_calls_;
+    auto age = [calls](const Block* b) {
+      return static_cast<double>(calls - b->gc_count_base);
+    };
+    auto freeable = [](const Block* b) {
+      return b->seg == nullptr && b->prev == nullptr && b->next == nullptr;
+    };
+    double total_age = 0;
+    std::uint64_t count = 0;
+    for (const Block* b : large_) {
+      if (!freeable(b)) continue;
+      total_age += age(b);
+      ++count;
+    }
+    std::uint64_t reclaimed = 0;
+    bool freed = true;
+    while (reclaimed < target && freed && count > 0) {
+      const double average = total_age / static_cast<double>(count);
+      freed = false;
+      std::vector<Block*> old;
+      for (Block* b : large_) {
+        if (freeable(b) && age(b) >= average) old.push_back(b);
+      }
+      for (Block* b : old) {
+        freed = true;
+        reclaimed += b->size;
+        total_age -= age(b);
+        --count;
+        large_.erase(b);
+        (void)backend_->Free(b->ptr);
+        OnReleased(b->size);
+        delete b;
+      }
+    }
+  }
+
   std::set<Block*, ByAddress>& Unmapped(const Block& b) {
     return b.small ? small_unmapped_ : large_unmapped_;
   }
@@ -649,7 +713,7 @@ class PyTorchModel final : public ReferenceModel {
       before->next = b;
       if (before->prev != nullptr) before->prev->next = before;
       b->prev = before;
-      pool.insert(before);
+      InsertIntoBlocks(pool, before);
     }
     if (b->ptr + b->size > hi) {  // b -> after -> next
       Block* after = new Block(*b);
@@ -658,7 +722,7 @@ class PyTorchModel final : public ReferenceModel {
       after->prev = b;
       if (after->next != nullptr) after->next->prev = after;
       b->next = after;
-      pool.insert(after);
+      InsertIntoBlocks(pool, after);
     }
     b->ptr = lo;
     b->size = hi - lo;
@@ -692,6 +756,7 @@ class PyTorchModel final : public ReferenceModel {
 
   const PyTorchModelOptions o_;
   BlockPool small_, large_;
+  std::uint64_t small_calls_ = 0, large_calls_ = 0;  // get_free_block calls
   // Expandable segments: the unmapped blocks per pool, and the segments.
   std::set<Block*, ByAddress> small_unmapped_, large_unmapped_;
   std::vector<std::unique_ptr<Segment>> segments_;
@@ -709,6 +774,12 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreatePyTorchModel(
   if (n != 0 && (n & (n - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "roundup_power2_divisions must be a power of two, got ", n));
+  }
+  if (options.garbage_collection_threshold < 0 ||
+      options.garbage_collection_threshold >= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("garbage_collection_threshold must be in [0, 1), got ",
+                     options.garbage_collection_threshold));
   }
   if (options.expandable_segments &&
       !backend->info().capabilities.virtual_memory) {
