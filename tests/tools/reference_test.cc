@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
+#include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
 #include "tools/replay/replay.h"
 
@@ -318,6 +319,39 @@ TEST(AsyncModel, EveryAllocationIsAPoolCall) {
   EXPECT_EQ(r.backend_allocs, 2u);
   EXPECT_EQ(r.backend_frees, 1u);
   EXPECT_GT(r.peak_bytes_reserved, 0u);
+}
+
+// The driver's pool decides reuse across streams by its three rules: with
+// them on (the default) a block freed on stream 0 whose work is pending is
+// handed to stream 1 behind a dependency; with them off, stream 1 gets
+// other memory.
+TEST(AsyncModel, ReuseRulesDecideCrossStreamReuse) {
+  for (bool rules : {true, false}) {
+    absl::StatusOr<ConfigOverrides> over =
+        ParseConfigString("backend=sim,arch=h100");
+    ASSERT_TRUE(over.ok());
+    absl::StatusOr<Config> config = ResolveConfig(*over, MapEnvironment({}));
+    ASSERT_TRUE(config.ok());
+    absl::StatusOr<std::shared_ptr<Backend>> backend =
+        CreateBackend(*config, 0);
+    ASSERT_TRUE(backend.ok());
+    auto sim = std::dynamic_pointer_cast<SimBackend>(*backend);
+    ASSERT_NE(sim, nullptr);
+    AsyncModelOptions o;
+    o.reuse.follow_event_dependencies = rules;
+    o.reuse.opportunistic = rules;
+    o.reuse.internal_dependencies = rules;
+    absl::StatusOr<std::unique_ptr<Allocator>> m = CreateAsyncModel(o, sim);
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<void*> a = (*m)->Allocate(kMiB, Stream(0));
+    ASSERT_TRUE(a.ok());
+    sim->Use(Stream(0), reinterpret_cast<std::uintptr_t>(*a), kMiB, 0);
+    ASSERT_TRUE((*m)->Deallocate(*a, Stream(0)).ok());
+    absl::StatusOr<void*> b = (*m)->Allocate(kMiB, Stream(1));
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(*a == *b, rules) << "reuse rules " << rules;
+    ASSERT_TRUE((*m)->Deallocate(*b, Stream(1)).ok());
+  }
 }
 
 TEST(ReferenceReplay, JsonNamesTheReferenceAndKeepsRepeat) {
