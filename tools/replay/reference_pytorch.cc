@@ -433,7 +433,11 @@ class PyTorchModel final : public ReferenceModel {
   // (or max_split_size), else the largest ones until enough is freed.
   bool ReleaseAvailableCachedBlocks(BlockPool& pool, std::uintptr_t stream,
                                     std::uint64_t size) {
-    if (o_.max_split_size == UINT64_MAX) return false;
+    // (Expandable segments' blocks are not segments: nothing to release
+    // here.)
+    if (o_.max_split_size == UINT64_MAX || o_.expandable_segments) {
+      return false;
+    }
     Block key;
     key.stream = stream;
     key.size = std::max(size, o_.max_split_size);
@@ -457,6 +461,7 @@ class PyTorchModel final : public ReferenceModel {
     for (Block* b : release) {
       // Oversize blocks are never split (should_split), so each is a
       // whole segment.
+      if (b->prev != nullptr || b->next != nullptr) continue;
       pool.erase(b);
       (void)backend_->Free(b->ptr);
       OnReleased(b->size);
