@@ -284,11 +284,44 @@ int main(int argc, char** argv) {
   if (configs.empty()) configs.push_back("");
   // Every configuration and output path is checked before the first replay,
   // so that a typo fails the run at once instead of after minutes of work.
+  // Each configuration's rows, picture and totals carry its label (name=,
+  // else the string): two with one label could not be told apart.
+  std::map<std::string, std::string> config_of_label;
   for (const std::string& config : configs) {
     const absl::Status checked = CheckConfig(config);
     if (!checked.ok()) {
       return Fail(
           absl::StrCat("--config \"", config, "\": ", checked.message()));
+    }
+    absl::StatusOr<std::string> label = gpualloc::replay::ConfigLabel(config);
+    if (!label.ok()) {
+      return Fail(absl::StrCat("--config \"", config,
+                               "\": ", label.status().message()));
+    }
+    auto [it, added] = config_of_label.emplace(*label, config);
+    if (!added) {
+      return Fail(absl::StrCat(
+          "--config \"", it->second, "\" and --config \"", config,
+          "\" have the same ",
+          it->second == config ? "string"
+                               : absl::StrCat("name \"", *label, "\""),
+          ", which labels each configuration's results: give each a "
+          "different name="));
+    }
+  }
+  // A reference model's rows carry its label ("pytorch model"): it may not
+  // be given twice, nor be a configuration's.
+  std::map<std::string, std::string> reference_of_label;
+  for (const std::string& name : references) {
+    const std::string label = gpualloc::replay::ReferenceLabel(name);
+    if (!reference_of_label.emplace(label, name).second) {
+      return Fail(absl::StrCat("--reference names ", name, " twice"));
+    }
+    auto it = config_of_label.find(label);
+    if (it != config_of_label.end()) {
+      return Fail(absl::StrCat("--config \"", it->second, "\" has the name \"",
+                               label, "\" of --reference ", name,
+                               "'s rows: give it another name="));
     }
   }
   if (!svg_path.empty()) {

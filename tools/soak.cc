@@ -194,6 +194,11 @@ int main(int argc, char** argv) {
       return Usage(absl::StrCat("unknown flag ", flag));
     }
   }
+  if (options.min_live > options.max_live) {
+    return Usage(absl::StrCat("--min-live ", options.min_live,
+                              " is above --max-live ", options.max_live,
+                              " (the phases' targets lie between them)"));
+  }
 
   absl::PrintF(
       "gpualloc-soak: seed %d, %d ops per run, sizes 1 B..%d B, device %d B, "

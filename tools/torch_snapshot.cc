@@ -8,7 +8,9 @@
 //
 // The pickle goes to OUT.pickle, or to stdout when -o is not given; --device
 // is the device index it is filed under (default: the JSON's device
-// ordinal, else 0). Exit status 0, 1 on a bad file, 2 on bad arguments.
+// ordinal, else 0). Exit status 0, 1 on a bad file (one that does not parse,
+// or whose regions and chunks are not an allocator's layout:
+// tools/torch_snapshot_check.h), 2 on bad arguments.
 #include "gpualloc/torch_snapshot.h"
 
 #include <cstdio>
@@ -18,9 +20,11 @@
 #include <sstream>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "gpualloc/snapshot_json.h"
+#include "tools/torch_snapshot_check.h"
 
 namespace {
 
@@ -86,6 +90,12 @@ int main(int argc, char** argv) {
   if (!snapshot.ok()) {
     std::cerr << "gpualloc-torch-snapshot: " << input << ": "
               << snapshot.status().message() << "\n";
+    return 1;
+  }
+  if (absl::Status checked = gpualloc::tools::CheckSnapshotForExport(*snapshot);
+      !checked.ok()) {
+    std::cerr << "gpualloc-torch-snapshot: " << input << ": "
+              << checked.message() << "\n";
     return 1;
   }
   if (device < 0) device = OrdinalOf(json);

@@ -33,8 +33,9 @@ Output: header `seq,action,addr_or_id,size,stream`, '\\n' line endings. The rule
      when first met, in the order rows are produced by steps 1 then 2.
      A free row carries the stream of its free_requested event.
 
-Expected errors (unreadable file, not a pickle, wrong layout) print one line
-on stderr naming the file and exit 1.
+Expected errors (unreadable file, not a pickle, wrong layout, a size below 0
+or above 2^64 - 1, which no trace row can carry) print one line on stderr
+naming the file (and the event or block) and exit 1.
 """
 
 import argparse
@@ -100,6 +101,23 @@ def _kind_name(kind):
     return {int: "an int", list: "a list", str: "a str", dict: "a dict"}[kind]
 
 
+# The sizes gpualloc-replay reads: unsigned 64-bit decimals.
+MAX_SIZE = (1 << 64) - 1
+
+
+def _check_size(value, key, where):
+    """Refuses a size no trace row can carry, naming where it was found."""
+    if not 0 <= value <= MAX_SIZE:
+        raise ConvertError("%s: %s %d is out of range: sizes are 0 to %d bytes "
+                           "(unsigned 64-bit, what gpualloc-replay reads)"
+                           % (where, key, value, MAX_SIZE))
+    return value
+
+
+def _at(addr):
+    return ("-%#x" % -addr) if addr < 0 else ("%#x" % addr)
+
+
 def _producing(trace):
     return any(isinstance(e, dict) and e.get("action") in ("alloc", "free_requested")
                for e in trace)
@@ -153,7 +171,8 @@ def convert(snapshot, device=None):
         if action not in ("alloc", "free_requested"):
             continue
         addr = _need(ev, "addr", int, where)
-        size = _need(ev, "size", int, where)
+        size = _check_size(_need(ev, "size", int, where), "size",
+                           "%s (%s at %s)" % (where, action, _at(addr)))
         stream = stream_of(_need(ev, "stream", int, where))
         if action == "alloc":
             body.append(["alloc", next_key, size, stream])
@@ -184,10 +203,14 @@ def convert(snapshot, device=None):
             bwhere = "%s['blocks'][%d]" % (where, bi)
             bsize = _need(blk, "size", int, bwhere)
             state = _need(blk, "state", str, bwhere)
+            named = "%s (%s at %s)" % (bwhere, state, _at(addr))
+            _check_size(bsize, "size", named)
             if state in ("active_allocated", "active_pending_free") and addr not in live:
                 req = blk.get("requested_size")
                 if req is not None and not _is(req, int):
                     raise ConvertError("expected %s['requested_size'] to be an int" % bwhere)
+                if req is not None:
+                    _check_size(req, "requested_size", named)
                 prelude.append(["alloc", next_key, req or bsize, stream_of(raw_stream)])
                 next_key += 1
             addr += bsize

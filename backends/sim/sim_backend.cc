@@ -629,6 +629,10 @@ std::uint64_t SimBackend::calls_on_destroyed_streams() const {
   return impl_->WithStreams(
       [](sim::Streams& s) { return s.calls_on_destroyed_streams(); });
 }
+std::uint64_t SimBackend::tracked_streams() const {
+  return impl_->WithStreams(
+      [](sim::Streams& s) { return s.tracked_streams(); });
+}
 std::vector<SimHazard> SimBackend::hazard_log() const {
   return impl_->WithStreams(
       [](sim::Streams& s) { return s.detector().hazard_log(); });

@@ -100,12 +100,15 @@ absl::Status Streams::SynchronizeEvent(EventHandle event,
   } else {
     std::uint64_t most = 0;
     for (const auto& [handle, position] : e.clock) {
-      most = std::max(most, PendingUpTo(GetStream(handle), position));
+      if (const StreamState* s = Find(handle); s != nullptr) {
+        most = std::max(most, PendingUpTo(*s, position));
+      }
     }
     *wait_ns = ledger.WaitCostNs(most);
     CompleteClock(e.clock);
   }
   Observe(e.clock);
+  ForgetDoneIn(e.clock);
   return absl::OkStatus();
 }
 
@@ -114,7 +117,10 @@ absl::Status Streams::SynchronizeEvent(EventHandle event,
 void Streams::Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
                   std::uint64_t duration_ns, bool usable) {
   if (duration_ns == 0) duration_ns = work_ns_;
-  destroyed_.erase(stream.handle);  // a new stream with the handle
+  // A new stream with the handle (the destroyed one's state, if still
+  // tracked, goes on as its).
+  destroyed_.erase(stream.handle);
+  destroyed_tracked_.erase(stream.handle);
   const DeviceAddress end = SaturatingEnd(address, bytes);
   StreamState& s = GetStream(stream.handle);
   if (end > address && !usable) {
@@ -146,15 +152,17 @@ void Streams::Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
 }
 
 void Streams::CompleteStream(Stream stream) {
-  auto it = streams_.find(stream.handle);
-  if (it == streams_.end()) return;
-  StreamState& s = it->second;
+  StreamState* s = Find(stream.handle);
+  if (s == nullptr) return;
   if (modeled_clock_) {
-    now_ns_ = std::max(now_ns_, s.ready_ns);
-    return;
+    now_ns_ = std::max(now_ns_, s->ready_ns);
+  } else {
+    CompleteClock(s->clock);
+    CompleteUpTo(*s, s->next_position);
   }
-  CompleteClock(s.clock);
-  CompleteUpTo(s, s.next_position);
+  VectorClock named = s->clock;
+  ClockRaise(&named, stream.handle, s->next_position);
+  ForgetDoneIn(named);  // the stream itself too, when destroyed
 }
 
 void Streams::CompleteAll() {
@@ -165,10 +173,20 @@ void Streams::CompleteAll() {
       CompleteUpTo(s, s.next_position);
     }
   }
+  ForgetDoneDestroyed();
+}
+
+void Streams::DestroyStream(Stream stream) {
+  destroyed_.insert(stream.handle);
+  if (streams_.contains(stream.handle) && !ForgetIfDone(stream.handle)) {
+    destroyed_tracked_.insert(stream.handle);
+  }
 }
 
 void Streams::OrderStreams(Stream waiter, Stream other) {
-  destroyed_.erase(waiter.handle);  // a new stream with the handle
+  // A new stream with the handle.
+  destroyed_.erase(waiter.handle);
+  destroyed_tracked_.erase(waiter.handle);
   if (waiter.handle == other.handle) return;
   const Event done = Capture(other.handle);
   Wait(waiter.handle, done.clock, done.done_ns);
@@ -192,6 +210,7 @@ std::uint64_t Streams::pending_work() {
     Prune(s);
     pending += s.next_position - s.completed_position;
   }
+  ForgetDoneDestroyed();
   return pending;
 }
 
@@ -215,6 +234,7 @@ std::uint64_t Streams::SynchronizeDevice(const CallLedger& ledger) {
     Prune(s);
     s.observed_position = s.completed_position;
   }
+  unobserved_.clear();  // forgotten streams: all of their work complete
   return wait_ns;
 }
 
@@ -236,16 +256,73 @@ void Streams::FlagUnmapInUse(DeviceAddress start, DeviceAddress end) {
 
 StreamState& Streams::GetStream(std::uintptr_t handle) {
   auto [it, inserted] = streams_.try_emplace(handle);
-  if (inserted) it->second.handle = handle;
+  if (inserted) {
+    StreamState& s = it->second;
+    s.handle = handle;
+    // Past every position a forgotten stream reached: clocks that name one
+    // with this handle cover none of this stream's work.
+    s.next_position = first_position_;
+    s.completed_position = first_position_;
+    s.observed_position = first_position_;
+    // What no synchronization saw of a forgotten stream with the handle
+    // stays unseen.
+    if (auto u = unobserved_.find(handle); u != unobserved_.end()) {
+      s.observed_position = u->second.first;
+      unobserved_.erase(u);
+    }
+  }
   return it->second;
 }
 
+StreamState* Streams::Find(std::uintptr_t handle) {
+  auto it = streams_.find(handle);
+  return it == streams_.end() ? nullptr : &it->second;
+}
+
+bool Streams::ForgetIfDone(std::uintptr_t handle) {
+  auto it = streams_.find(handle);
+  if (it == streams_.end()) return true;
+  StreamState& s = it->second;
+  Prune(s);
+  // Its own work, then what it waits for (an event it could still capture
+  // would cover that too; a destroyed stream captures none, but the program
+  // may order another stream after it).
+  if (s.completed_position < s.next_position || !Completed(s.clock)) {
+    return false;
+  }
+  if (s.observed_position < s.next_position) {
+    unobserved_[handle] = {s.observed_position, s.next_position};
+  }
+  first_position_ = std::max(first_position_, s.next_position);
+  streams_.erase(it);
+  return true;
+}
+
+void Streams::ForgetDoneDestroyed() {
+  for (auto it = destroyed_tracked_.begin(); it != destroyed_tracked_.end();) {
+    if (ForgetIfDone(*it)) {
+      destroyed_tracked_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Streams::ForgetDoneIn(const VectorClock& clock) {
+  for (const auto& [handle, position] : clock) {
+    if (destroyed_tracked_.contains(handle) && ForgetIfDone(handle)) {
+      destroyed_tracked_.erase(handle);
+    }
+  }
+}
+
 Event Streams::Capture(std::uintptr_t handle) {
-  const StreamState& s = GetStream(handle);
+  const StreamState* s = Find(handle);
   Event captured;
-  captured.clock = s.clock;
-  ClockRaise(&captured.clock, handle, s.next_position);
-  captured.done_ns = s.ready_ns;
+  if (s == nullptr) return captured;  // forgotten, or never given work
+  captured.clock = s->clock;
+  ClockRaise(&captured.clock, handle, s->next_position);
+  captured.done_ns = s->ready_ns;
   return captured;
 }
 
@@ -280,34 +357,50 @@ void Streams::CompleteUpTo(StreamState& s, std::uint64_t position) {
   Prune(s);
 }
 
+// A stream a clock names that is no longer tracked was forgotten: all of its
+// work completed.
+
 void Streams::CompleteClock(const VectorClock& clock) {
   for (const auto& [handle, position] : clock) {
-    CompleteUpTo(GetStream(handle), position);
+    if (StreamState* s = Find(handle); s != nullptr) {
+      CompleteUpTo(*s, position);
+    }
   }
 }
 
 bool Streams::Completed(const VectorClock& clock) {
   for (const auto& [handle, position] : clock) {
-    StreamState& s = GetStream(handle);
-    Prune(s);
-    if (s.completed_position < position) return false;
+    StreamState* s = Find(handle);
+    if (s == nullptr) continue;
+    Prune(*s);
+    if (s->completed_position < position) return false;
   }
   return true;
 }
 
 bool Streams::Observed(const VectorClock& clock) {
   for (const auto& [handle, position] : clock) {
-    if (GetStream(handle).observed_position < position) return false;
+    if (const StreamState* s = Find(handle); s != nullptr) {
+      if (s->observed_position < position) return false;
+    } else if (auto u = unobserved_.find(handle);
+               u != unobserved_.end() && u->second.first < position) {
+      return false;
+    }
   }
   return true;
 }
 
 void Streams::Observe(const VectorClock& clock) {
   for (const auto& [handle, position] : clock) {
-    StreamState& s = GetStream(handle);
-    Prune(s);
-    s.observed_position =
-        std::max(s.observed_position, std::min(position, s.completed_position));
+    if (StreamState* s = Find(handle); s != nullptr) {
+      Prune(*s);
+      s->observed_position = std::max(
+          s->observed_position, std::min(position, s->completed_position));
+    } else if (auto u = unobserved_.find(handle); u != unobserved_.end()) {
+      auto& [observed, final_position] = u->second;
+      observed = std::max(observed, std::min(position, final_position));
+      if (observed >= final_position) unobserved_.erase(u);
+    }
   }
 }
 

@@ -10,7 +10,12 @@
 // clock too), so completing is moving a counter, and completed pieces are
 // dropped from the hazard detector. Modeled clock: streams are kept in order
 // of their first pending end, so the pieces whose end has passed are dropped
-// as the clock moves, without visiting the other streams.
+// as the clock moves, without visiting the other streams. A destroyed stream
+// is forgotten once its work, and what that work waits for, has completed:
+// clocks may still name it, and every position they name for it is then
+// complete; a stream tracked later (its handle reused, too) starts at the
+// largest position a forgotten stream reached, so those clocks cover none of
+// its work.
 //
 // Not thread-safe: the backend holds its lock around every use.
 #ifndef GPUALLOC_BACKENDS_SIM_STREAMS_H_
@@ -24,6 +29,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -103,12 +109,13 @@ class Streams {
   void CompleteStream(Stream stream);
   void CompleteAll();
   void OrderStreams(Stream waiter, Stream other);
-  void DestroyStream(Stream stream) { destroyed_.insert(stream.handle); }
+  void DestroyStream(Stream stream);
   // FailedPrecondition for a call naming a destroyed stream.
   absl::Status CheckNotDestroyed(Stream stream, absl::string_view call);
   std::uint64_t calls_on_destroyed_streams() const {
     return calls_on_destroyed_;
   }
+  std::uint64_t tracked_streams() const { return streams_.size(); }
   void AdvanceClock(std::uint64_t ns);
   std::uint64_t now_ns() const { return now_ns_; }
   std::uint64_t pending_work();
@@ -120,8 +127,11 @@ class Streams {
   const HazardDetector& detector() const { return detector_; }
 
   // --- What the pool asks ---
+  // The stream's state, tracked from now on if it was not (call it for a
+  // stream that is not destroyed).
   StreamState& GetStream(std::uintptr_t handle);
-  // The work queued on `handle` so far and what it waits for.
+  // The work queued on `handle` so far and what it waits for (none for a
+  // forgotten stream: all of it completed).
   Event Capture(std::uintptr_t handle);
   // Whether all the work `clock` covers has completed.
   bool Completed(const VectorClock& clock);
@@ -152,6 +162,17 @@ class Streams {
   void Observe(const VectorClock& clock);
   absl::Status UnknownEvent(absl::string_view operation,
                             EventHandle event) const;
+  // The stream's state when tracked, else nullptr (never mentioned, or
+  // destroyed and forgotten).
+  StreamState* Find(std::uintptr_t handle);
+  // Forgets the destroyed stream `handle` if its work, and the work it waits
+  // for, has completed; whether it is forgotten (or was not tracked). Call it
+  // for destroyed streams only; the caller keeps destroyed_tracked_.
+  bool ForgetIfDone(std::uintptr_t handle);
+  // ForgetIfDone for every destroyed stream still tracked.
+  void ForgetDoneDestroyed();
+  // ForgetIfDone for the destroyed streams `clock` names.
+  void ForgetDoneIn(const VectorClock& clock);
 
   const DeviceInfo& info_;
   const bool modeled_clock_;
@@ -164,6 +185,16 @@ class Streams {
   EventHandle next_event_ = 1;
   std::uint64_t now_ns_ = 0;
   absl::flat_hash_set<std::uintptr_t> destroyed_;
+  // The destroyed streams still tracked (in streams_): their work pending.
+  absl::flat_hash_set<std::uintptr_t> destroyed_tracked_;
+  // Forgotten streams part of whose work no host synchronization has seen:
+  // handle -> (observed position, final position). Cleared by
+  // SynchronizeDevice.
+  absl::flat_hash_map<std::uintptr_t, std::pair<std::uint64_t, std::uint64_t>>
+      unobserved_;
+  // The largest position a forgotten stream reached: where a stream tracked
+  // from now on starts.
+  std::uint64_t first_position_ = 0;
   std::uint64_t calls_on_destroyed_ = 0;
   HazardDetector detector_;
 };

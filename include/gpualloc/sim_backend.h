@@ -402,6 +402,15 @@ class SimBackend final : public Backend {
   // naming it as the waiter, makes it a new stream. Not a backend call.
   void DestroyStream(Stream stream);
   std::uint64_t calls_on_destroyed_streams() const;
+  // Streams the simulator keeps state for: each stream mentioned and not
+  // destroyed, and each destroyed one until its work, and the work it waits
+  // for, has completed. Then it is forgotten (at DestroyStream, or at the next
+  // CompleteStream, CompleteAll, host synchronization or pending_work), so a
+  // program that creates and destroys a stream per request keeps this small
+  // and CompleteAll's cost does not grow with the streams ever made. Events
+  // and pool frees on a forgotten stream keep their meaning, and a new stream
+  // with its handle is ordered after none of its work.
+  std::uint64_t tracked_streams() const;
   // Modeled clock: moves host time forward (the manual clock keeps now_ns
   // too, moved only by AdvanceClock, and ignores it).
   void AdvanceClock(std::uint64_t ns);

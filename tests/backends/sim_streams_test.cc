@@ -391,6 +391,102 @@ TEST(SimModeledClockTest, ManualReuseOfOneAddressStaysFast) {
   EXPECT_EQ(sim->pending_work(), 0u);
 }
 
+// --- Destroyed streams, on both clocks --------------------------------------
+
+class SimDestroyedStreamTest : public ::testing::TestWithParam<SimClock> {
+ protected:
+  void SetUp() override {
+    sim_ = MakeStreamsSim(GetParam());
+    ASSERT_NE(sim_, nullptr);
+    absl::StatusOr<DeviceAddress> block = sim_->Allocate(kMiB);
+    ASSERT_TRUE(block.ok()) << block.status();
+    block_ = *block;
+  }
+  bool Manual() const { return GetParam() == SimClock::kManual; }
+
+  std::shared_ptr<SimBackend> sim_;
+  DeviceAddress block_ = 0;
+};
+
+TEST_P(SimDestroyedStreamTest, AStreamPerRequestKeepsFewStreams) {
+  // A server's pattern: each request on a stream of its own, destroyed when
+  // the request is done. The simulator forgets them, so its state (and what
+  // CompleteAll walks) does not grow with the requests.
+  for (int i = 0; i < 1000; ++i) {
+    const Stream s(100 + i);
+    sim_->Use(s, block_ + (i % 16) * 4096, 4096);
+    sim_->CompleteAll();
+    sim_->DestroyStream(s);
+    ASSERT_LE(sim_->tracked_streams(), 1u) << "request " << i;
+  }
+  EXPECT_EQ(sim_->tracked_streams(), 0u);
+  EXPECT_EQ(sim_->hazards(), 0u);
+  EXPECT_EQ(sim_->access_violations(), 0u);
+}
+
+TEST_P(SimDestroyedStreamTest, ADestroyedStreamIsKeptUntilItsWorkCompletes) {
+  sim_->Use(kA, block_, 4096);
+  sim_->DestroyStream(kA);
+  EXPECT_EQ(sim_->tracked_streams(), 1u);
+  // Its queued work goes on: B touching the same memory unordered is a
+  // hazard.
+  sim_->Use(kB, block_, 4096);
+  EXPECT_EQ(sim_->hazards(), 1u);
+  sim_->CompleteAll();
+  EXPECT_EQ(sim_->pending_work(), 0u);
+  EXPECT_EQ(sim_->tracked_streams(), 1u) << "B only";
+}
+
+TEST_P(SimDestroyedStreamTest, EventsKeepTheirMeaningAndAReusedHandleIsNew) {
+  sim_->Use(kA, block_, 4096);
+  const EventHandle before = RecordedOn(*sim_, kA);
+  sim_->CompleteAll();
+  EXPECT_TRUE(Query(*sim_, before));
+  sim_->DestroyStream(kA);
+  EXPECT_EQ(sim_->tracked_streams(), 0u);
+  EXPECT_TRUE(Query(*sim_, before));
+  // A new stream with A's handle: the old event does not cover its work.
+  sim_->Use(kA, block_, 4096);
+  EXPECT_TRUE(Query(*sim_, before));
+  const EventHandle after = RecordedOn(*sim_, kA);
+  if (Manual()) {
+    EXPECT_FALSE(Query(*sim_, after));
+  }
+  GPUALLOC_ASSERT_OK(sim_->StreamWaitEvent(kB, before));
+  sim_->Use(kB, block_, 4096);
+  EXPECT_EQ(sim_->hazards(), 1u)
+      << "B waited for the old stream's work, not for the new one's";
+  sim_->CompleteAll();
+  EXPECT_TRUE(Query(*sim_, after));
+  EXPECT_EQ(sim_->tracked_streams(), 2u);
+}
+
+TEST_P(SimDestroyedStreamTest, WhatNoSynchronizationSawStaysUnseen) {
+  // Pool reuse across streams off: only what a host synchronization saw
+  // freed goes to another stream, also after the freeing stream is
+  // forgotten.
+  GPUALLOC_ASSERT_OK(sim_->ConfigurePool(Rules(false, false, false, kGiB)));
+  const DeviceAddress a = PoolAlloc(*sim_, 2 * kMiB, kA);
+  sim_->Use(kA, a, 2 * kMiB);
+  GPUALLOC_ASSERT_OK(sim_->PoolFree(a, kA));
+  const EventHandle after_free = RecordedOn(*sim_, kA);
+  sim_->CompleteAll();
+  sim_->DestroyStream(kA);
+  EXPECT_EQ(sim_->tracked_streams(), 0u);
+  EXPECT_NE(PoolAlloc(*sim_, 2 * kMiB, kB), a);
+  GPUALLOC_ASSERT_OK(sim_->SynchronizeEvent(after_free));
+  EXPECT_EQ(PoolAlloc(*sim_, 2 * kMiB, kB), a);
+  EXPECT_EQ(sim_->hazards(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Clocks, SimDestroyedStreamTest,
+                         ::testing::Values(SimClock::kManual,
+                                           SimClock::kModeled),
+                         [](const ::testing::TestParamInfo<SimClock>& info) {
+                           return info.param == SimClock::kManual ? "manual"
+                                                                  : "modeled";
+                         });
+
 // --- The hazard detector, on both clocks -------------------------------------
 
 class SimHazardTest : public ::testing::TestWithParam<SimClock> {

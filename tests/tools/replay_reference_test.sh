@@ -49,6 +49,17 @@ fi
 grep -q 'unknown reference "torch" (expected one of pytorch, pytorch-expandable, tf, async)' "$out" ||
   fail "--reference torch: no message naming it"
 
+# A reference's rows must be told apart from the others'.
+if "$replay" --reference pytorch,pytorch "$trace" >"$out" 2>&1; then
+  fail "--reference pytorch,pytorch was accepted"
+fi
+grep -q -- '--reference names pytorch twice' "$out" || fail "no message"
+if "$replay" --config "name=tf model" --reference tf "$trace" >"$out" 2>&1; then
+  fail "a configuration named like a reference was accepted"
+fi
+grep -q -- '--config "name=tf model" has the name "tf model" of --reference tf' "$out" ||
+  fail "no message naming the configuration"
+
 "$tune" --grid preallocate=false --reference pytorch "$trace" >"$out"
 grep -Eq '^ +[0-9]+ +0 +[0-9.]+ +[0-9.]+ +[0-9.]+ +reference=pytorch$' "$out" ||
   fail "gpualloc-tune: no ranked row for reference=pytorch"

@@ -171,8 +171,6 @@ TEST(ParseTrace, MalformedInputNamesFileLineAndExpectation) {
       {h + "0,alloc,x,10,0\n", "bad.csv:2: expected a decimal id"},
       {h + "0,alloc,0,1x,0\n", "bad.csv:2: expected a decimal size"},
       {h + "0,alloc,0,-5,0\n", "bad.csv:2: expected a decimal size"},
-      {h + "0,alloc,0,99999999999999999999,0\n",
-       "bad.csv:2: expected a decimal size"},
       {h + "0,alloc,0,10,s\n", "bad.csv:2: expected a decimal stream"},
       {h + "0,malloc,0,10,0\n",
        "bad.csv:2: expected action alloc or free, got \"malloc\""},
@@ -228,6 +226,61 @@ TEST(ParseTrace, MalformedInputNamesFileLineAndExpectation) {
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(Msg(t.status()), HasSubstr(c.message)) << c.text;
   }
+}
+
+// A number that is well formed but too large is a range error: the message
+// says so, with the largest value the field takes.
+TEST(ParseTrace, NumbersTooLargeAreRangeErrors) {
+  const std::string h(kHeader);
+  const std::string t = "seq,action,addr_or_id,size,stream,time_us\n";
+  const std::string r(kRmm);
+  const std::vector<BadCase> cases = {
+      {t + "0,alloc,0,10,1,18446744073709551615\n",
+       "bad.csv:2: time in microseconds \"18446744073709551615\" out of "
+       "range: at most 18446744073709551"},
+      {t + "0,alloc,0,10,1,18446744073709552\n",
+       "bad.csv:2: time in microseconds \"18446744073709552\" out of range: "
+       "at most 18446744073709551"},
+      {h + "0,alloc,0,10,99999999999999999999\n",
+       "bad.csv:2: stream number \"99999999999999999999\" out of range: at "
+       "most 18446744073709551615"},
+      {h + "0,alloc,0,99999999999999999999,0\n",
+       "bad.csv:2: size in bytes \"99999999999999999999\" out of range: at "
+       "most 18446744073709551615"},
+      {h + "0,alloc,18446744073709551616,10,0\n",
+       "bad.csv:2: id \"18446744073709551616\" out of range: at most "
+       "18446744073709551615"},
+      {r + "1,0.1,allocate,0x10,99999999999999999999,0x0\n",
+       "bad.csv:2: size in bytes \"99999999999999999999\" out of range: at "
+       "most 18446744073709551615"},
+      {r + "1,0.1,allocate,0x10000000000000000,5,0x0\n",
+       "bad.csv:2: pointer \"0x10000000000000000\" out of range: at most "
+       "0xffffffffffffffff"},
+      {r + "1,0.1,allocate,0x10,5,0x10000000000000000\n",
+       "bad.csv:2: stream \"0x10000000000000000\" out of range: at most "
+       "0xffffffffffffffff"},
+      {r + "1,99999999999999999999.5,allocate,0x10,5,0x0\n",
+       "bad.csv:2: time in Time \"99999999999999999999.5\" out of range: at "
+       "most 18446744072 seconds"},
+      {r + "1,5124095576:1:0.0,allocate,0x10,5,0x0\n",
+       "bad.csv:2: time in Time \"5124095576:1:0.0\" out of range"},
+      {r + "99999999999999999999,0.1,allocate,0x10,5,0x0\n",
+       "bad.csv:2: thread id \"99999999999999999999\" out of range: at most "
+       "18446744073709551615"},
+  };
+  for (const BadCase& c : cases) {
+    absl::StatusOr<Trace> trace = ParseTrace(c.text, "bad.csv");
+    ASSERT_FALSE(trace.ok()) << c.text;
+    EXPECT_EQ(trace.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.text;
+    EXPECT_THAT(Msg(trace.status()), HasSubstr(c.message)) << c.text;
+  }
+  // The largest values are taken.
+  Trace ok = MustParse(t +
+                       "0,alloc,18446744073709551615,10,"
+                       "18446744073709551615,18446744073709551\n");
+  ASSERT_EQ(ok.ops.size(), 1u);
+  EXPECT_EQ(ok.ops[0].size, 10u);
 }
 
 TEST(ParseTrace, FreeRowsMayCarryTheirAllocsSizeOrZero) {

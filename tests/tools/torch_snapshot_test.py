@@ -230,6 +230,147 @@ class Export(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
 
 
+class InconsistentJson(unittest.TestCase):
+    """gpualloc-torch-snapshot refuses a JSON snapshot whose regions and chunks
+    are not what an allocator writes (memory_viz could not open the pickle, or
+    would draw what never was), naming the first inconsistency, and writes
+    nothing."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        # A small real snapshot: three live blocks and a free one, with a
+        # private pool's region besides.
+        trace = os.path.join(cls.tmp.name, "small.csv")
+        with open(trace, "w") as f:
+            f.write("seq,action,addr_or_id,size,stream\n"
+                    "0,alloc,0,1000,0\n1,alloc,1,3000,0\n2,alloc,2,600,0\n"
+                    "3,alloc,3,5000,0\n4,free,2,600,0\n")
+        prefix = os.path.join(cls.tmp.name, "small")
+        subprocess.run([WRITER, trace, "preallocate=false,expandable=false",
+                        prefix], check=True, timeout=120)
+        with open(prefix + ".json") as f:
+            cls.doc = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_tool(self, doc):
+        path = os.path.join(self.tmp.name, "in.json")
+        out = os.path.join(self.tmp.name, "out.pickle")
+        if os.path.exists(out):
+            os.remove(out)
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        r = subprocess.run([TOOL, path, "-o", out], capture_output=True,
+                           timeout=60)
+        return r, os.path.exists(out)
+
+    def refused(self, mutate, *needles):
+        doc = json.loads(json.dumps(self.doc))
+        mutate(doc)
+        r, wrote = self.run_tool(doc)
+        err = r.stderr.decode()
+        self.assertEqual(r.returncode, 1, err)
+        self.assertFalse(wrote, "a pickle was written: " + err)
+        self.assertEqual(err.count("\n"), 1, err)
+        for needle in needles:
+            self.assertIn(needle, err)
+
+    def test_the_snapshot_as_written_converts(self):
+        region = self.doc["regions"][0]
+        self.assertGreaterEqual(len(region["chunks"]), 4)
+        r, wrote = self.run_tool(self.doc)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertTrue(wrote)
+
+    def test_chunks_that_leave_a_gap(self):
+        def gap(doc):
+            c = doc["regions"][0]["chunks"]
+            c[1]["address"] += 512
+            c[1]["size"] -= 512
+        c1 = self.doc["regions"][0]["chunks"][1]
+        self.refused(gap, "regions[0].chunks[1].address: %d" % (c1["address"] + 512),
+                     "expected %d" % c1["address"], "tile")
+
+    def test_chunks_that_overlap(self):
+        def overlap(doc):
+            doc["regions"][0]["chunks"][0]["size"] += 512
+        self.refused(overlap, "regions[0].chunks[1].address", "tile")
+
+    def test_chunks_that_stop_short_of_the_end(self):
+        def short(doc):
+            doc["regions"][0]["chunks"].pop()
+        self.refused(short, "regions[0].chunks[", "the region's end")
+
+    def test_first_chunk_not_at_the_base(self):
+        def moved(doc):
+            doc["regions"][0]["base"] -= 512
+            doc["regions"][0]["size"] += 512
+        self.refused(moved, "regions[0].chunks[0].address", "base")
+
+    def test_region_without_chunks(self):
+        def empty(doc):
+            doc["regions"][0]["chunks"] = []
+        self.refused(empty, "regions[0].chunks", "tile")
+
+    def test_zero_size_region(self):
+        def zero(doc):
+            doc["regions"].append({"base": 1 << 40, "size": 0, "chunks": []})
+        self.refused(zero, "regions[%d].size: 0" % len(self.doc["regions"]))
+
+    def test_zero_size_chunk(self):
+        def zero(doc):
+            c = doc["regions"][0]["chunks"]
+            c.insert(1, dict(c[1], size=0, state="free", requested=0))
+        self.refused(zero, "regions[0].chunks[1].size: 0")
+
+    def test_duplicate_region(self):
+        def dup(doc):
+            doc["regions"].append(json.loads(json.dumps(doc["regions"][-1])))
+        n = len(self.doc["regions"])
+        self.refused(dup, "regions[%d].base" % n, "regions[%d]" % (n - 1))
+
+    def test_overlapping_regions(self):
+        def overlap(doc):
+            last = doc["regions"][-1]
+            doc["regions"].append({
+                "base": last["base"] + 512, "size": last["size"],
+                "chunks": [{"address": last["base"] + 512,
+                            "size": last["size"], "requested": 0,
+                            "state": "free", "stream": 0}]})
+        n = len(self.doc["regions"])
+        self.refused(overlap, "regions[%d].base" % n, "overlaps")
+
+    def test_region_size_past_the_address_space(self):
+        def huge(doc):
+            r = doc["regions"][0]
+            r["size"] = (1 << 64) - 1
+            r["chunks"][-1]["size"] = (1 << 64) - 1
+        self.refused(huge, "regions[0].size: 18446744073709551615")
+
+    def test_requested_above_size(self):
+        def over(doc):
+            c = doc["regions"][0]["chunks"][0]
+            c["requested"] = c["size"] + 1
+        size = self.doc["regions"][0]["chunks"][0]["size"]
+        self.refused(over, "regions[0].chunks[0].requested: %d" % (size + 1),
+                     "size %d" % size)
+
+    def test_pool_chunks_are_checked_too(self):
+        def pool(doc):
+            doc["pools"] = [{"id": 1, "references": 1, "streams": [],
+                             "bytes_reserved": 1024, "bytes_in_use": 0,
+                             "regions": [{"base": 1 << 40, "size": 1024,
+                                          "chunks": [{"address": 1 << 40,
+                                                      "size": 512,
+                                                      "requested": 0,
+                                                      "state": "free",
+                                                      "stream": 0}]}]}]
+        self.refused(pool, "pools[0].regions[0].chunks[0]", "the region's end")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit("usage: torch_snapshot_test.py WRITER TOOL [unittest args]")

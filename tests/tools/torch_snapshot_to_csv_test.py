@@ -197,6 +197,60 @@ class Malformed(TempDirCase):
         self.check_error("global.pickle", data, "expected the snapshot to be a dict")
 
 
+class SizesOutOfRange(TempDirCase):
+    """A size gpualloc-replay cannot read (below 0, above 2^64 - 1) is refused
+    at conversion, naming the event or block, not written into a row."""
+
+    check_error = Malformed.check_error
+
+    def snapshot(self, events, blocks=()):
+        return pickle.dumps({
+            "device_traces": [events],
+            "segments": [{"device": 0, "address": 0x1000, "stream": 0,
+                          "blocks": list(blocks)}],
+        })
+
+    def test_negative_alloc_size(self):
+        self.check_error("neg.pickle", self.snapshot([
+            {"action": "alloc", "addr": 0x1000, "size": 64, "stream": 0},
+            {"action": "alloc", "addr": 0x2000, "size": -5, "stream": 0},
+        ]), "device_traces[0][1] (alloc at 0x2000): size -5 is out of range")
+
+    def test_huge_free_size(self):
+        # A free with no alloc becomes a prelude alloc of the event's size.
+        self.check_error("huge.pickle", self.snapshot([
+            {"action": "free_requested", "addr": 0x3000, "size": 1 << 70,
+             "stream": 0},
+        ]), "device_traces[0][0] (free_requested at 0x3000): size %d is out "
+            "of range" % (1 << 70))
+
+    def test_the_largest_size_converts(self):
+        path = self.write("max.pickle", self.snapshot([
+            {"action": "alloc", "addr": 0x2000, "size": (1 << 64) - 1,
+             "stream": 0},
+        ]))
+        r = run_tool(path)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertTrue(r.stdout.endswith(b"0,alloc,0,18446744073709551615,0\n"),
+                        r.stdout)
+
+    def test_huge_requested_size_of_a_block(self):
+        self.check_error("block.pickle", self.snapshot(
+            [{"action": "alloc", "addr": 0x1000, "size": 64, "stream": 0}],
+            [{"size": 512, "requested_size": 64, "state": "active_allocated"},
+             {"size": 512, "requested_size": 1 << 70,
+              "state": "active_allocated"}]),
+            "segments[0]['blocks'][1] (active_allocated at 0x1200): "
+            "requested_size %d is out of range" % (1 << 70))
+
+    def test_negative_block_size(self):
+        self.check_error("negblock.pickle", self.snapshot(
+            [{"action": "alloc", "addr": 0x1000, "size": 64, "stream": 0}],
+            [{"size": -512, "requested_size": 0, "state": "inactive"}]),
+            "segments[0]['blocks'][0] (inactive at 0x1000): size -512 is out "
+            "of range")
+
+
 class InstalledCommand(TempDirCase):
     """meson install puts the script into bindir as gpualloc-torch-snapshot-to-csv,
     executable, and it runs by its shebang under that name."""

@@ -271,6 +271,24 @@ std::optional<std::uint64_t> NoWaitBound(const Trace& trace,
   return peak;
 }
 
+namespace {
+
+std::string LabelOf(const ConfigOverrides& overrides,
+                    const std::string& config_string) {
+  if (overrides.name.has_value() && !overrides.name->empty()) {
+    return *overrides.name;
+  }
+  return config_string.empty() ? "defaults" : config_string;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ConfigLabel(const std::string& config_string) {
+  absl::StatusOr<ConfigOverrides> overrides = ParseConfigString(config_string);
+  if (!overrides.ok()) return overrides.status();
+  return LabelOf(*overrides, config_string);
+}
+
 absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                     const std::string& config_string,
                                     const ReplayOptions& options) {
@@ -297,13 +315,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   ReplayResult result;
   result.trace = trace.name;
   result.config = config_string;
-  if (overrides->name.has_value() && !overrides->name->empty()) {
-    result.label = *overrides->name;
-  } else if (!config_string.empty()) {
-    result.label = config_string;
-  } else {
-    result.label = "defaults";
-  }
+  result.label = LabelOf(*overrides, config_string);
   if (!options.reference.empty()) {
     // The configuration gave the device only.
     result.config.clear();

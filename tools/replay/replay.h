@@ -233,6 +233,11 @@ Trace OneStream(const Trace& trace);
 std::optional<std::uint64_t> NoWaitBound(const Trace& trace,
                                          const ReplayOptions& options);
 
+// The label a replay under `config_string` carries (ReplayResult::label):
+// its name=, else the string itself, else "defaults". Errors: the string does
+// not parse.
+absl::StatusOr<std::string> ConfigLabel(const std::string& config_string);
+
 // Replays `trace` on the device and allocator `config_string` describes
 // (the backend is the simulator unless backend= says otherwise; the process
 // environment is not read: a replay is reproducible). An allocation that

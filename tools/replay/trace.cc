@@ -54,24 +54,54 @@ absl::Status Malformed(absl::string_view name, size_t line,
       absl::StrCat(name, ":", line, ": expected ", expected, ", got ", got));
 }
 
+enum class Parsed { kOk, kMalformed, kOutOfRange };
+
 // Plain decimal, no sign, no spaces inside (fields are trimmed first).
-bool ParseDecimal(absl::string_view text, std::uint64_t* value) {
-  if (text.empty()) return false;
+// kOutOfRange: digits only, but more than 64 bits hold.
+Parsed ParseDecimal(absl::string_view text, std::uint64_t* value) {
+  if (text.empty()) return Parsed::kMalformed;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, *value, 10);
-  return ec == std::errc() && ptr == end;
+  if (ptr != end) return Parsed::kMalformed;
+  if (ec == std::errc::result_out_of_range) return Parsed::kOutOfRange;
+  return ec == std::errc() ? Parsed::kOk : Parsed::kMalformed;
 }
 
 // "0x7f12..." (RMM writes pointers and streams this way) or plain decimal.
-bool ParseHexOrDecimal(absl::string_view text, std::uint64_t* value) {
+Parsed ParseHexOrDecimal(absl::string_view text, std::uint64_t* value) {
   if (absl::StartsWithIgnoreCase(text, "0x")) {
     text.remove_prefix(2);
-    if (text.empty()) return false;
+    if (text.empty()) return Parsed::kMalformed;
     const char* end = text.data() + text.size();
     auto [ptr, ec] = std::from_chars(text.data(), end, *value, 16);
-    return ec == std::errc() && ptr == end;
+    if (ptr != end) return Parsed::kMalformed;
+    if (ec == std::errc::result_out_of_range) return Parsed::kOutOfRange;
+    return ec == std::errc() ? Parsed::kOk : Parsed::kMalformed;
   }
   return ParseDecimal(text, value);
+}
+
+// A numeric field (decimal, or also 0x... hex when `hex` is set) of at most
+// `max`. Not a number: Malformed naming `expected`; a number above `max` (or
+// above 64 bits): a range error naming `what` and `max` (in hex when the field
+// was written in hex).
+absl::Status ReadNumber(absl::string_view name, size_t line,
+                        absl::string_view text, bool hex,
+                        absl::string_view expected, absl::string_view what,
+                        std::uint64_t max, std::uint64_t* value) {
+  const Parsed parsed =
+      hex ? ParseHexOrDecimal(text, value) : ParseDecimal(text, value);
+  if (parsed == Parsed::kMalformed) {
+    return Malformed(name, line, expected, Quote(text));
+  }
+  if (parsed == Parsed::kOutOfRange || *value > max) {
+    const bool in_hex = hex && absl::StartsWithIgnoreCase(text, "0x");
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ":", line, ": ", what, " ", Quote(text),
+        " out of range: at most ",
+        in_hex ? absl::StrCat("0x", absl::Hex(max)) : absl::StrCat(max)));
+  }
+  return absl::OkStatus();
 }
 
 // RMM's Time column: digit groups separated by ':' or '.' ("10:00:00.001",
@@ -112,6 +142,27 @@ std::uint64_t LogTimeNs(absl::string_view text) {
     seconds = seconds * 60 + g;
   }
   return seconds * 1'000'000'000 + fraction_ns;
+}
+
+// The largest RMM time LogTimeNs takes, in whole seconds: 2^64 ns.
+constexpr std::uint64_t kMaxLogSeconds = UINT64_MAX / 1'000'000'000 - 1;
+
+// Whether LogTimeNs(text) fits in 64 bits: its whole seconds (the groups
+// before a last '.', as hours:minutes:seconds) are at most kMaxLogSeconds.
+bool LogTimeFits(absl::string_view text) {
+  if (size_t dot = text.rfind('.'); dot != absl::string_view::npos) {
+    text = text.substr(0, dot);
+  }
+  std::uint64_t seconds = 0;
+  for (absl::string_view group : absl::StrSplit(text, absl::ByAnyChar(":."))) {
+    std::uint64_t g = 0;
+    if (ParseDecimal(group, &g) != Parsed::kOk || g > kMaxLogSeconds ||
+        seconds > (kMaxLogSeconds - g) / 60) {
+      return false;
+    }
+    seconds = seconds * 60 + g;
+  }
+  return true;
 }
 
 // Times in ns from the first row, never going back (rows a logger wrote from
@@ -198,29 +249,38 @@ absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
     }
     for (auto& field : f) field = absl::StripAsciiWhitespace(field);
     std::uint64_t seq = 0, id = 0, size = 0, stream = 0;
-    if (!ParseDecimal(f[0], &seq) || seq != i - 1) {
+    if (ParseDecimal(f[0], &seq) != Parsed::kOk || seq != i - 1) {
       return Malformed(name, line.number, absl::StrCat("seq ", i - 1),
                        Quote(f[0]));
     }
-    if (!ParseDecimal(f[2], &id)) {
-      return Malformed(name, line.number, "a decimal id in addr_or_id",
-                       Quote(f[2]));
+    if (absl::Status s =
+            ReadNumber(name, line.number, f[2], false,
+                       "a decimal id in addr_or_id", "id", UINT64_MAX, &id);
+        !s.ok()) {
+      return s;
     }
-    if (!ParseDecimal(f[3], &size)) {
-      return Malformed(name, line.number, "a decimal size in bytes",
-                       Quote(f[3]));
+    if (absl::Status s = ReadNumber(name, line.number, f[3], false,
+                                    "a decimal size in bytes", "size in bytes",
+                                    UINT64_MAX, &size);
+        !s.ok()) {
+      return s;
     }
-    if (!ParseDecimal(f[4], &stream)) {
-      return Malformed(name, line.number, "a decimal stream number",
-                       Quote(f[4]));
+    if (absl::Status s = ReadNumber(name, line.number, f[4], false,
+                                    "a decimal stream number", "stream number",
+                                    UINT64_MAX, &stream);
+        !s.ok()) {
+      return s;
     }
     TraceOp op;
     op.stream = streams.Map(stream);
     if (timed) {
       std::uint64_t us = 0;
-      if (!ParseDecimal(f[5], &us) || us > UINT64_MAX / 1000) {
-        return Malformed(name, line.number, "a decimal time in microseconds",
-                         Quote(f[5]));
+      // At most what 64 bits hold in nanoseconds.
+      if (absl::Status s = ReadNumber(
+              name, line.number, f[5], false, "a decimal time in microseconds",
+              "time in microseconds", UINT64_MAX / 1000, &us);
+          !s.ok()) {
+        return s;
       }
       op.time_ns = clock.Since(us * 1000);
     }
@@ -288,15 +348,22 @@ absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
     // Thread is not replayed, but a row whose Thread is not one is not a row
     // of RMM's log.
     std::uint64_t thread = 0;
-    if (!ParseHexOrDecimal(f[0], &thread)) {
-      return Malformed(name, line.number, "a numeric thread id in Thread",
-                       Quote(f[0]));
+    if (absl::Status s = ReadNumber(name, line.number, f[0], true,
+                                    "a numeric thread id in Thread",
+                                    "thread id", UINT64_MAX, &thread);
+        !s.ok()) {
+      return s;
     }
     if (!IsLogTime(f[1])) {
       return Malformed(name, line.number,
                        "a time in Time (digits separated by ':' or '.', e.g. "
                        "10:00:00.001)",
                        Quote(f[1]));
+    }
+    if (!LogTimeFits(f[1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ":", line.number, ": time in Time ", Quote(f[1]),
+                       " out of range: at most ", kMaxLogSeconds, " seconds"));
     }
     const absl::string_view action = f[2];
     if (action == "allocate failure") continue;  // nothing was allocated
@@ -307,17 +374,23 @@ absl::StatusOr<Trace> ParseRmm(const std::vector<Line>& lines,
                        Quote(action));
     }
     std::uint64_t pointer = 0, size = 0, stream = 0;
-    if (!ParseHexOrDecimal(f[3], &pointer)) {
-      return Malformed(name, line.number, "a pointer like 0x7f0000000000",
-                       Quote(f[3]));
+    if (absl::Status s = ReadNumber(name, line.number, f[3], true,
+                                    "a pointer like 0x7f0000000000", "pointer",
+                                    UINT64_MAX, &pointer);
+        !s.ok()) {
+      return s;
     }
-    if (!ParseDecimal(f[4], &size)) {
-      return Malformed(name, line.number, "a decimal size in bytes",
-                       Quote(f[4]));
+    if (absl::Status s = ReadNumber(name, line.number, f[4], false,
+                                    "a decimal size in bytes", "size in bytes",
+                                    UINT64_MAX, &size);
+        !s.ok()) {
+      return s;
     }
-    if (!ParseHexOrDecimal(f[5], &stream)) {
-      return Malformed(name, line.number, "a stream (0x... or decimal)",
-                       Quote(f[5]));
+    if (absl::Status s = ReadNumber(name, line.number, f[5], true,
+                                    "a stream (0x... or decimal)", "stream",
+                                    UINT64_MAX, &stream);
+        !s.ok()) {
+      return s;
     }
     TraceOp op;
     op.stream = streams.Map(stream);
