@@ -97,6 +97,7 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
       (core_.StreamReferences(stream) == 0 &&
        pools_.StreamReferences(stream) == 0 &&
        tags_.StreamReferences(stream) == 0 && !stream_order_.Knows(stream))) {
+    RememberReleased(stream);
     return absl::OkStatus();
   }
   const std::uintptr_t key = StreamOrder::kReleasedBit | ++streams_released_;
@@ -111,6 +112,7 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   core_.RenameStream(stream, key);
   pools_.RenameStream(stream, key);
   tags_.RenameStream(stream, key);
+  RememberReleased(stream);
   MaybeValidate();
   return absl::OkStatus();
 }

@@ -8,8 +8,23 @@
 // three turned on).
 //
 // What the allocator adds to the pool:
-//  - The limit, on the bytes the live allocations hold (the pool itself only
-//    knows a release threshold).
+//  - The limit, on the bytes the live allocations hold and on the memory the
+//    pool reserves (the pool itself only knows a release threshold, applied
+//    at synchronization points). The pool grows only in PoolAllocate, by at
+//    most a segment of whole recommended granules, so the allocator keeps an
+//    upper bound of what it reserves (the last reading plus that much per
+//    allocation since) and asks the pool nothing while the bound plus the
+//    next segment fits. Otherwise it reads the pool's usage, and when a new
+//    segment would pass the limit the pool first returns what it keeps
+//    unused and complete (PoolTrim to the limit less the segment), then,
+//    with garbage collection, again after a host wait for the streams that
+//    freed memory; out of memory when that is not enough. The pool's free
+//    memory might have held the request without growing, but nothing tells
+//    (its free memory in pieces counts against the limit, as the bfc mode's
+//    does). Far from the limit this costs a usage read now and then (each
+//    time the segments allocated since the last add up to the room left);
+//    near it, one per allocation, and a trim when a new segment would not
+//    fit.
 //  - The free rule (the same in every mode): a freed block is reusable only
 //    after the work of its allocation stream, of the stream named in the free
 //    and of every stream RecordStream declared. The pool orders a free only
@@ -73,7 +88,8 @@ class AsyncAllocator final : public Allocator {
         live_(resolved_.min_block_size),
         usage_(usage),
         pool_peak_at_reset_(usage.peak_reserved),
-        peak_reserved_(usage.reserved) {}
+        peak_reserved_(usage.reserved),
+        reserved_bound_(usage.reserved) {}
 
   ~AsyncAllocator() override {
     LockGuard lock(&mu_);
@@ -141,6 +157,15 @@ class AsyncAllocator final : public Allocator {
               "batch size",
               resolved_.options.memory_fraction));
     }
+    // The pool's reserved memory stays within the limit too. While what it
+    // may hold after this request (reserved_bound_ plus a new segment) fits,
+    // nothing is asked; otherwise MakeRoomLocked reads the pool and trims it
+    // (or waits for pending frees) until a new segment fits.
+    const std::uint64_t growth = PoolGrowth(facts.device);
+    if (growth > Headroom(reserved_bound_)) {
+      GPUALLOC_ASSIGN_OR_RETURN(const bool room, MakeRoomLocked(growth));
+      if (!room) return OverLimit(facts, pending, growth);
+    }
     absl::StatusOr<DeviceAddress> base =
         backend_->PoolAllocate(facts.device, stream);
     bool waited = false;
@@ -171,6 +196,7 @@ class AsyncAllocator final : public Allocator {
                           backend_->info().backend, facts.device, stream.handle,
                           bytes, base.status().message()));
     }
+    reserved_bound_ = SaturatingAdd(reserved_bound_, growth);
     const absl::StatusOr<DeviceAddress> address =
         HandOutAddress(backend_->info(), "PoolAllocate", *base, plan);
     if (!address.ok()) {
@@ -332,24 +358,123 @@ class AsyncAllocator final : public Allocator {
     if (!deferred_.empty()) RetryDeferredLocked();
     const std::uint64_t held = live_.counters().bytes_held + deferred_bytes_;
     if (held > limit) return LiveAboveNewLimit(limit, held, kMode);
-    limit_.store(limit, std::memory_order_relaxed);
-    // The pool's unused memory counts as reserved: a lower limit than what
-    // is reserved gives it back, as Trim does.
-    RefreshUsageLocked();
-    if (StatsLocked().bytes_reserved > limit) {
-      const absl::Status status = backend_->PoolTrim(0);
-      if (!status.ok()) {
-        return absl::Status(
-            status.code(),
-            absl::StrFormat("SetLimit: backend %s PoolTrim(0): %s",
-                            backend_->info().backend, status.message()));
+    // The pool's unused memory counts as reserved: below a lower limit it
+    // goes back first, as Trim does. When the pool still reserves more, the
+    // call is refused and the limit stays.
+    GPUALLOC_RETURN_IF_ERROR(ReadUsageLocked("SetLimit"));
+    if (usage_.reserved > limit) {
+      GPUALLOC_RETURN_IF_ERROR(TrimLocked(limit, "SetLimit"));
+      if (usage_.reserved > limit) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "SetLimit(%d bytes): the pool still reserves %d bytes after "
+            "returning what it keeps unused and complete (the rest is in "
+            "use, in pieces of partly used segments, or freed on streams "
+            "whose work has not completed); the limit stays %d. Free memory "
+            "first, or synchronize the streams that freed it",
+            limit, usage_.reserved, Limit()));
       }
-      RefreshUsageLocked();
     }
+    limit_.store(limit, std::memory_order_relaxed);
     return absl::OkStatus();
   }
 
  private:
+  static std::uint64_t SaturatingAdd(std::uint64_t a, std::uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+  }
+  // How much more the pool may reserve when it reserves `reserved`.
+  std::uint64_t Headroom(std::uint64_t reserved) const {
+    return Limit() > reserved ? Limit() - reserved : 0;
+  }
+  // The most the pool grows by to serve a request of `device` bytes: a new
+  // segment of whole recommended granules (how CUDA's pools and the
+  // simulator's grow).
+  std::uint64_t PoolGrowth(std::uint64_t device) const {
+    const DeviceInfo& info = backend_->info();
+    const std::uint64_t size = RoundUpToMultiple(
+        device, std::max<std::uint64_t>(info.allocation_alignment, 1));
+    return RoundUpToMultiple(
+        size, std::max<std::uint64_t>(info.recommended_granularity, 1));
+  }
+  // Before a request that may take the pool's reserved memory past the
+  // limit (a new segment of `growth` bytes on top of what it may hold):
+  // reads the pool's usage; when the segment does not fit, the pool returns
+  // what it keeps unused and complete down to limit - growth (PoolTrim),
+  // and with garbage collection again after a host wait for the streams
+  // that freed memory. Whether the segment fits then. The pool's free
+  // memory may hold the request without growing, but nothing tells; the
+  // limit holds either way.
+  absl::StatusOr<bool> MakeRoomLocked(std::uint64_t growth)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GPUALLOC_RETURN_IF_ERROR(ReadUsageLocked("Allocate"));
+    if (growth <= Headroom(usage_.reserved)) return true;
+    // The pool reserves at least what the live blocks and deferred frees
+    // hold: when that leaves no room for the segment, nothing would help.
+    if (growth > Limit() ||
+        live_.counters().bytes_held + deferred_bytes_ > Limit() - growth) {
+      return false;
+    }
+    const std::uint64_t keep = Limit() - growth;
+    GPUALLOC_RETURN_IF_ERROR(TrimLocked(keep, "Allocate"));
+    if (growth <= Headroom(usage_.reserved)) return true;
+    if (!resolved_.options.garbage_collection) return false;
+    GPUALLOC_ASSIGN_OR_RETURN(const bool waited, WaitForFreesLocked());
+    if (!waited) return false;
+    GPUALLOC_RETURN_IF_ERROR(TrimLocked(keep, "Allocate"));
+    return growth <= Headroom(usage_.reserved);
+  }
+
+  // Reads the pool's usage (RefreshUsageLocked's bookkeeping); an error
+  // names `call`.
+  absl::Status ReadUsageLocked(absl::string_view call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<PoolUsage> usage = backend_->GetPoolUsage();
+    if (!usage.ok()) {
+      return absl::Status(
+          usage.status().code(),
+          absl::StrFormat("%s: backend %s GetPoolUsage (the pool's reserved "
+                          "memory, kept within the limit): %s",
+                          call, backend_->info().backend,
+                          usage.status().message()));
+    }
+    NoteUsageLocked(*usage);
+    return absl::OkStatus();
+  }
+
+  // Returns the pool's unused memory down to `keep` bytes, then reads it.
+  absl::Status TrimLocked(std::uint64_t keep, absl::string_view call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Status status = backend_->PoolTrim(keep);
+    if (!status.ok()) {
+      return absl::Status(
+          status.code(),
+          absl::StrFormat("%s: backend %s PoolTrim(%d): %s", call,
+                          backend_->info().backend, keep, status.message()));
+    }
+    return ReadUsageLocked(call);
+  }
+
+  // Out of memory: the pool would pass the limit.
+  absl::Status OverLimit(const OutOfMemoryFacts& facts,
+                         PendingOutOfMemory* pending, std::uint64_t growth)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return OutOfMemory(
+        facts, pending,
+        absl::StrFormat(
+            "the pool would pass the limit: it reserves %d bytes and may need "
+            "%d more for a new segment; it returned what it keeps unused and "
+            "complete, and the rest is in use, in pieces of partly used "
+            "segments, or freed on streams whose work has not completed",
+            usage_.reserved, growth),
+        resolved_.options.garbage_collection
+            ? "free memory earlier, raise memory_fraction or memory_limit, or "
+              "lower the batch size"
+            : "garbage collection is off (gc=false), so the allocator does "
+              "not wait for pending frees: synchronize the streams that "
+              "freed memory, turn gc on, free memory earlier or raise the "
+              "limit");
+  }
+
   // Returns the live allocation at `address` to the pool, ordered after the
   // work queued on `stream` and on every stream recorded for it. On error the
   // allocation stays live (waits already inserted only order streams more).
@@ -568,7 +693,12 @@ class AsyncAllocator final : public Allocator {
   void RefreshUsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<PoolUsage> usage = backend_->GetPoolUsage();
     if (!usage.ok()) return;  // keep the last known values
-    usage_ = *usage;
+    NoteUsageLocked(*usage);
+  }
+  void NoteUsageLocked(const PoolUsage& usage) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    usage_ = usage;
+    reserved_bound_ = usage_.reserved;
     peak_reserved_ = std::max(peak_reserved_, usage_.reserved);
     if (usage_.peak_reserved > pool_peak_at_reset_) {
       peak_reserved_ = std::max(peak_reserved_, usage_.peak_reserved);
@@ -694,6 +824,11 @@ class AsyncAllocator final : public Allocator {
   mutable PoolUsage usage_ ABSL_GUARDED_BY(mu_);
   std::uint64_t pool_peak_at_reset_ ABSL_GUARDED_BY(mu_);
   mutable std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_);
+  // At least what the pool reserves: its reserved bytes at the last reading
+  // plus, for each allocation since, the most it may have grown by
+  // (PoolGrowth). The pool grows only in PoolAllocate; it shrinks at Trim
+  // and synchronization points, which only make this more pessimistic.
+  mutable std::uint64_t reserved_bound_ ABSL_GUARDED_BY(mu_);
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
   std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;

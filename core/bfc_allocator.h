@@ -19,6 +19,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -697,6 +698,17 @@ class BfcAllocator final : public Allocator, private SlabSource {
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
   std::uint64_t streams_released_ ABSL_GUARDED_BY(mu_) = 0;
+  // The handles ReleaseStream was given (with streams), newest last, at most
+  // kReleasedHandlesKept: ReleasePool refuses one as last_use while nothing
+  // names it again (NamesStream), since the program may have destroyed it.
+  std::deque<std::uintptr_t> released_handles_ ABSL_GUARDED_BY(mu_);
+  static constexpr std::size_t kReleasedHandlesKept = 1024;
+  void RememberReleased(std::uintptr_t stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a chunk, a pool (its users or routes), a tag or the stream
+  // order names `stream`: a handle released earlier then names a new stream.
+  bool NamesStream(std::uintptr_t stream) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The oracle during a graph capture: *oracle_'s known answers only.
   KnownOnlyOracle known_only_ ABSL_GUARDED_BY(mu_);
   PrivatePools pools_ ABSL_GUARDED_BY(mu_);

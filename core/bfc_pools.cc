@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/bfc_pools.cc: the BFC facade's private pools and graph capture
 // (core/private_pools.h).
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "core/bfc_allocator.h"
 
@@ -34,9 +36,44 @@ absl::Status BfcAllocator::RetainPool(PoolId pool) {
 
 absl::Status BfcAllocator::ReleasePool(PoolId pool, Stream last_use) {
   LockGuard lock(&mu_);
-  absl::Status status = pools_.Release(pool, Key(last_use).handle, *this);
+  const std::uintptr_t stream = Key(last_use).handle;
+  auto released =
+      std::find(released_handles_.begin(), released_handles_.end(), stream);
+  if (released != released_handles_.end()) {
+    if (!NamesStream(stream)) {
+      // The pool's memory would go back after an event recorded on it, a
+      // stream the program may have destroyed.
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "ReleasePool(pool %d, stream %#x): the stream was released with "
+          "ReleaseStream and no call has named it since, so it may no longer "
+          "exist; pass the stream the pool's memory was last used on (or the "
+          "default stream). Nothing changed",
+          pool, last_use.handle));
+    }
+    released_handles_.erase(released);  // the handle names a new stream
+  }
+  absl::Status status = pools_.Release(pool, stream, *this);
   MaybeValidate();
   return status;
+}
+
+void BfcAllocator::RememberReleased(std::uintptr_t stream) {
+  if (stream_mask_ == 0) return;  // one stream: nothing is ever recorded on it
+  if (std::find(released_handles_.begin(), released_handles_.end(), stream) !=
+      released_handles_.end()) {
+    return;
+  }
+  if (released_handles_.size() == kReleasedHandlesKept) {
+    released_handles_.pop_front();
+  }
+  released_handles_.push_back(stream);
+}
+
+bool BfcAllocator::NamesStream(std::uintptr_t stream) const {
+  return core_.StreamReferences(stream) != 0 ||
+         pools_.StreamReferences(stream) != 0 ||
+         tags_.StreamReferences(stream) != 0 || pools_.IsRouted(stream) ||
+         stream_order_.Knows(stream);
 }
 
 absl::Status BfcAllocator::BeginAllocateToPool(PoolId pool, Stream stream) {

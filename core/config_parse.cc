@@ -402,9 +402,16 @@ absl::StatusOr<std::string> ParseName(absl::string_view value, const Where&) {
 
 std::string FormatFraction(double f) {
   // The shortest text that reads back as the same double: 0.75, not
-  // 0.75000000000000000.
-  std::array<char, 64> buf;
-  const auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), f);
+  // 0.75000000000000000. Fractions (|f| <= 1) are written without an
+  // exponent, which the parsers do not read: 0.0001, not 1e-04. The longest,
+  // the smallest subnormal, takes 326 characters. Other values (only in
+  // messages about them) may take the shorter scientific form.
+  std::array<char, 400> buf;
+  const bool fraction = std::isfinite(f) && std::fabs(f) <= 1;
+  const auto [end, ec] =
+      fraction ? std::to_chars(buf.data(), buf.data() + buf.size(), f,
+                               std::chars_format::fixed)
+               : std::to_chars(buf.data(), buf.data() + buf.size(), f);
   if (ec != std::errc()) return absl::StrCat(f);
   return std::string(buf.data(), end);
 }

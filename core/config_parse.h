@@ -47,7 +47,8 @@ absl::Status CheckFraction(double f, absl::string_view value,
                            const Where& where);
 absl::StatusOr<double> ParseFraction(absl::string_view value,
                                      const Where& where);
-// The shortest text that reads back as the same double.
+// The shortest text that reads back as the same double, with no exponent
+// for |f| <= 1 (what ParseFraction reads back).
 std::string FormatFraction(double f);
 
 // A size with an optional unit, after trimming (ParseSize's core).

@@ -19,7 +19,11 @@
 # memory on the same runs, its legend, and the comparison computed from the
 # run; then the three generated multi-stream traces (gen-*.csv) under the same
 # configurations, each with its no-wait bound and the peak reserved of the
-# same replay on one stream (--compare-one-stream). Build output goes to
+# same replay on one stream (--compare-one-stream). Both tables add the
+# model of PyTorch's caching allocator (gpualloc-replay --reference pytorch)
+# on the same simulated device: on the recordings it checks the model against
+# what PyTorch reserved; on the generated traces, which PyTorch never ran, it
+# stands in for PyTorch. Build output goes to
 # stderr so the report on stdout stays clean.
 set -euo pipefail
 # shellcheck source=tools/lib-build.sh
@@ -111,6 +115,8 @@ echo "                   into it and unmapping free pieces (the default where th
 echo "                   memory, as both simulated devices do; like PyTorch's expandable_segments:True)"
 echo "  bfc-regions      the same, growing by separate device allocations (expandable=false; like"
 echo "                   PyTorch's default segments)"
+echo "  pytorch model    not gpualloc: a model of PyTorch's caching allocator (its rules: 2 MiB and 20 MiB"
+echo "                   segments, pools per stream, ...) replayed on the same device for comparison"
 if (( all == 1 )); then
   echo "  bfc-preallocate  reserves 75% of the device on first use (JAX's default)"
   echo "  platform         one device allocation per block: exactly what is live, at a device call per op"
@@ -128,8 +134,10 @@ if [[ -n "$svg" ]]; then
   svg_args=(--svg "$svg")
   trace_files=("$traces/torch-opt125m-zo-finetune.csv")
 fi
+reference_args=(--reference pytorch)
+[[ -n "$svg" ]] && reference_args=()
 "$replay" --baseline "$traces/SOURCES.md" "${svg_args[@]}" "${configs[@]}" \
-  "${trace_files[@]}"
+  "${reference_args[@]}" "${trace_files[@]}"
 if [[ -n "$svg" ]]; then
   echo
   echo "The address space over time of $(basename "${trace_files[0]}" .csv): $svg"
@@ -142,5 +150,6 @@ echo "copy streams, FSDP all-gathers, an inference server on four streams), same
 echo "freed on one stream is reusable on another only once that stream's work is done: no-wait bound is"
 echo "what an allocator that never makes a stream or the host wait must hold; one-stream peak is the"
 echo "same replay with every stream mapped to stream 0 (peak reserved minus it: what the streams cost)."
+echo "PyTorch never ran these: the pytorch model row is what its caching allocator's rules need here."
 echo
-"$replay" --compare-one-stream "${configs[@]}" "$traces"/gen-*.csv
+"$replay" --compare-one-stream "${configs[@]}" --reference pytorch "$traces"/gen-*.csv

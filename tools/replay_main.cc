@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
+#include "tools/replay/reference.h"
 #include "tools/replay/replay.h"
 #include "tools/replay/report.h"
 #include "tools/replay/snapshot_view.h"
@@ -43,7 +44,8 @@ constexpr absl::string_view kUsage =
     "usage: gpualloc-replay [--json] [--svg FILE] [--baseline SOURCES.md]\n"
     "                       [--repeat N] [--complete-every N] [--work-us N]\n"
     "                       [--one-stream | --compare-one-stream]\n"
-    "                       [--config STRING]... TRACE...\n"
+    "                       [--config STRING]... [--reference NAMES]\n"
+    "                       TRACE...\n"
     "       gpualloc-replay --svg FILE --snapshot SNAPSHOT.json... [TRACE...]\n"
     "\n"
     "Reads: the command line only. The environment (GPUALLOC_* and the\n"
@@ -86,6 +88,18 @@ constexpr absl::string_view kUsage =
     "  --config STRING      a configuration (key=value,...; the keys are\n"
     "                       listed below); repeat for more. Default: one, the\n"
     "                       defaults (on the simulator)\n"
+    "  --reference NAMES    also replay each trace with other allocators'\n"
+    "                       policies, modeled (comma-separated: pytorch =\n"
+    "                       PyTorch's CUDACachingAllocator, pytorch-\n"
+    "                       expandable = the same with expandable_segments,\n"
+    "                       tf =\n"
+    "                       TensorFlow's BFC allocator with allow_growth,\n"
+    "                       async = the driver's stream-ordered pool), on\n"
+    "                       the device of the first --config (its\n"
+    "                       allocator settings unused): rows \"pytorch\n"
+    "                       model\" etc. after the configurations' (the\n"
+    "                       JSON's \"reference\" names the model, its\n"
+    "                       \"config\" is \"\")\n"
     "  --json               one JSON object per (trace, configuration)\n"
     "  --repeat N           replay each trace N times back to back on\n"
     "                       the same allocator (default 1); with N > 1\n"
@@ -176,6 +190,12 @@ absl::Status CheckWritable(const std::string& path) {
   return absl::OkStatus();
 }
 
+// What a failed run names: the configuration, or the reference model.
+std::string RunName(const std::string& config, const std::string& reference) {
+  if (!reference.empty()) return gpualloc::replay::ReferenceLabel(reference);
+  return absl::StrCat("config \"", config, "\"");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +207,7 @@ int main(int argc, char** argv) {
   std::string svg_path;
   std::string baseline_path;
   std::vector<std::string> configs;
+  std::vector<std::string> references;
   std::vector<std::string> paths;
   std::vector<std::string> snapshot_paths;
   std::uint64_t repeat = 1;
@@ -210,6 +231,17 @@ int main(int argc, char** argv) {
       one_stream = true;
     } else if (arg == "--compare-one-stream") {
       compare_one_stream = true;
+    } else if (arg == "--reference") {
+      std::optional<std::string> v = value();
+      if (!v.has_value()) {
+        return Fail(absl::StrCat(arg, " needs a value\n", kUsage));
+      }
+      absl::StatusOr<std::vector<std::string>> names =
+          gpualloc::replay::ParseReferenceList(*v);
+      if (!names.ok()) {
+        return Fail(absl::StrCat("--reference ", names.status().message()));
+      }
+      references.insert(references.end(), names->begin(), names->end());
     } else if (arg == "--svg" || arg == "--baseline" || arg == "--config" ||
                arg == "--snapshot") {
       std::optional<std::string> v = value();
@@ -277,6 +309,21 @@ int main(int argc, char** argv) {
           "different name="));
     }
   }
+  // A reference model's rows carry its label ("pytorch model"): it may not
+  // be given twice, nor be a configuration's.
+  std::map<std::string, std::string> reference_of_label;
+  for (const std::string& name : references) {
+    const std::string label = gpualloc::replay::ReferenceLabel(name);
+    if (!reference_of_label.emplace(label, name).second) {
+      return Fail(absl::StrCat("--reference names ", name, " twice"));
+    }
+    auto it = config_of_label.find(label);
+    if (it != config_of_label.end()) {
+      return Fail(absl::StrCat("--config \"", it->second, "\" has the name \"",
+                               label, "\" of --reference ", name,
+                               "'s rows: give it another name="));
+    }
+  }
   if (!svg_path.empty()) {
     const absl::Status checked = CheckWritable(svg_path);
     if (!checked.ok()) return Fail(absl::StrCat("--svg ", checked.message()));
@@ -305,9 +352,17 @@ int main(int argc, char** argv) {
 
   const bool tty = isatty(STDERR_FILENO) != 0;
   std::vector<ReplayResult> results;
+  // The configurations' runs, then the reference models', on the device the
+  // first configuration describes (its allocator settings are not used).
+  std::vector<std::pair<std::string, std::string>> runs;
+  for (const std::string& config : configs) runs.emplace_back(config, "");
+  for (const std::string& name : references) {
+    runs.emplace_back(configs.front(), name);
+  }
   for (const Trace& trace : traces) {
-    for (const std::string& config : configs) {
+    for (const auto& [config, reference] : runs) {
       gpualloc::replay::ReplayOptions options;
+      options.reference = reference;
       options.record_timeline = !svg_path.empty();
       options.repeat = repeat;
       options.complete_every = complete_every;
@@ -315,9 +370,12 @@ int main(int argc, char** argv) {
       options.one_stream = one_stream;
       auto show_progress = [&](absl::string_view suffix) {
         if (!tty) return;
-        const std::string what =
-            absl::StrCat(trace.name, " [", config.empty() ? "defaults" : config,
-                         "]", suffix);
+        const std::string what = absl::StrCat(
+            trace.name, " [",
+            !reference.empty()
+                ? gpualloc::replay::ReferenceLabel(reference)
+                : (config.empty() ? std::string("defaults") : config),
+            "]", suffix);
         options.progress = [what](std::uint64_t done, std::uint64_t total) {
           std::fprintf(stderr, "\r%s: %3d%%", what.c_str(),
                        total == 0 ? 100 : static_cast<int>(100 * done / total));
@@ -329,8 +387,9 @@ int main(int argc, char** argv) {
           gpualloc::replay::Replay(trace, config, options);
       if (tty) std::fprintf(stderr, "\r\033[K");
       if (!r.ok()) {
-        return Fail(absl::StrCat(trace.name, " with config \"", config,
-                                 "\": ", r.status().message()));
+        return Fail(absl::StrCat(trace.name, " with ",
+                                 RunName(config, reference), ": ",
+                                 r.status().message()));
       }
       if (compare_one_stream && trace.num_streams > 1) {
         // The same replay on one stream, for its peak reserved only.
@@ -341,8 +400,9 @@ int main(int argc, char** argv) {
             gpualloc::replay::Replay(trace, config, options);
         if (tty) std::fprintf(stderr, "\r\033[K");
         if (!merged.ok()) {
-          return Fail(absl::StrCat(trace.name, " as one stream with config \"",
-                                   config, "\": ", merged.status().message()));
+          return Fail(absl::StrCat(trace.name, " as one stream with ",
+                                   RunName(config, reference), ": ",
+                                   merged.status().message()));
         }
         r->one_stream_peak_bytes_reserved = merged->peak_bytes_reserved;
       }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tools/replay/reference.h"
 #include "tools/replay/replay.h"
 #include "tools/replay/tune_lib.h"
 
@@ -27,7 +28,8 @@ using gpualloc::replay::GridAxis;
 
 constexpr char kUsage[] =
     "usage: gpualloc-tune [--csv FILE] [--json FILE] [--base CONFIG]\n"
-    "                     [--grid KEY=V1|V2|...]... TRACE...\n"
+    "                     [--grid KEY=V1|V2|...]... [--reference NAMES]\n"
+    "                     TRACE...\n"
     "\n"
     "Reads: the command line only. The environment (GPUALLOC_* and the\n"
     "other variables gpualloc-info shows) is not read, so a sweep is\n"
@@ -46,6 +48,13 @@ constexpr char kUsage[] =
     "                    granularity=2MiB|32MiB\n"
     "  --base CONFIG     settings every configuration shares, e.g.\n"
     "                    device_memory=80GB\n"
+    "  --reference NAMES other allocators' policies, modeled (comma-\n"
+    "                    separated: pytorch, pytorch-expandable, tf, async;\n"
+    "                    see gpualloc-replay --help), ranked among the\n"
+    "                    configurations as\n"
+    "                    \"reference=NAME\" on the device --base describes\n"
+    "                    (its allocator settings unused; not in the per-\n"
+    "                    architecture summary)\n"
     "  --csv FILE        one row per (configuration, trace), with its rank\n"
     "  --json FILE       the same as one JSON object per line\n"
     "  --help            this text\n";
@@ -100,6 +109,7 @@ int main(int argc, char** argv) {
   bool base_given = false;
   std::vector<GridAxis> axes;
   std::vector<std::string> trace_paths;
+  std::vector<std::string> references;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const auto value = [&](std::string& into) {
@@ -124,6 +134,16 @@ int main(int argc, char** argv) {
       absl::StatusOr<GridAxis> axis = gpualloc::replay::ParseGridAxis(text);
       if (!axis.ok()) return BadArguments(std::string(axis.status().message()));
       axes.push_back(*std::move(axis));
+    } else if (arg == "--reference") {
+      std::string text;
+      if (!value(text)) return BadArguments("--reference needs NAMES");
+      absl::StatusOr<std::vector<std::string>> names =
+          gpualloc::replay::ParseReferenceList(text);
+      if (!names.ok()) {
+        return BadArguments(
+            absl::StrCat("--reference ", names.status().message()));
+      }
+      references.insert(references.end(), names->begin(), names->end());
     } else if (absl::StartsWith(arg, "-") && arg != "-") {
       return BadArguments(absl::StrCat("unknown option ", arg));
     } else {
@@ -136,6 +156,9 @@ int main(int argc, char** argv) {
       gpualloc::replay::ExpandGrid(base, axes);
   if (!configs.ok())
     return BadArguments(std::string(configs.status().message()));
+  for (const std::string& name : references) {
+    configs->push_back(absl::StrCat(gpualloc::replay::kReferencePrefix, name));
+  }
   // The outputs are checked before the first replay: a typo in a path must
   // not cost the whole sweep.
   if (!csv_path.empty() && !CheckWritable("--csv", csv_path)) return 1;
@@ -172,8 +195,15 @@ int main(int argc, char** argv) {
       gpualloc::replay::TuneRow row;
       row.config = config;
       row.trace = trace.name;
+      gpualloc::replay::ReplayOptions options;
+      std::string replayed = config;
+      if (gpualloc::replay::IsReferenceConfig(config)) {
+        options.reference =
+            config.substr(gpualloc::replay::kReferencePrefix.size());
+        replayed = base;  // the device --base describes
+      }
       absl::StatusOr<gpualloc::replay::ReplayResult> result =
-          gpualloc::replay::Replay(trace, config);
+          gpualloc::replay::Replay(trace, replayed, options);
       if (result.ok()) {
         row.result = *std::move(result);
       } else {

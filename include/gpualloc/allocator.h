@@ -488,8 +488,10 @@ class Allocator {
   //
   // Errors name the pool and the stream: an unknown or released pool is
   // NotFound; a stream already allocating to a pool, EndAllocateToPool of a
-  // pool nobody allocates to, and ReleasePool of the last reference while a
-  // stream still allocates to it are FailedPrecondition; nothing changes on
+  // pool nobody allocates to, ReleasePool of the last reference while a
+  // stream still allocates to it, and ReleasePool naming as last_use a stream
+  // released with ReleaseStream that no call named since (it may be
+  // destroyed) are FailedPrecondition; nothing changes on
   // error. Trim and ReleaseStream during a capture are FailedPrecondition
   // (they would wait or record an event). Only the bfc mode has pools: the
   // others answer Unimplemented.

@@ -153,6 +153,13 @@ std::vector<Row> Table() {
        "PYTORCH_CUDA_ALLOC_CONF per_process_memory_fraction",
        "\"0\"",
        "remove the key for no cap"},
+      {"PyTorch fraction below one granule",
+       with({{"PYTORCH_CUDA_ALLOC_CONF",
+              "per_process_memory_fraction:0.00001"}}),
+       "", Stage::kDevice, "PYTORCH_CUDA_ALLOC_CONF",
+       "per_process_memory_fraction:0.00001",
+       "raise per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF to at "
+       "least 0.000014"},
       {"unit typo in the config string",
        {},
        "mem_limit=12 parsecs",

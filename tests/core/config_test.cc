@@ -139,6 +139,12 @@ TEST(ConfigTest, EachVariableAndAlias) {
        ValueOrigin::kVariable},
       {"GPUALLOC_MEM_FRACTION", " .9 ", "mem_fraction", "0.9",
        ValueOrigin::kVariable},
+      // Small fractions read back as written, never with an exponent (which
+      // the configuration string would not read).
+      {"GPUALLOC_MEM_FRACTION", "0.0001", "mem_fraction", "0.0001",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_MEM_FRACTION", "0.00000125", "mem_fraction", "0.00000125",
+       ValueOrigin::kVariable},
       {"GPUALLOC_MEM_LIMIT", "40GiB", "mem_limit", "42949672960",
        ValueOrigin::kVariable},
       {"GPUALLOC_MEM_LIMIT", "512 MB", "mem_limit", "512000000",
@@ -161,6 +167,8 @@ TEST(ConfigTest, EachVariableAndAlias) {
       {"GPUALLOC_GC_THRESHOLD", "0", "gc_threshold", "0",
        ValueOrigin::kVariable},
       {"GPUALLOC_GC_THRESHOLD", "0.0", "gc_threshold", "0",
+       ValueOrigin::kVariable},
+      {"GPUALLOC_GC_THRESHOLD", "0.00005", "gc_threshold", "0.00005",
        ValueOrigin::kVariable},
       {"GPUALLOC_BACKEND", "sim", "backend", "sim", ValueOrigin::kVariable},
       {"GPUALLOC_BACKEND", "cuda", "backend", "cuda", ValueOrigin::kVariable},
@@ -361,6 +369,28 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
       EXPECT_EQ(SettingOf(*c, t.key).value, t.alias_effective);
       EXPECT_EQ(SettingOf(*c, t.key).origin, ValueOrigin::kAlias);
       EXPECT_EQ(SettingOf(*c, t.key).source, t.alias);
+    }
+  }
+}
+
+// A fraction set by a program prints without an exponent, so that
+// "key=value" reads back as the same setting, however small it is.
+TEST(ConfigTest, SmallFractionsPrintAsDecimalsThatReadBack) {
+  for (const double f : {1e-4, 1.25e-6, 3e-9, 0.75}) {
+    SCOPED_TRACE(f);
+    ConfigOverrides o;
+    o.memory_fraction = f;
+    o.gc_threshold = f;
+    auto c = ResolveConfig(o, MapEnvironment({}));
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const char* key : {"mem_fraction", "gc_threshold"}) {
+      const std::string value = SettingOf(*c, key).value;
+      EXPECT_EQ(value.find_first_of("eE"), std::string::npos) << value;
+      auto back = ParseConfigString(absl::StrCat(key, "=", value));
+      ASSERT_TRUE(back.ok()) << back.status();
+      EXPECT_EQ(std::string(key) == "mem_fraction" ? *back->memory_fraction
+                                                   : *back->gc_threshold,
+                f);
     }
   }
 }
@@ -1031,6 +1061,19 @@ TEST(ConfigTest, EveryPytorchKey) {
        {}},
       {kCuda, "per_process_memory_fraction:0.5", {{"mem_fraction", "0.5"}}, {}},
       {kCuda, "per_process_memory_fraction:1", {{"mem_fraction", "1"}}, {}},
+      // Below 1e-4: mapped as written, not reformatted with an exponent.
+      {kCuda,
+       "per_process_memory_fraction:0.0001",
+       {{"mem_fraction", "0.0001"}},
+       {}},
+      {kCuda,
+       "per_process_memory_fraction:0.0000005",
+       {{"mem_fraction", "0.0000005"}},
+       {}},
+      {kCuda,
+       "garbage_collection_threshold:0.00002",
+       {{"gc_threshold", "0.00002"}},
+       {}},
       {kCuda, "backend:native", {{"allocator", "bfc"}}, {}},
       {kCuda, "backend:cudaMallocAsync", {{"allocator", "async"}}, {}},
       {"PYTORCH_HIP_ALLOC_CONF",

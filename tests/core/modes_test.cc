@@ -712,6 +712,35 @@ TEST(AsyncTest, LimitIsEnforcedOnBytesInUse) {
   GPUALLOC_EXPECT_OK(a->Validate());
 }
 
+// The pool's reserved memory stays within the limit, not only the live
+// bytes. Here the pool's unused memory was freed on another stream whose
+// work is pending: the pool cannot return it, so the allocator waits for
+// that stream (garbage collection), lets the pool return it, and serves the
+// request within the limit.
+TEST(AsyncTest, PendingFreesGoBackBeforeThePoolPassesTheLimit) {
+  auto fake = std::make_shared<FakePoolBackend>(kGiB);
+  auto a = MakeAsync(fake, 8 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p1 = a->Allocate(4 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p1);
+  auto p2 = a->Allocate(2 * kMiB, Stream(2));
+  GPUALLOC_ASSERT_OK(p2);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p1, Stream(1)));  // pending on stream 1
+  EXPECT_EQ(a->GetStats().bytes_reserved, 6 * kMiB);
+  auto q = a->Allocate(4 * kMiB, Stream(2));
+  GPUALLOC_ASSERT_OK(q);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 6 * kMiB);
+  EXPECT_LE(s.peak_bytes_reserved, 8 * kMiB);
+  EXPECT_EQ(s.bytes_in_use, 6 * kMiB);
+  EXPECT_EQ(s.host_waits, 1u);
+  EXPECT_EQ(s.num_ooms, 0u);
+  EXPECT_EQ(fake->synchronize_calls, 1);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q, Stream(2)));
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p2, Stream(2)));
+}
+
 // A stricter alignment pads the pool request; the block inside is aligned.
 TEST(AsyncTest, AlignmentPadsThePoolRequest) {
   auto fake = std::make_shared<FakePoolBackend>(kGiB);
@@ -873,36 +902,174 @@ TEST(AsyncSimTest, RecordStreamOrdersTheFreeAfterTheOtherStream) {
   }
 }
 
-// The pool cannot grow while a segment's free is pending; waiting for the
-// freeing stream lets it return that segment and the retry succeeds.
+// The device (here mostly held by someone else) cannot give the pool a new
+// segment while a segment's free is pending; waiting for the freeing stream
+// lets the pool return that segment and the retry succeeds.
 TEST(AsyncSimTest, OutOfMemoryWaitsForPendingFreesAndRetries) {
-  auto sim = MakePoolSim(64 * kMiB);
+  auto sim = MakePoolSim(96 * kMiB);
   auto a = MakeAsync(sim, 64 * kMiB);
   ASSERT_NE(a, nullptr);
+  auto elsewhere = sim->Allocate(40 * kMiB);  // another user of the device
+  GPUALLOC_ASSERT_OK(elsewhere);
   auto p = a->Allocate(30 * kMiB, Stream(1));
   GPUALLOC_ASSERT_OK(p);
   sim->Use(Stream(1), Addr(*p), 30 * kMiB);
   GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
-  auto q = a->Allocate(40 * kMiB, Stream(2));
+  auto q = a->Allocate(32 * kMiB, Stream(2));
   GPUALLOC_ASSERT_OK(q);
   Stats s = a->GetStats();
   EXPECT_EQ(s.host_waits, 1u);
   EXPECT_EQ(s.num_ooms, 0u);
   EXPECT_EQ(sim->calls(SimOp::kSynchronizeEvent), 1u);
   EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), 3u);
-  EXPECT_EQ(s.bytes_reserved, 40 * kMiB);
-  EXPECT_EQ(s.peak_bytes_reserved, 40 * kMiB);
-  sim->Use(Stream(2), Addr(*q), 40 * kMiB);
+  EXPECT_EQ(s.bytes_reserved, 32 * kMiB);
+  EXPECT_EQ(s.peak_bytes_reserved, 32 * kMiB);
+  sim->Use(Stream(2), Addr(*q), 32 * kMiB);
   ExpectNoHazards(*sim);
 
   // Nothing pending: a request the device cannot hold fails at once.
   absl::Status oom = a->Allocate(30 * kMiB, Stream(3)).status();
   EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted) << oom;
   EXPECT_TRUE(Mentions(oom, "out of memory")) << oom;
-  EXPECT_TRUE(Mentions(oom, "reserved 41943040")) << oom;
+  EXPECT_TRUE(Mentions(oom, "the device refused more memory")) << oom;
+  EXPECT_TRUE(Mentions(oom, "reserved 33554432")) << oom;
+  EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), 4u);
   s = a->GetStats();
   EXPECT_EQ(s.num_ooms, 1u);
   EXPECT_EQ(s.host_waits, 1u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  GPUALLOC_EXPECT_OK(a->Deallocate(*q, Stream(2)));
+  GPUALLOC_EXPECT_OK(sim->Free(*elsewhere));
+}
+
+// The pool's reserved memory stays within the limit, not only the live
+// bytes: a new segment that would pass it makes room first by trimming what
+// the pool keeps unused. A loop the pool serves from its memory, with room
+// for a segment under the limit, then costs no trim and no host wait.
+TEST(AsyncSimTest, ReservedStaysWithinTheLimit) {
+  auto sim = MakePoolSim(kGiB);
+  auto a = MakeAsync(sim, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(30 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  auto q = a->Allocate(40 * kMiB, Stream(1));  // 30 + 40 would pass 64
+  GPUALLOC_ASSERT_OK(q);
+  Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 40 * kMiB);
+  EXPECT_LE(s.peak_bytes_reserved, 64 * kMiB);
+  EXPECT_EQ(s.host_waits, 0u);
+  EXPECT_EQ(sim->calls(SimOp::kPoolTrim), 1u);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*q, Stream(1)));
+  const std::uint64_t allocs = sim->calls(SimOp::kPoolAllocate);
+  for (int i = 0; i < 20; ++i) {
+    auto r = a->Allocate(20 * kMiB, Stream(1));
+    GPUALLOC_ASSERT_OK(r);
+    sim->Use(Stream(1), Addr(*r), 20 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*r, Stream(1)));
+  }
+  EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), allocs + 20);
+  EXPECT_EQ(sim->calls(SimOp::kPoolTrim), 1u);
+  EXPECT_EQ(sim->calls(SimOp::kSynchronizeEvent), 0u);
+  s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 40 * kMiB);
+  EXPECT_LE(s.peak_bytes_reserved, 64 * kMiB);
+  EXPECT_EQ(s.num_ooms, 0u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+  ExpectNoHazards(*sim);
+}
+
+// With room to spare under the limit, allocations cost one pool call each:
+// the allocator asks the pool for its usage only when what it may have grown
+// since it last asked comes near the limit.
+TEST(AsyncSimTest, FarBelowTheLimitAllocationsAskThePoolNothingMore) {
+  auto sim = MakePoolSim(8 * kGiB);
+  auto a = MakeAsync(sim, 4 * kGiB);
+  ASSERT_NE(a, nullptr);
+  const std::uint64_t reads = sim->calls(SimOp::kGetPoolUsage);
+  for (int i = 0; i < 100; ++i) {
+    auto r = a->Allocate(8 * kMiB, Stream(1));
+    GPUALLOC_ASSERT_OK(r);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*r, Stream(1)));
+  }
+  EXPECT_EQ(sim->calls(SimOp::kGetPoolUsage), reads);
+  EXPECT_EQ(sim->calls(SimOp::kPoolTrim), 0u);
+  EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), 100u);
+}
+
+// Memory freed on a stream whose work is pending cannot be trimmed: with
+// garbage collection the allocator waits for it first, then trims; without,
+// the request is out of memory, saying why, and nothing changes.
+TEST(AsyncSimTest, PendingFreesAreWaitedForBeforeThePoolPassesTheLimit) {
+  for (bool gc : {true, false}) {
+    SCOPED_TRACE(gc ? "gc=true" : "gc=false");
+    auto sim = MakePoolSim(kGiB);
+    Options o = Mode(AllocatorMode::kAsync, 64 * kMiB);
+    o.garbage_collection = gc;
+    auto a = MakeAllocator(o, sim);
+    ASSERT_NE(a, nullptr);
+    auto p = a->Allocate(30 * kMiB, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    sim->Use(Stream(1), Addr(*p), 30 * kMiB);
+    GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+    const std::uint64_t allocs = sim->calls(SimOp::kPoolAllocate);
+    auto q = a->Allocate(40 * kMiB, Stream(2));
+    Stats s = a->GetStats();
+    EXPECT_LE(s.bytes_reserved, 64 * kMiB);
+    EXPECT_LE(s.peak_bytes_reserved, 64 * kMiB);
+    if (gc) {
+      GPUALLOC_ASSERT_OK(q);
+      EXPECT_EQ(s.bytes_reserved, 40 * kMiB);
+      EXPECT_EQ(s.host_waits, 1u);
+      sim->Use(Stream(2), Addr(*q), 40 * kMiB);
+      ExpectNoHazards(*sim);
+    } else {
+      ASSERT_EQ(q.status().code(), absl::StatusCode::kResourceExhausted)
+          << q.status();
+      for (const char* text :
+           {"out of memory", "reserved 31457280", "limit 67108864",
+            "41943040 more", "freed on streams whose work", "Hint:"}) {
+        EXPECT_TRUE(Mentions(q.status(), text)) << text << " in " << q.status();
+      }
+      EXPECT_EQ(s.bytes_reserved, 30 * kMiB);
+      EXPECT_EQ(s.host_waits, 0u);
+      EXPECT_EQ(s.num_ooms, 1u);
+      EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), allocs);
+    }
+    GPUALLOC_EXPECT_OK(a->Validate());
+  }
+}
+
+// A pool whose free memory lies in pieces of partly used segments cannot
+// hold a request that needs a new segment, and trimming cannot return those
+// pieces: out of memory, since the pool would pass the limit, and nothing
+// changes.
+TEST(AsyncSimTest, AFragmentedPoolAtTheLimitIsOutOfMemory) {
+  auto sim = MakePoolSim(kGiB);
+  auto a = MakeAsync(sim, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  auto p = a->Allocate(40 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(p);
+  GPUALLOC_ASSERT_OK(a->Deallocate(*p, Stream(1)));
+  auto b = a->Allocate(20 * kMiB, Stream(1));  // in the 40 MiB segment
+  GPUALLOC_ASSERT_OK(b);
+  const std::uint64_t allocs = sim->calls(SimOp::kPoolAllocate);
+  auto c = a->Allocate(30 * kMiB, Stream(1));  // 50 live; 40 + 30 > 64
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted)
+      << c.status();
+  EXPECT_TRUE(Mentions(c.status(), "reserved 41943040")) << c.status();
+  EXPECT_TRUE(Mentions(c.status(), "pass the limit")) << c.status();
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_reserved, 40 * kMiB);
+  EXPECT_EQ(s.bytes_in_use, 20 * kMiB);
+  EXPECT_LE(s.peak_bytes_reserved, 64 * kMiB);
+  EXPECT_EQ(s.num_ooms, 1u);
+  EXPECT_EQ(sim->calls(SimOp::kPoolAllocate), allocs);
+  // A request whose new segment would fit goes ahead (here the pool serves
+  // it from the segment's free piece).
+  auto d = a->Allocate(10 * kMiB, Stream(1));
+  GPUALLOC_ASSERT_OK(d);
+  EXPECT_EQ(a->GetStats().bytes_reserved, 40 * kMiB);
   GPUALLOC_EXPECT_OK(a->Validate());
 }
 

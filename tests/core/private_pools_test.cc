@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
@@ -202,6 +203,59 @@ TEST_P(PrivatePoolsTest, BadCallsNameTheProblemAndChangeNothing) {
   EXPECT_FALSE(alloc_->Deallocate(a, kS1).ok());  // a second free
   ASSERT_TRUE(alloc_->ReleasePool(*pool).ok());
   EXPECT_TRUE(absl::IsNotFound(alloc_->ReleasePool(*pool)));
+}
+
+// ReleasePool's last_use after ReleaseStream of that stream would make the
+// allocator record an event on a destroyed stream later: refused, nothing
+// changed. Once the handle names a stream again (an allocation on it), it
+// is accepted.
+TEST_P(PrivatePoolsTest, ReleasePoolRefusesAReleasedStream) {
+  const Stream s3(3);
+  absl::StatusOr<PoolId> pool = alloc_->CreatePool();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(alloc_->BeginAllocateToPool(*pool, kS1).ok());
+  void* a = Alloc(kMiB, kS1);
+  ASSERT_TRUE(alloc_->EndAllocateToPool(*pool).ok());
+  sim_->Use(kS1, Addr(a), kMiB);
+  ASSERT_TRUE(alloc_->Deallocate(a, kS1).ok());
+  void* x = Alloc(kMiB, s3);
+  sim_->Use(s3, Addr(x), kMiB);
+  ASSERT_TRUE(alloc_->Deallocate(x, s3).ok());
+  ASSERT_TRUE(alloc_->ReleaseStream(s3).ok());
+  sim_->DestroyStream(s3);
+  // A stream the allocator never saw, released: refused as well.
+  const Stream s4(4);
+  ASSERT_TRUE(alloc_->ReleaseStream(s4).ok());
+
+  const Snapshot before = alloc_->GetSnapshot();
+  const std::uint64_t events = sim_->calls(SimOp::kRecordEvent);
+  for (const Stream dead : {s3, s4}) {
+    absl::Status s = alloc_->ReleasePool(*pool, dead);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::HasSubstr(absl::StrFormat(
+                    "ReleasePool(pool %d, stream %#x)", *pool, dead.handle)));
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::HasSubstr("released with ReleaseStream"));
+  }
+  EXPECT_EQ(SnapshotToJson(alloc_->GetSnapshot()), SnapshotToJson(before));
+  EXPECT_EQ(sim_->calls(SimOp::kRecordEvent), events);
+
+  // The pool is still there: released on a live stream, its memory goes
+  // back once that stream's work is done, and the dead one is never named.
+  ASSERT_TRUE(alloc_->ReleasePool(*pool, kS2).ok());
+  sim_->CompleteAll();
+  void* big = Alloc(kGiB + kGiB / 2, kS2);
+  ASSERT_TRUE(alloc_->Deallocate(big, kS2).ok());
+  ASSERT_TRUE(alloc_->Trim().ok());
+  EXPECT_EQ(sim_->calls_on_destroyed_streams(), 0u);
+
+  // The handle names a new stream once the program allocates on it.
+  absl::StatusOr<PoolId> next = alloc_->CreatePool();
+  ASSERT_TRUE(next.ok());
+  void* y = Alloc(kMiB, s3);
+  EXPECT_TRUE(alloc_->ReleasePool(*next, s3).ok());
+  ASSERT_TRUE(alloc_->Deallocate(y, s3).ok());
 }
 
 TEST_P(PrivatePoolsTest, SnapshotShowsPoolsAndRoundTripsThroughJson) {

@@ -64,6 +64,7 @@
 #include "gpualloc/registry.h"
 #include "gpualloc/sim_backend.h"
 #include "gpualloc/snapshot_json.h"
+#include "tools/replay/reference.h"
 
 namespace gpualloc::replay {
 namespace {
@@ -83,8 +84,10 @@ struct Device {
   std::unique_ptr<Allocator> allocator;
 };
 
+// `reference`: a reference model (reference.h) instead of gpualloc.
 absl::StatusOr<Device> MakeDevice(const Config& config,
-                                  SimClock clock = SimClock::kManual) {
+                                  SimClock clock = SimClock::kManual,
+                                  const std::string& reference = "") {
   Device d;
   absl::StatusOr<std::shared_ptr<Backend>> backend =
       CreateBackend(config, 0, clock);
@@ -92,7 +95,8 @@ absl::StatusOr<Device> MakeDevice(const Config& config,
   d.backend = std::move(*backend);
   d.sim = std::dynamic_pointer_cast<SimBackend>(d.backend);
   absl::StatusOr<std::unique_ptr<Allocator>> allocator =
-      CreateAllocator(config.options, d.backend);
+      reference.empty() ? CreateAllocator(config.options, d.backend)
+                        : CreateReference(reference, d.backend);
   if (!allocator.ok()) return allocator.status();
   d.allocator = std::move(*allocator);
   return d;
@@ -312,6 +316,12 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   result.trace = trace.name;
   result.config = config_string;
   result.label = LabelOf(*overrides, config_string);
+  if (!options.reference.empty()) {
+    // The configuration gave the device only.
+    result.config.clear();
+    result.reference = options.reference;
+    result.label = ReferenceLabel(options.reference);
+  }
   result.repeat = options.repeat;
   result.complete_every = options.complete_every;
   result.nowait_bound_bytes = NoWaitBound(trace, options);
@@ -326,7 +336,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // a larger trace) would otherwise pay inside the timed loop, the page
   // faults of the heap the simulator's and the allocator's tables grow into,
   // so that ns_per_op compares across configurations whatever their order.
-  absl::StatusOr<Device> first = MakeDevice(*config, clock);
+  absl::StatusOr<Device> first = MakeDevice(*config, clock, options.reference);
   if (!first.ok()) return first.status();
   result.device = DeviceName(*config, first->backend->info());
 
@@ -450,6 +460,12 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
     tl.expandable = a1.options().mode == AllocatorMode::kBfc &&
                     a1.options().expandable != Tristate::kOff &&
                     a1.device().capabilities.virtual_memory;
+    // A reference model's regions are separate device allocations (the
+    // async model's are the device's pool).
+    if (!options.reference.empty()) {
+      tl.mode = options.reference == "async" ? "async" : "bfc";
+      tl.expandable = false;
+    }
     std::vector<std::uint64_t> block_of(record ? na * reps : 0, 0);
     // Regions by base: the index in tl.regions of the open one.
     std::map<std::uint64_t, std::size_t> open_regions;
@@ -636,7 +652,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // --- Pass 2: measured ---------------------------------------------------
   // A fresh device and allocator: the same configuration replays the same
   // way, so this pass's state at every step is pass 1's.
-  absl::StatusOr<Device> device = MakeDevice(*config, clock);
+  absl::StatusOr<Device> device = MakeDevice(*config, clock, options.reference);
   if (!device.ok()) return device.status();
   Allocator& allocator = *device->allocator;
   SimBackend* const sim = device->sim.get();
@@ -872,6 +888,7 @@ std::string ToJson(const ReplayResult& r) {
   str("trace", r.trace);
   str("config", r.config);
   str("label", r.label);
+  if (!r.reference.empty()) str("reference", r.reference);
   str("device", r.device);
   num("ops", r.ops);
   num("ooms", r.ooms);

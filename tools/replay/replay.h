@@ -121,6 +121,11 @@ struct ReplayOptions {
   bool one_stream = false;
   // Called now and then with (ops done, ops total), for a progress line.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
+  // When set, a reference model (reference.h: "pytorch", "tf", "async")
+  // replays instead of gpualloc, on the device the configuration string
+  // describes (the simulator's default device for ""); the configuration's
+  // allocator settings are not used, and the result's config is "".
+  std::string reference;
 };
 
 // One pass of the measured replay: its own share of the whole run's counts
@@ -144,8 +149,11 @@ struct ReplayRepetition {
 // The replay's figures for one (trace, configuration), over the whole run.
 struct ReplayResult {
   std::string trace;
-  std::string config;     // the configuration string as given ("" = defaults)
-  std::string label;      // name= from the configuration, or the config string
+  std::string config;  // the configuration string as given ("" = defaults)
+  std::string label;   // name= from the configuration, or the config string
+  // The reference model that replayed (ReplayOptions::reference), "" for
+  // gpualloc; its label is ReferenceLabel's.
+  std::string reference;
   std::uint64_t ops = 0;  // Allocate + Deallocate calls made
   std::uint64_t ooms = 0;
   std::vector<std::uint64_t> failed_ids;

@@ -313,11 +313,16 @@ std::vector<TraceBest> BestPerTrace(const std::vector<RankedConfig>& ranked,
   return best;
 }
 
+bool IsReferenceConfig(absl::string_view config) {
+  return absl::StartsWith(config, kReferencePrefix);
+}
+
 std::vector<ArchBest> BestPerArch(const std::vector<RankedConfig>& ranked) {
   std::vector<ArchBest> out;
   std::map<std::string, std::size_t> at;
   // Rank order: the first complete configuration of an arch is its best.
   for (const RankedConfig& c : ranked) {
+    if (IsReferenceConfig(c.config)) continue;
     absl::StatusOr<ConfigOverrides> parsed = ParseConfigString(c.config);
     const std::string arch =
         parsed.ok() && parsed->arch.has_value() ? *parsed->arch : "";

@@ -80,6 +80,13 @@ std::vector<RankedConfig> Rank(const std::vector<std::string>& configs,
                                const std::vector<std::string>& traces,
                                const std::vector<TuneRow>& rows);
 
+// gpualloc-tune --reference: a reference model (reference.h) ranked among
+// the configurations under the name "reference=NAME" (not a configuration
+// string: it replays with ReplayOptions::reference). BestPerArch leaves
+// these out (they have no architecture setting of their own).
+inline constexpr absl::string_view kReferencePrefix = "reference=";
+bool IsReferenceConfig(absl::string_view config);
+
 // The best configuration on one trace: the fewest OOMs there, then the least
 // peak reserved, then the least modeled backend time; among equals the best
 // ranked. Configurations that failed on the trace are left out.

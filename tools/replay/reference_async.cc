@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/replay/reference_async.cc: the driver's stream-ordered pool
+// (cudaMallocAsync / cudaFreeAsync on a cudaMemPool_t; hipMallocAsync) used
+// directly, as PyTorch's backend:cudaMallocAsync does
+// (c10/cuda/CUDAMallocAsyncAllocator.cpp), for comparison. The pool itself
+// is the backend's (the simulator models CUDA's release threshold and its
+// three reuse rules, cudaMemPoolReuseFollowEventDependencies,
+// cudaMemPoolReuseAllowOpportunistic and
+// cudaMemPoolReuseAllowInternalDependencies); this model is the caller's
+// side: every allocation a pool allocation on its stream, every free a
+// cudaFreeAsync on the freeing stream, and out of memory one trim of the
+// pool (emptyCache: cudaMemPoolTrimTo(0)) and one retry. What it leaves
+// out: docs/ARCHITECTURE.md, "Reference models".
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
+#include "tools/replay/reference.h"
+#include "tools/replay/reference_model.h"
+
+namespace gpualloc::replay {
+namespace {
+
+class AsyncModel final : public ReferenceModel {
+ public:
+  AsyncModel(const AsyncModelOptions& o, std::shared_ptr<Backend> backend)
+      : ReferenceModel("async", std::move(backend)), o_(o) {
+    stats_.bytes_limit = backend_->info().total_bytes;
+  }
+
+  absl::Status Configure() {
+    PoolOptions p;
+    p.release_threshold = o_.release_threshold;
+    p.reuse = o_.reuse;
+    return backend_->ConfigurePool(p);
+  }
+
+  ~AsyncModel() override {
+    for (auto& [ptr, entry] : live_) {
+      (void)backend_->PoolFree(ptr, Stream(entry.stream));
+    }
+  }
+
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream, std::size_t,
+                                 Tag) override {
+    // cudaMallocAsync refuses 0 bytes; PyTorch asks for 1 then.
+    const std::uint64_t size = std::max<std::size_t>(bytes, 1);
+    absl::StatusOr<DeviceAddress> p = backend_->PoolAllocate(size, stream);
+    if (absl::IsResourceExhausted(p.status())) {
+      // Out of memory: the pool's unused memory goes back, then one retry.
+      absl::Status s = TrimTo(0);
+      if (!s.ok()) return s;
+      p = backend_->PoolAllocate(size, stream);
+    }
+    if (absl::IsResourceExhausted(p.status())) {
+      return OutOfMemory(bytes, p.status().message());
+    }
+    if (!p.ok()) return p.status();
+    ++stats_.backend_allocs;
+    live_[*p] = {bytes, stream.handle};
+    OnAllocated(bytes, bytes);
+    return reinterpret_cast<void*>(*p);
+  }
+
+  // cudaFreeAsync on the freeing stream: the pool reuses it by its rules.
+  absl::Status Deallocate(void* ptr, Stream stream) override {
+    const DeviceAddress a = reinterpret_cast<std::uintptr_t>(ptr);
+    auto it = live_.find(a);
+    if (it == live_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the async model did not hand out ", a));
+    }
+    absl::Status s = backend_->PoolFree(a, stream);
+    if (!s.ok()) return s;
+    ++stats_.backend_frees;
+    OnFreed(it->second.bytes, it->second.bytes);
+    live_.erase(it);
+    return absl::OkStatus();
+  }
+
+  Stats GetStats() const override {
+    Refresh();
+    return ReferenceModel::GetStats();
+  }
+  void ResetPeakStats() override {
+    Refresh();
+    ReferenceModel::ResetPeakStats();
+    pool_peak_at_reset_ = pool_peak_;
+  }
+  Snapshot GetSnapshot() const override {
+    Snapshot snap;
+    snap.stats = GetStats();
+    return snap;
+  }
+  absl::Status Trim() override { return TrimTo(0); }
+
+ protected:
+  // The pool's free memory is the driver's: not visible.
+  void FreeSummary(std::uint64_t* largest, double* frag) const override {
+    *largest = 0;
+    *frag = 0;
+  }
+
+ private:
+  absl::Status TrimTo(std::uint64_t keep) {
+    Refresh();
+    return backend_->PoolTrim(keep);
+  }
+
+  // The pool's reserved bytes (cudaMemPoolAttrReservedMemCurrent and
+  // ...High): read when the figures are wanted, and before a trim; reserved
+  // memory grows only in allocations, so the pool's high-water mark is the
+  // peak whenever it rose since the last reset.
+  void Refresh() const {
+    absl::StatusOr<PoolUsage> u = backend_->GetPoolUsage();
+    if (!u.ok()) return;
+    stats_.bytes_reserved = u->reserved;
+    pool_peak_ = u->peak_reserved;
+    stats_.peak_bytes_reserved =
+        std::max(stats_.peak_bytes_reserved, u->reserved);
+    if (pool_peak_ > pool_peak_at_reset_) {
+      stats_.peak_bytes_reserved =
+          std::max(stats_.peak_bytes_reserved, pool_peak_);
+    }
+  }
+
+  struct Entry {
+    std::uint64_t bytes = 0;
+    std::uintptr_t stream = 0;
+  };
+  const AsyncModelOptions o_;
+  absl::flat_hash_map<DeviceAddress, Entry> live_;
+  mutable std::uint64_t pool_peak_ = 0;
+  std::uint64_t pool_peak_at_reset_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncModel(
+    const AsyncModelOptions& options, std::shared_ptr<Backend> backend) {
+  if (!backend->info().capabilities.stream_ordered_pools) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the async model needs a backend with stream-ordered pools; ",
+        backend->info().backend, " has none"));
+  }
+  auto model = std::make_unique<AsyncModel>(options, std::move(backend));
+  absl::Status s = model->Configure();
+  if (!s.ok()) return s;
+  return std::unique_ptr<Allocator>(std::move(model));
+}
+
+}  // namespace gpualloc::replay
