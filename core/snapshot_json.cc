@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,43 +22,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "gpualloc/stats_fields.h"
 
 namespace gpualloc {
 namespace {
 
 constexpr absl::string_view kFormat = "gpualloc-snapshot";
 constexpr std::uint64_t kVersion = 1;
-
-// The Stats fields, in declaration order, for the writer and the reader.
-struct StatsField {
-  absl::string_view name;
-  std::uint64_t Stats::*member;
-};
-constexpr StatsField kStatsFields[] = {
-    {"num_allocs", &Stats::num_allocs},
-    {"bytes_in_use", &Stats::bytes_in_use},
-    {"peak_bytes_in_use", &Stats::peak_bytes_in_use},
-    {"largest_alloc_size", &Stats::largest_alloc_size},
-    {"bytes_limit", &Stats::bytes_limit},
-    {"bytes_reserved", &Stats::bytes_reserved},
-    {"peak_bytes_reserved", &Stats::peak_bytes_reserved},
-    {"largest_free_block_bytes", &Stats::largest_free_block_bytes},
-    {"bytes_requested", &Stats::bytes_requested},
-    {"peak_bytes_requested", &Stats::peak_bytes_requested},
-    {"num_ooms", &Stats::num_ooms},
-    {"backend_allocs", &Stats::backend_allocs},
-    {"backend_frees", &Stats::backend_frees},
-    {"events_recorded", &Stats::events_recorded},
-    {"stream_waits", &Stats::stream_waits},
-    {"host_waits", &Stats::host_waits},
-};
-// Fields added after version 1 was fixed: written always, read when present.
-constexpr StatsField kOptionalStatsFields[] = {
-    {"pool_bytes_reserved", &Stats::pool_bytes_reserved},
-    {"pool_bytes_in_use", &Stats::pool_bytes_in_use},
-    {"bytes_sleeping", &Stats::bytes_sleeping},
-    {"bytes_release_pending", &Stats::bytes_release_pending},
-};
 
 // ---- Reading -------------------------------------------------------------
 
@@ -328,6 +299,34 @@ absl::StatusOr<double> Fraction(const JsonValue& v, absl::string_view path,
     lhs = *json_value_;                                 \
   } while (false)
 
+// The "stats" object into *out: every row of GPUALLOC_STATS_FIELDS, those of
+// the first format required, later ones when present; the counts first, then
+// the fractions (the writer's order, so the first missing field is named).
+absl::Status ParseStats(const JsonValue& stats, Stats* out) {
+  absl::Status status;
+  for (const bool fractions : {false, true}) {
+    ForEachStatsField(
+        [&](absl::string_view name, auto member, StatsFieldAge age) {
+          using T = std::remove_reference_t<decltype(out->*member)>;
+          if (!status.ok() || std::is_same_v<T, double> != fractions) return;
+          if (age == StatsFieldAge::kAdded && stats.Find(name) == nullptr)
+            return;
+          absl::StatusOr<T> value;
+          if constexpr (std::is_same_v<T, double>) {
+            value = Fraction(stats, "stats", name);
+          } else {
+            value = Unsigned(stats, "stats", name);
+          }
+          if (value.ok()) {
+            out->*member = *value;
+          } else {
+            status = value.status();
+          }
+        });
+  }
+  return status;
+}
+
 }  // namespace
 
 absl::string_view RegionKindName(RegionKind kind) {
@@ -431,16 +430,21 @@ std::string SnapshotToJson(const Snapshot& snapshot, const DeviceInfo* device) {
     absl::StrAppend(&out, ",\"total_bytes\":", device->total_bytes, "}");
   }
   out += ",\"stats\":{";
-  for (const StatsField& f : kStatsFields) {
-    absl::StrAppend(&out, "\"", f.name, "\":", snapshot.stats.*f.member, ",");
+  // Every row of GPUALLOC_STATS_FIELDS: the counts, then the fractions.
+  for (const bool fractions : {false, true}) {
+    ForEachStatsField([&](absl::string_view name, auto member, StatsFieldAge) {
+      const auto value = snapshot.stats.*member;
+      if (std::is_same_v<decltype(value), const double> != fractions) return;
+      if (out.back() != '{') out += ",";
+      if constexpr (std::is_same_v<decltype(value), const double>) {
+        absl::StrAppendFormat(&out, "\"%s\":%.9g", name,
+                              std::isfinite(value) ? value : 0.0);
+      } else {
+        absl::StrAppend(&out, "\"", name, "\":", value);
+      }
+    });
   }
-  for (const StatsField& f : kOptionalStatsFields) {
-    absl::StrAppend(&out, "\"", f.name, "\":", snapshot.stats.*f.member, ",");
-  }
-  const double frag = std::isfinite(snapshot.stats.fragmentation)
-                          ? snapshot.stats.fragmentation
-                          : 0.0;
-  absl::StrAppendFormat(&out, "\"fragmentation\":%.9g}", frag);
+  out += "}";
   absl::StrAppend(&out, ",\"region_kind\":\"",
                   RegionKindName(snapshot.region_kind), "\",\"regions\":");
   AppendRegions(&out, snapshot.regions);
@@ -652,17 +656,7 @@ absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
   const JsonValue* stats = nullptr;
   GPUALLOC_JSON_ASSIGN(
       stats, Member(*doc, "", "stats", JsonValue::Kind::kObject, "an object"));
-  for (const StatsField& f : kStatsFields) {
-    GPUALLOC_JSON_ASSIGN(snapshot.stats.*f.member,
-                         Unsigned(*stats, "stats", f.name));
-  }
-  for (const StatsField& f : kOptionalStatsFields) {
-    if (stats->Find(f.name) == nullptr) continue;
-    GPUALLOC_JSON_ASSIGN(snapshot.stats.*f.member,
-                         Unsigned(*stats, "stats", f.name));
-  }
-  GPUALLOC_JSON_ASSIGN(snapshot.stats.fragmentation,
-                       Fraction(*stats, "stats", "fragmentation"));
+  if (absl::Status s = ParseStats(*stats, &snapshot.stats); !s.ok()) return s;
 
   const JsonValue* regions = nullptr;
   GPUALLOC_JSON_ASSIGN(regions, Member(*doc, "", "regions",

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/base/optimization.h"
@@ -37,6 +38,7 @@
 #include "gpualloc/gpualloc.h"
 #include "gpualloc/registry.h"
 #include "gpualloc/snapshot_json.h"
+#include "gpualloc/stats_fields.h"
 #include "gpualloc/torch_snapshot.h"
 
 // The handle: the registry, plus which devices were used (for
@@ -233,78 +235,56 @@ absl::Status Malloc(gpualloc_t* handle, int device, size_t size,
 // The caller's struct (its first field is struct_size, left as the caller
 // set it) may be older (smaller): fill the whole fields that fit, never part
 // of one. Or newer (larger): fill this library's fields, leave the rest.
-// `field_ends`: the end offset of each field, in order.
+// `field_ends`: the end offset of each field, in any order (the fields lie
+// back to back after struct_size).
 template <typename T, std::size_t N>
 void CopyFieldsThatFit(const T* full, T* out, std::uint64_t out_size,
                        const std::size_t (&field_ends)[N]) {
   std::size_t size = sizeof(std::uint64_t);
   for (std::size_t end : field_ends) {
-    if (end <= out_size) size = end;
+    if (end <= out_size) size = std::max(size, end);
   }
   std::memcpy(reinterpret_cast<char*>(out) + sizeof(std::uint64_t),
               reinterpret_cast<const char*>(full) + sizeof(std::uint64_t),
               size - sizeof(std::uint64_t));
 }
 
+// gpualloc_stats_t holds every row of GPUALLOC_STATS_FIELDS, of its type,
+// and nothing else after struct_size (its fields may be in another order:
+// fragmentation comes after host_waits there).
+#define GPUALLOC_C_STATS_FIELD(name, type, age, description)            \
+  static_assert(std::is_same_v<decltype(gpualloc_stats_t::name), type>, \
+                "gpualloc_stats_t." #name                               \
+                " must have the type of Stats::" #name);
+GPUALLOC_STATS_FIELDS(GPUALLOC_C_STATS_FIELD)
+#undef GPUALLOC_C_STATS_FIELD
+#define GPUALLOC_STATS_FIELD_SIZE(name, type, age, description) +sizeof(type)
+static_assert(sizeof(gpualloc_stats_t) ==
+                  sizeof(std::uint64_t) +
+                      (0 GPUALLOC_STATS_FIELDS(GPUALLOC_STATS_FIELD_SIZE)),
+              "gpualloc_stats_t must hold struct_size and exactly the rows of "
+              "GPUALLOC_STATS_FIELDS (gpualloc/stats_fields.h)");
+#undef GPUALLOC_STATS_FIELD_SIZE
+
 void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   gpualloc_stats_t full;
   std::memset(&full, 0, sizeof(full));
   full.struct_size = sizeof(full);
-  full.num_allocs = s.num_allocs;
-  full.bytes_in_use = s.bytes_in_use;
-  full.peak_bytes_in_use = s.peak_bytes_in_use;
-  full.largest_alloc_size = s.largest_alloc_size;
-  full.bytes_limit = s.bytes_limit;
-  full.bytes_reserved = s.bytes_reserved;
-  full.peak_bytes_reserved = s.peak_bytes_reserved;
-  full.largest_free_block_bytes = s.largest_free_block_bytes;
-  full.bytes_requested = s.bytes_requested;
-  full.peak_bytes_requested = s.peak_bytes_requested;
-  full.num_ooms = s.num_ooms;
-  full.backend_allocs = s.backend_allocs;
-  full.backend_frees = s.backend_frees;
-  full.events_recorded = s.events_recorded;
-  full.stream_waits = s.stream_waits;
-  full.host_waits = s.host_waits;
-  full.fragmentation = s.fragmentation;
-  full.pool_bytes_reserved = s.pool_bytes_reserved;
-  full.pool_bytes_in_use = s.pool_bytes_in_use;
-  full.bytes_sleeping = s.bytes_sleeping;
-  full.bytes_release_pending = s.bytes_release_pending;
+#define GPUALLOC_COPY_STATS_FIELD(name, type, age, description) \
+  full.name = s.name;
+  GPUALLOC_STATS_FIELDS(GPUALLOC_COPY_STATS_FIELD)
+#undef GPUALLOC_COPY_STATS_FIELD
   // The caller's struct may be older (smaller): fill the whole fields that
   // fit, never part of one (a struct_size between two field boundaries gets
   // the fields before it). Or newer (larger): fill this library's fields and
   // leave the rest as the caller set them. Its struct_size stays.
   constexpr std::size_t kFieldEnds[] = {
-#define GPUALLOC_FIELD_END(f) \
-  offsetof(gpualloc_stats_t, f) + sizeof(gpualloc_stats_t::f)
-      GPUALLOC_FIELD_END(struct_size),
-      GPUALLOC_FIELD_END(num_allocs),
-      GPUALLOC_FIELD_END(bytes_in_use),
-      GPUALLOC_FIELD_END(peak_bytes_in_use),
-      GPUALLOC_FIELD_END(largest_alloc_size),
-      GPUALLOC_FIELD_END(bytes_limit),
-      GPUALLOC_FIELD_END(bytes_reserved),
-      GPUALLOC_FIELD_END(peak_bytes_reserved),
-      GPUALLOC_FIELD_END(largest_free_block_bytes),
-      GPUALLOC_FIELD_END(bytes_requested),
-      GPUALLOC_FIELD_END(peak_bytes_requested),
-      GPUALLOC_FIELD_END(num_ooms),
-      GPUALLOC_FIELD_END(backend_allocs),
-      GPUALLOC_FIELD_END(backend_frees),
-      GPUALLOC_FIELD_END(events_recorded),
-      GPUALLOC_FIELD_END(stream_waits),
-      GPUALLOC_FIELD_END(host_waits),
-      GPUALLOC_FIELD_END(fragmentation),
-      GPUALLOC_FIELD_END(pool_bytes_reserved),
-      GPUALLOC_FIELD_END(pool_bytes_in_use),
-      GPUALLOC_FIELD_END(bytes_sleeping),
-      GPUALLOC_FIELD_END(bytes_release_pending),
+#define GPUALLOC_FIELD_END(name, type, age, description) \
+  offsetof(gpualloc_stats_t, name) + sizeof(gpualloc_stats_t::name),
+      sizeof(gpualloc_stats_t::struct_size),
+      GPUALLOC_STATS_FIELDS(GPUALLOC_FIELD_END)
 #undef GPUALLOC_FIELD_END
   };
-  static_assert(
-      kFieldEnds[std::size(kFieldEnds) - 1] == sizeof(gpualloc_stats_t),
-      "every gpualloc_stats_t field must be listed in kFieldEnds");
   CopyFieldsThatFit(&full, out, out->struct_size, kFieldEnds);
 }
 

@@ -79,7 +79,8 @@ typedef enum gpualloc_status {
 /* Opaque: the allocators of every device, from one configuration. */
 typedef struct gpualloc_handle gpualloc_t;
 
-/* TensorFlow's allocator statistics (gpualloc::Stats). ABI evolution: fields
+/* TensorFlow's allocator statistics (gpualloc::Stats, every row of
+ * gpualloc/stats_fields.h; the build checks that). ABI evolution: fields
  * are only ever added at the end, and the caller sets struct_size to
  * sizeof(gpualloc_stats_t) as it was compiled. The library fills the fields
  * both it and the caller know: a caller built against an older header (a
@@ -119,6 +120,12 @@ typedef struct gpualloc_stats {
   /* Memory the device refused to take back (a failed unmap or release):
    * still held, counted in bytes_reserved, released later. */
   uint64_t bytes_release_pending;
+  /* Front caches (front_cache=SIZE): bytes of freed blocks they hold (not in
+   * bytes_in_use), allocations they served, and allocations that found no
+   * block of their size there. */
+  uint64_t front_cache_bytes;
+  uint64_t front_cache_hits;
+  uint64_t front_cache_misses;
 } gpualloc_stats_t;
 
 /* Every device: the device argument of gpualloc_trim, gpualloc_release_stream

@@ -57,7 +57,8 @@ class GpuallocError(RuntimeError):
 
 
 class _Stats(ctypes.Structure):
-    """gpualloc_stats_t (include/gpualloc/gpualloc.h), field for field."""
+    """gpualloc_stats_t (include/gpualloc/gpualloc.h), field for field
+    (tests/bindings/stats_mirror_test.py checks it against the header)."""
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "struct_size", "num_allocs", "bytes_in_use", "peak_bytes_in_use",
         "largest_alloc_size", "bytes_limit", "bytes_reserved",
@@ -67,7 +68,8 @@ class _Stats(ctypes.Structure):
         ("fragmentation", ctypes.c_double)] + [
         (name, ctypes.c_uint64) for name in (
             "pool_bytes_reserved", "pool_bytes_in_use", "bytes_sleeping",
-            "bytes_release_pending")]
+            "bytes_release_pending", "front_cache_bytes", "front_cache_hits",
+            "front_cache_misses")]
 
 
 # gpualloc_stats_t's fields under PyTorch's memory_stats() names where torch
@@ -282,7 +284,8 @@ def stats(device=None):
     key names where torch has them (reserved_bytes.all.peak,
     allocated_bytes.all.current, num_ooms, num_device_alloc, ...) and
     "gpualloc.<field>" for the rest (the limit, largest free block,
-    fragmentation, events, waits, graph pools, memory asleep)."""
+    fragmentation, events, waits, graph pools, memory asleep, front
+    caches)."""
     s = _raw_stats(device)
     out = {}
     for name, _ in _Stats._fields_[1:]:

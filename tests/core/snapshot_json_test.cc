@@ -8,11 +8,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gpualloc/allocator.h"
 #include "gpualloc/sim_backend.h"
+#include "gpualloc/stats_fields.h"
 #include "gtest/gtest.h"
 
 namespace gpualloc {
@@ -24,24 +27,15 @@ using ::testing::StartsWith;
 
 constexpr std::uint64_t kMiB = 1024 * 1024;
 
+// Every Stats field (the rows of gpualloc/stats_fields.h).
 void ExpectSameStats(const Stats& a, const Stats& b) {
-  EXPECT_EQ(a.num_allocs, b.num_allocs);
-  EXPECT_EQ(a.bytes_in_use, b.bytes_in_use);
-  EXPECT_EQ(a.peak_bytes_in_use, b.peak_bytes_in_use);
-  EXPECT_EQ(a.largest_alloc_size, b.largest_alloc_size);
-  EXPECT_EQ(a.bytes_limit, b.bytes_limit);
-  EXPECT_EQ(a.bytes_reserved, b.bytes_reserved);
-  EXPECT_EQ(a.peak_bytes_reserved, b.peak_bytes_reserved);
-  EXPECT_EQ(a.largest_free_block_bytes, b.largest_free_block_bytes);
-  EXPECT_EQ(a.bytes_requested, b.bytes_requested);
-  EXPECT_EQ(a.peak_bytes_requested, b.peak_bytes_requested);
-  EXPECT_NEAR(a.fragmentation, b.fragmentation, 1e-8);
-  EXPECT_EQ(a.num_ooms, b.num_ooms);
-  EXPECT_EQ(a.backend_allocs, b.backend_allocs);
-  EXPECT_EQ(a.backend_frees, b.backend_frees);
-  EXPECT_EQ(a.events_recorded, b.events_recorded);
-  EXPECT_EQ(a.stream_waits, b.stream_waits);
-  EXPECT_EQ(a.host_waits, b.host_waits);
+  ForEachStatsField([&](absl::string_view name, auto member, StatsFieldAge) {
+    if constexpr (std::is_same_v<decltype(a.*member), const double&>) {
+      EXPECT_NEAR(a.*member, b.*member, 1e-8) << name;
+    } else {
+      EXPECT_EQ(a.*member, b.*member) << name;
+    }
+  });
 }
 
 // An allocator growing on demand with a few live blocks on two streams and a
@@ -224,6 +218,52 @@ TEST(SnapshotJsonTest, AnEmptySnapshot) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->regions.empty());
   EXPECT_EQ(back->stats.num_allocs, 0u);
+}
+
+// Every row of gpualloc/stats_fields.h is written under its name and read
+// back; a document without a later row reads (as 0), one without a row of the
+// first format does not.
+TEST(SnapshotJsonTest, EveryStatsFieldRoundTrips) {
+  Snapshot snapshot;
+  std::uint64_t next = 1000;
+  ForEachStatsField([&](absl::string_view, auto member, StatsFieldAge) {
+    using T = std::remove_reference_t<decltype(snapshot.stats.*member)>;
+    if constexpr (std::is_same_v<T, double>) {
+      snapshot.stats.*member = 0.25;
+    } else {
+      snapshot.stats.*member = next++;
+    }
+  });
+  const std::string json = SnapshotToJson(snapshot);
+  absl::StatusOr<Snapshot> back = SnapshotFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameStats(back->stats, snapshot.stats);
+  const std::size_t stats = json.find("\"stats\":{");
+  const std::size_t stats_end = json.find('}', stats);
+  ASSERT_NE(stats_end, std::string::npos);
+  ForEachStatsField(
+      [&](absl::string_view name, auto member, StatsFieldAge age) {
+        const std::string key = absl::StrCat("\"", name, "\":");
+        const std::size_t at = json.find(key, stats);
+        ASSERT_LT(at, stats_end) << name << " missing from " << json;
+        // The row removed, and its comma.
+        const std::size_t end = json.find_first_of(",}", at);
+        std::string without = json;
+        if (json[end] == ',') {
+          without.erase(at, end + 1 - at);
+        } else {
+          without.erase(at - 1, end - at + 1);
+        }
+        const absl::StatusOr<Snapshot> old = SnapshotFromJson(without);
+        if (age == StatsFieldAge::kAdded) {
+          ASSERT_TRUE(old.ok()) << name << ": " << old.status();
+          EXPECT_EQ(old->stats.*member, 0u) << name;
+        } else {
+          ASSERT_FALSE(old.ok()) << name;
+          EXPECT_THAT(old.status().message(),
+                      HasSubstr(absl::StrCat("stats.", name)));
+        }
+      });
 }
 
 TEST(SnapshotJsonTest, SkipsUnknownFieldsAndWhitespace) {

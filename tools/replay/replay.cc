@@ -45,6 +45,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,7 @@
 #include "gpualloc/registry.h"
 #include "gpualloc/sim_backend.h"
 #include "gpualloc/snapshot_json.h"
+#include "gpualloc/stats_fields.h"
 #include "tools/replay/reference.h"
 
 namespace gpualloc::replay {
@@ -960,30 +962,19 @@ std::string ToJson(const ReplayResult& r) {
     out += rep;
   }
   out.push_back(']');
-  // TensorFlow's statistics at the end of the trace, under their own names.
+  // The statistics at the end of the trace: every Stats field (the rows of
+  // gpualloc/stats_fields.h) under its own name.
   const Stats& s = r.stats;
   key("stats");
   std::string inner = "{";
-  auto snum = [&inner](absl::string_view k, std::uint64_t v) {
-    AppendNumberField(&inner, k, v);
-  };
-  snum("num_allocs", s.num_allocs);
-  snum("bytes_in_use", s.bytes_in_use);
-  snum("peak_bytes_in_use", s.peak_bytes_in_use);
-  snum("largest_alloc_size", s.largest_alloc_size);
-  snum("bytes_limit", s.bytes_limit);
-  snum("bytes_reserved", s.bytes_reserved);
-  snum("peak_bytes_reserved", s.peak_bytes_reserved);
-  snum("largest_free_block_bytes", s.largest_free_block_bytes);
-  snum("bytes_requested", s.bytes_requested);
-  snum("peak_bytes_requested", s.peak_bytes_requested);
-  absl::StrAppend(&inner, ",\"fragmentation\":", JsonDouble(s.fragmentation));
-  snum("num_ooms", s.num_ooms);
-  snum("backend_allocs", s.backend_allocs);
-  snum("backend_frees", s.backend_frees);
-  snum("events_recorded", s.events_recorded);
-  snum("stream_waits", s.stream_waits);
-  snum("host_waits", s.host_waits);
+  ForEachStatsField([&](absl::string_view name, auto member, StatsFieldAge) {
+    const auto v = s.*member;
+    if constexpr (std::is_same_v<decltype(v), const double>) {
+      absl::StrAppend(&inner, ",\"", name, "\":", JsonDouble(v));
+    } else {
+      AppendNumberField(&inner, name, v);
+    }
+  });
   inner.push_back('}');
   out += inner;
   out.push_back('}');
