@@ -68,6 +68,7 @@
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
+#include "core/non_caching_allocator.h"
 #include "core/oom_message.h"
 #include "core/plan_block.h"
 #include "core/size_class.h"
@@ -79,13 +80,11 @@ namespace {
 
 constexpr absl::string_view kMode = "async";
 
-class AsyncAllocator final : public Allocator {
+class AsyncAllocator final : public NonCachingAllocator {
  public:
   AsyncAllocator(ResolvedOptions resolved, std::shared_ptr<Backend> backend,
                  const PoolUsage& usage)
-      : resolved_(std::move(resolved)),
-        backend_(std::move(backend)),
-        live_(resolved_.min_block_size),
+      : NonCachingAllocator(std::move(resolved), std::move(backend)),
         usage_(usage),
         pool_peak_at_reset_(usage.peak_reserved),
         peak_reserved_(usage.reserved),
@@ -116,12 +115,6 @@ class AsyncAllocator final : public Allocator {
     for (const auto& [key, event] : released_) {
       (void)backend_->DestroyEvent(event);
     }
-  }
-
-  // For AllocateHandlingOutOfMemory: a failure final after the handler.
-  void CountOutOfMemory() {
-    LockGuard lock(&mu_);
-    ++num_ooms_;
   }
 
   // Tags change nothing here: this mode keeps no memory (Sleep refuses).
@@ -265,13 +258,6 @@ class AsyncAllocator final : public Allocator {
     peak_reserved_ = usage_.reserved;
   }
 
-  void SetOutOfMemoryHandler(OutOfMemoryHandler handler) override {
-    std::shared_ptr<const OutOfMemoryHandler> next =
-        ShareHandler(std::move(handler));
-    LockGuard lock(&mu_);
-    oom_handler_.swap(next);
-  }
-
   Snapshot GetSnapshot() const override {
     LockGuard lock(&mu_);
     RefreshUsageLocked();
@@ -297,11 +283,6 @@ class AsyncAllocator final : public Allocator {
     }
     RefreshUsageLocked();
     return absl::OkStatus();
-  }
-
-  absl::Status Validate() const override {
-    LockGuard lock(&mu_);
-    return ValidateLocked();
   }
 
   // Records one last event on `stream` when anything here names it (a live
@@ -346,9 +327,6 @@ class AsyncAllocator final : public Allocator {
     }
     return absl::OkStatus();
   }
-
-  const DeviceInfo& device() const override { return backend_->info(); }
-  const Options& options() const override { return resolved_.options; }
 
   absl::Status SetLimit(std::uint64_t bytes) override {
     GPUALLOC_ASSIGN_OR_RETURN(
@@ -713,7 +691,8 @@ class AsyncAllocator final : public Allocator {
   //   A3. Streams are recorded only for live allocations, each at most once.
   //   A4. Every event created is idle between calls, or the last event of a
   //       released stream (none leaked).
-  absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status ValidateLocked() const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(live_.Validate());
     if (backend_allocs_ - backend_frees_ != live_.size() + deferred_.size()) {
       return absl::InternalError(absl::StrFormat(
@@ -751,53 +730,24 @@ class AsyncAllocator final : public Allocator {
     return absl::OkStatus();
   }
 
-  void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    GPUALLOC_VALIDATE_EACH_OP(ValidateLocked());
-  }
-
-  Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const LiveCounters& k = live_.counters();
-    Stats s = StatsFromCounters(k, Limit());
+  Stats StatsLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Stats s = CommonStatsLocked();
     // The pool's view; its free memory is not visible block by block, so
     // largest_free_block_bytes and fragmentation stay 0.
     s.bytes_reserved = usage_.reserved;
     s.peak_bytes_reserved = peak_reserved_;
-    s.num_ooms = num_ooms_;
-    s.backend_allocs = backend_allocs_;
-    s.backend_frees = backend_frees_;
     s.events_recorded = events_recorded_;
     s.stream_waits = stream_waits_;
     s.host_waits = host_waits_;
     return s;
   }
 
-  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts,
-                              PendingOutOfMemory* pending) {
-    LockGuard lock(&mu_);
-    return NoteOutOfMemory(
-        TooLargeError(backend_->info(), resolved_.options, facts), oom_handler_,
-        StatsLocked(), pending, &num_ooms_);
-  }
-
-  absl::Status OutOfMemory(OutOfMemoryFacts facts, PendingOutOfMemory* pending,
-                           absl::string_view why, absl::string_view hint)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // The pool's reserved bytes, read now.
+  std::uint64_t ReservedLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     RefreshUsageLocked();
-    facts.in_use = live_.counters().bytes_in_use;
-    facts.reserved = usage_.reserved;
-    return NoteOutOfMemory(
-        OutOfMemoryError(backend_->info(), resolved_.options, facts, why, hint),
-        oom_handler_, StatsLocked(), pending, &num_ooms_);
+    return usage_.reserved;
   }
 
-  const ResolvedOptions resolved_;
-  // resolved_.limit, then what SetLimit set (written under mu_).
-  std::atomic<std::uint64_t> limit_{resolved_.limit};
-  std::uint64_t Limit() const { return limit_.load(std::memory_order_relaxed); }
-  const std::shared_ptr<Backend> backend_;
-
-  mutable Lock mu_;
-  LiveAllocations live_ ABSL_GUARDED_BY(mu_);
   // Streams declared with RecordStream, for the live allocations that have
   // any (empty on single-stream workloads).
   absl::flat_hash_map<DeviceAddress, std::vector<std::uintptr_t>> recorded_
@@ -829,10 +779,6 @@ class AsyncAllocator final : public Allocator {
   // (PoolGrowth). The pool grows only in PoolAllocate; it shrinks at Trim
   // and synchronization points, which only make this more pessimistic.
   mutable std::uint64_t reserved_bound_ ABSL_GUARDED_BY(mu_);
-  std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
-  std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
-  std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t events_recorded_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t stream_waits_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t host_waits_ ABSL_GUARDED_BY(mu_) = 0;

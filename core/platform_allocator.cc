@@ -30,6 +30,7 @@
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes.h"
+#include "core/non_caching_allocator.h"
 #include "core/oom_message.h"
 #include "core/plan_block.h"
 #include "core/size_class.h"
@@ -40,12 +41,10 @@ namespace {
 
 constexpr absl::string_view kMode = "platform";
 
-class PlatformAllocator final : public Allocator {
+class PlatformAllocator final : public NonCachingAllocator {
  public:
   PlatformAllocator(ResolvedOptions resolved, std::shared_ptr<Backend> backend)
-      : resolved_(std::move(resolved)),
-        backend_(std::move(backend)),
-        live_(resolved_.min_block_size) {}
+      : NonCachingAllocator(std::move(resolved), std::move(backend)) {}
 
   ~PlatformAllocator() override {
     LockGuard lock(&mu_);
@@ -63,12 +62,6 @@ class PlatformAllocator final : public Allocator {
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
                                  std::size_t alignment, Tag /*tag*/) override {
     return AllocateHandlingOutOfMemory(*this, bytes, stream, alignment);
-  }
-
-  // For AllocateHandlingOutOfMemory: a failure final after the handler.
-  void CountOutOfMemory() {
-    LockGuard lock(&mu_);
-    ++num_ooms_;
   }
 
   // One attempt at the request; an out-of-memory answer goes through
@@ -177,13 +170,6 @@ class PlatformAllocator final : public Allocator {
     live_.ResetPeaks();
   }
 
-  void SetOutOfMemoryHandler(OutOfMemoryHandler handler) override {
-    std::shared_ptr<const OutOfMemoryHandler> next =
-        ShareHandler(std::move(handler));
-    LockGuard lock(&mu_);
-    oom_handler_.swap(next);
-  }
-
   Snapshot GetSnapshot() const override {
     LockGuard lock(&mu_);
     Snapshot s;
@@ -194,14 +180,6 @@ class PlatformAllocator final : public Allocator {
 
   // Nothing is cached, so nothing can be returned.
   absl::Status Trim() override { return absl::OkStatus(); }
-
-  absl::Status Validate() const override {
-    LockGuard lock(&mu_);
-    return ValidateLocked();
-  }
-
-  const DeviceInfo& device() const override { return backend_->info(); }
-  const Options& options() const override { return resolved_.options; }
 
   absl::Status SetLimit(std::uint64_t bytes) override {
     GPUALLOC_ASSIGN_OR_RETURN(
@@ -219,7 +197,8 @@ class PlatformAllocator final : public Allocator {
   //   P1. Each live allocation is one backend allocation: live = allocs -
   //       frees.
   //   P2. Never more reserved than the limit.
-  absl::Status ValidateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status ValidateLocked() const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(live_.Validate());
     if (backend_allocs_ - backend_frees_ != live_.size()) {
       return absl::InternalError(absl::StrFormat(
@@ -235,53 +214,19 @@ class PlatformAllocator final : public Allocator {
     return absl::OkStatus();
   }
 
-  void MaybeValidate() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    GPUALLOC_VALIDATE_EACH_OP(ValidateLocked());
-  }
-
-  Stats StatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  Stats StatsLocked() const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const LiveCounters& k = live_.counters();
-    Stats s = StatsFromCounters(k, Limit());
+    Stats s = CommonStatsLocked();
     // Every device block is live: reserved is what the live blocks hold, and
     // nothing is free (largest_free_block_bytes and fragmentation stay 0).
     s.bytes_reserved = k.bytes_held;
     s.peak_bytes_reserved = k.peak_bytes_held;
-    s.num_ooms = num_ooms_;
-    s.backend_allocs = backend_allocs_;
-    s.backend_frees = backend_frees_;
     return s;
   }
 
-  absl::Status RejectTooLarge(const OutOfMemoryFacts& facts,
-                              PendingOutOfMemory* pending) {
-    LockGuard lock(&mu_);
-    return NoteOutOfMemory(
-        TooLargeError(backend_->info(), resolved_.options, facts), oom_handler_,
-        StatsLocked(), pending, &num_ooms_);
+  std::uint64_t ReservedLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return live_.counters().bytes_held;
   }
-
-  absl::Status OutOfMemory(OutOfMemoryFacts facts, PendingOutOfMemory* pending,
-                           absl::string_view why, absl::string_view hint)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    facts.in_use = live_.counters().bytes_in_use;
-    facts.reserved = live_.counters().bytes_held;
-    return NoteOutOfMemory(
-        OutOfMemoryError(backend_->info(), resolved_.options, facts, why, hint),
-        oom_handler_, StatsLocked(), pending, &num_ooms_);
-  }
-
-  const ResolvedOptions resolved_;
-  // resolved_.limit, then what SetLimit set (written under mu_).
-  std::atomic<std::uint64_t> limit_{resolved_.limit};
-  std::uint64_t Limit() const { return limit_.load(std::memory_order_relaxed); }
-  const std::shared_ptr<Backend> backend_;
-
-  mutable Lock mu_;
-  LiveAllocations live_ ABSL_GUARDED_BY(mu_);
-  std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
-  std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
-  std::uint64_t backend_allocs_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t backend_frees_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
