@@ -37,6 +37,28 @@
 //    ::written), so that an error found later, against the device, can name
 //    the variable or key and the value as written (runtime/backend_factory.cc
 //    restates core/options.cc's problems with them).
+//
+// Adding a key: every place it must go today.
+//  1. include/gpualloc/allocator.h: its Options field and default (or a
+//     Config member in include/gpualloc/config.h for a key that is no
+//     allocator option, as backend and device_memory are).
+//  2. include/gpualloc/config.h: its ConfigOverrides field (std::optional),
+//     and its line in the table of keys in the header comment.
+//  3. Here, kKeys: one Describe row (key, GPUALLOC_* variable, aliases, the
+//     values for --help, and the modes column: ReadBy for a key some modes
+//     ignore, BfcOnly with the refusal's words for one the other modes
+//     refuse; core::CheckOptions then refuses it there with no code of its
+//     own). A new kind of value also needs its ValueType here and its parser
+//     in core/config_parse.h/.cc; a PyTorch key that maps to it, its row in
+//     config_parse.cc's PytorchKeys().
+//  4. core/options.cc, kFields: the Options field's key and its default in
+//     C++ terms (the runtime layer restates option errors with the key), and
+//     CheckOptions / ResolveOptions for any check of the value's range.
+//  5. README.md's and docs/ARCHITECTURE.md's key tables, which
+//     tests/core/config_test.cc checks against ConfigKeys(), and that test's
+//     kAllKeys list; a test of the new key's parsing there.
+//  6. A bfc-only key the other modes ignore: tools/info.cc, BfcOnlyKeys (the
+//     "not used" line).
 #include "gpualloc/config.h"
 
 #include <algorithm>
@@ -60,6 +82,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "core/config_parse.h"
+#include "core/key_modes.h"
 #include "core/status_macros.h"
 
 namespace gpualloc {
@@ -231,6 +254,53 @@ constexpr ValueType<std::string> kArch = {
 constexpr ValueType<std::string> kText = {config_internal::ParseName, nullptr,
                                           nullptr, PrintText};
 
+// ----------------------------------------------------------------- modes
+
+// The modes column of kKeys (core/key_modes.h): the allocator modes that read
+// a key, every mode unless its row says otherwise. The other modes either
+// ignore the key (no `asks`: tools/info.cc names such settings "not used")
+// or, with `asks`, refuse a value that asks for what only those modes have,
+// in core::CheckOptions, with a message made of the row's words.
+struct KeyModes {
+  core::ModeSet modes = core::kAllModes;
+  absl::string_view field;  // the Options field, for a refusal
+  std::string (*asks)(const Options& options) = nullptr;
+  absl::string_view feature;
+  absl::string_view lacks;
+  absl::string_view reset;
+};
+
+constexpr core::ModeSet kBfcMode = core::ModeBit(AllocatorMode::kBfc);
+
+// Read by the modes in `modes` only, ignored by the others.
+constexpr KeyModes ReadBy(core::ModeSet modes) {
+  KeyModes m;
+  m.modes = modes;
+  return m;
+}
+
+// Read by allocator=bfc only and refused by the others when `asks` gives a
+// value (core::ModeRefusal says what each word is).
+constexpr KeyModes BfcOnly(absl::string_view field,
+                           std::string (*asks)(const Options&),
+                           absl::string_view feature, absl::string_view lacks,
+                           absl::string_view reset) {
+  return KeyModes{kBfcMode, field, asks, feature, lacks, reset};
+}
+
+// The value of Options field kField in C++ terms when it is not 0.
+template <auto kField>
+std::string NonZero(const Options& o) {
+  return o.*kField != 0 ? absl::StrCat(o.*kField) : std::string();
+}
+std::string ExpandableOn(const Options& o) {
+  return o.expandable == Tristate::kOn ? "kOn" : "";
+}
+std::string ThresholdOn(const Options& o) {
+  return o.gc_threshold != 0 ? absl::StrFormat("%g", o.gc_threshold)
+                             : std::string();
+}
+
 // ------------------------------------------------------------------ keys
 
 // One configuration key: its names, and what it does with a ConfigOverrides
@@ -252,6 +322,8 @@ struct KeyDescriptor {
   void (*apply)(const ConfigOverrides& from, Config& to);
   // The effective value in `c`, in configuration-string form.
   std::string (*print)(const Config& c);
+  // The modes column: the allocator modes that read the key.
+  KeyModes modes;
 };
 
 // object.*kMember, or object.*kMember.*kRest... (a member of Options inside
@@ -271,7 +343,8 @@ template <auto kField, const auto& kValues, auto... kTarget>
 constexpr KeyDescriptor Describe(absl::string_view name,
                                  absl::string_view variable,
                                  std::array<absl::string_view, 2> aliases,
-                                 absl::string_view values) {
+                                 absl::string_view values,
+                                 KeyModes modes = {}) {
   return KeyDescriptor{
       name,
       variable,
@@ -299,7 +372,8 @@ constexpr KeyDescriptor Describe(absl::string_view name,
         if ((from.*kField).has_value())
           Member<kTarget...>(to) = *(from.*kField);
       },
-      [](const Config& c) { return kValues.print(Member<kTarget...>(c)); }};
+      [](const Config& c) { return kValues.print(Member<kTarget...>(c)); },
+      modes};
 }
 
 using O = ConfigOverrides;
@@ -312,7 +386,7 @@ constexpr std::array kKeys = {
         "bfc|platform|async"),
     Describe<&O::preallocate, kBool, &Config::options, &Options::preallocate>(
         "preallocate", "GPUALLOC_PREALLOCATE",
-        {"XLA_PYTHON_CLIENT_PREALLOCATE"}, "true|false"),
+        {"XLA_PYTHON_CLIENT_PREALLOCATE"}, "true|false", ReadBy(kBfcMode)),
     Describe<&O::memory_fraction, kFraction, &Config::options,
              &Options::memory_fraction>(
         "mem_fraction", "GPUALLOC_MEM_FRACTION",
@@ -323,16 +397,23 @@ constexpr std::array kKeys = {
                                      "a size: 40GiB, 512MB"),
     Describe<&O::expandable, kKeyword<config_internal::kTristates>,
              &Config::options, &Options::expandable>(
-        "expandable", "GPUALLOC_EXPANDABLE", {}, "true|false|auto"),
+        "expandable", "GPUALLOC_EXPANDABLE", {}, "true|false|auto",
+        BfcOnly("expandable", ExpandableOn, "",
+                "manages no regions of its own to expand",
+                "expandable regions where they work")),
     Describe<&O::arch, kArch, &Config::options, &Options::arch>(
         "arch", "GPUALLOC_ARCH", {}, "auto or a profile"),
     Describe<&O::garbage_collection, kBool, &Config::options,
-             &Options::garbage_collection>("gc", "GPUALLOC_GC",
-                                           {"TF_ENABLE_GPU_GARBAGE_COLLECTION"},
-                                           "true|false"),
+             &Options::garbage_collection>(
+        "gc", "GPUALLOC_GC", {"TF_ENABLE_GPU_GARBAGE_COLLECTION"}, "true|false",
+        ReadBy(kBfcMode | core::ModeBit(AllocatorMode::kAsync))),
     Describe<&O::gc_threshold, kThreshold, &Config::options,
-             &Options::gc_threshold>("gc_threshold", "GPUALLOC_GC_THRESHOLD",
-                                     {}, "0 (off) or a fraction in (0, 1)"),
+             &Options::gc_threshold>(
+        "gc_threshold", "GPUALLOC_GC_THRESHOLD", {},
+        "0 (off) or a fraction in (0, 1)",
+        BfcOnly("gc_threshold", ThresholdOn,
+                "giving free memory back before growth",
+                "does not grow regions of its own", "off")),
     Describe<&O::backend, kKeyword<config_internal::kBackends>,
              &Config::backend>("backend", "GPUALLOC_BACKEND", {},
                                "auto|sim|cuda|hip"),
@@ -341,10 +422,10 @@ constexpr std::array kKeys = {
     Describe<&O::cross_stream_reuse, kKeyword<config_internal::kCrossStream>,
              &Config::options, &Options::cross_stream_reuse>(
         "cross_stream", "GPUALLOC_CROSS_STREAM", {},
-        "when_complete|stream_wait"),
+        "when_complete|stream_wait", ReadBy(kBfcMode)),
     Describe<&O::growth_policy, kKeyword<config_internal::kGrowth>,
              &Config::options, &Options::growth_policy>(
-        "growth", "GPUALLOC_GROWTH", {}, "exact|doubling"),
+        "growth", "GPUALLOC_GROWTH", {}, "exact|doubling", ReadBy(kBfcMode)),
     Describe<&O::growth_granularity, kGranularity, &Config::options,
              &Options::growth_granularity>(
         "granularity", "GPUALLOC_GRANULARITY", {}, "a size: region sizes"),
@@ -353,16 +434,23 @@ constexpr std::array kKeys = {
                                        "power of two >= 16 B"),
     Describe<&O::max_internal_fragmentation, kSize, &Config::options,
              &Options::max_internal_fragmentation>(
-        "split_bound", "GPUALLOC_SPLIT_BOUND", {}, "a size, 0 allowed"),
+        "split_bound", "GPUALLOC_SPLIT_BOUND", {}, "a size, 0 allowed",
+        ReadBy(kBfcMode)),
     Describe<&O::size_divisions, kDivisions, &Config::options,
-             &Options::size_divisions>("size_divisions",
-                                       "GPUALLOC_SIZE_DIVISIONS", {},
-                                       "0 or a power of two 2..64"),
+             &Options::size_divisions>(
+        "size_divisions", "GPUALLOC_SIZE_DIVISIONS", {},
+        "0 or a power of two 2..64",
+        BfcOnly("size_divisions", NonZero<&Options::size_divisions>,
+                "size rounding", "has no chunks of its own to round",
+                "no rounding")),
     Describe<&O::history, kHistory, &Config::options, &Options::history>(
-        "history", "GPUALLOC_HISTORY", {}, "0 or events kept, <= 2^24"),
+        "history", "GPUALLOC_HISTORY", {}, "0 or events kept, <= 2^24",
+        BfcOnly("history", NonZero<&Options::history>, "the allocation history",
+                "records none", "no history")),
     Describe<&O::front_cache, kSize, &Config::options, &Options::front_cache>(
-        "front_cache", "GPUALLOC_FRONT_CACHE", {},
-        "a size per stream, 0 = off"),
+        "front_cache", "GPUALLOC_FRONT_CACHE", {}, "a size per stream, 0 = off",
+        BfcOnly("front_cache", NonZero<&Options::front_cache>, "a front cache",
+                "keeps no freed blocks to cache", "off")),
     Describe<&O::name, kText, &Config::options, &Options::name>(
         "name", "GPUALLOC_NAME", {}, "a label"),
     Describe<&O::memory_kind, kKeyword<config_internal::kMemoryKinds>,
@@ -687,137 +775,150 @@ absl::StatusOr<ConfigOverrides> ParseString(absl::string_view text,
 constexpr absl::string_view kPytorchDocs =
     " (docs/ARCHITECTURE.md, \"PyTorch's variables\")";
 
-// ResolveConfig. The program's settings came from `option_source`
-// ("option", or "config string" with `option_written` their text).
-absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
-                               const EnvLookup& env,
-                               absl::string_view option_source,
-                               const PerKey* option_written,
-                               Conventions conventions) {
-  ConfigOverrides options = overrides;
-  GPUALLOC_RETURN_IF_ERROR(CheckOverrides(options));
-  std::vector<std::string> jax_warnings;
-  GPUALLOC_RETURN_IF_ERROR(CheckUnknownVariables(env, jax_warnings));
-
-  // The two fraction aliases name the same setting at the same level: when
-  // both are set there is no telling which one the user meant, even when they
-  // agree today.
-  {
-    const KeyDescriptor& k = kKeys[kFractionKey];
-    const std::optional<std::string> a = env(k.aliases[0]);
-    const std::optional<std::string> b = env(k.aliases[1]);
-    if (a.has_value() && b.has_value()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s=%s and %s=%s are both set; they are aliases of %s: unset one",
-          k.aliases[0], Quoted(*a), k.aliases[1], Quoted(*b), k.variable));
-    }
+// The two fraction aliases name the same setting at the same level: when
+// both are set there is no telling which one the user meant, even when they
+// agree today.
+absl::Status CheckFractionAliases(const EnvLookup& env) {
+  const KeyDescriptor& k = kKeys[kFractionKey];
+  const std::optional<std::string> a = env(k.aliases[0]);
+  const std::optional<std::string> b = env(k.aliases[1]);
+  if (a.has_value() && b.has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s=%s and %s=%s are both set; they are aliases of %s: unset one",
+        k.aliases[0], Quoted(*a), k.aliases[1], Quoted(*b), k.variable));
   }
+  return absl::OkStatus();
+}
 
+// What the environment's GPUALLOC_* variables and JAX/XLA/TF aliases set.
+struct EnvironmentSettings {
   ConfigOverrides variables;  // GPUALLOC_* values
   ConfigOverrides aliases;    // JAX/XLA/TF values
   PerKey variable_written;
   PerKey alias_used;
   PerKey alias_written;
+};
+
+absl::StatusOr<EnvironmentSettings> ReadEnvironment(const EnvLookup& env) {
+  EnvironmentSettings out;
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
     const KeyDescriptor& k = kKeys[i];
     GPUALLOC_ASSIGN_OR_RETURN(
         const std::optional<std::string> value,
-        ReadVariable(env, k, k.variable, /*alias=*/false, variables));
-    if (value.has_value()) variable_written[i] = *value;
+        ReadVariable(env, k, k.variable, /*alias=*/false, out.variables));
+    if (value.has_value()) out.variable_written[i] = *value;
     for (absl::string_view alias : k.aliases) {
       if (alias.empty()) continue;
       GPUALLOC_ASSIGN_OR_RETURN(
           const std::optional<std::string> alias_value,
-          ReadVariable(env, k, alias, /*alias=*/true, aliases));
+          ReadVariable(env, k, alias, /*alias=*/true, out.aliases));
       if (alias_value.has_value()) {
-        alias_used[i] = std::string(alias);
-        alias_written[i] = *alias_value;
+        out.alias_used[i] = std::string(alias);
+        out.alias_written[i] = *alias_value;
       }
     }
   }
-  GPUALLOC_ASSIGN_OR_RETURN(const PytorchSettings pytorch, ReadPytorch(env));
+  return out;
+}
 
-  // Per key: option > variable > alias (JAX/XLA/TF or PyTorch) > default.
-  ConfigOverrides merged;
+// The program's settings: from `source` ("option", or "config string" with
+// `written` their text).
+struct ProgramSettings {
+  const ConfigOverrides& values;
+  absl::string_view source;
+  const PerKey* written;
+};
+
+// Every level merged, per key: option > variable > alias (JAX/XLA/TF or
+// PyTorch) > default, with where each value came from.
+struct Merged {
+  ConfigOverrides values;
   std::array<ValueOrigin, kKeys.size()> origin = {};
   PerKey source;
   PerKey set_by;
   PerKey written;
-  std::vector<std::string> notes = pytorch.notes;  // the PyTorch lines
-  for (std::size_t i = 0; i < kKeys.size(); ++i) {
-    const KeyDescriptor& k = kKeys[i];
-    const bool from_pytorch = k.is_set(pytorch.values);
-    const std::string pytorch_source =
-        absl::StrCat(pytorch.variable, " ", pytorch.entry[i]);
-    if (k.is_set(options)) {
-      k.copy(options, merged);
-      origin[i] = ValueOrigin::kOption;
-      source[i] = std::string(option_source);
-      set_by[i] = absl::StrCat(option_source, " ", k.name);
-      written[i] = option_written != nullptr ? (*option_written)[i]
-                                             : EffectiveValue(k, options);
-    } else if (k.is_set(variables)) {
-      k.copy(variables, merged);
-      origin[i] = ValueOrigin::kVariable;
-      source[i] = std::string(k.variable);
-      set_by[i] = std::string(k.variable);
-      written[i] = variable_written[i];
-    } else if (k.is_set(aliases)) {
-      // A JAX/XLA/TF alias and a PyTorch key are one level: they must agree.
-      if (from_pytorch &&
-          EffectiveValue(k, aliases) != EffectiveValue(k, pytorch.values)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s=%s gives %s=%s but %s gives %s=%s; both are compatibility "
-            "variables of the same level: make them agree or unset one",
-            alias_used[i], Quoted(alias_written[i]), k.name,
-            EffectiveValue(k, aliases), pytorch_source, k.name,
-            EffectiveValue(k, pytorch.values)));
-      }
-      k.copy(aliases, merged);
-      origin[i] = ValueOrigin::kAlias;
-      source[i] = alias_used[i];
-      set_by[i] = alias_used[i];
-      written[i] = alias_written[i];
-      continue;
-    } else if (from_pytorch) {
-      k.copy(pytorch.values, merged);
-      origin[i] = ValueOrigin::kAlias;
-      source[i] = pytorch_source;
-      set_by[i] = absl::StrCat(pytorch.variable, " ", pytorch.key[i]);
-      written[i] = pytorch.written[i];
-      continue;
-    } else {
-      origin[i] = ValueOrigin::kDefault;
-      source[i] = "default";
-      continue;
-    }
-    // An option or a GPUALLOC_* variable decided: a PyTorch key it overrides
-    // with another value is reported, as a fraction overriding a limit is.
+  std::vector<std::string> notes;  // the PyTorch lines
+};
+
+// Key i of `merged` from the highest level that sets it.
+absl::Status MergeKey(std::size_t i, const ProgramSettings& program,
+                      const EnvironmentSettings& env,
+                      const PytorchSettings& pytorch, Merged& merged) {
+  const KeyDescriptor& k = kKeys[i];
+  const bool from_pytorch = k.is_set(pytorch.values);
+  const std::string pytorch_source =
+      absl::StrCat(pytorch.variable, " ", pytorch.entry[i]);
+  if (k.is_set(program.values)) {
+    k.copy(program.values, merged.values);
+    merged.origin[i] = ValueOrigin::kOption;
+    merged.source[i] = std::string(program.source);
+    merged.set_by[i] = absl::StrCat(program.source, " ", k.name);
+    merged.written[i] = program.written != nullptr
+                            ? (*program.written)[i]
+                            : EffectiveValue(k, program.values);
+  } else if (k.is_set(env.variables)) {
+    k.copy(env.variables, merged.values);
+    merged.origin[i] = ValueOrigin::kVariable;
+    merged.source[i] = std::string(k.variable);
+    merged.set_by[i] = std::string(k.variable);
+    merged.written[i] = env.variable_written[i];
+  } else if (k.is_set(env.aliases)) {
+    // A JAX/XLA/TF alias and a PyTorch key are one level: they must agree.
     if (from_pytorch &&
-        EffectiveValue(k, merged) != EffectiveValue(k, pytorch.values)) {
-      notes.push_back(absl::StrCat(
-          pytorch.entry[i], " overridden by ",
-          origin[i] == ValueOrigin::kOption ? option_source : source[i], " (",
-          k.name, "=", EffectiveValue(k, merged), ")"));
-      absl::StrAppend(&source[i], " (overrides ", pytorch_source, ")");
+        EffectiveValue(k, env.aliases) != EffectiveValue(k, pytorch.values)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s=%s gives %s=%s but %s gives %s=%s; both are compatibility "
+          "variables of the same level: make them agree or unset one",
+          env.alias_used[i], Quoted(env.alias_written[i]), k.name,
+          EffectiveValue(k, env.aliases), pytorch_source, k.name,
+          EffectiveValue(k, pytorch.values)));
     }
+    k.copy(env.aliases, merged.values);
+    merged.origin[i] = ValueOrigin::kAlias;
+    merged.source[i] = env.alias_used[i];
+    merged.set_by[i] = env.alias_used[i];
+    merged.written[i] = env.alias_written[i];
+    return absl::OkStatus();
+  } else if (from_pytorch) {
+    k.copy(pytorch.values, merged.values);
+    merged.origin[i] = ValueOrigin::kAlias;
+    merged.source[i] = pytorch_source;
+    merged.set_by[i] = absl::StrCat(pytorch.variable, " ", pytorch.key[i]);
+    merged.written[i] = pytorch.written[i];
+    return absl::OkStatus();
+  } else {
+    merged.origin[i] = ValueOrigin::kDefault;
+    merged.source[i] = "default";
+    return absl::OkStatus();
   }
+  // An option or a GPUALLOC_* variable decided: a PyTorch key it overrides
+  // with another value is reported, as a fraction overriding a limit is.
+  if (from_pytorch &&
+      EffectiveValue(k, merged.values) != EffectiveValue(k, pytorch.values)) {
+    merged.notes.push_back(absl::StrCat(
+        pytorch.entry[i], " overridden by ",
+        merged.origin[i] == ValueOrigin::kOption ? program.source
+                                                 : merged.source[i],
+        " (", k.name, "=", EffectiveValue(k, merged.values), ")"));
+    absl::StrAppend(&merged.source[i], " (overrides ", pytorch_source, ")");
+  }
+  return absl::OkStatus();
+}
 
-  // PyTorch's conventions: grow on demand, up to the whole device, where
-  // nobody set otherwise.
+// PyTorch's conventions (grow on demand, up to the whole device, where
+// nobody set otherwise), then the limit as one setting with two spellings: a
+// fraction from a higher level beats a limit from a lower one.
+void ApplyDefaultsAndLimit(Conventions conventions, Merged& merged) {
   if (conventions == Conventions::kPytorch) {
-    if (origin[kPreallocateKey] == ValueOrigin::kDefault) {
-      merged.preallocate = false;
-      source[kPreallocateKey] = "default (PyTorch's)";
+    if (merged.origin[kPreallocateKey] == ValueOrigin::kDefault) {
+      merged.values.preallocate = false;
+      merged.source[kPreallocateKey] = "default (PyTorch's)";
     }
-    if (origin[kFractionKey] == ValueOrigin::kDefault) {
-      merged.memory_fraction = 1.0;
-      source[kFractionKey] = "default (PyTorch's)";
+    if (merged.origin[kFractionKey] == ValueOrigin::kDefault) {
+      merged.values.memory_fraction = 1.0;
+      merged.source[kFractionKey] = "default (PyTorch's)";
     }
   }
-
-  // The limit is one setting with two spellings: a fraction from a higher
-  // level beats a limit from a lower one.
   auto rank = [](ValueOrigin v) {
     switch (v) {
       case ValueOrigin::kOption:
@@ -831,26 +932,21 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
     }
     return 0;
   };
-  {
-    const std::size_t f = kFractionKey;
-    const std::size_t l = kLimitKey;
-    if (merged.memory_limit.has_value() && rank(origin[f]) > rank(origin[l])) {
-      merged.memory_limit.reset();
-      source[l] = absl::StrCat(source[l], " (overridden by mem_fraction from ",
-                               source[f], ")");
-    }
+  const std::size_t f = kFractionKey;
+  const std::size_t l = kLimitKey;
+  if (merged.values.memory_limit.has_value() &&
+      rank(merged.origin[f]) > rank(merged.origin[l])) {
+    merged.values.memory_limit.reset();
+    merged.source[l] =
+        absl::StrCat(merged.source[l], " (overridden by mem_fraction from ",
+                     merged.source[f], ")");
   }
+}
 
-  Config config;
-  for (const KeyDescriptor& k : kKeys) k.apply(merged, config);
-  for (std::size_t i = 0; i < kKeys.size(); ++i) {
-    config.settings.push_back(ConfigSetting{std::string(kKeys[i].name),
-                                            kKeys[i].print(config), origin[i],
-                                            source[i], set_by[i], written[i]});
-  }
-
-  // Region sizes are whole minimum blocks: a granularity and a min_block
-  // that disagree could never allocate, on any device.
+// Region sizes are whole minimum blocks: a granularity and a min_block that
+// disagree could never allocate, on any device.
+absl::Status CheckGranularityAndMinBlock(const ConfigOverrides& merged,
+                                         const Config& config) {
   if (merged.growth_granularity && merged.min_block_size &&
       *merged.growth_granularity % *merged.min_block_size != 0) {
     const ConfigSetting& g = config.settings[kGranularityKey];
@@ -863,8 +959,43 @@ absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
         *merged.min_block_size, " bytes, or ", config_internal::NameToChange(b),
         " to a power of two that divides ", *merged.growth_granularity));
   }
+  return absl::OkStatus();
+}
 
-  for (const std::string& note : notes) {
+// ResolveConfig. The program's settings came from `option_source`
+// ("option", or "config string" with `option_written` their text).
+absl::StatusOr<Config> Resolve(const ConfigOverrides& overrides,
+                               const EnvLookup& env,
+                               absl::string_view option_source,
+                               const PerKey* option_written,
+                               Conventions conventions) {
+  ConfigOverrides options = overrides;
+  GPUALLOC_RETURN_IF_ERROR(CheckOverrides(options));
+  std::vector<std::string> jax_warnings;
+  GPUALLOC_RETURN_IF_ERROR(CheckUnknownVariables(env, jax_warnings));
+  GPUALLOC_RETURN_IF_ERROR(CheckFractionAliases(env));
+  GPUALLOC_ASSIGN_OR_RETURN(const EnvironmentSettings variables,
+                            ReadEnvironment(env));
+  GPUALLOC_ASSIGN_OR_RETURN(const PytorchSettings pytorch, ReadPytorch(env));
+
+  const ProgramSettings program{options, option_source, option_written};
+  Merged merged;
+  merged.notes = pytorch.notes;
+  for (std::size_t i = 0; i < kKeys.size(); ++i) {
+    GPUALLOC_RETURN_IF_ERROR(MergeKey(i, program, variables, pytorch, merged));
+  }
+  ApplyDefaultsAndLimit(conventions, merged);
+
+  Config config;
+  for (const KeyDescriptor& k : kKeys) k.apply(merged.values, config);
+  for (std::size_t i = 0; i < kKeys.size(); ++i) {
+    config.settings.push_back(ConfigSetting{
+        std::string(kKeys[i].name), kKeys[i].print(config), merged.origin[i],
+        merged.source[i], merged.set_by[i], merged.written[i]});
+  }
+  GPUALLOC_RETURN_IF_ERROR(CheckGranularityAndMinBlock(merged.values, config));
+
+  for (const std::string& note : merged.notes) {
     config.warnings.push_back(
         absl::StrCat("gpualloc: ", pytorch.variable, ": ", note, kPytorchDocs));
   }
@@ -951,6 +1082,35 @@ std::string HowToReset(const ConfigSetting& s) {
 }
 
 }  // namespace config_internal
+
+namespace core {
+
+absl::Span<const ModeRefusal> ModeRefusals() {
+  static const std::vector<ModeRefusal>* const refusals = [] {
+    auto* out = new std::vector<ModeRefusal>();
+    for (const KeyDescriptor& k : kKeys) {
+      const KeyModes& m = k.modes;
+      if (m.asks == nullptr) continue;
+      out->push_back(ModeRefusal{k.name, m.field, m.modes, m.asks, m.feature,
+                                 m.lacks, m.reset});
+    }
+    return out;
+  }();
+  return *refusals;
+}
+
+std::string ModeSetName(ModeSet modes) {
+  std::vector<std::string> names;
+  for (AllocatorMode mode :
+       {AllocatorMode::kBfc, AllocatorMode::kPlatform, AllocatorMode::kAsync}) {
+    if ((modes & ModeBit(mode)) != 0) {
+      names.push_back(absl::StrCat("allocator=", AllocatorModeName(mode)));
+    }
+  }
+  return absl::StrJoin(names, " or ");
+}
+
+}  // namespace core
 
 std::vector<ConfigKeyInfo> ConfigKeys() {
   std::vector<ConfigKeyInfo> keys;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/format_bytes.h"
+#include "core/key_modes.h"
 #include "core/size_class.h"
 #include "core/status_macros.h"
 
@@ -132,6 +133,23 @@ std::string FractionAtLeast(double f) {
   return Fraction(f);
 }
 
+// A setting that belongs to other allocator modes than options.mode, with a
+// value that asks for what only they have: the modes column of the key table
+// (core/key_modes.h), one message for every such key.
+absl::Status CheckModes(const Options& options) {
+  for (const ModeRefusal& r : ModeRefusals()) {
+    if ((r.modes & ModeBit(options.mode)) != 0) continue;
+    const std::string value = r.asks(options);
+    if (value.empty()) continue;
+    return Problem(
+        {Own(r.field, value), Own("mode", ModeValue(options.mode))},
+        absl::StrCat("{0}", r.feature.empty() ? "" : ": ", r.feature,
+                     " belongs to ", ModeSetName(r.modes), ", but {1} ",
+                     r.lacks, "; {reset0} (", r.reset, "), or {reset1}"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string RenderOptionsProblem(
@@ -207,14 +225,6 @@ absl::Status CheckOptions(const Options& options) {
                      "device's total memory in (0, 1], e.g. 0.75");
     }
   }
-  const bool bfc = options.mode == AllocatorMode::kBfc;
-  const OptionsField mode = Own("mode", ModeValue(options.mode));
-  if (options.expandable == Tristate::kOn && !bfc) {
-    return Problem({Own("expandable", "kOn"), mode},
-                   "{0} belongs to allocator=bfc, but {1} manages no regions "
-                   "of its own to expand; {reset0} (expandable regions where "
-                   "they work), or {reset1}");
-  }
   if (options.size_divisions != 0 &&
       (!std::has_single_bit(options.size_divisions) ||
        options.size_divisions < 2 || options.size_divisions > 64)) {
@@ -224,23 +234,12 @@ absl::Status CheckOptions(const Options& options) {
         "one of those (4 rounds each size up to a quarter of its power of "
         "two), or {reset0}");
   }
-  if (options.size_divisions != 0 && !bfc) {
-    return Problem(
-        {Own("size_divisions", absl::StrCat(options.size_divisions)), mode},
-        "{0}: size rounding belongs to allocator=bfc, but {1} has no chunks "
-        "of its own to round; {reset0} (no rounding), or {reset1}");
-  }
   if (options.history > kMaxHistory) {
     return Problem(
         {Own("history", absl::StrCat(options.history))},
         absl::StrCat("{0} is more than the largest history, ", kMaxHistory,
                      " events; set {name0} to at most that, or "
                      "{reset0} (no history)"));
-  }
-  if (options.history != 0 && !bfc) {
-    return Problem({Own("history", absl::StrCat(options.history)), mode},
-                   "{0}: the allocation history belongs to allocator=bfc, but "
-                   "{1} records none; {reset0} (no history), or {reset1}");
   }
   const double t = options.gc_threshold;
   if (!std::isfinite(t) || t < 0 || t >= 1) {
@@ -249,12 +248,7 @@ absl::Status CheckOptions(const Options& options) {
                    "to a fraction of the limit in (0, 1), e.g. 0.8, or "
                    "{reset0} (off)");
   }
-  if (t != 0 && !bfc) {
-    return Problem({Own("gc_threshold", Fraction(t)), mode},
-                   "{0}: giving free memory back before growth belongs to "
-                   "allocator=bfc, but {1} does not grow regions of its own; "
-                   "{reset0} (off), or {reset1}");
-  }
+  GPUALLOC_RETURN_IF_ERROR(CheckModes(options));
   if (t != 0 && !options.trim_before_growth) {
     return Problem(
         {Own("gc_threshold", Fraction(t)), Own("trim_before_growth", "false")},
@@ -264,16 +258,13 @@ absl::Status CheckOptions(const Options& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
-                                               const DeviceInfo& device) {
-  ResolvedOptions r;
-  r.options = options;
-  if (device.total_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "device %s reports 0 bytes of total memory", device.name));
-  }
-  GPUALLOC_RETURN_IF_ERROR(CheckOptions(options));
+namespace {
 
+// The architecture profile: the one options.arch names, else the one the
+// backend matched the device to, else the one its vendor and numbers match
+// (null when none does: the device's numbers then).
+absl::StatusOr<const ArchProfile*> ResolveProfile(const Options& options,
+                                                  const DeviceInfo& device) {
   if ((options.arch.empty() || options.arch == "auto") &&
       !device.profile.empty()) {
     auto found = FindArchProfile(device.profile);
@@ -284,35 +275,39 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
           device.backend, device.name, device.profile,
           found.status().message()));
     }
-    r.profile = *found;
+    return *found;
   } else if (options.arch.empty() || options.arch == "auto") {
     auto found =
         FindArchProfile(device.vendor, device.arch_id, device.total_bytes);
-    r.profile =
-        found.ok() ? *found : nullptr;  // unknown vendor: the device's numbers
-  } else {
-    auto found = FindArchProfile(options.arch);
-    if (!found.ok()) {
-      return Problem({Own("arch", absl::StrCat("\"", options.arch, "\""))},
-                     absl::StrCat("{0}: ", found.status().message(),
-                                  "; set {name0} to \"auto\" or a profile "
-                                  "name, or {reset0}"));
-    }
-    r.profile = *found;
+    return found.ok() ? *found
+                      : nullptr;  // unknown vendor: the device's numbers
   }
+  auto found = FindArchProfile(options.arch);
+  if (!found.ok()) {
+    return Problem({Own("arch", absl::StrCat("\"", options.arch, "\""))},
+                   absl::StrCat("{0}: ", found.status().message(),
+                                "; set {name0} to \"auto\" or a profile "
+                                "name, or {reset0}"));
+  }
+  return *found;
+}
 
-  r.min_block_size = options.min_block_size != 0 ? options.min_block_size
-                     : r.profile != nullptr      ? r.profile->min_block_size
-                                                 : 256;
-  const OptionsField min_block{"min_block_size", absl::StrCat(r.min_block_size),
-                               options.min_block_size != 0 ? ""
-                               : r.profile != nullptr      ? "the profile's"
-                                                           : "the default"};
+// r->min_block_size, checked against the device's allocation alignment;
+// *field names it for later problems.
+absl::Status ResolveMinBlock(const Options& options, const DeviceInfo& device,
+                             ResolvedOptions* r, OptionsField* field) {
+  r->min_block_size = options.min_block_size != 0 ? options.min_block_size
+                      : r->profile != nullptr     ? r->profile->min_block_size
+                                                  : 256;
+  *field = OptionsField{"min_block_size", absl::StrCat(r->min_block_size),
+                        options.min_block_size != 0 ? ""
+                        : r->profile != nullptr     ? "the profile's"
+                                                    : "the default"};
   if (device.allocation_alignment != 0 &&
-      device.allocation_alignment % r.min_block_size != 0 &&
-      r.min_block_size % device.allocation_alignment != 0) {
+      device.allocation_alignment % r->min_block_size != 0 &&
+      r->min_block_size % device.allocation_alignment != 0) {
     return Problem(
-        {min_block},
+        {*field},
         absl::StrCat("{0} is incompatible with the device's allocation "
                      "alignment, ",
                      Bytes(device.allocation_alignment),
@@ -322,15 +317,24 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                      " or is a multiple of it, or {reset0} to take the "
                      "profile's"));
   }
+  return absl::OkStatus();
+}
 
+// r->granularity: the option, else the larger of the device's and the
+// profile's recommended granularity, else 2 MiB; checked against the minimum
+// block and the device's minimum granularity. *field names it.
+absl::Status ResolveGranularity(const Options& options,
+                                const DeviceInfo& device,
+                                const OptionsField& min_block,
+                                ResolvedOptions* r, OptionsField* field) {
   std::uint64_t granularity = options.growth_granularity;
   std::string granularity_from;
   if (granularity == 0) {
     granularity = device.recommended_granularity;
     granularity_from = "the device's";
-    if (r.profile != nullptr &&
-        r.profile->recommended_granularity > granularity) {
-      granularity = r.profile->recommended_granularity;
+    if (r->profile != nullptr &&
+        r->profile->recommended_granularity > granularity) {
+      granularity = r->profile->recommended_granularity;
       granularity_from = "the profile's";
     }
   }
@@ -338,14 +342,14 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
     granularity = std::uint64_t{2} << 20;
     granularity_from = "the default";
   }
-  const OptionsField growth_granularity{
-      "growth_granularity", absl::StrCat(granularity), granularity_from};
-  if (granularity % r.min_block_size != 0) {
+  *field = OptionsField{"growth_granularity", absl::StrCat(granularity),
+                        granularity_from};
+  if (granularity % r->min_block_size != 0) {
     return Problem(
-        {growth_granularity, min_block},
+        {*field, min_block},
         absl::StrCat("{0} is not a multiple of {1}: region sizes are whole "
                      "minimum blocks; set {name0} to a multiple of ",
-                     Bytes(r.min_block_size),
+                     Bytes(r->min_block_size),
                      ", or {name1} to a power of two "
                      "that divides ",
                      granularity));
@@ -353,15 +357,64 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
   if (device.min_granularity != 0 &&
       granularity % device.min_granularity != 0) {
     return Problem(
-        {growth_granularity},
+        {*field},
         absl::StrCat("{0} is not a multiple of the device's minimum "
                      "granularity, ",
                      Bytes(device.min_granularity),
                      "; set {name0} to a multiple of ", device.min_granularity,
                      " bytes, or {reset0} to take the profile's"));
   }
-  r.granularity = granularity;
+  r->granularity = granularity;
+  return absl::OkStatus();
+}
 
+// A limit that rounds down to no granule at all (`limit` bytes before
+// rounding, from `limit_field`): what to raise or lower.
+absl::Status LimitBelowOneGranule(const Options& options,
+                                  const DeviceInfo& device, std::uint64_t limit,
+                                  std::uint64_t granularity,
+                                  const OptionsField& limit_field,
+                                  const OptionsField& growth_granularity) {
+  if (granularity > device.total_bytes) {
+    const std::uint64_t smallest =
+        device.min_granularity != 0 ? device.min_granularity : 16;
+    return Problem(
+        {limit_field, growth_granularity},
+        absl::StrCat(
+            "{0} makes a limit of ", Bytes(limit),
+            ", smaller than one growth granule, {1}, which is more than "
+            "the device's whole memory, ",
+            Bytes(device.total_bytes), "; ",
+            smallest > device.total_bytes
+                ? absl::StrCat("the device's smallest granule, ",
+                               Bytes(smallest),
+                               ", is larger than that too: use a device "
+                               "with more memory")
+                : absl::StrCat("lower {name1} to a multiple of ", smallest,
+                               " bytes no larger than that, or use a "
+                               "device with more memory")));
+  }
+  const std::string raise =
+      options.memory_limit != 0
+          ? absl::StrCat("at least ", granularity, " bytes")
+          : absl::StrCat(
+                "at least ",
+                FractionAtLeast(static_cast<double>(granularity) /
+                                static_cast<double>(device.total_bytes)),
+                " (one granule of the device's ", device.total_bytes,
+                " bytes)");
+  return Problem({limit_field, growth_granularity},
+                 absl::StrCat("{0} makes a limit of ", Bytes(limit),
+                              ", smaller than one growth granule, {1}; raise "
+                              "{name0} to ",
+                              raise, ", or lower {name1}"));
+}
+
+// r->limit: memory_limit, else memory_fraction of the device's total memory,
+// rounded down to whole granules (r->granularity).
+absl::Status ResolveLimit(const Options& options, const DeviceInfo& device,
+                          const OptionsField& growth_granularity,
+                          ResolvedOptions* r) {
   std::uint64_t limit;
   OptionsField limit_field;
   if (options.memory_limit != 0) {
@@ -383,43 +436,33 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
         static_cast<std::uint64_t>(f * static_cast<double>(device.total_bytes));
     if (limit > device.total_bytes) limit = device.total_bytes;
   }
-  r.limit = RoundDownToMultiple(limit, granularity);
-  if (r.limit == 0) {
-    if (granularity > device.total_bytes) {
-      const std::uint64_t smallest =
-          device.min_granularity != 0 ? device.min_granularity : 16;
-      return Problem(
-          {limit_field, growth_granularity},
-          absl::StrCat(
-              "{0} makes a limit of ", Bytes(limit),
-              ", smaller than one growth granule, {1}, which is more than "
-              "the device's whole memory, ",
-              Bytes(device.total_bytes), "; ",
-              smallest > device.total_bytes
-                  ? absl::StrCat("the device's smallest granule, ",
-                                 Bytes(smallest),
-                                 ", is larger than that too: use a device "
-                                 "with more memory")
-                  : absl::StrCat("lower {name1} to a multiple of ", smallest,
-                                 " bytes no larger than that, or use a "
-                                 "device with more memory")));
-    }
-    const std::string raise =
-        options.memory_limit != 0
-            ? absl::StrCat("at least ", granularity, " bytes")
-            : absl::StrCat(
-                  "at least ",
-                  FractionAtLeast(static_cast<double>(granularity) /
-                                  static_cast<double>(device.total_bytes)),
-                  " (one granule of the device's ", device.total_bytes,
-                  " bytes)");
-    return Problem(
-        {limit_field, growth_granularity},
-        absl::StrCat("{0} makes a limit of ", Bytes(limit),
-                     ", smaller than one growth granule, {1}; raise {name0} "
-                     "to ",
-                     raise, ", or lower {name1}"));
+  r->limit = RoundDownToMultiple(limit, r->granularity);
+  if (r->limit == 0) {
+    return LimitBelowOneGranule(options, device, limit, r->granularity,
+                                limit_field, growth_granularity);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
+                                               const DeviceInfo& device) {
+  ResolvedOptions r;
+  r.options = options;
+  if (device.total_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "device %s reports 0 bytes of total memory", device.name));
+  }
+  GPUALLOC_RETURN_IF_ERROR(CheckOptions(options));
+  GPUALLOC_ASSIGN_OR_RETURN(r.profile, ResolveProfile(options, device));
+  OptionsField min_block;
+  GPUALLOC_RETURN_IF_ERROR(ResolveMinBlock(options, device, &r, &min_block));
+  OptionsField growth_granularity;
+  GPUALLOC_RETURN_IF_ERROR(
+      ResolveGranularity(options, device, min_block, &r, &growth_granularity));
+  GPUALLOC_RETURN_IF_ERROR(
+      ResolveLimit(options, device, growth_granularity, &r));
   if (options.expandable == Tristate::kOn &&
       !device.capabilities.virtual_memory) {
     return Problem({Own("expandable", "kOn")},
@@ -434,18 +477,16 @@ absl::StatusOr<ResolvedOptions> ResolveOptions(const Options& options,
                  device.capabilities.virtual_memory;
   r.size_divisions = options.size_divisions;
   r.history = options.history;
-  // The history sees every operation, so it has no front caches; the other
-  // modes have no chunks to cache.
-  r.front_cache = options.mode == AllocatorMode::kBfc && options.history == 0
-                      ? options.front_cache
-                      : 0;
+  // The history sees every operation, so it has no front caches (the other
+  // modes refuse front_cache in CheckOptions).
+  r.front_cache = options.history == 0 ? options.front_cache : 0;
   if (options.large_page_placement && r.profile != nullptr) {
     const std::uint64_t page = r.profile->large_page_size;
     if (std::has_single_bit(page) && page > r.min_block_size)
       r.large_page = page;
   }
   // Any alignment up to one granule can be honoured by padding inside a region.
-  r.max_alignment = granularity;
+  r.max_alignment = r.granularity;
   return r;
 }
 

@@ -142,6 +142,8 @@ static void TestBadConfiguration(void) {
          "allocator=\"platform\""},
         {"allocator=async,history=100", "history=\"100\"",
          "allocator=\"async\""},
+        {"allocator=platform,front_cache=4MiB", "front_cache=\"4MiB\"",
+         "allocator=\"platform\""},
     };
     char config[128];
     for (size_t b = 0; b < sizeof(kBackends) / sizeof(kBackends[0]); ++b) {

@@ -190,6 +190,15 @@ TEST(OptionsTest, BadOptionsNameTheField) {
         "gc_threshold " + std::to_string(t),
         [t](Options& o) { o.gc_threshold = t; }, "Options.gc_threshold");
   }
+  for (AllocatorMode mode : {AllocatorMode::kPlatform, AllocatorMode::kAsync}) {
+    add(
+        std::string("front_cache in ") + std::string(AllocatorModeName(mode)),
+        [mode](Options& o) {
+          o.mode = mode;
+          o.front_cache = 4 * kMiB;
+        },
+        std::string("allocator=") + std::string(AllocatorModeName(mode)));
+  }
   add(
       "gc_threshold in async",
       [](Options& o) {
@@ -259,6 +268,26 @@ TEST(OptionsTest, ErrorsCarryTheirProblem) {
             "Options.mode to AllocatorMode::kBfc");
   EXPECT_TRUE(OptionsProblemOf(s).has_value());
   EXPECT_FALSE(OptionsProblemOf(absl::InvalidArgumentError("x")).has_value());
+  // Every key that belongs to allocator=bfc is refused the same way (the
+  // modes column of the key table), front caches included; off is fine.
+  o = Options();
+  o.mode = AllocatorMode::kAsync;
+  o.front_cache = 1024;
+  EXPECT_EQ(CheckOptions(o).message(),
+            "Options.front_cache=1024: a front cache belongs to "
+            "allocator=bfc, but Options.mode=kAsync (allocator=async) keeps "
+            "no freed blocks to cache; set Options.front_cache to 0 (off), or "
+            "set Options.mode to AllocatorMode::kBfc");
+  o.front_cache = 0;
+  o.expandable = Tristate::kAuto;
+  EXPECT_TRUE(CheckOptions(o).ok());
+  o.expandable = Tristate::kOn;
+  EXPECT_EQ(CheckOptions(o).message(),
+            "Options.expandable=kOn belongs to allocator=bfc, but "
+            "Options.mode=kAsync (allocator=async) manages no regions of its "
+            "own to expand; set Options.expandable to Tristate::kAuto "
+            "(expandable regions where they work), or set Options.mode to "
+            "AllocatorMode::kBfc");
   EXPECT_TRUE(CheckOptions(Options()).ok());
 }
 
