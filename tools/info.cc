@@ -10,7 +10,8 @@
 // PyTorch keys gpualloc does not support, or that a GPUALLOC_* variable
 // overrides, are named in one warning line on stderr (ResolveConfig writes it).
 //
-// Uses the public headers only (docs/ARCHITECTURE.md, "Layers").
+// Uses the public headers only (docs/ARCHITECTURE.md, "Layers"), and the
+// command-line parser the tools share (tools/cli.h).
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include "gpualloc/backend.h"
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -407,72 +409,73 @@ int Usage(absl::string_view why) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// What the command line asks for.
+struct Args {
   std::string config_string;
   bool have_config = false;
   std::string sim_profile;
   int ordinal = 0;
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    // "--flag value" and "--flag=value" alike.
-    const auto value_of = [&](absl::string_view flag,
-                              std::string* out) -> absl::StatusOr<bool> {
-      if (arg == flag) {
-        if (i + 1 >= argc) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(flag, " needs a value"));
-        }
-        *out = argv[++i];
-        return true;
-      }
-      if (absl::StartsWith(arg, absl::StrCat(flag, "="))) {
-        *out = std::string(arg.substr(flag.size() + 1));
-        return true;
-      }
-      return false;
-    };
-    std::string value;
-    if (arg == "--help" || arg == "-h") {
-      absl::PrintF("%s%s", UsageText(), KeysHelp());
-      return 0;
-    }
-    absl::StatusOr<bool> is_config = value_of("--config", &value);
-    if (!is_config.ok()) return Usage(is_config.status().message());
-    if (*is_config) {
-      if (have_config) return Usage("--config given twice");
-      have_config = true;
-      config_string = value;
-      continue;
-    }
-    absl::StatusOr<bool> is_sim = value_of("--sim", &value);
-    if (!is_sim.ok()) return Usage(is_sim.status().message());
-    if (*is_sim) {
-      if (!sim_profile.empty()) return Usage("--sim given twice");
-      if (!gpualloc::FindArchProfile(value).ok()) {
-        return Usage(
-            absl::StrCat("--sim \"", value,
-                         "\" is not a profile; profiles: ", ProfileNames()));
-      }
-      sim_profile = value;
-      continue;
-    }
-    absl::StatusOr<bool> is_device = value_of("--device", &value);
-    if (!is_device.ok()) return Usage(is_device.status().message());
-    if (*is_device) {
-      const auto [end, ec] =
-          std::from_chars(value.data(), value.data() + value.size(), ordinal);
-      if (ec != std::errc() || end != value.data() + value.size() ||
-          ordinal < 0) {
-        return Usage(absl::StrCat("--device \"", value,
-                                  "\" is not a device ordinal (0, 1, ...)"));
-      }
-      continue;
-    }
-    return Usage(absl::StrCat("unknown argument \"", arg, "\""));
-  }
+};
 
+absl::Status SetConfig(const std::string& value, Args* args) {
+  if (args->have_config) {
+    return absl::InvalidArgumentError("--config given twice");
+  }
+  args->have_config = true;
+  args->config_string = value;
+  return absl::OkStatus();
+}
+
+absl::Status SetSim(const std::string& value, Args* args) {
+  if (!args->sim_profile.empty()) {
+    return absl::InvalidArgumentError("--sim given twice");
+  }
+  if (!gpualloc::FindArchProfile(value).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sim \"", value, "\" is not a profile; profiles: ", ProfileNames()));
+  }
+  args->sim_profile = value;
+  return absl::OkStatus();
+}
+
+absl::Status SetDevice(const std::string& value, Args* args) {
+  const auto [end, ec] =
+      std::from_chars(value.data(), value.data() + value.size(), args->ordinal);
+  if (ec != std::errc() || end != value.data() + value.size() ||
+      args->ordinal < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device \"", value, "\" is not a device ordinal (0, 1, ...)"));
+  }
+  return absl::OkStatus();
+}
+
+// "--flag value" and "--flag=value" alike.
+absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
+                                                Args* args) {
+  const auto with_args = [args](
+                             absl::Status (*set)(const std::string&, Args*)) {
+    return [args, set](const std::string& value) { return set(value, args); };
+  };
+  gpualloc::cli::Parser parser(gpualloc::cli::Syntax{.equals_values = true});
+  parser.Value("--config", with_args(SetConfig))
+      .Value("--sim", with_args(SetSim))
+      .Value("--device", with_args(SetDevice));
+  return parser.Parse(argc, argv);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  absl::StatusOr<gpualloc::cli::Parsed> parsed = ParseArgs(argc, argv, &args);
+  if (!parsed.ok()) return Usage(parsed.status().message());
+  if (*parsed == gpualloc::cli::Parsed::kHelp) {
+    absl::PrintF("%s%s", UsageText(), KeysHelp());
+    return 0;
+  }
+  std::string& config_string = args.config_string;
+  const std::string& sim_profile = args.sim_profile;
+  const int ordinal = args.ordinal;
   if (!sim_profile.empty()) {
     // --sim is backend=sim,arch=PROFILE in front of --config, which must not
     // say otherwise.

@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "gpualloc/config.h"
 #include "gpualloc/registry.h"
+#include "tools/cli.h"
 #include "tools/replay/reference.h"
 #include "tools/replay/replay.h"
 #include "tools/replay/report.h"
@@ -196,13 +197,15 @@ std::string RunName(const std::string& config, const std::string& reference) {
   return absl::StrCat("config \"", config, "\"");
 }
 
-}  // namespace
+// The error for --repeat, --complete-every or --work-us without a whole
+// number.
+std::string NumberError(const std::string& flag) {
+  return absl::StrCat(flag, " needs a whole number",
+                      flag == "--repeat" ? " of at least 1" : "", "\n", kUsage);
+}
 
-int main(int argc, char** argv) {
-  // Before anything is allocated: each replay's untimed pass then warms the
-  // memory its measured pass uses (ns/op comparable across configurations;
-  // replay.h).
-  gpualloc::replay::KeepFreedMemoryMapped();
+// What the command line asks for.
+struct Args {
   bool json = false;
   std::string svg_path;
   std::string baseline_path;
@@ -215,92 +218,112 @@ int main(int argc, char** argv) {
   std::uint64_t work_us = 0;
   bool one_stream = false;
   bool compare_one_stream = false;
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    auto value = [&]() -> std::optional<std::string> {
-      if (i + 1 >= argc) return std::nullopt;
-      return std::string(argv[++i]);
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%.*s%s", static_cast<int>(kUsage.size()), kUsage.data(),
-                  KeysHelp().c_str());
-      return 0;
-    } else if (arg == "--json") {
-      json = true;
-    } else if (arg == "--one-stream") {
-      one_stream = true;
-    } else if (arg == "--compare-one-stream") {
-      compare_one_stream = true;
-    } else if (arg == "--reference") {
-      std::optional<std::string> v = value();
-      if (!v.has_value()) {
-        return Fail(absl::StrCat(arg, " needs a value\n", kUsage));
-      }
-      absl::StatusOr<std::vector<std::string>> names =
-          gpualloc::replay::ParseReferenceList(*v);
-      if (!names.ok()) {
-        return Fail(absl::StrCat("--reference ", names.status().message()));
-      }
-      references.insert(references.end(), names->begin(), names->end());
-    } else if (arg == "--svg" || arg == "--baseline" || arg == "--config" ||
-               arg == "--snapshot") {
-      std::optional<std::string> v = value();
-      if (!v.has_value()) {
-        return Fail(absl::StrCat(arg, " needs a value\n", kUsage));
-      }
-      if (arg == "--svg") svg_path = *v;
-      if (arg == "--baseline") baseline_path = *v;
-      if (arg == "--config") configs.push_back(*v);
-      if (arg == "--snapshot") snapshot_paths.push_back(*v);
-    } else if (arg == "--repeat" || arg == "--complete-every" ||
-               arg == "--work-us") {
-      std::optional<std::string> v = value();
-      std::uint64_t number = 0;
-      if (!v.has_value() || !absl::SimpleAtoi(*v, &number) ||
-          (arg == "--repeat" && number == 0)) {
-        return Fail(absl::StrCat(arg, " needs a whole number",
-                                 arg == "--repeat" ? " of at least 1" : "",
-                                 "\n", kUsage));
-      }
-      if (arg == "--repeat") repeat = number;
-      if (arg == "--complete-every") complete_every = number;
-      if (arg == "--work-us") work_us = number;
-    } else if (arg.size() > 1 && arg[0] == '-') {
-      return Fail(absl::StrCat("unknown option ", arg, "\n", kUsage));
-    } else {
-      paths.emplace_back(arg);
+};
+
+// --repeat, --complete-every and --work-us: a whole number (--repeat's at
+// least 1).
+gpualloc::cli::Parser::ValueHandler WholeNumber(const std::string& flag,
+                                                std::uint64_t* into) {
+  return [flag, into](const std::string& v) {
+    std::uint64_t number = 0;
+    if (!absl::SimpleAtoi(v, &number) || (flag == "--repeat" && number == 0)) {
+      return absl::InvalidArgumentError(NumberError(flag));
     }
+    *into = number;
+    return absl::OkStatus();
+  };
+}
+
+// A flag's value appended to *into.
+gpualloc::cli::Parser::ValueHandler AppendTo(std::vector<std::string>* into) {
+  return [into](const std::string& v) {
+    into->push_back(v);
+    return absl::OkStatus();
+  };
+}
+
+// A flag's value stored in *into.
+gpualloc::cli::Parser::ValueHandler StoreIn(std::string* into) {
+  return [into](const std::string& v) {
+    *into = v;
+    return absl::OkStatus();
+  };
+}
+
+absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
+                                                Args* args) {
+  gpualloc::cli::Parser parser;
+  parser.Flag("--json", &args->json)
+      .Flag("--one-stream", &args->one_stream)
+      .Flag("--compare-one-stream", &args->compare_one_stream)
+      .Value("--reference",
+             [args](const std::string& v) {
+               absl::StatusOr<std::vector<std::string>> names =
+                   gpualloc::replay::ParseReferenceList(v);
+               if (!names.ok()) {
+                 return absl::InvalidArgumentError(
+                     absl::StrCat("--reference ", names.status().message()));
+               }
+               args->references.insert(args->references.end(), names->begin(),
+                                       names->end());
+               return absl::OkStatus();
+             })
+      .Value("--svg", StoreIn(&args->svg_path))
+      .Value("--baseline", StoreIn(&args->baseline_path))
+      .Value("--config", AppendTo(&args->configs))
+      .Value("--snapshot", AppendTo(&args->snapshot_paths));
+  for (const auto& [flag, into] :
+       {std::pair{"--repeat", &args->repeat},
+        std::pair{"--complete-every", &args->complete_every},
+        std::pair{"--work-us", &args->work_us}}) {
+    parser.Value(flag, WholeNumber(flag, into), NumberError(flag));
   }
-  if (one_stream && compare_one_stream) {
-    return Fail(absl::StrCat(
+  parser.Positional(AppendTo(&args->paths))
+      .Missing([](const std::string& flag) {
+        return absl::StrCat(flag, " needs a value\n", kUsage);
+      })
+      .Unknown([](const std::string& arg) {
+        return absl::StrCat("unknown option ", arg, "\n", kUsage);
+      });
+  return parser.Parse(argc, argv);
+}
+
+// The arguments against each other.
+absl::Status CheckCombination(const Args& args) {
+  if (args.one_stream && args.compare_one_stream) {
+    return absl::InvalidArgumentError(absl::StrCat(
         "--one-stream and --compare-one-stream exclude each other\n", kUsage));
   }
-  if (!snapshot_paths.empty() && svg_path.empty()) {
-    return Fail(absl::StrCat("--snapshot needs --svg FILE\n", kUsage));
+  if (!args.snapshot_paths.empty() && args.svg_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--snapshot needs --svg FILE\n", kUsage));
   }
-  if (paths.empty() && snapshot_paths.empty()) {
-    return Fail(absl::StrCat("no trace given\n", kUsage));
+  if (args.paths.empty() && args.snapshot_paths.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no trace given\n", kUsage));
   }
-  if (configs.empty()) configs.push_back("");
-  // Every configuration and output path is checked before the first replay,
-  // so that a typo fails the run at once instead of after minutes of work.
-  // Each configuration's rows, picture and totals carry its label (name=,
-  // else the string): two with one label could not be told apart.
+  return absl::OkStatus();
+}
+
+// Every configuration and output path is checked before the first replay,
+// so that a typo fails the run at once instead of after minutes of work.
+// Each configuration's rows, picture and totals carry its label (name=,
+// else the string): two with one label could not be told apart.
+absl::Status CheckConfigs(const Args& args) {
   std::map<std::string, std::string> config_of_label;
-  for (const std::string& config : configs) {
+  for (const std::string& config : args.configs) {
     const absl::Status checked = CheckConfig(config);
     if (!checked.ok()) {
-      return Fail(
+      return absl::InvalidArgumentError(
           absl::StrCat("--config \"", config, "\": ", checked.message()));
     }
     absl::StatusOr<std::string> label = gpualloc::replay::ConfigLabel(config);
     if (!label.ok()) {
-      return Fail(absl::StrCat("--config \"", config,
-                               "\": ", label.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--config \"", config, "\": ", label.status().message()));
     }
     auto [it, added] = config_of_label.emplace(*label, config);
     if (!added) {
-      return Fail(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "--config \"", it->second, "\" and --config \"", config,
           "\" have the same ",
           it->second == config ? "string"
@@ -312,101 +335,136 @@ int main(int argc, char** argv) {
   // A reference model's rows carry its label ("pytorch model"): it may not
   // be given twice, nor be a configuration's.
   std::map<std::string, std::string> reference_of_label;
-  for (const std::string& name : references) {
+  for (const std::string& name : args.references) {
     const std::string label = gpualloc::replay::ReferenceLabel(name);
     if (!reference_of_label.emplace(label, name).second) {
-      return Fail(absl::StrCat("--reference names ", name, " twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--reference names ", name, " twice"));
     }
     auto it = config_of_label.find(label);
     if (it != config_of_label.end()) {
-      return Fail(absl::StrCat("--config \"", it->second, "\" has the name \"",
-                               label, "\" of --reference ", name,
-                               "'s rows: give it another name="));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--config \"", it->second, "\" has the name \"", label,
+          "\" of --reference ", name, "'s rows: give it another name="));
     }
   }
-  if (!svg_path.empty()) {
-    const absl::Status checked = CheckWritable(svg_path);
-    if (!checked.ok()) return Fail(absl::StrCat("--svg ", checked.message()));
+  if (!args.svg_path.empty()) {
+    const absl::Status checked = CheckWritable(args.svg_path);
+    if (!checked.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--svg ", checked.message()));
+    }
   }
+  return absl::OkStatus();
+}
 
+// What the run reads before its first replay.
+struct Inputs {
   std::map<std::string, std::uint64_t> baseline;
-  if (!baseline_path.empty()) {
-    auto b = gpualloc::replay::LoadBaseline(baseline_path);
-    if (!b.ok()) return Fail(b.status().message());
-    baseline = std::move(*b);
-  }
   std::vector<Trace> traces;
-  for (const std::string& path : paths) {
+  std::vector<ReplayResult> snapshots;  // drawn after the traces
+};
+
+absl::StatusOr<Inputs> LoadInputs(const Args& args) {
+  Inputs in;
+  if (!args.baseline_path.empty()) {
+    auto b = gpualloc::replay::LoadBaseline(args.baseline_path);
+    if (!b.ok()) return b.status();
+    in.baseline = std::move(*b);
+  }
+  for (const std::string& path : args.paths) {
     absl::StatusOr<Trace> t = gpualloc::replay::LoadTrace(path);
-    if (!t.ok()) return Fail(t.status().message());
-    traces.push_back(std::move(*t));
+    if (!t.ok()) return t.status();
+    in.traces.push_back(std::move(*t));
   }
   // Snapshots are read up front too; they are drawn after the traces.
-  std::vector<ReplayResult> snapshots;
-  for (const std::string& path : snapshot_paths) {
+  for (const std::string& path : args.snapshot_paths) {
     absl::StatusOr<ReplayResult> s =
         gpualloc::replay::LoadSnapshotAsReplayResult(path);
-    if (!s.ok()) return Fail(s.status().message());
-    snapshots.push_back(std::move(*s));
+    if (!s.ok()) return s.status();
+    in.snapshots.push_back(std::move(*s));
   }
+  return in;
+}
 
+// On a terminal, a progress line for one replay; it is cleared after.
+void ShowProgress(bool tty, const Trace& trace, const std::string& config,
+                  const std::string& reference, absl::string_view suffix,
+                  gpualloc::replay::ReplayOptions* options) {
+  if (!tty) return;
+  const std::string what = absl::StrCat(
+      trace.name, " [",
+      !reference.empty() ? gpualloc::replay::ReferenceLabel(reference)
+                         : (config.empty() ? std::string("defaults") : config),
+      "]", suffix);
+  options->progress = [what](std::uint64_t done, std::uint64_t total) {
+    std::fprintf(stderr, "\r%s: %3d%%", what.c_str(),
+                 total == 0 ? 100 : static_cast<int>(100 * done / total));
+    std::fflush(stderr);
+  };
+}
+
+// One trace under one configuration (or reference model), with its
+// one-stream peak when --compare-one-stream asks for it.
+absl::StatusOr<ReplayResult> ReplayOne(const Args& args, bool tty,
+                                       const Trace& trace,
+                                       const std::string& config,
+                                       const std::string& reference) {
+  gpualloc::replay::ReplayOptions options;
+  options.reference = reference;
+  options.record_timeline = !args.svg_path.empty();
+  options.repeat = args.repeat;
+  options.complete_every = args.complete_every;
+  options.work_us = args.work_us;
+  options.one_stream = args.one_stream;
+  ShowProgress(tty, trace, config, reference,
+               args.one_stream ? " as one stream" : "", &options);
+  absl::StatusOr<ReplayResult> r =
+      gpualloc::replay::Replay(trace, config, options);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  if (!r.ok()) {
+    return absl::Status(
+        r.status().code(),
+        absl::StrCat(trace.name, " with ", RunName(config, reference), ": ",
+                     r.status().message()));
+  }
+  if (args.compare_one_stream && trace.num_streams > 1) {
+    // The same replay on one stream, for its peak reserved only.
+    options.record_timeline = false;
+    options.one_stream = true;
+    ShowProgress(tty, trace, config, reference, " as one stream", &options);
+    absl::StatusOr<ReplayResult> merged =
+        gpualloc::replay::Replay(trace, config, options);
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    if (!merged.ok()) {
+      return absl::Status(merged.status().code(),
+                          absl::StrCat(trace.name, " as one stream with ",
+                                       RunName(config, reference), ": ",
+                                       merged.status().message()));
+    }
+    r->one_stream_peak_bytes_reserved = merged->peak_bytes_reserved;
+  }
+  return r;
+}
+
+// Every trace under every configuration, then every reference model (on the
+// device the first configuration describes; its allocator settings are not
+// used); with --json each result is printed as it comes.
+absl::StatusOr<std::vector<ReplayResult>> ReplayAll(
+    const Args& args, const std::vector<Trace>& traces) {
   const bool tty = isatty(STDERR_FILENO) != 0;
   std::vector<ReplayResult> results;
-  // The configurations' runs, then the reference models', on the device the
-  // first configuration describes (its allocator settings are not used).
   std::vector<std::pair<std::string, std::string>> runs;
-  for (const std::string& config : configs) runs.emplace_back(config, "");
-  for (const std::string& name : references) {
-    runs.emplace_back(configs.front(), name);
+  for (const std::string& config : args.configs) runs.emplace_back(config, "");
+  for (const std::string& name : args.references) {
+    runs.emplace_back(args.configs.front(), name);
   }
   for (const Trace& trace : traces) {
     for (const auto& [config, reference] : runs) {
-      gpualloc::replay::ReplayOptions options;
-      options.reference = reference;
-      options.record_timeline = !svg_path.empty();
-      options.repeat = repeat;
-      options.complete_every = complete_every;
-      options.work_us = work_us;
-      options.one_stream = one_stream;
-      auto show_progress = [&](absl::string_view suffix) {
-        if (!tty) return;
-        const std::string what = absl::StrCat(
-            trace.name, " [",
-            !reference.empty()
-                ? gpualloc::replay::ReferenceLabel(reference)
-                : (config.empty() ? std::string("defaults") : config),
-            "]", suffix);
-        options.progress = [what](std::uint64_t done, std::uint64_t total) {
-          std::fprintf(stderr, "\r%s: %3d%%", what.c_str(),
-                       total == 0 ? 100 : static_cast<int>(100 * done / total));
-          std::fflush(stderr);
-        };
-      };
-      show_progress(one_stream ? " as one stream" : "");
       absl::StatusOr<ReplayResult> r =
-          gpualloc::replay::Replay(trace, config, options);
-      if (tty) std::fprintf(stderr, "\r\033[K");
-      if (!r.ok()) {
-        return Fail(absl::StrCat(trace.name, " with ",
-                                 RunName(config, reference), ": ",
-                                 r.status().message()));
-      }
-      if (compare_one_stream && trace.num_streams > 1) {
-        // The same replay on one stream, for its peak reserved only.
-        options.record_timeline = false;
-        options.one_stream = true;
-        show_progress(" as one stream");
-        absl::StatusOr<ReplayResult> merged =
-            gpualloc::replay::Replay(trace, config, options);
-        if (tty) std::fprintf(stderr, "\r\033[K");
-        if (!merged.ok()) {
-          return Fail(absl::StrCat(trace.name, " as one stream with ",
-                                   RunName(config, reference), ": ",
-                                   merged.status().message()));
-        }
-        r->one_stream_peak_bytes_reserved = merged->peak_bytes_reserved;
-      }
-      if (json) {
+          ReplayOne(args, tty, trace, config, reference);
+      if (!r.ok()) return r.status();
+      if (args.json) {
         std::printf("%s\n", gpualloc::replay::ToJson(*r).c_str());
         std::fflush(stdout);
       }
@@ -415,31 +473,71 @@ int main(int argc, char** argv) {
       results.push_back(std::move(*r));
     }
   }
+  return results;
+}
 
-  if (!json && !results.empty()) {
-    gpualloc::replay::ReportOptions report;
-    report.baseline = baseline_path.empty() ? nullptr : &baseline;
-    report.repeat = repeat;
-    std::printf("%s\n\n%s", kReads,
-                gpualloc::replay::FormatReplayReport(results, report).c_str());
-    const std::string compared =
-        gpualloc::replay::FormatComparisonWithPyTorch(results, report);
-    if (!compared.empty()) std::printf("\n%s", compared.c_str());
+void PrintReport(const Args& args, const Inputs& in,
+                 const std::vector<ReplayResult>& results) {
+  gpualloc::replay::ReportOptions report;
+  report.baseline = args.baseline_path.empty() ? nullptr : &in.baseline;
+  report.repeat = args.repeat;
+  std::printf("%s\n\n%s", kReads,
+              gpualloc::replay::FormatReplayReport(results, report).c_str());
+  const std::string compared =
+      gpualloc::replay::FormatComparisonWithPyTorch(results, report);
+  if (!compared.empty()) std::printf("\n%s", compared.c_str());
+}
+
+absl::Status WriteSvg(const std::string& svg_path,
+                      const std::vector<ReplayResult>& results,
+                      const std::vector<ReplayResult>& snapshots) {
+  std::vector<gpualloc::replay::SvgPanel> panels;
+  for (const ReplayResult& r : results) {
+    panels.push_back({absl::StrCat(r.trace, " / ", r.label), &r});
   }
+  for (const ReplayResult& r : snapshots) {
+    // The caption counts its regions and says what they are.
+    panels.push_back({absl::StrCat(r.trace, " / snapshot"), &r});
+  }
+  std::ofstream out(svg_path, std::ios::binary);
+  out << gpualloc::replay::RenderSvg(panels);
+  out.close();
+  if (!out) {
+    return absl::InternalError(
+        absl::StrCat(svg_path, ": cannot write the SVG"));
+  }
+  return absl::OkStatus();
+}
 
-  if (!svg_path.empty()) {
-    std::vector<gpualloc::replay::SvgPanel> panels;
-    for (const ReplayResult& r : results) {
-      panels.push_back({absl::StrCat(r.trace, " / ", r.label), &r});
-    }
-    for (const ReplayResult& r : snapshots) {
-      // The caption counts its regions and says what they are.
-      panels.push_back({absl::StrCat(r.trace, " / snapshot"), &r});
-    }
-    std::ofstream out(svg_path, std::ios::binary);
-    out << gpualloc::replay::RenderSvg(panels);
-    out.close();
-    if (!out) return Fail(absl::StrCat(svg_path, ": cannot write the SVG"));
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before anything is allocated: each replay's untimed pass then warms the
+  // memory its measured pass uses (ns/op comparable across configurations;
+  // replay.h).
+  gpualloc::replay::KeepFreedMemoryMapped();
+  Args args;
+  absl::StatusOr<gpualloc::cli::Parsed> parsed = ParseArgs(argc, argv, &args);
+  if (!parsed.ok()) return Fail(parsed.status().message());
+  if (*parsed == gpualloc::cli::Parsed::kHelp) {
+    std::printf("%.*s%s", static_cast<int>(kUsage.size()), kUsage.data(),
+                KeysHelp().c_str());
+    return 0;
+  }
+  if (absl::Status s = CheckCombination(args); !s.ok()) {
+    return Fail(s.message());
+  }
+  if (args.configs.empty()) args.configs.push_back("");
+  if (absl::Status s = CheckConfigs(args); !s.ok()) return Fail(s.message());
+  absl::StatusOr<Inputs> in = LoadInputs(args);
+  if (!in.ok()) return Fail(in.status().message());
+  absl::StatusOr<std::vector<ReplayResult>> results =
+      ReplayAll(args, in->traces);
+  if (!results.ok()) return Fail(results.status().message());
+  if (!args.json && !results->empty()) PrintReport(args, *in, *results);
+  if (!args.svg_path.empty()) {
+    absl::Status s = WriteSvg(args.svg_path, *results, in->snapshots);
+    if (!s.ok()) return Fail(s.message());
   }
   return 0;
 }

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "gpualloc/config.h"
 #include "gpualloc/sim_backend.h"
+#include "tools/cli.h"
 #include "tools/soak/soak_lib.h"
 
 namespace {
@@ -134,68 +135,118 @@ extern "C" void OnCrash(int sig) {
   std::raise(sig);
 }
 
+// What the command line asks for.
+struct Args {
+  SoakOptions options;
+  std::vector<int> stream_counts = {1, 4};
+  std::vector<SoakMode> modes = gpualloc::soak::AllModes();
+};
+
+absl::Status BadValue(absl::string_view flag, absl::string_view value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad value for ", flag, ": ", value));
+}
+
+// A flag whose value is a count.
+gpualloc::cli::Parser::ValueHandler Count(const std::string& flag,
+                                          std::uint64_t* into) {
+  return [flag, into](const std::string& value) {
+    if (!ParseCount(value, into)) return BadValue(flag, value);
+    return absl::OkStatus();
+  };
+}
+
+// --max-size and --device-memory: a size above 0.
+gpualloc::cli::Parser::ValueHandler Size(const std::string& flag,
+                                         std::uint64_t* into) {
+  return [flag, into](const std::string& value) {
+    absl::StatusOr<std::uint64_t> size = gpualloc::ParseSize(value, flag);
+    if (!size.ok() || *size == 0) return BadValue(flag, value);
+    *into = *size;
+    return absl::OkStatus();
+  };
+}
+
+absl::Status SetStreams(const std::string& value, Args* args) {
+  args->stream_counts.clear();
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    int s = 0;
+    if (!absl::SimpleAtoi(part, &s) || s < 1 || s > 64) {
+      return BadValue("--streams", value);
+    }
+    args->stream_counts.push_back(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetModes(const std::string& value, Args* args) {
+  args->modes.clear();
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    absl::StatusOr<SoakMode> m = gpualloc::soak::FindMode(part);
+    if (!m.ok()) return absl::InvalidArgumentError(m.status().message());
+    args->modes.push_back(*m);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetCrossFreePercent(const std::string& value, Args* args) {
+  std::uint64_t n = 0;
+  if (!ParseCount(value, &n) || n > 100) {
+    return BadValue("--cross-free-percent", value);
+  }
+  args->options.cross_free_percent = static_cast<int>(n);
+  return absl::OkStatus();
+}
+
+absl::Status SetFaultOps(const std::string& value, Args* args) {
+  absl::StatusOr<std::vector<gpualloc::SimOp>> ops =
+      gpualloc::soak::ParseFaultOps(value);
+  if (!ops.ok()) return absl::InvalidArgumentError(ops.status().message());
+  args->options.fault_ops = *ops;
+  return absl::OkStatus();
+}
+
+// Every argument but --help is a flag and its value, as it always was.
+absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
+                                                Args* args) {
+  SoakOptions& o = args->options;
+  const auto with_args = [args](
+                             absl::Status (*set)(const std::string&, Args*)) {
+    return [args, set](const std::string& value) { return set(value, args); };
+  };
+  gpualloc::cli::Parser parser(
+      gpualloc::cli::Syntax{.unknown_takes_value = true});
+  parser.Value("--seed", Count("--seed", &o.seed))
+      .Value("--ops", Count("--ops", &o.ops))
+      .Value("--streams", with_args(SetStreams))
+      .Value("--modes", with_args(SetModes))
+      .Value("--max-size", Size("--max-size", &o.max_size))
+      .Value("--device-memory", Size("--device-memory", &o.device_memory))
+      .Value("--cross-free-percent", with_args(SetCrossFreePercent))
+      .Value("--fault-every", Count("--fault-every", &o.fault_every))
+      .Value("--fault-ops", with_args(SetFaultOps))
+      .Value("--validate-every", Count("--validate-every", &o.validate_every))
+      .Value("--phase-ops", Count("--phase-ops", &o.phase_ops))
+      .Value("--min-live", Count("--min-live", &o.min_live))
+      .Value("--max-live", Count("--max-live", &o.max_live))
+      .Unknown([](const std::string& flag) {
+        return absl::StrCat("unknown flag ", flag);
+      });
+  return parser.Parse(argc, argv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  SoakOptions options;
-  options.ops = 40'000;
-  std::vector<int> stream_counts = {1, 4};
-  std::vector<SoakMode> modes = gpualloc::soak::AllModes();
-
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      absl::PrintF("%s", kUsage);
-      return 0;
-    }
-    if (i + 1 >= argc) return Usage(absl::StrCat(flag, " needs a value"));
-    const absl::string_view value = argv[++i];
-    const std::string bad = absl::StrCat("bad value for ", flag, ": ", value);
-    std::uint64_t n = 0;
-    if (flag == "--seed") {
-      if (!ParseCount(value, &options.seed)) return Usage(bad);
-    } else if (flag == "--ops") {
-      if (!ParseCount(value, &options.ops)) return Usage(bad);
-    } else if (flag == "--streams") {
-      stream_counts.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int s = 0;
-        if (!absl::SimpleAtoi(part, &s) || s < 1 || s > 64) return Usage(bad);
-        stream_counts.push_back(s);
-      }
-    } else if (flag == "--modes") {
-      modes.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        absl::StatusOr<SoakMode> m = gpualloc::soak::FindMode(part);
-        if (!m.ok()) return Usage(std::string(m.status().message()));
-        modes.push_back(*m);
-      }
-    } else if (flag == "--max-size" || flag == "--device-memory") {
-      absl::StatusOr<std::uint64_t> size = gpualloc::ParseSize(value, flag);
-      if (!size.ok() || *size == 0) return Usage(bad);
-      (flag == "--max-size" ? options.max_size : options.device_memory) = *size;
-    } else if (flag == "--cross-free-percent") {
-      if (!ParseCount(value, &n) || n > 100) return Usage(bad);
-      options.cross_free_percent = static_cast<int>(n);
-    } else if (flag == "--fault-every") {
-      if (!ParseCount(value, &options.fault_every)) return Usage(bad);
-    } else if (flag == "--fault-ops") {
-      absl::StatusOr<std::vector<gpualloc::SimOp>> ops =
-          gpualloc::soak::ParseFaultOps(value);
-      if (!ops.ok()) return Usage(std::string(ops.status().message()));
-      options.fault_ops = *ops;
-    } else if (flag == "--validate-every") {
-      if (!ParseCount(value, &options.validate_every)) return Usage(bad);
-    } else if (flag == "--phase-ops") {
-      if (!ParseCount(value, &options.phase_ops)) return Usage(bad);
-    } else if (flag == "--min-live") {
-      if (!ParseCount(value, &options.min_live)) return Usage(bad);
-    } else if (flag == "--max-live") {
-      if (!ParseCount(value, &options.max_live)) return Usage(bad);
-    } else {
-      return Usage(absl::StrCat("unknown flag ", flag));
-    }
+  Args args;
+  args.options.ops = 40'000;
+  absl::StatusOr<gpualloc::cli::Parsed> parsed = ParseArgs(argc, argv, &args);
+  if (!parsed.ok()) return Usage(parsed.status().message());
+  if (*parsed == gpualloc::cli::Parsed::kHelp) {
+    absl::PrintF("%s", kUsage);
+    return 0;
   }
+  const SoakOptions& options = args.options;
   if (options.min_live > options.max_live) {
     return Usage(absl::StrCat("--min-live ", options.min_live,
                               " is above --max-live ", options.max_live,
@@ -218,8 +269,8 @@ int main(int argc, char** argv) {
   for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) {
     std::signal(sig, OnCrash);
   }
-  for (int streams : stream_counts) {
-    for (const SoakMode& mode : modes) {
+  for (int streams : args.stream_counts) {
+    for (const SoakMode& mode : args.modes) {
       SoakOptions run_options = options;
       run_options.streams = streams;
       run_options.current_op = &g_current_op;

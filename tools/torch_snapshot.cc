@@ -21,9 +21,11 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "gpualloc/snapshot_json.h"
+#include "tools/cli.h"
 #include "tools/torch_snapshot_check.h"
 
 namespace {
@@ -47,35 +49,56 @@ int OrdinalOf(const std::string& json) {
   return std::atoi(json.c_str() + at + 21);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// What the command line asks for.
+struct Args {
   std::string input;
   std::string output;
   int device = -1;
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (arg == "-o" || arg == "--device") {
-      if (i + 1 == argc) return Usage(std::string(arg) + " needs a value");
-      const absl::string_view value = argv[++i];
-      if (arg == "-o") {
-        output = std::string(value);
-      } else if (!absl::SimpleAtoi(value, &device) || device < 0) {
-        return Usage("--device needs a device index >= 0, got " +
-                     std::string(value));
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      return Usage("unknown option " + std::string(arg));
-    } else if (input.empty()) {
-      input = std::string(arg);
-    } else {
-      return Usage("one snapshot at a time");
-    }
+};
+
+absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
+                                                Args* args) {
+  gpualloc::cli::Parser parser(
+      gpualloc::cli::Syntax{.lone_dash_is_flag = true});
+  parser
+      .Value("-o",
+             [args](const std::string& value) {
+               args->output = value;
+               return absl::OkStatus();
+             })
+      .Value(
+          "--device",
+          [args](const std::string& value) {
+            if (!absl::SimpleAtoi(value, &args->device) || args->device < 0) {
+              return absl::InvalidArgumentError(
+                  "--device needs a device index >= 0, got " + value);
+            }
+            return absl::OkStatus();
+          })
+      .Positional([args](const std::string& arg) {
+        if (!args->input.empty()) {
+          return absl::InvalidArgumentError("one snapshot at a time");
+        }
+        args->input = arg;
+        return absl::OkStatus();
+      })
+      .Unknown([](const std::string& arg) { return "unknown option " + arg; });
+  return parser.Parse(argc, argv);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  absl::StatusOr<gpualloc::cli::Parsed> parsed = ParseArgs(argc, argv, &args);
+  if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+  if (*parsed == gpualloc::cli::Parsed::kHelp) {
+    std::cout << kUsage;
+    return 0;
   }
+  const std::string& input = args.input;
+  const std::string& output = args.output;
+  int device = args.device;
   if (input.empty()) return Usage("no snapshot given");
   std::ifstream in(input, std::ios::binary);
   std::stringstream text;

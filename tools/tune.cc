@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tools/cli.h"
 #include "tools/replay/reference.h"
 #include "tools/replay/replay.h"
 #include "tools/replay/tune_lib.h"
@@ -96,101 +97,78 @@ bool WriteFile(const std::string& path, const std::string& text) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Before anything is allocated: each replay's untimed pass then warms the
-  // memory its measured pass uses (ns/op comparable across configurations;
-  // replay.h).
-  gpualloc::replay::KeepFreedMemoryMapped();
+// What the command line asks for.
+struct Args {
   std::string csv_path;
   std::string json_path;
   std::string base;
-  bool base_given = false;
   std::vector<GridAxis> axes;
   std::vector<std::string> trace_paths;
   std::vector<std::string> references;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&](std::string& into) {
-      if (i + 1 >= argc) return false;
-      into = argv[++i];
-      return true;
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (arg == "--csv") {
-      if (!value(csv_path)) return BadArguments("--csv needs a FILE");
-    } else if (arg == "--json") {
-      if (!value(json_path)) return BadArguments("--json needs a FILE");
-    } else if (arg == "--base") {
-      if (base_given) return BadArguments("--base given twice");
-      if (!value(base)) return BadArguments("--base needs a CONFIG");
-      base_given = true;
-    } else if (arg == "--grid") {
-      std::string text;
-      if (!value(text)) return BadArguments("--grid needs KEY=V1|V2|...");
-      absl::StatusOr<GridAxis> axis = gpualloc::replay::ParseGridAxis(text);
-      if (!axis.ok()) return BadArguments(std::string(axis.status().message()));
-      axes.push_back(*std::move(axis));
-    } else if (arg == "--reference") {
-      std::string text;
-      if (!value(text)) return BadArguments("--reference needs NAMES");
-      absl::StatusOr<std::vector<std::string>> names =
-          gpualloc::replay::ParseReferenceList(text);
-      if (!names.ok()) {
-        return BadArguments(
-            absl::StrCat("--reference ", names.status().message()));
-      }
-      references.insert(references.end(), names->begin(), names->end());
-    } else if (absl::StartsWith(arg, "-") && arg != "-") {
-      return BadArguments(absl::StrCat("unknown option ", arg));
-    } else {
-      trace_paths.push_back(arg);
-    }
-  }
-  if (trace_paths.empty()) return BadArguments("no TRACE given");
-  if (axes.empty()) axes = gpualloc::replay::DefaultGrid();
-  absl::StatusOr<std::vector<std::string>> configs =
-      gpualloc::replay::ExpandGrid(base, axes);
-  if (!configs.ok())
-    return BadArguments(std::string(configs.status().message()));
-  for (const std::string& name : references) {
-    configs->push_back(absl::StrCat(gpualloc::replay::kReferencePrefix, name));
-  }
-  // The outputs are checked before the first replay: a typo in a path must
-  // not cost the whole sweep.
-  if (!csv_path.empty() && !CheckWritable("--csv", csv_path)) return 1;
-  if (!json_path.empty() && !CheckWritable("--json", json_path)) return 1;
+};
 
-  std::vector<gpualloc::replay::Trace> traces;
-  std::vector<std::string> names;
-  for (const std::string& path : trace_paths) {
-    absl::StatusOr<gpualloc::replay::Trace> trace =
-        gpualloc::replay::LoadTrace(path);
-    if (!trace.ok()) {
-      std::fprintf(stderr, "gpualloc-tune: %s\n",
-                   std::string(trace.status().message()).c_str());
-      return 1;
-    }
-    names.push_back(trace->name);
-    traces.push_back(*std::move(trace));
-  }
-  // Rows are grouped by trace label: two traces with the same file stem
-  // (ok.csv d2/ok.csv) must not share one.
-  absl::StatusOr<std::vector<std::string>> labels =
-      gpualloc::replay::TraceLabels(names, trace_paths);
-  if (!labels.ok()) return BadArguments(std::string(labels.status().message()));
-  names = *std::move(labels);
-  for (std::size_t t = 0; t < traces.size(); ++t) traces[t].name = names[t];
+// A flag's value stored in *into.
+gpualloc::cli::Parser::ValueHandler StoreIn(std::string* into) {
+  return [into](const std::string& v) {
+    *into = v;
+    return absl::OkStatus();
+  };
+}
 
+absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
+                                                Args* args) {
+  gpualloc::cli::Parser parser;
+  parser.Value("--csv", StoreIn(&args->csv_path), "--csv needs a FILE")
+      .Value("--json", StoreIn(&args->json_path), "--json needs a FILE")
+      .Value("--base", StoreIn(&args->base), "--base needs a CONFIG")
+      .Once("--base given twice")
+      .Value(
+          "--grid",
+          [args](const std::string& text) {
+            absl::StatusOr<GridAxis> axis =
+                gpualloc::replay::ParseGridAxis(text);
+            if (!axis.ok()) return axis.status();
+            args->axes.push_back(*std::move(axis));
+            return absl::OkStatus();
+          },
+          "--grid needs KEY=V1|V2|...")
+      .Value(
+          "--reference",
+          [args](const std::string& text) {
+            absl::StatusOr<std::vector<std::string>> names =
+                gpualloc::replay::ParseReferenceList(text);
+            if (!names.ok()) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--reference ", names.status().message()));
+            }
+            args->references.insert(args->references.end(), names->begin(),
+                                    names->end());
+            return absl::OkStatus();
+          },
+          "--reference needs NAMES")
+      .Positional([args](const std::string& path) {
+        args->trace_paths.push_back(path);
+        return absl::OkStatus();
+      })
+      .Unknown([](const std::string& arg) {
+        return absl::StrCat("unknown option ", arg);
+      });
+  return parser.Parse(argc, argv);
+}
+
+// Every configuration over every trace, in order: one row each (a failed
+// replay is a row with its status). A reference model's row replays on the
+// device --base describes.
+std::vector<gpualloc::replay::TuneRow> Sweep(
+    const std::vector<std::string>& configs,
+    const std::vector<gpualloc::replay::Trace>& traces,
+    const std::string& base) {
   std::vector<gpualloc::replay::TuneRow> rows;
   // Progress on a terminal only: a full default sweep takes a while, and
   // logs should not fill with carriage returns.
   const bool progress = isatty(fileno(stderr)) != 0;
-  const std::size_t total = configs->size() * traces.size();
-  for (const std::string& config : *configs) {
+  const std::size_t total = configs.size() * traces.size();
+  for (const std::string& config : configs) {
     for (const gpualloc::replay::Trace& trace : traces) {
       gpualloc::replay::TuneRow row;
       row.config = config;
@@ -216,7 +194,62 @@ int main(int argc, char** argv) {
     }
   }
   if (progress) std::fprintf(stderr, "\n");
+  return rows;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before anything is allocated: each replay's untimed pass then warms the
+  // memory its measured pass uses (ns/op comparable across configurations;
+  // replay.h).
+  gpualloc::replay::KeepFreedMemoryMapped();
+  Args args;
+  absl::StatusOr<gpualloc::cli::Parsed> parsed = ParseArgs(argc, argv, &args);
+  if (!parsed.ok()) return BadArguments(std::string(parsed.status().message()));
+  if (*parsed == gpualloc::cli::Parsed::kHelp) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (args.trace_paths.empty()) return BadArguments("no TRACE given");
+  if (args.axes.empty()) args.axes = gpualloc::replay::DefaultGrid();
+  absl::StatusOr<std::vector<std::string>> configs =
+      gpualloc::replay::ExpandGrid(args.base, args.axes);
+  if (!configs.ok())
+    return BadArguments(std::string(configs.status().message()));
+  for (const std::string& name : args.references) {
+    configs->push_back(absl::StrCat(gpualloc::replay::kReferencePrefix, name));
+  }
+  // The outputs are checked before the first replay: a typo in a path must
+  // not cost the whole sweep.
+  const std::string& csv_path = args.csv_path;
+  const std::string& json_path = args.json_path;
+  if (!csv_path.empty() && !CheckWritable("--csv", csv_path)) return 1;
+  if (!json_path.empty() && !CheckWritable("--json", json_path)) return 1;
+
+  std::vector<gpualloc::replay::Trace> traces;
+  std::vector<std::string> names;
+  for (const std::string& path : args.trace_paths) {
+    absl::StatusOr<gpualloc::replay::Trace> trace =
+        gpualloc::replay::LoadTrace(path);
+    if (!trace.ok()) {
+      std::fprintf(stderr, "gpualloc-tune: %s\n",
+                   std::string(trace.status().message()).c_str());
+      return 1;
+    }
+    names.push_back(trace->name);
+    traces.push_back(*std::move(trace));
+  }
+  // Rows are grouped by trace label: two traces with the same file stem
+  // (ok.csv d2/ok.csv) must not share one.
+  absl::StatusOr<std::vector<std::string>> labels =
+      gpualloc::replay::TraceLabels(names, args.trace_paths);
+  if (!labels.ok()) return BadArguments(std::string(labels.status().message()));
+  names = *std::move(labels);
+  for (std::size_t t = 0; t < traces.size(); ++t) traces[t].name = names[t];
+
+  const std::vector<gpualloc::replay::TuneRow> rows =
+      Sweep(*configs, traces, args.base);
   const std::vector<gpualloc::replay::RankedConfig> ranked =
       gpualloc::replay::Rank(*configs, names, rows);
   std::fputs(

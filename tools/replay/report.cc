@@ -197,62 +197,138 @@ std::string FormatLegend(const std::vector<absl::string_view>& columns) {
   return FormatDefinitions(definitions);
 }
 
-std::string FormatReplayReport(const std::vector<ReplayResult>& results,
-                               const ReportOptions& options) {
-  if (results.empty()) return "";
+namespace {
+
+// The report's columns, and what decided them.
+struct ReportColumns {
+  bool streams = false;          // the multi-stream columns
+  bool baseline = false;         // ours / PyTorch
+  bool bound = false;            // the no-wait bound
+  bool one_stream_peak = false;  // the one-stream peak
+  bool passes = false;           // the first and last pass's peaks
+  std::vector<absl::string_view> columns;
+};
+
+ReportColumns ChooseColumns(const std::vector<ReplayResult>& results,
+                            const ReportOptions& options) {
+  ReportColumns c;
   // The multi-stream columns only where they say something.
-  bool streams = false;
   for (const ReplayResult& r : results) {
     const ReplayRepetition cost = CostOf(r, options.repeat);
-    streams |= cost.host_waits != 0 || cost.stream_waits != 0 ||
-               r.hazards != 0 || r.progress_model.size() > 0;
+    c.streams |= cost.host_waits != 0 || cost.stream_waits != 0 ||
+                 r.hazards != 0 || r.progress_model.size() > 0;
   }
-  bool baseline = false;
   for (const ReplayResult& r : results) {
-    baseline |= BaselineOf(r, options) != nullptr;
+    c.baseline |= BaselineOf(r, options) != nullptr;
   }
-  bool bound = false, one_stream_peak = false;
   for (const ReplayResult& r : results) {
-    bound |= r.nowait_bound_bytes.has_value();
-    one_stream_peak |= r.one_stream_peak_bytes_reserved.has_value();
+    c.bound |= r.nowait_bound_bytes.has_value();
+    c.one_stream_peak |= r.one_stream_peak_bytes_reserved.has_value();
   }
-  const bool passes = options.repeat > 1;
-  // Repeating, the costs are the last pass's (marked *).
-  const std::string last = passes ? "*" : "";
-  std::vector<absl::string_view> columns = {kColOps, kColOoms,
-                                            kColPeakRequested};
-  if (bound) columns.push_back(kColNoWaitBound);
+  c.passes = options.repeat > 1;
+  std::vector<absl::string_view>& columns = c.columns;
+  columns = {kColOps, kColOoms, kColPeakRequested};
+  if (c.bound) columns.push_back(kColNoWaitBound);
   columns.push_back(kColPeakReserved);
-  if (one_stream_peak) columns.push_back(kColOneStreamPeak);
-  if (passes) {
+  if (c.one_stream_peak) columns.push_back(kColOneStreamPeak);
+  if (c.passes) {
     columns.push_back(kColFirstPassPeak);
     columns.push_back(kColLastPassPeak);
   }
-  for (absl::string_view c :
+  for (absl::string_view col :
        {kColUtilization, kColFragAtPeak, kColBackendAllocsFrees}) {
-    columns.push_back(c);
+    columns.push_back(col);
   }
-  // The name a column is shown under: "pass N peak" with N the passes.
-  auto shown = [&](absl::string_view c) {
-    return c == kColLastPassPeak
-               ? absl::StrCat("pass ", options.repeat, " peak")
-               : std::string(c);
-  };
-  if (streams) {
+  if (c.streams) {
     columns.push_back(kColHostWaits);
     columns.push_back(kColStreamWaits);
   }
   columns.push_back(kColModeledMs);
-  if (streams) columns.push_back(kColHazards);
+  if (c.streams) columns.push_back(kColHazards);
   columns.push_back(kColNsPerOp);
-  if (baseline) columns.push_back(kColOursPerPyTorch);
+  if (c.baseline) columns.push_back(kColOursPerPyTorch);
+  return c;
+}
 
+// The name a column is shown under: "pass N peak" with N the passes.
+std::string Shown(absl::string_view c, const ReportOptions& options) {
+  return c == kColLastPassPeak ? absl::StrCat("pass ", options.repeat, " peak")
+                               : std::string(c);
+}
+
+std::string GibOrDash(const std::optional<std::uint64_t>& v) {
+  return v.has_value() ? Gib(*v) : std::string("-");
+}
+
+// One result's row, in the columns' order.
+std::vector<std::string> ReportRow(const ReplayResult& r,
+                                   const ReportColumns& c,
+                                   const ReportOptions& options,
+                                   const std::uint64_t* pytorch) {
+  const ReplayRepetition cost = CostOf(r, options.repeat);
+  std::vector<std::string> row = {r.label, absl::StrCat(r.ops),
+                                  absl::StrCat(r.ooms),
+                                  Gib(r.peak_bytes_requested)};
+  if (c.bound) row.push_back(GibOrDash(r.nowait_bound_bytes));
+  row.push_back(Gib(r.peak_bytes_reserved));
+  if (c.one_stream_peak) {
+    row.push_back(GibOrDash(r.one_stream_peak_bytes_reserved));
+  }
+  if (c.passes) {
+    row.push_back(r.repetitions.empty()
+                      ? std::string("-")
+                      : Gib(r.repetitions.front().peak_bytes_reserved));
+    row.push_back(r.repetitions.empty()
+                      ? std::string("-")
+                      : Gib(r.repetitions.back().peak_bytes_reserved));
+  }
+  row.push_back(absl::StrFormat("%.1f%%", 100 * r.utilization));
+  row.push_back(absl::StrFormat("%.3f", r.fragmentation_at_peak));
+  row.push_back(absl::StrCat(cost.backend_allocs, "/", cost.backend_frees));
+  if (c.streams) {
+    row.push_back(absl::StrCat(cost.host_waits));
+    row.push_back(absl::StrCat(cost.stream_waits));
+  }
+  row.push_back(absl::StrFormat(
+      "%.2f", static_cast<double>(cost.modeled_backend_ns) / 1e6));
+  if (c.streams) row.push_back(absl::StrCat(r.hazards));
+  row.push_back(absl::StrFormat("%.0f", r.ns_per_op));
+  if (c.baseline) {
+    row.push_back(pytorch == nullptr
+                      ? "-"
+                      : absl::StrFormat(
+                            "%.3f", static_cast<double>(r.peak_bytes_reserved) /
+                                        static_cast<double>(*pytorch)));
+  }
+  return row;
+}
+
+// A trace's heading row, with PyTorch's peak and the one-stream note.
+std::string TraceHeading(const ReplayResult& r, const std::uint64_t* pytorch) {
+  std::vector<std::string> notes;
+  if (pytorch != nullptr) {
+    notes.push_back(absl::StrCat("PyTorch peak reserved ", Gib(*pytorch)));
+  }
+  if (r.one_stream) notes.push_back("every stream replayed as stream 0");
+  return notes.empty()
+             ? r.trace
+             : absl::StrCat(r.trace, " (", absl::StrJoin(notes, "; "), ")");
+}
+
+}  // namespace
+
+std::string FormatReplayReport(const std::vector<ReplayResult>& results,
+                               const ReportOptions& options) {
+  if (results.empty()) return "";
+  const ReportColumns c = ChooseColumns(results, options);
+  // Repeating, the costs are the last pass's (marked *).
+  const std::string last = c.passes ? "*" : "";
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header = {"config"};
-  for (absl::string_view c : columns) {
-    const bool cost = c == kColBackendAllocsFrees || c == kColHostWaits ||
-                      c == kColStreamWaits || c == kColModeledMs;
-    header.push_back(absl::StrCat(shown(c), cost ? last : ""));
+  for (absl::string_view col : c.columns) {
+    const bool cost = col == kColBackendAllocsFrees || col == kColHostWaits ||
+                      col == kColStreamWaits || col == kColModeledMs;
+    header.push_back(absl::StrCat(Shown(col, options), cost ? last : ""));
   }
   rows.push_back(header);
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -260,56 +336,9 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
     const std::uint64_t* pytorch = BaselineOf(r, options);
     if (i == 0 || results[i - 1].trace != r.trace ||
         results[i - 1].one_stream != r.one_stream) {
-      std::vector<std::string> notes;
-      if (pytorch != nullptr) {
-        notes.push_back(absl::StrCat("PyTorch peak reserved ", Gib(*pytorch)));
-      }
-      if (r.one_stream) notes.push_back("every stream replayed as stream 0");
-      rows.push_back(
-          {notes.empty()
-               ? r.trace
-               : absl::StrCat(r.trace, " (", absl::StrJoin(notes, "; "), ")")});
+      rows.push_back({TraceHeading(r, pytorch)});
     }
-    const ReplayRepetition cost = CostOf(r, options.repeat);
-    auto gib_or_dash = [](const std::optional<std::uint64_t>& v) {
-      return v.has_value() ? Gib(*v) : std::string("-");
-    };
-    std::vector<std::string> row = {r.label, absl::StrCat(r.ops),
-                                    absl::StrCat(r.ooms),
-                                    Gib(r.peak_bytes_requested)};
-    if (bound) row.push_back(gib_or_dash(r.nowait_bound_bytes));
-    row.push_back(Gib(r.peak_bytes_reserved));
-    if (one_stream_peak) {
-      row.push_back(gib_or_dash(r.one_stream_peak_bytes_reserved));
-    }
-    if (passes) {
-      row.push_back(r.repetitions.empty()
-                        ? std::string("-")
-                        : Gib(r.repetitions.front().peak_bytes_reserved));
-      row.push_back(r.repetitions.empty()
-                        ? std::string("-")
-                        : Gib(r.repetitions.back().peak_bytes_reserved));
-    }
-    row.push_back(absl::StrFormat("%.1f%%", 100 * r.utilization));
-    row.push_back(absl::StrFormat("%.3f", r.fragmentation_at_peak));
-    row.push_back(absl::StrCat(cost.backend_allocs, "/", cost.backend_frees));
-    if (streams) {
-      row.push_back(absl::StrCat(cost.host_waits));
-      row.push_back(absl::StrCat(cost.stream_waits));
-    }
-    row.push_back(absl::StrFormat(
-        "%.2f", static_cast<double>(cost.modeled_backend_ns) / 1e6));
-    if (streams) row.push_back(absl::StrCat(r.hazards));
-    row.push_back(absl::StrFormat("%.0f", r.ns_per_op));
-    if (baseline) {
-      row.push_back(
-          pytorch == nullptr
-              ? "-"
-              : absl::StrFormat("%.3f",
-                                static_cast<double>(r.peak_bytes_reserved) /
-                                    static_cast<double>(*pytorch)));
-    }
-    rows.push_back(std::move(row));
+    rows.push_back(ReportRow(r, c, options, pytorch));
   }
   std::string out;
   AppendTable(rows, out);
@@ -321,14 +350,14 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
         "other columns cover all passes\n",
         options.repeat, options.repeat);
   }
-  if (!streams) {
+  if (!c.streams) {
     absl::StrAppend(
         &out,
         "host waits, stream waits and hazards are 0 on every row (one "
         "stream per trace): columns left out\n");
   }
   std::vector<std::string> names;
-  for (absl::string_view c : columns) names.push_back(shown(c));
+  for (absl::string_view col : c.columns) names.push_back(Shown(col, options));
   absl::StrAppend(&out, "\n", FormatLegend({names.begin(), names.end()}));
   return out;
 }

@@ -222,6 +222,252 @@ void AppendYAxis(const std::vector<Band>& bands, double area_y,
   }
 }
 
+// One unit for a panel's sizes: its largest, of the y extent, the peak
+// reserved and the strip's samples.
+Unit PanelUnit(const ReplayResult& result, const std::vector<Band>& bands) {
+  const Timeline& t = result.timeline;
+  std::uint64_t largest = result.peak_bytes_reserved;
+  std::uint64_t span = 0;
+  for (const Band& b : bands) span += b.hi - b.lo;
+  largest = std::max(largest, span);
+  for (std::uint64_t v : t.sample_reserved) largest = std::max(largest, v);
+  for (std::uint64_t v : t.sample_in_use) largest = std::max(largest, v);
+  return UnitFor(largest);
+}
+
+// Each region's box over its lifetime, drawn twice: grey under the blocks,
+// outlined above them (but for an expandable range's runs).
+struct Box {
+  double x, y, w, h;
+};
+
+std::vector<Box> RegionBoxes(const Timeline& t, const std::vector<Band>& bands,
+                             double area_y, double xscale) {
+  std::vector<Box> boxes;
+  boxes.reserve(t.regions.size());
+  for (const TimelineRegion& reg : t.regions) {
+    const Band* band = BandOf(bands, reg.base);
+    if (band == nullptr) continue;
+    const std::uint64_t to = std::max(reg.to_op, reg.from_op + 1);
+    const double y = YOf(*band, reg.base);
+    const double h = YOf(*band, std::min(band->hi, reg.base + reg.size)) - y;
+    boxes.push_back({kLeft + static_cast<double>(reg.from_op) * xscale,
+                     area_y + y, static_cast<double>(to - reg.from_op) * xscale,
+                     h});
+  }
+  return boxes;
+}
+
+// What the blocks' drawing left out of the picture, for its note.
+struct BlockCounts {
+  std::uint64_t merged = 0;   // narrower than a pixel, drawn merged
+  std::uint64_t outside = 0;  // outside every region
+};
+
+// Beyond kMaxExactBlocks blocks, the pixels the narrow ones cover: a column
+// per pixel of the plot's width, a row per pixel of its height.
+struct Coverage {
+  int columns = static_cast<int>(kPlotWidth);
+  int rows = static_cast<int>(kAddressHeight);
+  std::vector<std::uint8_t> grid;
+
+  void Mark(double x, double y, double h) {
+    const int c = std::clamp(static_cast<int>(x), 0, columns - 1);
+    const int r0 = std::clamp(static_cast<int>(y), 0, rows - 1);
+    const int r1 = std::clamp(static_cast<int>(std::ceil(y + h)), r0 + 1, rows);
+    for (int r = r0; r < r1; ++r) {
+      grid[static_cast<std::size_t>(c) * rows + r] = 1;
+    }
+  }
+};
+
+// One block drawn on its own, with its addresses in a tooltip unless the
+// blocks are merged.
+void AppendBlock(const TimelineBlock& blk, const Band& band, double x, double w,
+                 double y, double h, double area_y, bool merge,
+                 const StreamIndex& streams, std::string& out) {
+  // Tiny rectangles: a stroke would be all there is to see of them.
+  const bool stroke = w >= 3 && h >= 3;
+  // Every block shows: at least kMinBlockPixels each way, kept inside the
+  // plot and its band (a small block at the end of either grows back).
+  const double dw = std::max(w, kMinBlockPixels);
+  const double dh = std::max(h, kMinBlockPixels);
+  const double dx = std::max(0.0, std::min(x, kPlotWidth - dw));
+  const double dy =
+      std::max(band.top, std::min(y, band.top + band.height - dh));
+  absl::StrAppendFormat(&out,
+                        "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                        "height=\"%.2f\" fill=\"%s\"%s",
+                        kLeft + dx, area_y + dy, dw, dh, FillOf(blk, streams),
+                        stroke ? " class=\"k\"" : "");
+  if (merge) {
+    out += "/>\n";
+    return;
+  }
+  absl::StrAppendFormat(
+      &out, "><title>0x%x, %s, ops %d to %d%s%s</title></rect>\n", blk.address,
+      Escape(Bytes(static_cast<double>(blk.size))), blk.alloc_op, blk.free_op,
+      streams.size() > 1 ? absl::StrCat(", stream ", StreamName(blk.stream))
+                         : "",
+      blk.state == TimelineBlock::State::kFreePending
+          ? ", free, waiting for the stream"
+      : blk.state == TimelineBlock::State::kAsleep ? ", asleep"
+                                                   : "");
+}
+
+// The covered pixels as merged grey runs per column.
+void AppendCoverage(const Coverage& cov, double area_y, std::string& out) {
+  for (int c = 0; c < cov.columns; ++c) {
+    int r = 0;
+    while (r < cov.rows) {
+      if (cov.grid[static_cast<std::size_t>(c) * cov.rows + r] == 0) {
+        ++r;
+        continue;
+      }
+      int e = r;
+      while (e < cov.rows &&
+             cov.grid[static_cast<std::size_t>(c) * cov.rows + e] != 0) {
+        ++e;
+      }
+      absl::StrAppendFormat(&out,
+                            "<rect x=\"%d\" y=\"%.0f\" width=\"1\" "
+                            "height=\"%d\" fill=\"%s\"/>\n",
+                            static_cast<int>(kLeft) + c, area_y + r, e - r,
+                            kMergedFill);
+      r = e;
+    }
+  }
+}
+
+// Blocks, each with its addresses in a tooltip when drawn on its own.
+BlockCounts AppendBlocks(const Timeline& t, const std::vector<Band>& bands,
+                         double area_y, double xscale,
+                         const StreamIndex& streams, std::string& out) {
+  const bool merge = t.blocks.size() > kMaxExactBlocks;
+  Coverage cov;
+  if (merge)
+    cov.grid.assign(static_cast<std::size_t>(cov.columns) * cov.rows, 0);
+  BlockCounts counts;
+  out += "<g>\n";
+  for (const TimelineBlock& blk : t.blocks) {
+    const Band* band = BandOf(bands, blk.address);
+    if (band == nullptr) {
+      ++counts.outside;
+      continue;
+    }
+    const std::uint64_t end_op = std::max(blk.free_op, blk.alloc_op + 1);
+    const double x = static_cast<double>(blk.alloc_op) * xscale;
+    const double w = static_cast<double>(end_op - blk.alloc_op) * xscale;
+    const double y = YOf(*band, blk.address);
+    const std::uint64_t last =
+        std::min(band->hi, blk.address + std::max<std::uint64_t>(1, blk.size));
+    const double h = YOf(*band, last) - y;
+    if (merge && w < 1.0) {
+      ++counts.merged;
+      cov.Mark(x, y, h);
+      continue;
+    }
+    AppendBlock(blk, *band, x, w, y, h, area_y, merge, streams, out);
+  }
+  if (merge) AppendCoverage(cov, area_y, out);
+  out += "</g>\n";
+  return counts;
+}
+
+// Region outlines over their lifetimes, dashed, on top of the blocks. An
+// outline only a few pixels tall would be a black smear hiding the blocks;
+// those regions still show as the grey underneath. Returns how many were too
+// thin.
+std::uint64_t AppendOutlines(const Timeline& t, const std::vector<Box>& boxes,
+                             std::string& out) {
+  std::uint64_t thin_regions = 0;
+  for (const Box& b : boxes) {
+    if (!Outlined(t)) break;
+    if (b.h < 4) {
+      ++thin_regions;
+      continue;
+    }
+    absl::StrAppendFormat(&out,
+                          "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
+                          "height=\"%.2f\" class=\"r\"/>\n",
+                          b.x, b.y, b.w, std::max(b.h, 0.5));
+  }
+  return thin_regions;
+}
+
+// The x ticks are at a nice step (1, 2 or 5 x 10^k ops), evenly spaced from
+// 0, up to the last op.
+void AppendXAxis(const Timeline& t, double num_ops, double xscale,
+                 double axis_y, std::string& out) {
+  const std::uint64_t x_step = std::max<std::uint64_t>(
+      1, static_cast<std::uint64_t>(
+             std::llround(NiceStep(num_ops / kAxisIntervals))));
+  for (std::uint64_t op = 0; op <= t.num_ops; op += x_step) {
+    const double x = kLeft + static_cast<double>(op) * xscale;
+    absl::StrAppendFormat(&out,
+                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+                          "y2=\"%.1f\" stroke=\"#555\"/>\n"
+                          "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
+                          "text-anchor=\"middle\">%d</text>\n",
+                          x, axis_y, x, axis_y + 4, x, axis_y + 15, op);
+  }
+}
+
+// The axes' labels, and the note of what the picture left out or merged.
+void AppendAxisLabels(const Timeline& t, std::size_t num_bands,
+                      const BlockCounts& counts, std::uint64_t thin_regions,
+                      double area_y, std::string& out) {
+  const double axis_y = area_y + kAddressHeight;
+  std::string note = absl::StrFormat("%d blocks", t.blocks.size());
+  if (counts.merged > 0) {
+    absl::StrAppendFormat(&note,
+                          "; %d blocks narrower than a pixel drawn merged "
+                          "(grey)",
+                          counts.merged);
+  }
+  if (thin_regions > 0) {
+    absl::StrAppendFormat(&note, "; %d regions too thin to outline",
+                          thin_regions);
+  }
+  if (counts.outside > 0) {
+    absl::StrAppendFormat(&note, "; %d blocks outside every region left out",
+                          counts.outside);
+  }
+  absl::StrAppendFormat(&out,
+                        "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
+                        "text-anchor=\"middle\">operation index (alloc and "
+                        "free ops of the trace)</text>\n"
+                        "<text x=\"%.1f\" y=\"%.1f\" class=\"s\">%s</text>\n",
+                        kLeft + kPlotWidth / 2, axis_y + 30, kLeft, axis_y + 30,
+                        Escape(note));
+  absl::StrAppendFormat(
+      &out,
+      "<text class=\"s\" text-anchor=\"middle\" transform=\"translate(%.1f "
+      "%.1f) rotate(-90)\">%s</text>\n",
+      12.0, area_y + kAddressHeight / 2,
+      num_bands > 1 ? "bytes into the address ranges, stacked in address "
+                      "order (gaps not to scale)"
+                    : "bytes into the address range, growing down");
+}
+
+// The address area's frame, with a line when there is nothing to draw in it.
+void AppendAddressFrame(const Timeline& t, const std::vector<Band>& bands,
+                        double area_y, std::string& out) {
+  absl::StrAppendFormat(&out,
+                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                        "height=\"%.1f\" fill=\"#fcfcfc\" stroke=\"#bbb\"/>\n",
+                        kLeft, area_y, kPlotWidth, kAddressHeight);
+  if (bands.empty() || t.blocks.empty()) {
+    absl::StrAppendFormat(
+        &out, "<text x=\"%.1f\" y=\"%.1f\" class=\"s\">%s</text>\n", kLeft + 8,
+        area_y + 20,
+        t.num_ops == 0 && t.blocks.empty()
+            ? "empty timeline (none recorded, or an empty trace)"
+        : bands.empty() ? "no regions reserved"
+                        : "no blocks");
+  }
+}
+
 void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
                  std::string& out) {
   absl::StrAppendFormat(&out,
@@ -242,17 +488,7 @@ void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
       static_cast<double>(std::max<std::uint64_t>(1, t.num_ops));
   const double xscale = kPlotWidth / num_ops;
   const std::vector<Band> bands = MakeBands(t.regions);
-  // One unit for the panel's sizes: its largest, of the y extent, the peak
-  // reserved and the strip's samples.
-  std::uint64_t largest = panel.result->peak_bytes_reserved;
-  {
-    std::uint64_t span = 0;
-    for (const Band& b : bands) span += b.hi - b.lo;
-    largest = std::max(largest, span);
-    for (std::uint64_t v : t.sample_reserved) largest = std::max(largest, v);
-    for (std::uint64_t v : t.sample_in_use) largest = std::max(largest, v);
-  }
-  const Unit unit = UnitFor(largest);
+  const Unit unit = PanelUnit(*panel.result, bands);
   if (!bands.empty()) {
     const std::vector<std::string> lines = Caption(*panel.result, bands, unit);
     for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -263,194 +499,23 @@ void AppendPanel(const SvgPanel& panel, double y0, const StreamIndex& streams,
   }
   AppendChart(t, panel.result->peak_bytes_reserved, kLeft, chart_y, xscale,
               unit, out);
-
-  absl::StrAppendFormat(&out,
-                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                        "height=\"%.1f\" fill=\"#fcfcfc\" stroke=\"#bbb\"/>\n",
-                        kLeft, area_y, kPlotWidth, kAddressHeight);
-  if (bands.empty() || t.blocks.empty()) {
-    absl::StrAppendFormat(
-        &out, "<text x=\"%.1f\" y=\"%.1f\" class=\"s\">%s</text>\n", kLeft + 8,
-        area_y + 20,
-        t.num_ops == 0 && t.blocks.empty()
-            ? "empty timeline (none recorded, or an empty trace)"
-        : bands.empty() ? "no regions reserved"
-                        : "no blocks");
-  }
+  AppendAddressFrame(t, bands, area_y, out);
   AppendYAxis(bands, area_y, unit, out);
 
   // Reserved memory over its lifetime, light grey under the blocks: grey
   // without a block is reserved but free, the fragmentation to be seen.
-  // Each region's box over its lifetime, drawn twice: grey under the blocks,
-  // outlined above them (but for an expandable range's runs).
-  struct Box {
-    double x, y, w, h;
-  };
-  std::vector<Box> boxes;
-  boxes.reserve(t.regions.size());
-  for (const TimelineRegion& reg : t.regions) {
-    const Band* band = BandOf(bands, reg.base);
-    if (band == nullptr) continue;
-    const std::uint64_t to = std::max(reg.to_op, reg.from_op + 1);
-    const double y = YOf(*band, reg.base);
-    const double h = YOf(*band, std::min(band->hi, reg.base + reg.size)) - y;
-    boxes.push_back({kLeft + static_cast<double>(reg.from_op) * xscale,
-                     area_y + y, static_cast<double>(to - reg.from_op) * xscale,
-                     h});
-  }
+  const std::vector<Box> boxes = RegionBoxes(t, bands, area_y, xscale);
   for (const Box& b : boxes) {
     absl::StrAppendFormat(&out,
                           "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
                           "height=\"%.2f\" class=\"g\"/>\n",
                           b.x, b.y, b.w, std::max(b.h, 0.5));
   }
-
-  // Blocks, each with its addresses in a tooltip when drawn on its own.
-  const bool merge = t.blocks.size() > kMaxExactBlocks;
-  const int columns = static_cast<int>(kPlotWidth);
-  const int rows = static_cast<int>(kAddressHeight);
-  std::vector<std::uint8_t> grid;
-  if (merge) grid.assign(static_cast<std::size_t>(columns) * rows, 0);
-  std::uint64_t merged = 0;
-  std::uint64_t outside = 0;
-  out += "<g>\n";
-  for (const TimelineBlock& blk : t.blocks) {
-    const Band* band = BandOf(bands, blk.address);
-    if (band == nullptr) {
-      ++outside;
-      continue;
-    }
-    const std::uint64_t end_op = std::max(blk.free_op, blk.alloc_op + 1);
-    const double x = static_cast<double>(blk.alloc_op) * xscale;
-    const double w = static_cast<double>(end_op - blk.alloc_op) * xscale;
-    const double y = YOf(*band, blk.address);
-    const std::uint64_t last =
-        std::min(band->hi, blk.address + std::max<std::uint64_t>(1, blk.size));
-    const double h = YOf(*band, last) - y;
-    if (merge && w < 1.0) {
-      ++merged;
-      const int c = std::clamp(static_cast<int>(x), 0, columns - 1);
-      const int r0 = std::clamp(static_cast<int>(y), 0, rows - 1);
-      const int r1 =
-          std::clamp(static_cast<int>(std::ceil(y + h)), r0 + 1, rows);
-      for (int r = r0; r < r1; ++r) {
-        grid[static_cast<std::size_t>(c) * rows + r] = 1;
-      }
-      continue;
-    }
-    // Tiny rectangles: a stroke would be all there is to see of them.
-    const bool stroke = w >= 3 && h >= 3;
-    // Every block shows: at least kMinBlockPixels each way, kept inside the
-    // plot and its band (a small block at the end of either grows back).
-    const double dw = std::max(w, kMinBlockPixels);
-    const double dh = std::max(h, kMinBlockPixels);
-    const double dx = std::max(0.0, std::min(x, kPlotWidth - dw));
-    const double dy =
-        std::max(band->top, std::min(y, band->top + band->height - dh));
-    absl::StrAppendFormat(&out,
-                          "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                          "height=\"%.2f\" fill=\"%s\"%s",
-                          kLeft + dx, area_y + dy, dw, dh, FillOf(blk, streams),
-                          stroke ? " class=\"k\"" : "");
-    if (merge) {
-      out += "/>\n";
-    } else {
-      absl::StrAppendFormat(
-          &out, "><title>0x%x, %s, ops %d to %d%s%s</title></rect>\n",
-          blk.address, Escape(Bytes(static_cast<double>(blk.size))),
-          blk.alloc_op, blk.free_op,
-          streams.size() > 1 ? absl::StrCat(", stream ", StreamName(blk.stream))
-                             : "",
-          blk.state == TimelineBlock::State::kFreePending
-              ? ", free, waiting for the stream"
-          : blk.state == TimelineBlock::State::kAsleep ? ", asleep"
-                                                       : "");
-    }
-  }
-  if (merge) {
-    for (int c = 0; c < columns; ++c) {
-      int r = 0;
-      while (r < rows) {
-        if (grid[static_cast<std::size_t>(c) * rows + r] == 0) {
-          ++r;
-          continue;
-        }
-        int e = r;
-        while (e < rows && grid[static_cast<std::size_t>(c) * rows + e] != 0) {
-          ++e;
-        }
-        absl::StrAppendFormat(&out,
-                              "<rect x=\"%d\" y=\"%.0f\" width=\"1\" "
-                              "height=\"%d\" fill=\"%s\"/>\n",
-                              static_cast<int>(kLeft) + c, area_y + r, e - r,
-                              kMergedFill);
-        r = e;
-      }
-    }
-  }
-  out += "</g>\n";
-
-  // Region outlines over their lifetimes, dashed, on top of the blocks. An
-  // outline only a few pixels tall would be a black smear hiding the blocks;
-  // those regions still show as the grey underneath.
-  std::uint64_t thin_regions = 0;
-  for (const Box& b : boxes) {
-    if (!Outlined(t)) break;
-    if (b.h < 4) {
-      ++thin_regions;
-      continue;
-    }
-    absl::StrAppendFormat(&out,
-                          "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                          "height=\"%.2f\" class=\"r\"/>\n",
-                          b.x, b.y, b.w, std::max(b.h, 0.5));
-  }
-
-  // Axes. The x ticks are at a nice step (1, 2 or 5 x 10^k ops), evenly
-  // spaced from 0, up to the last op.
-  const double axis_y = area_y + kAddressHeight;
-  const std::uint64_t x_step = std::max<std::uint64_t>(
-      1, static_cast<std::uint64_t>(
-             std::llround(NiceStep(num_ops / kAxisIntervals))));
-  for (std::uint64_t op = 0; op <= t.num_ops; op += x_step) {
-    const double x = kLeft + static_cast<double>(op) * xscale;
-    absl::StrAppendFormat(&out,
-                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
-                          "y2=\"%.1f\" stroke=\"#555\"/>\n"
-                          "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
-                          "text-anchor=\"middle\">%d</text>\n",
-                          x, axis_y, x, axis_y + 4, x, axis_y + 15, op);
-  }
-  std::string note = absl::StrFormat("%d blocks", t.blocks.size());
-  if (merged > 0) {
-    absl::StrAppendFormat(&note,
-                          "; %d blocks narrower than a pixel drawn merged "
-                          "(grey)",
-                          merged);
-  }
-  if (thin_regions > 0) {
-    absl::StrAppendFormat(&note, "; %d regions too thin to outline",
-                          thin_regions);
-  }
-  if (outside > 0) {
-    absl::StrAppendFormat(&note, "; %d blocks outside every region left out",
-                          outside);
-  }
-  absl::StrAppendFormat(&out,
-                        "<text x=\"%.1f\" y=\"%.1f\" class=\"s\" "
-                        "text-anchor=\"middle\">operation index (alloc and "
-                        "free ops of the trace)</text>\n"
-                        "<text x=\"%.1f\" y=\"%.1f\" class=\"s\">%s</text>\n",
-                        kLeft + kPlotWidth / 2, axis_y + 30, kLeft, axis_y + 30,
-                        Escape(note));
-  absl::StrAppendFormat(
-      &out,
-      "<text class=\"s\" text-anchor=\"middle\" transform=\"translate(%.1f "
-      "%.1f) rotate(-90)\">%s</text>\n",
-      12.0, area_y + kAddressHeight / 2,
-      bands.size() > 1 ? "bytes into the address ranges, stacked in address "
-                         "order (gaps not to scale)"
-                       : "bytes into the address range, growing down");
+  const BlockCounts counts =
+      AppendBlocks(t, bands, area_y, xscale, streams, out);
+  const std::uint64_t thin_regions = AppendOutlines(t, boxes, out);
+  AppendXAxis(t, num_ops, xscale, area_y + kAddressHeight, out);
+  AppendAxisLabels(t, bands.size(), counts, thin_regions, area_y, out);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "tools/cli.h"
 
 namespace gpualloc::replay {
 namespace {
@@ -396,55 +397,63 @@ absl::string_view GenPatternName(GenPattern pattern) {
   return "?";
 }
 
+namespace {
+
+// A --seed, --steps, ... value: a whole number, of at least 1 but --seed's.
+cli::Parser::ValueHandler WholeNumber(const std::string& flag,
+                                      std::uint64_t* into) {
+  return [flag, into](const std::string& v) {
+    std::uint64_t n = 0;
+    if (!absl::SimpleAtoi(v, &n) || (n == 0 && flag != "--seed")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": expected a whole number",
+          flag == "--seed" ? "" : " of at least 1", ", got \"", v, "\""));
+    }
+    *into = n;
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
 absl::StatusOr<GenCommand> ParseGenCommand(
     const std::vector<std::string>& args) {
   GenCommand c;
   bool have_pattern = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      c.help = true;
-      return c;
-    }
-    if (arg == "--summary") {
-      c.summary = true;
-      continue;
-    }
-    if (arg != "--pattern" && arg != "--seed" && arg != "--steps" &&
-        arg != "--requests" && arg != "--layers" && arg != "--copy-streams" &&
-        arg != "--streams" && arg != "--scale" && arg != "-o") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown argument \"", arg, "\""));
-    }
-    if (i + 1 >= args.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
-    }
-    const std::string& v = args[++i];
-    if (arg == "--pattern") {
-      absl::StatusOr<GenPattern> p = ParseGenPattern(v);
-      if (!p.ok()) return p.status();
-      c.options.pattern = *p;
-      have_pattern = true;
-    } else if (arg == "-o") {
-      c.output = v;
-    } else if (arg == "--scale") {
-      if (!absl::SimpleAtod(v, &c.options.scale)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--scale: expected a number, got \"", v, "\""));
-      }
-    } else {
-      std::uint64_t n = 0;
-      if (!absl::SimpleAtoi(v, &n) || (n == 0 && arg != "--seed")) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            arg, ": expected a whole number",
-            arg == "--seed" ? "" : " of at least 1", ", got \"", v, "\""));
-      }
-      if (arg == "--seed") c.options.seed = n;
-      if (arg == "--steps" || arg == "--requests") c.options.steps = n;
-      if (arg == "--layers") c.options.layers = n;
-      if (arg == "--copy-streams") c.options.copy_streams = n;
-      if (arg == "--streams") c.options.streams = n;
-    }
+  cli::Parser parser;
+  parser.Flag("--summary", &c.summary)
+      .Value("--pattern",
+             [&](const std::string& v) {
+               absl::StatusOr<GenPattern> p = ParseGenPattern(v);
+               if (!p.ok()) return p.status();
+               c.options.pattern = *p;
+               have_pattern = true;
+               return absl::OkStatus();
+             })
+      .Value("-o",
+             [&](const std::string& v) {
+               c.output = v;
+               return absl::OkStatus();
+             })
+      .Value("--scale", [&](const std::string& v) {
+        if (!absl::SimpleAtod(v, &c.options.scale)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--scale: expected a number, got \"", v, "\""));
+        }
+        return absl::OkStatus();
+      });
+  parser.Value("--seed", WholeNumber("--seed", &c.options.seed))
+      .Value("--steps", WholeNumber("--steps", &c.options.steps))
+      .Value("--requests", WholeNumber("--requests", &c.options.steps))
+      .Value("--layers", WholeNumber("--layers", &c.options.layers))
+      .Value("--copy-streams",
+             WholeNumber("--copy-streams", &c.options.copy_streams))
+      .Value("--streams", WholeNumber("--streams", &c.options.streams));
+  absl::StatusOr<cli::Parsed> parsed = parser.Parse(args);
+  if (!parsed.ok()) return parsed.status();
+  if (*parsed == cli::Parsed::kHelp) {
+    c.help = true;
+    return c;
   }
   if (!have_pattern) {
     return absl::InvalidArgumentError(
