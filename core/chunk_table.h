@@ -25,7 +25,7 @@ using FenceSetId = std::uint32_t;
 inline constexpr ChunkId kNoChunk = UINT32_MAX;
 inline constexpr FenceSetId kNoFenceSet = UINT32_MAX;
 
-// When a free chunk may be handed to a stream (docs/ARCHITECTURE.md,
+// When a free chunk may be handed to a stream (docs/DESIGN.md,
 // "Stream-ordered frees"; core/fences.h).
 enum class Fence : std::uint8_t {
   // Never used, or every use is known to have completed: any stream, at once.

@@ -32,7 +32,7 @@
 //    means "always split", which is also the default.
 //  - PyTorch's allocator configuration is read at the level of the aliases,
 //    with PyTorch's spellings exactly; config.h lists what its keys map to,
-//    docs/ARCHITECTURE.md ("PyTorch's variables") why the others cannot be.
+//    docs/REFERENCE.md ("PyTorch's variables") why the others cannot be.
 //  - Every setting keeps how the user set it (ConfigSetting::set_by and
 //    ::written), so that an error found later, against the device, can name
 //    the variable or key and the value as written (runtime/backend_factory.cc
@@ -773,7 +773,7 @@ absl::StatusOr<ConfigOverrides> ParseString(absl::string_view text,
 }
 
 constexpr absl::string_view kPytorchDocs =
-    " (docs/ARCHITECTURE.md, \"PyTorch's variables\")";
+    " (docs/REFERENCE.md, \"PyTorch's variables\")";
 
 // The two fraction aliases name the same setting at the same level: when
 // both are set there is no telling which one the user meant, even when they

@@ -195,7 +195,7 @@ struct PytorchKey {
                                            const Where& where) = nullptr;
   absl::string_view why;  // kUnsupported
 };
-// Every key PyTorch knows (docs/ARCHITECTURE.md, "PyTorch's variables"); any
+// Every key PyTorch knows (docs/REFERENCE.md, "PyTorch's variables"); any
 // other is reported as no PyTorch key, with the closest one.
 const std::vector<PytorchKey>& PytorchKeys();
 

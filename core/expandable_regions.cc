@@ -329,7 +329,7 @@ class ExpandableRegions final : public RegionSource {
   // device time against separate regions and utilization, worst trace each
   // (modeled time under the cost model as it was before its refit to the
   // H200 measurement, which gives 0.98x and 0.79x for the first two rows;
-  // docs/ARCHITECTURE.md):
+  // docs/MEASUREMENTS.md):
   //   exact growth:             3.43x, 1.48x, 99.01%
   //   at least 3 units:         2.74x, 1.24x, 98.77%
   //   multiples of 3 units:     2.58x, 1.18x, 98.91%, and a 2%-spare device

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/fences.h: when a free chunk may be handed to a stream.
 //
-// docs/ARCHITECTURE.md, "Stream-ordered frees": Deallocate(p, S) says that all
+// docs/DESIGN.md, "Stream-ordered frees": Deallocate(p, S) says that all
 // work using p is queued on S (and on the streams RecordStream named). The
 // memory may be reused on S at once, and on another stream T only once that
 // work has completed, or after T was made to wait for it.

@@ -15,7 +15,7 @@
 // its budget or a block has waited longer than the age bound; the facade then
 // frees them in the core. The facade flushes every front before growth, on
 // Trim and at out of memory, so that a cached block never makes the device
-// give more memory (docs/ARCHITECTURE.md, "Front caches").
+// give more memory (docs/DESIGN.md, "Front caches").
 //
 // Same-stream reuse only: a block is cached only when freed on the stream it
 // was allocated on with no other stream recorded on it, which is exactly when

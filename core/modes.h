@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// core/modes.h: the allocator modes other than BFC (docs/ARCHITECTURE.md,
+// core/modes.h: the allocator modes other than BFC (docs/DESIGN.md,
 // "Allocator modes"), created
 // by CreateAllocator according to Options::mode.
 //

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/private_pools.h: private memory pools for graph capture
-// (docs/ARCHITECTURE.md, "Private pools and graph capture").
+// (docs/DESIGN.md, "Private pools and graph capture").
 //
 // A private pool is a BfcCore of its own whose regions are blocks ("slabs")
 // the pool took from the allocator's general memory: each slab is one in-use

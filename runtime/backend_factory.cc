@@ -55,7 +55,7 @@ namespace {
 
 using runtime::FromWhere;
 
-// The profile the simulator models when arch is "auto" (docs/ARCHITECTURE.md,
+// The profile the simulator models when arch is "auto" (docs/DESIGN.md,
 // "Simulated device").
 constexpr absl::string_view kDefaultSimProfile = "h200";
 

@@ -2,7 +2,7 @@
 // tools/info.cc: gpualloc-info, what gpualloc would do on this machine.
 //
 // Resolves the configuration (a configuration string, then the process
-// environment, then the defaults; docs/ARCHITECTURE.md, "Precedence"), creates
+// environment, then the defaults; docs/REFERENCE.md, "Precedence"), creates
 // the backend it names and prints the device, the architecture profile the
 // allocator tunes by, every setting with where it came from, and the resulting
 // limit. A configuration or backend error goes to stderr with exit status 1, so
@@ -10,7 +10,7 @@
 // PyTorch keys gpualloc does not support, or that a GPUALLOC_* variable
 // overrides, are named in one warning line on stderr (ResolveConfig writes it).
 //
-// Uses the public headers only (docs/ARCHITECTURE.md, "Layers"), and the
+// Uses the public headers only (docs/DESIGN.md, "Layers"), and the
 // command-line parser the tools share (tools/cli.h).
 #include <algorithm>
 #include <charconv>

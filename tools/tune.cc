@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpualloc-tune: sweeps a grid of configurations over traces and ranks them
-// (docs/ARCHITECTURE.md, "gpualloc-tune"). The grid and ranking live in
+// (docs/REFERENCE.md, "gpualloc-tune"). The grid and ranking live in
 // tools/replay/tune_lib.
 #include <fcntl.h>
 #include <sys/stat.h>

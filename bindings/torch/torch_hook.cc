@@ -688,7 +688,7 @@ GPUALLOC_API int gpualloc_torch_wake(int device, uint32_t tag) {
                  [&](gpualloc_t* h) { return gpualloc_wake(h, device, tag); });
 }
 
-// The device's snapshot as JSON (docs/ARCHITECTURE.md, "Snapshot JSON"), to be
+// The device's snapshot as JSON (docs/REFERENCE.md, "Snapshot JSON"), to be
 // released with gpualloc_torch_string_free; NULL on failure.
 GPUALLOC_API char* gpualloc_torch_snapshot_json(int device) {
   gpualloc_t* handle = Handle("gpualloc_torch_snapshot_json");

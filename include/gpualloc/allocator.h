@@ -61,7 +61,7 @@ enum class AllocatorMode {
 absl::string_view AllocatorModeName(AllocatorMode mode);
 
 // What BFC does with a free chunk whose last use was queued on another stream
-// and may still be running (docs/ARCHITECTURE.md, "Cross-stream policy").
+// and may still be running (docs/DESIGN.md, "Cross-stream policy").
 enum class CrossStreamReuse {
   // Hand it out only once an event shows the freeing work completed; until
   // then look for other memory (and, out of memory, wait on the host).
@@ -76,7 +76,7 @@ enum class CrossStreamReuse {
 // A setting that can be forced on, forced off, or left to the device.
 enum class Tristate { kAuto, kOn, kOff };
 
-// Options::front_cache's default: off. Measured (docs/ARCHITECTURE.md,
+// Options::front_cache's default: off. Measured (docs/MEASUREMENTS.md,
 // "Front caches"): with threads on streams of their own and repeated sizes it
 // multiplies throughput (2 threads: 1.97x one thread, against 0.21x without),
 // but one thread replays the bundled traces 1.3x to 1.5x slower, and a cache

@@ -4,7 +4,7 @@
  *
  * A gpualloc_t is an opaque handle on one allocator per device, created
  * lazily on first use of the device, all from one configuration (the keys and
- * variables are listed in gpualloc/config.h and docs/ARCHITECTURE.md,
+ * variables are listed in gpualloc/config.h and docs/REFERENCE.md,
  * "Configuration reference"):
  *
  *   gpualloc_t* a = NULL;
@@ -36,7 +36,7 @@
 #define GPUALLOC_GPUALLOC_H_
 
 /* A header of the bindings layer: the library's lower layers may not include it
- * (docs/ARCHITECTURE.md, "Layers"). */
+ * (docs/DESIGN.md, "Layers"). */
 #if defined(GPUALLOC_LAYER) && GPUALLOC_LAYER < 4
 #error \
     "gpualloc/gpualloc.h belongs to the bindings layer; a lower layer of the library may not include it"
@@ -274,7 +274,7 @@ GPUALLOC_API gpualloc_status_t gpualloc_reset_peak_stats(gpualloc_t* allocator,
                                                          int device);
 
 /* Every region and chunk of the device's allocator, with its statistics, as a
- * JSON document (the schema is in docs/ARCHITECTURE.md, "Snapshot JSON"). *out
+ * JSON document (the schema is in docs/REFERENCE.md, "Snapshot JSON"). *out
  * is a NUL-terminated string the caller releases with gpualloc_string_free;
  * *out_length (when not NULL) receives its length. */
 GPUALLOC_API gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator,

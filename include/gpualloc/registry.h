@@ -12,7 +12,7 @@
 #define GPUALLOC_REGISTRY_H_
 
 // A header of the runtime layer: the library's lower layers may not include it
-// (docs/ARCHITECTURE.md, "Layers").
+// (docs/DESIGN.md, "Layers").
 #if defined(GPUALLOC_LAYER) && GPUALLOC_LAYER < 3
 #error \
     "gpualloc/registry.h belongs to the runtime layer; a lower layer of the library may not include it"

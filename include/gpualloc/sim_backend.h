@@ -30,7 +30,7 @@
 #define GPUALLOC_SIM_BACKEND_H_
 
 // A header of the backends layer: the library's lower layers may not include it
-// (docs/ARCHITECTURE.md, "Layers").
+// (docs/DESIGN.md, "Layers").
 #if defined(GPUALLOC_LAYER) && GPUALLOC_LAYER < 2
 #error \
     "gpualloc/sim_backend.h belongs to the backends layer; a lower layer of the library may not include it"

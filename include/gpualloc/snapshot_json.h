@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpualloc/snapshot_json.h: an allocator Snapshot as JSON, and back.
 //
-// The document (docs/ARCHITECTURE.md, "Snapshot JSON"; one line, no spaces):
+// The document (docs/REFERENCE.md, "Snapshot JSON"; one line, no spaces):
 //   {"format":"gpualloc-snapshot","version":1,
 //    "device":{"ordinal":0,"backend":"sim","name":"...","total_bytes":N},
 //    "stats":{"num_allocs":N,...every Stats field under its own name...},
@@ -16,7 +16,7 @@
 // "history" is written when Options::history is on, read when present.
 // A chunk may also have "pool", "tag" and "asleep":true (its memory given
 // back: the chunks without it add up to stats.bytes_reserved); "pools" lists
-// private pools and tags (docs/ARCHITECTURE.md). A document without
+// private pools and tags (docs/REFERENCE.md). A document without
 // "region_kind" (an older one) reads as expandable when its history maps or
 // unmaps, else separate.
 // Regions and chunks are in address order. Every number is an unsigned 64-bit

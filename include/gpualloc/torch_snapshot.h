@@ -18,7 +18,7 @@
 //                                    'user_metadata': '', 'frames'}]],
 //    'allocator_settings': {...PyTorch's keys...},
 //    'external_annotations': []}
-// docs/ARCHITECTURE.md ("PyTorch memory snapshots") says how gpualloc's
+// docs/DESIGN.md ("PyTorch memory snapshots") says how gpualloc's
 // regions, chunks, pools and history map onto it. 'is_expandable' and
 // allocator_settings' 'expandable_segments' come from
 // Snapshot::region_kind; chunks asleep (a tag's memory given back) are in no

@@ -886,8 +886,8 @@ TEST(SimCostModelTest, RocmVirtualMemoryCallsCostMoreThanCudas) {
 }
 
 // The NVIDIA model reproduces what tools/device-check.sh measured once on one
-// H200 (docs/ARCHITECTURE.md, "Cost model"): median host time of
-// create+map+access and of unmap+release at 2 MiB and 1 GiB, within 3%.
+// H200 (docs/MEASUREMENTS.md, "The cost model against an H200"): median host
+// time of create+map+access and of unmap+release at 2 MiB and 1 GiB, within 3%.
 TEST(SimCostModelTest, NvidiaModelReproducesTheH200Measurement) {
   struct Point {
     std::uint64_t bytes;
@@ -923,7 +923,7 @@ TEST(SimCostModelTest, NvidiaModelReproducesTheH200Measurement) {
 }
 
 // AMD's figures are estimates: twice NVIDIA's, per call and per MiB, for
-// every sized call (docs/ARCHITECTURE.md, "Cost model").
+// every sized call (docs/REFERENCE.md, "Cost model").
 TEST(SimCostModelTest, AmdEstimatesAreTwiceNvidias) {
   auto h200 = Create(Profile("h200"));
   auto mi300x = Create(Profile("mi300x"));

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/config_test.cc: the configuration string, the environment and the
-// defaults (docs/ARCHITECTURE.md, "Configuration reference"): every variable
+// defaults (docs/REFERENCE.md, "Configuration reference"): every variable
 // and alias, precedence, strictness and the messages errors carry.
 #include "gpualloc/config.h"
 
@@ -1033,7 +1033,7 @@ struct PytorchCase {
 // The line about one entry of `variable`.
 std::string PytorchLine(const std::string& variable, const std::string& note) {
   return absl::StrCat("gpualloc: ", variable, ": ", note,
-                      " (docs/ARCHITECTURE.md, \"PyTorch's variables\")");
+                      " (docs/REFERENCE.md, \"PyTorch's variables\")");
 }
 
 TEST(ConfigTest, EveryPytorchKey) {
@@ -1671,7 +1671,7 @@ std::map<std::string, std::vector<std::string>> ConfigRows(
   return rows;
 }
 
-// The user's table (README.md) and the reference's (docs/ARCHITECTURE.md)
+// The user's table (README.md) and the reference's (docs/REFERENCE.md)
 // list every key with its variable and aliases, and nothing else.
 void ExpectTableMatchesTheKeys(const std::string& path,
                                absl::string_view heading) {
@@ -1707,9 +1707,9 @@ TEST(ConfigTest, ReadmeTableMatchesTheKeys) {
                             "## Configuration");
 }
 
-TEST(ConfigTest, ArchitectureTableMatchesTheKeys) {
+TEST(ConfigTest, ReferenceTableMatchesTheKeys) {
   ExpectTableMatchesTheKeys(
-      std::string(GPUALLOC_SOURCE_DIR) + "/docs/ARCHITECTURE.md", "### Keys");
+      std::string(GPUALLOC_SOURCE_DIR) + "/docs/REFERENCE.md", "### Keys");
 }
 
 }  // namespace

@@ -137,7 +137,7 @@ class ShadowModel {
   }
 
   // Peaks may exceed the model's by up to `bytes`: front caches on several
-  // streams keep their peaks as an upper bound (docs/ARCHITECTURE.md, "Front
+  // streams keep their peaks as an upper bound (docs/DESIGN.md, "Front
   // caches"), above the true peak by at most what the caches held.
   void set_peak_slack(std::uint64_t bytes) { peak_slack_ = bytes; }
   bool PeakAgrees(std::uint64_t peak, std::uint64_t model) const {

@@ -125,12 +125,12 @@ TEST(InfoTest, ShowsPytorchKeysAndWarnsAboutTheOthers) {
             "splits any free chunk and has no such size. The nearest setting, "
             "GPUALLOC_SPLIT_BOUND, keeps a surplus up to its size unsplit "
             "with each allocation, which is not the same (docs/"
-            "ARCHITECTURE.md, \"PyTorch's variables\")\n"
+            "REFERENCE.md, \"PyTorch's variables\")\n"
             "gpualloc: PYTORCH_CUDA_ALLOC_CONF: roundup_power2_divisions:"
             "[256:1,>:8] is not supported, ignored: its list form gives each "
             "size range its own number of divisions; gpualloc rounds every "
             "size with one number: use roundup_power2_divisions:N or "
-            "GPUALLOC_SIZE_DIVISIONS (docs/ARCHITECTURE.md, \"PyTorch's "
+            "GPUALLOC_SIZE_DIVISIONS (docs/REFERENCE.md, \"PyTorch's "
             "variables\")\n");
 
   // A GPUALLOC_* variable wins, and says what it overrides; the integer form

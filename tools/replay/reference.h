@@ -3,7 +3,7 @@
 // comparison: PyTorch's CUDACachingAllocator, TensorFlow's BFC allocator and
 // the driver's stream-ordered pool (cudaMallocAsync). Each is written from
 // its project's source and documented behaviour (the rules each implements
-// and leaves out: docs/ARCHITECTURE.md, "Reference models"), and is an
+// and leaves out: docs/REFERENCE.md, "Reference models"), and is an
 // Allocator on a backend (the simulator in gpualloc-replay) so that the
 // replay counts its calls, waits and modeled costs as it counts gpualloc's.
 // They are models for comparison, not allocator modes: they share no code

@@ -10,7 +10,7 @@
 // side: every allocation a pool allocation on its stream, every free a
 // cudaFreeAsync on the freeing stream, and out of memory one trim of the
 // pool (emptyCache: cudaMemPoolTrimTo(0)) and one retry. What it leaves
-// out: docs/ARCHITECTURE.md, "Reference models".
+// out: docs/REFERENCE.md, "Reference models".
 #include <algorithm>
 #include <cstdint>
 #include <memory>

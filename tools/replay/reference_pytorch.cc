@@ -2,7 +2,7 @@
 // tools/replay/reference_pytorch.cc: a model of PyTorch's CUDA caching
 // allocator with native segments (c10/cuda/CUDACachingAllocator.cpp,
 // DeviceCachingAllocator), for comparison. Each rule names the function of
-// that file it follows. What it leaves out: docs/ARCHITECTURE.md,
+// that file it follows. What it leaves out: docs/REFERENCE.md,
 // "Reference models".
 #include <cstdint>
 #include <deque>

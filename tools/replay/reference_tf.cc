@@ -3,7 +3,7 @@
 // (xla/tsl/framework/bfc_allocator.cc, BFCAllocator; formerly
 // tensorflow/core/common_runtime/bfc_allocator.cc) with allow_growth, for
 // comparison. Each rule names the function of that file it follows. What it
-// leaves out: docs/ARCHITECTURE.md, "Reference models".
+// leaves out: docs/REFERENCE.md, "Reference models".
 #include <algorithm>
 #include <cstdint>
 #include <map>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// tools/replay/trace.cc: the trace formats (docs/ARCHITECTURE.md,
+// tools/replay/trace.cc: the trace formats (docs/REFERENCE.md,
 // "Trace formats").
 //
 // Both parsers are strict: a trace that does not say exactly what happened
