@@ -366,6 +366,8 @@ class BfcCore {
   std::size_t MetadataBytes() const;
 
  private:
+  friend class BfcChecker;  // Validate's checks, one per invariant
+
   struct Region {
     DeviceAddress base = 0;
     std::uint64_t size = 0;

@@ -11,8 +11,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
@@ -20,10 +18,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/common/capture_mode.h"
+#include "backends/common/handle_books.h"
 #include "backends/common/host_copy.h"
-#include "backends/common/tracked.h"
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_vmm.h"
+#include "core/status_macros.h"
 
 namespace gpualloc::cuda {
 namespace {
@@ -38,14 +37,6 @@ CUstream ToCuStream(Stream stream) {
 
 CUevent ToCuEvent(EventHandle event) {
   return reinterpret_cast<CUevent>(static_cast<std::uintptr_t>(event));
-}
-
-// InvalidArgument for giving back what the backend did not hand out.
-absl::Status NotHandedOut(absl::string_view call, DeviceAddress address,
-                          absl::string_view handed_out_by) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(call, "(", Hex(address), "): not an address ", handed_out_by,
-                   " returned and has not freed"));
 }
 
 constexpr common::VendorCaptureModes<CUstreamCaptureMode> kCaptureModes = {
@@ -111,7 +102,7 @@ absl::Status TooBig(absl::string_view call, std::uint64_t bytes,
 class CudaBackend::Impl {
  public:
   Impl(std::shared_ptr<const CudaDriverApi> api, int ordinal)
-      : api_(std::move(api)), ordinal_(ordinal) {}
+      : api_(std::move(api)), ordinal_(ordinal), books_("", ordinal) {}
 
   ~Impl() {
     if (context_ == nullptr) return;  // nothing was retained
@@ -130,15 +121,16 @@ class CudaBackend::Impl {
   // part that needs the context).
   void ReturnEverything() {
     absl::MutexLock lock(&mu_);
-    for (const auto& [address, bytes] : live_) {
+    const common::HandleBooks<std::uint64_t>::Leftovers left = books_.TakeAll();
+    for (const auto& [address, bytes] : left.blocks) {
       api_->cuMemFree(static_cast<CUdeviceptr>(address));
     }
     if (vmm_ != nullptr) vmm_->ReturnEverything();
-    for (EventHandle e : events_) api_->cuEventDestroy(ToCuEvent(e));
+    for (EventHandle e : left.events) api_->cuEventDestroy(ToCuEvent(e));
     if (pool_ != nullptr) {
       // Blocks still out are freed on the default stream; cuMemPoolDestroy
       // returns the pool's memory once those frees complete.
-      for (DeviceAddress address : pool_live_) {
+      for (DeviceAddress address : left.pool_blocks) {
         api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address), nullptr);
       }
       api_->cuMemPoolDestroy(pool_);
@@ -146,6 +138,39 @@ class CudaBackend::Impl {
   }
 
   absl::Status Init() {
+    GPUALLOC_RETURN_IF_ERROR(FindDevice());
+    GPUALLOC_ASSIGN_OR_RETURN(const DeviceFacts facts, ReadDeviceFacts());
+    choice_ = ChooseNvidiaProfile(facts.name, facts.major, facts.minor,
+                                  facts.total_bytes);
+    if (choice_.profile == nullptr) {
+      return absl::InternalError(absl::StrCat("no architecture profile for \"",
+                                              facts.name,
+                                              "\": ", choice_.reason));
+    }
+    info_.profile = std::string(choice_.profile->name);
+    info_.profile_reason = choice_.reason;
+
+    CUcontext context = nullptr;
+    const CUresult r = api_->cuDevicePrimaryCtxRetain(&context, device_);
+    if (r != CUDA_SUCCESS) {
+      return CudaError(*api_, "cuDevicePrimaryCtxRetain", r);
+    }
+    context_ = context;
+    return InContext<absl::Status>([&]() -> absl::Status {
+      DescribeDevice(facts);
+      if (info_.capabilities.virtual_memory) {
+        GPUALLOC_RETURN_IF_ERROR(ReadGranularity());
+      }
+      absl::MutexLock lock(&mu_);
+      vmm_ =
+          std::make_unique<CudaVmm>(api_, device_, context_, ordinal_,
+                                    info_.total_bytes, info_.min_granularity);
+      return absl::OkStatus();
+    });
+  }
+
+  // cuInit, and device `ordinal_` (Unavailable when the driver lacks it).
+  absl::Status FindDevice() {
     const CudaDriverApi& api = *api_;
     CUresult r = api.cuInit(0);
     if (r != CUDA_SUCCESS) return CudaError(api, "cuInit(0)", r);
@@ -161,22 +186,36 @@ class CudaBackend::Impl {
     if (r != CUDA_SUCCESS) {
       return CudaError(api, absl::StrCat("cuDeviceGet(", ordinal_, ")"), r);
     }
-    char name[256] = {};
-    r = api.cuDeviceGetName(name, sizeof(name) - 1, device_);
-    if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceGetName", r);
+    return absl::OkStatus();
+  }
+
+  // What the driver says of the device before a profile is chosen.
+  struct DeviceFacts {
+    std::string name;
     int major = 0, minor = 0, vmm = 0, pools = 0;
+    std::uint64_t total_bytes = 0;
+  };
+
+  // The device's name, attributes and memory.
+  absl::StatusOr<DeviceFacts> ReadDeviceFacts() const {
+    const CudaDriverApi& api = *api_;
+    DeviceFacts facts;
+    char name[256] = {};
+    CUresult r = api.cuDeviceGetName(name, sizeof(name) - 1, device_);
+    if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceGetName", r);
+    facts.name = name;
     const struct {
       CUdevice_attribute attribute;
       int* value;
       absl::string_view name;
     } attributes[] = {
-        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &major,
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &facts.major,
          "COMPUTE_CAPABILITY_MAJOR"},
-        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &minor,
+        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &facts.minor,
          "COMPUTE_CAPABILITY_MINOR"},
-        {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, &vmm,
+        {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, &facts.vmm,
          "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"},
-        {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, &pools,
+        {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, &facts.pools,
          "MEMORY_POOLS_SUPPORTED"},
     };
     for (const auto& a : attributes) {
@@ -189,72 +228,64 @@ class CudaBackend::Impl {
     std::size_t total = 0;
     r = api.cuDeviceTotalMem(&total, device_);
     if (r != CUDA_SUCCESS) return CudaError(api, "cuDeviceTotalMem", r);
+    facts.total_bytes = total;
+    return facts;
+  }
 
-    choice_ = ChooseNvidiaProfile(name, major, minor, total);
-    if (choice_.profile == nullptr) {
-      return absl::InternalError(absl::StrCat("no architecture profile for \"",
-                                              name, "\": ", choice_.reason));
-    }
+  // info() from the facts and the chosen profile (the context current).
+  void DescribeDevice(const DeviceFacts& facts) {
+    const CudaDriverApi& api = *api_;
     const ArchProfile& profile = *choice_.profile;
-    info_.profile = std::string(profile.name);
-    info_.profile_reason = choice_.reason;
+    info_.backend = "cuda";
+    info_.vendor = Vendor::kNvidia;
+    info_.name = facts.name;
+    info_.arch_id = ArchIdFor(facts.major, facts.minor);
+    info_.ordinal = ordinal_;
+    info_.total_bytes = facts.total_bytes;
+    info_.min_granularity = profile.min_granularity;
+    info_.recommended_granularity = profile.recommended_granularity;
+    info_.allocation_alignment = profile.allocation_alignment;
+    info_.page_sizes = profile.page_sizes;
+    info_.driver_version = CudaVersionString(api.driver_version);
+    info_.capabilities.streams = true;
+    info_.capabilities.host_accessible = false;
+    info_.capabilities.stream_ordered_pools =
+        api.has_pools() && facts.pools != 0;
+    info_.capabilities.virtual_memory =
+        api.has_virtual_memory() && facts.vmm != 0;
+    info_.capabilities.graph_capture = api.has_capture();
+    info_.capabilities.host_copy = api.has_host_copy();
+  }
 
-    CUcontext context = nullptr;
-    r = api.cuDevicePrimaryCtxRetain(&context, device_);
-    if (r != CUDA_SUCCESS) {
-      return CudaError(api, "cuDevicePrimaryCtxRetain", r);
+  // The driver's minimum and recommended granularity (virtual memory on; the
+  // context current): powers of two, the minimum dividing the recommended.
+  absl::Status ReadGranularity() {
+    const CudaDriverApi& api = *api_;
+    const CUmemAllocationProp prop = PinnedOn(device_);
+    std::size_t minimum = 0, recommended = 0;
+    CUresult r = api.cuMemGetAllocationGranularity(
+        &minimum, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r == CUDA_SUCCESS) {
+      r = api.cuMemGetAllocationGranularity(
+          &recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
     }
-    context_ = context;
-    return InContext<absl::Status>([&]() -> absl::Status {
-      info_.backend = "cuda";
-      info_.vendor = Vendor::kNvidia;
-      info_.name = name;
-      info_.arch_id = ArchIdFor(major, minor);
-      info_.ordinal = ordinal_;
-      info_.total_bytes = total;
-      info_.min_granularity = profile.min_granularity;
-      info_.recommended_granularity = profile.recommended_granularity;
-      info_.allocation_alignment = profile.allocation_alignment;
-      info_.page_sizes = profile.page_sizes;
-      info_.driver_version = CudaVersionString(api.driver_version);
-      info_.capabilities.streams = true;
-      info_.capabilities.host_accessible = false;
-      info_.capabilities.stream_ordered_pools = api.has_pools() && pools != 0;
-      info_.capabilities.virtual_memory = api.has_virtual_memory() && vmm != 0;
-      info_.capabilities.graph_capture = api.has_capture();
-      info_.capabilities.host_copy = api.has_host_copy();
-      if (info_.capabilities.virtual_memory) {
-        const CUmemAllocationProp prop = PinnedOn(device_);
-        std::size_t minimum = 0, recommended = 0;
-        r = api.cuMemGetAllocationGranularity(&minimum, &prop,
-                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-        if (r == CUDA_SUCCESS) {
-          r = api.cuMemGetAllocationGranularity(
-              &recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-        }
-        if (r != CUDA_SUCCESS) {
-          return CudaError(api, "cuMemGetAllocationGranularity", r);
-        }
-        const auto power_of_two = [](std::size_t x) {
-          return x != 0 && (x & (x - 1)) == 0;
-        };
-        if (!power_of_two(minimum) || !power_of_two(recommended) ||
-            recommended % minimum != 0) {
-          return absl::InternalError(absl::StrCat(
-              "cuMemGetAllocationGranularity reported minimum ", minimum,
-              " and recommended ", recommended,
-              " bytes: not powers of two with the minimum dividing the "
-              "recommended"));
-        }
-        info_.min_granularity = minimum;
-        info_.recommended_granularity = recommended;
-      }
-      absl::MutexLock lock(&mu_);
-      vmm_ =
-          std::make_unique<CudaVmm>(api_, device_, context_, ordinal_,
-                                    info_.total_bytes, info_.min_granularity);
-      return absl::OkStatus();
-    });
+    if (r != CUDA_SUCCESS) {
+      return CudaError(api, "cuMemGetAllocationGranularity", r);
+    }
+    const auto power_of_two = [](std::size_t x) {
+      return x != 0 && (x & (x - 1)) == 0;
+    };
+    if (!power_of_two(minimum) || !power_of_two(recommended) ||
+        recommended % minimum != 0) {
+      return absl::InternalError(absl::StrCat(
+          "cuMemGetAllocationGranularity reported minimum ", minimum,
+          " and recommended ", recommended,
+          " bytes: not powers of two with the minimum dividing the "
+          "recommended"));
+    }
+    info_.min_granularity = minimum;
+    info_.recommended_granularity = recommended;
+    return absl::OkStatus();
   }
 
   const DeviceInfo& info() const { return info_; }
@@ -295,64 +326,40 @@ class CudaBackend::Impl {
             return Explain(CudaError(
                 *api_, absl::StrCat("cuMemAlloc(", bytes, " bytes)"), r));
           }
-          absl::MutexLock lock(&mu_);
-          live_[ptr] = bytes;
+          books_.AddBlock(ptr, bytes);
           return static_cast<DeviceAddress>(ptr);
         });
   }
 
   absl::Status Free(DeviceAddress address) {
-    return common::ReleaseTracked<absl::MutexLock>(
-        &mu_, &live_, address,
-        [&] { return NotHandedOut("Free", address, "Allocate"); },
-        [&](const auto&) {
-          return InContext<absl::Status>([&] {
-            return CudaError(
-                *api_, absl::StrCat("cuMemFree(", Hex(address), ")"),
-                api_->cuMemFree(static_cast<CUdeviceptr>(address)));
-          });
-        });
+    return books_.ReleaseBlock(address, [&](std::uint64_t) {
+      return InContext<absl::Status>([&] {
+        return CudaError(*api_, absl::StrCat("cuMemFree(", Hex(address), ")"),
+                         api_->cuMemFree(static_cast<CUdeviceptr>(address)));
+      });
+    });
   }
 
   // --- Events ---------------------------------------------------------------
-  static absl::Status UnknownEvent(absl::string_view call, EventHandle event) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        call, "(event ", Hex(event),
-        "): not an event CreateEvent returned and DestroyEvent has not "
-        "destroyed"));
-  }
-
-  absl::Status CheckEvent(absl::string_view call, EventHandle event) {
-    absl::MutexLock lock(&mu_);
-    if (!events_.contains(event)) return UnknownEvent(call, event);
-    return absl::OkStatus();
-  }
-
   absl::StatusOr<EventHandle> CreateEvent() {
     absl::StatusOr<EventHandle> event =
         InContext<absl::StatusOr<EventHandle>>([&] { return NewEvent(*api_); });
-    if (event.ok()) {
-      absl::MutexLock lock(&mu_);
-      events_.insert(*event);
-    }
+    if (event.ok()) books_.AddEvent(*event);
     return event;
   }
 
   absl::Status DestroyEvent(EventHandle event) {
-    return common::ReleaseTracked<absl::MutexLock>(
-        &mu_, &events_, event,
-        [&] { return UnknownEvent("DestroyEvent", event); },
-        [&](const auto&) {
-          return InContext<absl::Status>([&] {
-            return CudaError(*api_,
-                             absl::StrCat("cuEventDestroy(", Hex(event), ")"),
-                             api_->cuEventDestroy(ToCuEvent(event)));
-          });
-        });
+    return books_.ReleaseEvent(event, [&] {
+      return InContext<absl::Status>([&] {
+        return CudaError(*api_,
+                         absl::StrCat("cuEventDestroy(", Hex(event), ")"),
+                         api_->cuEventDestroy(ToCuEvent(event)));
+      });
+    });
   }
 
   absl::Status RecordEvent(EventHandle event, Stream stream) {
-    if (absl::Status s = CheckEvent("RecordEvent", event); !s.ok()) return s;
+    GPUALLOC_RETURN_IF_ERROR(books_.CheckEvent("RecordEvent", event));
     return InContext<absl::Status>([&]() -> absl::Status {
       return CudaError(
           *api_,
@@ -363,7 +370,7 @@ class CudaBackend::Impl {
   }
 
   absl::StatusOr<bool> QueryEvent(EventHandle event) {
-    if (absl::Status s = CheckEvent("QueryEvent", event); !s.ok()) return s;
+    GPUALLOC_RETURN_IF_ERROR(books_.CheckEvent("QueryEvent", event));
     return InContext<absl::StatusOr<bool>>([&]() -> absl::StatusOr<bool> {
       const CUresult r = api_->cuEventQuery(ToCuEvent(event));
       if (r == CUDA_SUCCESS) return true;
@@ -374,9 +381,7 @@ class CudaBackend::Impl {
   }
 
   absl::Status StreamWaitEvent(Stream stream, EventHandle event) {
-    if (absl::Status s = CheckEvent("StreamWaitEvent", event); !s.ok()) {
-      return s;
-    }
+    GPUALLOC_RETURN_IF_ERROR(books_.CheckEvent("StreamWaitEvent", event));
     return InContext<absl::Status>([&]() -> absl::Status {
       return CudaError(
           *api_,
@@ -387,9 +392,7 @@ class CudaBackend::Impl {
   }
 
   absl::Status SynchronizeEvent(EventHandle event) {
-    if (absl::Status s = CheckEvent("SynchronizeEvent", event); !s.ok()) {
-      return s;
-    }
+    GPUALLOC_RETURN_IF_ERROR(books_.CheckEvent("SynchronizeEvent", event));
     return InContext<absl::Status>([&]() -> absl::Status {
       return CudaError(*api_,
                        absl::StrCat("cuEventSynchronize(", Hex(event), ")"),
@@ -464,11 +467,10 @@ class CudaBackend::Impl {
   }
 
   absl::Status ConfigurePool(const PoolOptions& options) {
-    absl::StatusOr<CUmemoryPool> pool = Pool();
-    if (!pool.ok()) return pool.status();
+    GPUALLOC_ASSIGN_OR_RETURN(const CUmemoryPool pool, Pool());
     cuuint64_t threshold = options.release_threshold;
     CUresult r = api_->cuMemPoolSetAttribute(
-        *pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+        pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
     if (r != CUDA_SUCCESS) {
       return CudaError(*api_,
                        absl::StrCat("cuMemPoolSetAttribute(RELEASE_THRESHOLD, ",
@@ -491,7 +493,7 @@ class CudaBackend::Impl {
     };
     for (const auto& rule : reuse) {
       int value = rule.on ? 1 : 0;
-      r = api_->cuMemPoolSetAttribute(*pool, rule.attribute, &value);
+      r = api_->cuMemPoolSetAttribute(pool, rule.attribute, &value);
       if (r != CUDA_SUCCESS) {
         return CudaError(
             *api_,
@@ -506,12 +508,11 @@ class CudaBackend::Impl {
                                              Stream stream) {
     if (bytes == 0) return absl::InvalidArgumentError("PoolAllocate(0 bytes)");
     if (bytes > info_.total_bytes) return TooBig("PoolAllocate", bytes);
-    absl::StatusOr<CUmemoryPool> pool = Pool();
-    if (!pool.ok()) return pool.status();
+    GPUALLOC_ASSIGN_OR_RETURN(const CUmemoryPool pool, Pool());
     return InContext<absl::StatusOr<DeviceAddress>>(
         [&]() -> absl::StatusOr<DeviceAddress> {
           CUdeviceptr ptr = 0;
-          const CUresult r = api_->cuMemAllocFromPoolAsync(&ptr, bytes, *pool,
+          const CUresult r = api_->cuMemAllocFromPoolAsync(&ptr, bytes, pool,
                                                            ToCuStream(stream));
           if (r != CUDA_SUCCESS) {
             return Explain(CudaError(
@@ -520,41 +521,34 @@ class CudaBackend::Impl {
                              " bytes, stream ", Hex(stream.handle), ")"),
                 r));
           }
-          absl::MutexLock lock(&mu_);
-          pool_live_.insert(ptr);
+          books_.AddPoolBlock(ptr);
           return static_cast<DeviceAddress>(ptr);
         });
   }
 
   absl::Status PoolFree(DeviceAddress address, Stream stream) {
-    return common::ReleaseTracked<absl::MutexLock>(
-        &mu_, &pool_live_, address,
-        [&] { return NotHandedOut("PoolFree", address, "PoolAllocate"); },
-        [&](const auto&) {
-          return InContext<absl::Status>([&] {
-            return CudaError(
-                *api_,
-                absl::StrCat("cuMemFreeAsync(", Hex(address), ", stream ",
-                             Hex(stream.handle), ")"),
-                api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address),
-                                     ToCuStream(stream)));
-          });
-        });
+    return books_.ReleasePoolBlock(address, [&] {
+      return InContext<absl::Status>([&] {
+        return CudaError(*api_,
+                         absl::StrCat("cuMemFreeAsync(", Hex(address),
+                                      ", stream ", Hex(stream.handle), ")"),
+                         api_->cuMemFreeAsync(static_cast<CUdeviceptr>(address),
+                                              ToCuStream(stream)));
+      });
+    });
   }
 
   absl::Status PoolTrim(std::uint64_t keep_bytes) {
-    absl::StatusOr<CUmemoryPool> pool = Pool();
-    if (!pool.ok()) return pool.status();
+    GPUALLOC_ASSIGN_OR_RETURN(const CUmemoryPool pool, Pool());
     return InContext<absl::Status>([&]() -> absl::Status {
       return CudaError(*api_,
                        absl::StrCat("cuMemPoolTrimTo(", keep_bytes, " bytes)"),
-                       api_->cuMemPoolTrimTo(*pool, keep_bytes));
+                       api_->cuMemPoolTrimTo(pool, keep_bytes));
     });
   }
 
   absl::StatusOr<PoolUsage> GetPoolUsage() {
-    absl::StatusOr<CUmemoryPool> pool = Pool();
-    if (!pool.ok()) return pool.status();
+    GPUALLOC_ASSIGN_OR_RETURN(const CUmemoryPool pool, Pool());
     PoolUsage usage;
     const struct {
       CUmemPool_attribute attribute;
@@ -570,8 +564,7 @@ class CudaBackend::Impl {
     };
     for (const auto& f : fields) {
       cuuint64_t value = 0;
-      const CUresult r =
-          api_->cuMemPoolGetAttribute(*pool, f.attribute, &value);
+      const CUresult r = api_->cuMemPoolGetAttribute(pool, f.attribute, &value);
       if (r != CUDA_SUCCESS) {
         return CudaError(
             *api_, absl::StrCat("cuMemPoolGetAttribute(", f.name, ")"), r);
@@ -589,12 +582,11 @@ class CudaBackend::Impl {
   DeviceInfo info_;
   ProfileChoice choice_;
 
+  // Plain allocations (and their sizes), pool blocks and events handed out.
+  common::HandleBooks<std::uint64_t> books_;
+
   absl::Mutex mu_;
-  // Plain allocations and their sizes.
-  absl::flat_hash_map<DeviceAddress, std::uint64_t> live_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<EventHandle> events_ ABSL_GUARDED_BY(mu_);
   CUmemoryPool pool_ ABSL_GUARDED_BY(mu_) = nullptr;
-  absl::flat_hash_set<DeviceAddress> pool_live_ ABSL_GUARDED_BY(mu_);
   // Virtual memory, once the granularity is known (Init).
   std::unique_ptr<CudaVmm> vmm_ ABSL_GUARDED_BY(mu_);
 };

@@ -38,7 +38,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "backends/common/backend_calls.h"
 #include "backends/cuda/cuda_driver.h"
 #include "backends/layer.h"
 #include "gpualloc/arch.h"
@@ -74,7 +73,41 @@ class CudaBackend final : public Backend {
 
   const DeviceInfo& info() const override;
   // Backend's calls (gpualloc/backend.h).
-  GPUALLOC_BACKEND_CALLS_OVERRIDE
+  absl::StatusOr<std::uint64_t> FreeBytes() override;
+  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
+  absl::Status Free(DeviceAddress address) override;
+
+  absl::StatusOr<EventHandle> CreateEvent() override;
+  absl::Status DestroyEvent(EventHandle event) override;
+  absl::Status RecordEvent(EventHandle event, Stream stream) override;
+  absl::StatusOr<bool> QueryEvent(EventHandle event) override;
+  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override;
+  absl::Status SynchronizeEvent(EventHandle event) override;
+
+  absl::StatusOr<bool> IsCapturing(Stream stream) override;
+  absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode) override;
+
+  absl::Status ConfigurePool(const PoolOptions& options) override;
+  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                             Stream stream) override;
+  absl::Status PoolFree(DeviceAddress address, Stream stream) override;
+  absl::Status PoolTrim(std::uint64_t keep_bytes) override;
+  absl::StatusOr<PoolUsage> GetPoolUsage() override;
+
+  absl::StatusOr<DeviceAddress> ReserveAddress(
+      std::uint64_t bytes, std::uint64_t alignment) override;
+  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) override;
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) override;
+  absl::Status ReleasePhysical(PhysicalHandle handle) override;
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   PhysicalHandle handle) override;
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+
+  absl::Status CopyToHost(void* host, DeviceAddress source,
+                          std::uint64_t bytes) override;
+  absl::Status CopyFromHost(DeviceAddress destination, const void* host,
+                            std::uint64_t bytes) override;
 
   // The profile this device matches and why (gpualloc-info shows it).
   const ProfileChoice& profile_choice() const;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_internal.h"
+#include "core/status_macros.h"
 
 namespace gpualloc::cuda {
 
@@ -39,16 +40,16 @@ void CudaVmm::ReturnEverything() {
 absl::StatusOr<DeviceAddress> CudaVmm::ReserveAddress(std::uint64_t bytes,
                                                       std::uint64_t alignment) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::uint64_t> align = ledger_.CheckReserve(bytes, alignment);
-  if (!align.ok()) return align.status();
+  GPUALLOC_ASSIGN_OR_RETURN(const std::uint64_t align,
+                            ledger_.CheckReserve(bytes, alignment));
   return InContext<absl::StatusOr<DeviceAddress>>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<DeviceAddress> {
         CUdeviceptr ptr = 0;
-        const CUresult r = api_->cuMemAddressReserve(&ptr, bytes, *align, 0, 0);
+        const CUresult r = api_->cuMemAddressReserve(&ptr, bytes, align, 0, 0);
         if (r != CUDA_SUCCESS) {
           return CudaError(*api_,
                            absl::StrCat("cuMemAddressReserve(", bytes,
-                                        " bytes, alignment ", *align, ")"),
+                                        " bytes, alignment ", align, ")"),
                            r);
         }
         ledger_.AddReservation(ptr, bytes);
@@ -58,9 +59,7 @@ absl::StatusOr<DeviceAddress> CudaVmm::ReserveAddress(std::uint64_t bytes,
 
 absl::Status CudaVmm::FreeAddress(DeviceAddress address, std::uint64_t bytes) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = ledger_.CheckFreeAddress(address, bytes); !s.ok()) {
-    return s;
-  }
+  GPUALLOC_RETURN_IF_ERROR(ledger_.CheckFreeAddress(address, bytes));
   return InContext<absl::Status>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
         const CUresult r =
@@ -78,7 +77,7 @@ absl::Status CudaVmm::FreeAddress(DeviceAddress address, std::uint64_t bytes) {
 
 absl::StatusOr<PhysicalHandle> CudaVmm::CreatePhysical(std::uint64_t bytes) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = ledger_.CheckCreate(bytes); !s.ok()) return s;
+  GPUALLOC_RETURN_IF_ERROR(ledger_.CheckCreate(bytes));
   if (bytes > total_bytes_)
     return TooBig("CreatePhysical", bytes, total_bytes_);
   return InContext<absl::StatusOr<PhysicalHandle>>(
@@ -99,7 +98,7 @@ absl::StatusOr<PhysicalHandle> CudaVmm::CreatePhysical(std::uint64_t bytes) {
 
 absl::Status CudaVmm::ReleasePhysical(PhysicalHandle handle) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = ledger_.CheckRelease(handle); !s.ok()) return s;
+  GPUALLOC_RETURN_IF_ERROR(ledger_.CheckRelease(handle));
   return InContext<absl::Status>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
         const CUresult r = api_->cuMemRelease(
@@ -116,9 +115,7 @@ absl::Status CudaVmm::ReleasePhysical(PhysicalHandle handle) {
 absl::Status CudaVmm::Map(DeviceAddress address, std::uint64_t bytes,
                           PhysicalHandle handle) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = ledger_.CheckMap(address, bytes, handle); !s.ok()) {
-    return s;
-  }
+  GPUALLOC_RETURN_IF_ERROR(ledger_.CheckMap(address, bytes, handle));
   return InContext<absl::Status>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
         const CUresult r = api_->cuMemMap(
@@ -139,15 +136,14 @@ absl::Status CudaVmm::Map(DeviceAddress address, std::uint64_t bytes,
 
 absl::Status CudaVmm::Unmap(DeviceAddress address, std::uint64_t bytes) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::vector<VmmLedger::Mapping>> mappings =
-      ledger_.CheckUnmap(address, bytes);
-  if (!mappings.ok()) return mappings.status();
+  GPUALLOC_ASSIGN_OR_RETURN(const std::vector<VmmLedger::Mapping> mappings,
+                            ledger_.CheckUnmap(address, bytes));
   return InContext<absl::Status>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
         // One call per mapping, as cuMemUnmap's contract is stated per
         // mapping. A failure leaves the mappings before it unmapped (and
         // recorded so).
-        for (const VmmLedger::Mapping& m : *mappings) {
+        for (const VmmLedger::Mapping& m : mappings) {
           const CUresult r =
               api_->cuMemUnmap(static_cast<CUdeviceptr>(m.address), m.bytes);
           if (r != CUDA_SUCCESS) {
@@ -164,9 +160,7 @@ absl::Status CudaVmm::Unmap(DeviceAddress address, std::uint64_t bytes) {
 
 absl::Status CudaVmm::SetAccess(DeviceAddress address, std::uint64_t bytes) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = ledger_.CheckSetAccess(address, bytes); !s.ok()) {
-    return s;
-  }
+  GPUALLOC_RETURN_IF_ERROR(ledger_.CheckSetAccess(address, bytes));
   return InContext<absl::Status>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
         CUmemAccessDesc access = {};

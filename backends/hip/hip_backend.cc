@@ -154,20 +154,22 @@ HipBackend::HipBackend(std::shared_ptr<const HipApi> api,
     : api_(std::move(api)),
       ordinal_(o.ordinal),
       memory_kind_(o.memory_kind),
-      state_(std::make_unique<State>()) {}
+      state_(std::make_unique<State>(o.ordinal)) {}
 
 HipBackend::~HipBackend() {
   // What the owner left behind goes back to the device; errors have nowhere
   // to go here.
   const internal::ScopedDevice device(*api_, ordinal_);
   if (!device.status().ok()) return;
-  core::LockGuard guard(&state_->mu);
-  for (const auto& [address, block] : state_->plain) {
+  const common::HandleBooks<State::PlainBlock>::Leftovers left =
+      state_->books.TakeAll();
+  for (const auto& [address, block] : left.blocks) {
     (void)api_->Free(block.original);
   }
-  for (EventHandle event : state_->events) {
+  for (EventHandle event : left.events) {
     (void)api_->EventDestroy(ToEvent(event));
   }
+  core::LockGuard guard(&state_->mu);
   if (state_->vmm != nullptr) {
     for (const common::VmmLedger::Mapping& m : state_->vmm->mappings()) {
       (void)api_->MemUnmap(ToPointer(m.address), m.bytes);
@@ -181,7 +183,7 @@ HipBackend::~HipBackend() {
     }
   }
   if (state_->pool != nullptr) {
-    for (const auto& [address, bytes] : state_->pool_blocks) {
+    for (DeviceAddress address : left.pool_blocks) {
       (void)api_->FreeAsync(ToPointer(address), nullptr);
     }
     (void)api_->MemPoolDestroy(state_->pool);
@@ -220,23 +222,34 @@ absl::Status HipBackend::Probe() {
   e = api.DriverGetVersion(&driver);
   if (e != hipSuccess) return HipErrorStatus(api, e, "hipDriverGetVersion");
 
+  GPUALLOC_ASSIGN_OR_RETURN(const DeviceFacts facts, ReadDeviceFacts());
+  DescribeDevice(facts, driver);
+  ProbePools();
+  ProbeVirtualMemory();
+  // The virtual-memory books and rules, at the granularity just decided.
+  core::LockGuard guard(&state_->mu);
+  state_->vmm = std::make_unique<common::VmmLedger>(info_.min_granularity);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HipBackend::DeviceFacts> HipBackend::ReadDeviceFacts() {
   // Name, architecture and memory. hipGetDeviceProperties is null when the
   // runtime lacks the compiled headers' layout; the name and memory then
   // come from their own calls and the profile is the generic one.
-  std::string name;
-  std::string gcn_arch_name;
-  std::uint64_t total = 0;
+  const HipApi& api = *api_;
+  DeviceFacts facts;
   if (api.GetDeviceProperties != nullptr) {
     hipDeviceProp_t props{};
-    e = api.GetDeviceProperties(&props, ordinal_);
+    const hipError_t e = api.GetDeviceProperties(&props, ordinal_);
     if (e != hipSuccess) {
       return HipErrorStatus(
           api, e, absl::StrCat("hipGetDeviceProperties(", ordinal_, ")"));
     }
-    name.assign(props.name, strnlen(props.name, sizeof(props.name)));
-    gcn_arch_name.assign(props.gcnArchName,
-                         strnlen(props.gcnArchName, sizeof(props.gcnArchName)));
-    total = props.totalGlobalMem;
+    facts.name.assign(props.name, strnlen(props.name, sizeof(props.name)));
+    facts.gcn_arch_name.assign(
+        props.gcnArchName,
+        strnlen(props.gcnArchName, sizeof(props.gcnArchName)));
+    facts.total_bytes = props.totalGlobalMem;
   } else {
     notes_.push_back(absl::StrCat(
         api.library,
@@ -244,30 +257,37 @@ absl::Status HipBackend::Probe() {
         "for (HIP ",
         HipVersionText(HIP_VERSION), " headers); the architecture is unknown"));
     char buffer[256] = {};
-    e = api.DeviceGetName(buffer, sizeof(buffer) - 1, ordinal_);
+    hipError_t e = api.DeviceGetName(buffer, sizeof(buffer) - 1, ordinal_);
     if (e != hipSuccess) return HipErrorStatus(api, e, "hipDeviceGetName");
-    name = buffer;
+    facts.name = buffer;
     size_t bytes = 0;
     e = api.DeviceTotalMem(&bytes, ordinal_);
     if (e != hipSuccess) return HipErrorStatus(api, e, "hipDeviceTotalMem");
-    total = bytes;
+    facts.total_bytes = bytes;
   }
-  if (total == 0) {
-    return absl::InternalError(absl::StrCat("HIP device ", ordinal_, " (", name,
+  if (facts.total_bytes == 0) {
+    return absl::InternalError(absl::StrCat("HIP device ", ordinal_, " (",
+                                            facts.name,
                                             ") reports 0 bytes of memory"));
   }
+  return facts;
+}
+
+void HipBackend::DescribeDevice(const DeviceFacts& facts, int driver) {
+  const HipApi& api = *api_;
   std::string why;
-  profile_ = &ChooseAmdProfile(gcn_arch_name, total, &why);
+  profile_ = &ChooseAmdProfile(facts.gcn_arch_name, facts.total_bytes, &why);
   notes_.push_back(why);
   info_.profile = std::string(profile_->name);
   info_.profile_reason = why;
 
   info_.backend = "hip";
   info_.vendor = Vendor::kAmd;
-  info_.name = name.empty() ? std::string(profile_->description) : name;
-  info_.arch_id = std::string(ProcessorName(gcn_arch_name));
+  info_.name =
+      facts.name.empty() ? std::string(profile_->description) : facts.name;
+  info_.arch_id = std::string(ProcessorName(facts.gcn_arch_name));
   info_.ordinal = ordinal_;
-  info_.total_bytes = total;
+  info_.total_bytes = facts.total_bytes;
   info_.min_granularity = profile_->min_granularity;
   info_.recommended_granularity = profile_->recommended_granularity;
   info_.allocation_alignment = profile_->allocation_alignment;
@@ -298,11 +318,14 @@ absl::Status HipBackend::Probe() {
           : " (hipMalloc)",
       "; those of ", fragment_, " bytes or more start on a ", fragment_,
       "-byte fragment boundary"));
+}
 
+void HipBackend::ProbePools() {
+  const HipApi& api = *api_;
   // Stream-ordered pools: only when the device says so.
   int pools = 0;
-  e = api.DeviceGetAttribute(&pools, hipDeviceAttributeMemoryPoolsSupported,
-                             ordinal_);
+  const hipError_t e = api.DeviceGetAttribute(
+      &pools, hipDeviceAttributeMemoryPoolsSupported, ordinal_);
   if (e != hipSuccess) {
     notes_.push_back(absl::StrCat(
         "stream_ordered_pools off: ",
@@ -321,10 +344,14 @@ absl::Status HipBackend::Probe() {
               "with a null pointer, which is taken as out of memory"
             : ""));
   }
+}
 
+void HipBackend::ProbeVirtualMemory() {
+  const HipApi& api = *api_;
   // Virtual memory: the attribute AND a real reservation.
   int vmm = 0;
-  e = api.DeviceGetAttribute(&vmm, kVirtualMemoryAttribute, ordinal_);
+  hipError_t e =
+      api.DeviceGetAttribute(&vmm, kVirtualMemoryAttribute, ordinal_);
   const bool runtime_new_layout =
       runtime_version_ >= kAllocationPropLayoutChangedIn;
   if (e != hipSuccess) {
@@ -368,57 +395,40 @@ absl::Status HipBackend::Probe() {
     } else {
       (void)api.MemAddressFree(probe, bytes);
       info_.capabilities.virtual_memory = true;
-      // The runtime's own granularity, when it gives sane numbers.
-      const HipAllocationProp prop(ordinal_, runtime_version_);
-      size_t min = 0;
-      size_t recommended = 0;
-      const hipError_t e1 = api.MemGetAllocationGranularity(
-          &min, prop.pointer(), hipMemAllocationGranularityMinimum);
-      const hipError_t e2 = api.MemGetAllocationGranularity(
-          &recommended, prop.pointer(), hipMemAllocationGranularityRecommended);
-      if (e1 == hipSuccess && e2 == hipSuccess && std::has_single_bit(min) &&
-          std::has_single_bit(recommended) && min <= recommended) {
-        info_.min_granularity = min;
-        info_.recommended_granularity = recommended;
-        notes_.push_back(absl::StrCat(
-            "virtual_memory on: attribute 1 and a real reservation; "
-            "hipMemGetAllocationGranularity: ",
-            min, " minimum, ", recommended, " recommended",
-            prop.mirrored() ? "; hipMemAllocationProp passed in the ROCm 5.3 "
-                              "layout the runtime reads"
-                            : ""));
-      } else {
-        notes_.push_back(absl::StrCat(
-            "virtual_memory on: attribute 1 and a real reservation; "
-            "hipMemGetAllocationGranularity gave no usable answer, the "
-            "profile's granularity stays (",
-            info_.min_granularity, " / ", info_.recommended_granularity, ")"));
-      }
+      AdoptRuntimeGranularity();
     }
   }
-  // The virtual-memory books and rules, at the granularity just decided.
-  core::LockGuard guard(&state_->mu);
-  state_->vmm = std::make_unique<common::VmmLedger>(info_.min_granularity);
-  return absl::OkStatus();
 }
 
-namespace {
-
-// InvalidArgument for giving back what the backend did not hand out.
-absl::Status NotHandedOut(absl::string_view op, DeviceAddress address,
-                          absl::string_view handed_out_by) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("HIP ", op, "(", Hex(address), "): not an address ",
-                   handed_out_by, ", or freed already"));
+void HipBackend::AdoptRuntimeGranularity() {
+  const HipApi& api = *api_;
+  // The runtime's own granularity, when it gives sane numbers.
+  const HipAllocationProp prop(ordinal_, runtime_version_);
+  size_t min = 0;
+  size_t recommended = 0;
+  const hipError_t e1 = api.MemGetAllocationGranularity(
+      &min, prop.pointer(), hipMemAllocationGranularityMinimum);
+  const hipError_t e2 = api.MemGetAllocationGranularity(
+      &recommended, prop.pointer(), hipMemAllocationGranularityRecommended);
+  if (e1 == hipSuccess && e2 == hipSuccess && std::has_single_bit(min) &&
+      std::has_single_bit(recommended) && min <= recommended) {
+    info_.min_granularity = min;
+    info_.recommended_granularity = recommended;
+    notes_.push_back(absl::StrCat(
+        "virtual_memory on: attribute 1 and a real reservation; "
+        "hipMemGetAllocationGranularity: ",
+        min, " minimum, ", recommended, " recommended",
+        prop.mirrored() ? "; hipMemAllocationProp passed in the ROCm 5.3 "
+                          "layout the runtime reads"
+                        : ""));
+  } else {
+    notes_.push_back(absl::StrCat(
+        "virtual_memory on: attribute 1 and a real reservation; "
+        "hipMemGetAllocationGranularity gave no usable answer, the "
+        "profile's granularity stays (",
+        info_.min_granularity, " / ", info_.recommended_granularity, ")"));
+  }
 }
-
-absl::Status UnknownEvent(EventHandle event, absl::string_view op) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "HIP ", op, "(", Hex(event),
-      "): not an event CreateEvent returned, or destroyed already"));
-}
-
-}  // namespace
 
 // ------------------------------------------------------------ plain memory
 
@@ -499,27 +509,19 @@ absl::StatusOr<DeviceAddress> HipBackend::AllocateOnDevice(
     block = State::PlainBlock{pointer, padded};
     address = RoundUp(ToAddress(pointer), fragment_);
   }
-  core::LockGuard guard(&state_->mu);
-  state_->plain.emplace(address, block);
+  state_->books.AddBlock(address, block);
   return address;
 }
 
 absl::Status HipBackend::Free(DeviceAddress address) {
-  return common::ReleaseTracked<core::LockGuard>(
-      &state_->mu, &state_->plain, address,
-      [&] {
-        return NotHandedOut(
-            "Free", address,
-            absl::StrCat("Allocate returned on device ", ordinal_));
-      },
-      [&](const auto& node) {
-        return OnDevice<absl::Status>([&] {
-          const hipError_t e = api_->Free(node.mapped().original);
-          if (e == hipSuccess) return absl::OkStatus();
-          return HipErrorStatus(*api_, e,
-                                absl::StrCat("hipFree(", Hex(address), ")"));
-        });
-      });
+  return state_->books.ReleaseBlock(address, [&](const State::PlainBlock& b) {
+    return OnDevice<absl::Status>([&] {
+      const hipError_t e = api_->Free(b.original);
+      if (e == hipSuccess) return absl::OkStatus();
+      return HipErrorStatus(*api_, e,
+                            absl::StrCat("hipFree(", Hex(address), ")"));
+    });
+  });
 }
 
 // ------------------------------------------------------------------ events
@@ -539,35 +541,24 @@ absl::StatusOr<EventHandle> HipBackend::CreateEvent() {
               "hipEventCreateWithFlags returned success with a null event");
         }
         const EventHandle handle = ToAddress(event);
-        core::LockGuard guard(&state_->mu);
-        state_->events.insert(handle);
+        state_->books.AddEvent(handle);
         return handle;
       });
 }
 
-absl::Status HipBackend::CheckEvent(EventHandle event,
-                                    absl::string_view op) const {
-  core::LockGuard guard(&state_->mu);
-  if (state_->events.contains(event)) return absl::OkStatus();
-  return UnknownEvent(event, op);
-}
-
 absl::Status HipBackend::DestroyEvent(EventHandle event) {
-  return common::ReleaseTracked<core::LockGuard>(
-      &state_->mu, &state_->events, event,
-      [&] { return UnknownEvent(event, "DestroyEvent"); },
-      [&](const auto&) {
-        return OnDevice<absl::Status>([&] {
-          const hipError_t e = api_->EventDestroy(ToEvent(event));
-          if (e == hipSuccess) return absl::OkStatus();
-          return HipErrorStatus(
-              *api_, e, absl::StrCat("hipEventDestroy(", Hex(event), ")"));
-        });
-      });
+  return state_->books.ReleaseEvent(event, [&] {
+    return OnDevice<absl::Status>([&] {
+      const hipError_t e = api_->EventDestroy(ToEvent(event));
+      if (e == hipSuccess) return absl::OkStatus();
+      return HipErrorStatus(*api_, e,
+                            absl::StrCat("hipEventDestroy(", Hex(event), ")"));
+    });
+  });
 }
 
 absl::Status HipBackend::RecordEvent(EventHandle event, Stream stream) {
-  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "RecordEvent"));
+  GPUALLOC_RETURN_IF_ERROR(state_->books.CheckEvent("RecordEvent", event));
   return OnDevice<absl::Status>([&] {
     const hipError_t e = api_->EventRecord(ToEvent(event), ToStream(stream));
     if (e == hipSuccess) return absl::OkStatus();
@@ -578,7 +569,7 @@ absl::Status HipBackend::RecordEvent(EventHandle event, Stream stream) {
 }
 
 absl::StatusOr<bool> HipBackend::QueryEvent(EventHandle event) {
-  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "QueryEvent"));
+  GPUALLOC_RETURN_IF_ERROR(state_->books.CheckEvent("QueryEvent", event));
   return OnDevice<absl::StatusOr<bool>>([&]() -> absl::StatusOr<bool> {
     const hipError_t e = api_->EventQuery(ToEvent(event));
     if (e == hipSuccess) return true;
@@ -588,7 +579,7 @@ absl::StatusOr<bool> HipBackend::QueryEvent(EventHandle event) {
 }
 
 absl::Status HipBackend::StreamWaitEvent(Stream stream, EventHandle event) {
-  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "StreamWaitEvent"));
+  GPUALLOC_RETURN_IF_ERROR(state_->books.CheckEvent("StreamWaitEvent", event));
   return OnDevice<absl::Status>([&] {
     const hipError_t e =
         api_->StreamWaitEvent(ToStream(stream), ToEvent(event), 0);
@@ -598,7 +589,7 @@ absl::Status HipBackend::StreamWaitEvent(Stream stream, EventHandle event) {
 }
 
 absl::Status HipBackend::SynchronizeEvent(EventHandle event) {
-  GPUALLOC_RETURN_IF_ERROR(CheckEvent(event, "SynchronizeEvent"));
+  GPUALLOC_RETURN_IF_ERROR(state_->books.CheckEvent("SynchronizeEvent", event));
   return OnDevice<absl::Status>([&] {
     const hipError_t e = api_->EventSynchronize(ToEvent(event));
     if (e == hipSuccess) return absl::OkStatus();
@@ -705,8 +696,7 @@ absl::StatusOr<DeviceAddress> HipBackend::PoolAllocateOnDevice(
         "(runtime ",
         HipVersionText(runtime_version_), ")"));
   }
-  core::LockGuard guard(&state_->mu);
-  state_->pool_blocks.emplace(ToAddress(pointer), bytes);
+  state_->books.AddPoolBlock(ToAddress(pointer));
   return ToAddress(pointer);
 }
 
@@ -714,23 +704,17 @@ absl::Status HipBackend::PoolFree(DeviceAddress address, Stream stream) {
   if (!info_.capabilities.stream_ordered_pools) {
     return NotSupported("PoolFree", "stream_ordered_pools");
   }
-  return common::ReleaseTracked<core::LockGuard>(
-      &state_->mu, &state_->pool_blocks, address,
-      [&] {
-        return NotHandedOut("PoolFree", address, "PoolAllocate returned");
-      },
-      [&](const auto&) {
-        // A null stream is the current device's: this device's.
-        return OnDevice<absl::Status>([&] {
-          const hipError_t e =
-              api_->FreeAsync(ToPointer(address), ToStream(stream));
-          if (e == hipSuccess) return absl::OkStatus();
-          return HipErrorStatus(
-              *api_, e,
-              absl::StrCat("hipFreeAsync(", Hex(address), ", stream ",
-                           Hex(stream.handle), ")"));
-        });
-      });
+  return state_->books.ReleasePoolBlock(address, [&] {
+    // A null stream is the current device's: this device's.
+    return OnDevice<absl::Status>([&] {
+      const hipError_t e =
+          api_->FreeAsync(ToPointer(address), ToStream(stream));
+      if (e == hipSuccess) return absl::OkStatus();
+      return HipErrorStatus(*api_, e,
+                            absl::StrCat("hipFreeAsync(", Hex(address),
+                                         ", stream ", Hex(stream.handle), ")"));
+    });
+  });
 }
 
 absl::Status HipBackend::PoolTrim(std::uint64_t keep_bytes) {

@@ -40,7 +40,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "backends/common/backend_calls.h"
 #include "backends/hip/hip_api.h"
 #include "backends/layer.h"
 #include "gpualloc/arch.h"
@@ -89,7 +88,41 @@ class HipBackend final : public Backend {
 
   const DeviceInfo& info() const override { return info_; }
   // Backend's calls (gpualloc/backend.h).
-  GPUALLOC_BACKEND_CALLS_OVERRIDE
+  absl::StatusOr<std::uint64_t> FreeBytes() override;
+  absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
+  absl::Status Free(DeviceAddress address) override;
+
+  absl::StatusOr<EventHandle> CreateEvent() override;
+  absl::Status DestroyEvent(EventHandle event) override;
+  absl::Status RecordEvent(EventHandle event, Stream stream) override;
+  absl::StatusOr<bool> QueryEvent(EventHandle event) override;
+  absl::Status StreamWaitEvent(Stream stream, EventHandle event) override;
+  absl::Status SynchronizeEvent(EventHandle event) override;
+
+  absl::StatusOr<bool> IsCapturing(Stream stream) override;
+  absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode) override;
+
+  absl::Status ConfigurePool(const PoolOptions& options) override;
+  absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                             Stream stream) override;
+  absl::Status PoolFree(DeviceAddress address, Stream stream) override;
+  absl::Status PoolTrim(std::uint64_t keep_bytes) override;
+  absl::StatusOr<PoolUsage> GetPoolUsage() override;
+
+  absl::StatusOr<DeviceAddress> ReserveAddress(
+      std::uint64_t bytes, std::uint64_t alignment) override;
+  absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes) override;
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes) override;
+  absl::Status ReleasePhysical(PhysicalHandle handle) override;
+  absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                   PhysicalHandle handle) override;
+  absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
+  absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+
+  absl::Status CopyToHost(void* host, DeviceAddress source,
+                          std::uint64_t bytes) override;
+  absl::Status CopyFromHost(DeviceAddress destination, const void* host,
+                            std::uint64_t bytes) override;
 
   // The profile the device's numbers came from.
   const ArchProfile& profile() const { return *profile_; }
@@ -105,16 +138,36 @@ class HipBackend final : public Backend {
  private:
   class State;  // bookkeeping behind one lock (hip_internal.h)
 
+  // What the runtime says of the device before a profile is chosen.
+  struct DeviceFacts {
+    std::string name;
+    std::string gcn_arch_name;  // empty when the runtime does not say
+    std::uint64_t total_bytes = 0;
+  };
+
   HipBackend(std::shared_ptr<const HipApi> api, const HipBackendOptions& o);
+  // Create's probe, with the device current: the versions, ReadDeviceFacts,
+  // DescribeDevice, ProbePools, ProbeVirtualMemory, then the virtual-memory
+  // books at the granularity decided.
   absl::Status Probe();
+  // Name, architecture and memory; InternalError for a device of 0 bytes.
+  absl::StatusOr<DeviceFacts> ReadDeviceFacts();
+  // The profile, info() apart from pools and virtual memory, and the notes
+  // on them; `driver` is hipDriverGetVersion's answer.
+  void DescribeDevice(const DeviceFacts& facts, int driver);
+  // stream_ordered_pools: only when the device attribute says so.
+  void ProbePools();
+  // virtual_memory: the attribute and a real reservation; then
+  // AdoptRuntimeGranularity.
+  void ProbeVirtualMemory();
+  // hipMemGetAllocationGranularity's answer when sane, else the profile's.
+  void AdoptRuntimeGranularity();
 
   // The per-call wrapper: runs `body` with this backend's device current on
   // the calling thread (the thread's own device back afterwards), or answers
   // why the device could not be made current (hip_internal.h).
   template <typename T, typename Body>
   T OnDevice(Body&& body) const;
-  // InvalidArgument unless `event` is one CreateEvent returned.
-  absl::Status CheckEvent(EventHandle event, absl::string_view op) const;
   // The parts of calls that run with the device current.
   absl::StatusOr<DeviceAddress> AllocateOnDevice(std::uint64_t bytes);
   absl::Status ConfigurePoolOnDevice(const PoolOptions& options);

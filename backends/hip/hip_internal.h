@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // backends/hip/hip_internal.h: what the HIP backend's sources share: handle
-// conversions, the current-device switch, the per-call wrapper and the books
-// behind one lock.
+// conversions, the current-device switch, the per-call wrapper and the books.
 #ifndef GPUALLOC_BACKENDS_HIP_HIP_INTERNAL_H_
 #define GPUALLOC_BACKENDS_HIP_HIP_INTERNAL_H_
 
@@ -11,12 +10,10 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "backends/common/handle_books.h"
 #include "backends/common/scoped_current.h"
-#include "backends/common/tracked.h"
 #include "backends/common/vmm_ledger.h"
 #include "backends/hip/hip_backend.h"
 #include "backends/layer.h"
@@ -55,7 +52,8 @@ class ScopedDevice : public common::ScopedCurrent<int> {
 
 namespace gpualloc::hip {
 
-// The backend's books, behind one lock.
+// The backend's books: what it handed out (plain blocks, pool blocks,
+// events; their own lock), and the pool and virtual memory behind `mu`.
 class HipBackend::State {
  public:
   struct PlainBlock {
@@ -63,12 +61,11 @@ class HipBackend::State {
     std::uint64_t bytes;
   };
 
+  explicit State(int ordinal) : books("HIP ", ordinal) {}
+
+  common::HandleBooks<PlainBlock> books;
   core::Lock mu;
-  absl::flat_hash_map<DeviceAddress, PlainBlock> plain ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<EventHandle> events ABSL_GUARDED_BY(mu);
   hipMemPool_t pool ABSL_GUARDED_BY(mu) = nullptr;
-  absl::flat_hash_map<DeviceAddress, std::uint64_t> pool_blocks
-      ABSL_GUARDED_BY(mu);
   // Reservations, physical handles and mappings, and the rules on them
   // (made once the device's granularity is known).
   std::unique_ptr<common::VmmLedger> vmm ABSL_GUARDED_BY(mu);

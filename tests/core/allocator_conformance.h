@@ -2,11 +2,20 @@
 // tests/core/allocator_conformance.h: the contract every Allocator mode keeps.
 //
 // Written once, like tests/backends/backend_conformance.h for Backend, and run
-// over every mode on the simulator (tests/core/allocator_modes.h): a test
-// program includes this header and instantiates the suite, e.g.
+// over every mode (tests/core/allocator_modes.h) on every device: the
+// simulator, the CUDA and HIP backends over their fake drivers, and a real
+// device when there is one (skipped with the reason otherwise). A test program
+// includes this header and instantiates the suite, e.g.
 //
 //   INSTANTIATE_TEST_SUITE_P(Sim, AllocatorConformanceTest,
-//       ::testing::ValuesIn(kAllModes), AllocatorModeName);
+//       ::testing::Combine(::testing::Values(SimDevice()),
+//                          ::testing::ValuesIn(kAllModes)),
+//       AllocatorConformanceName);
+//
+// The simulator's instruments (its hazard detector, its call counts, what it
+// still holds) check more on it; elsewhere those checks are left out, and a
+// test that needs a refusing device skips where the device cannot refuse on
+// demand (a real one).
 //
 // The tests state only what gpualloc/allocator.h promises of every mode:
 // blocks of at least the size asked, aligned, disjoint and writable; 0 bytes
@@ -25,16 +34,20 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "gpualloc/allocator.h"
+#include "gpualloc/backend.h"
 #include "gpualloc/sim_backend.h"
 #include "gtest/gtest.h"
 #include "tests/core/allocator_modes.h"
@@ -43,24 +56,126 @@
 
 namespace gpualloc::testing {
 
-// For INSTANTIATE_TEST_SUITE_P: names each instance after its mode.
-inline std::string AllocatorModeName(
-    const ::testing::TestParamInfo<AllocatorModeSpec>& info) {
-  return info.param.name;
+// One device the suite made, and what a test may do to it besides the
+// Backend calls.
+struct MadeDevice {
+  std::shared_ptr<Backend> backend;
+  // Makes the device's next call of `op` fail: out of memory when
+  // `out_of_memory`, else an internal error. Null where the device cannot.
+  std::function<void(SimOp op, bool out_of_memory)> fail_next;
+  // Device memory still in use (plain, pool blocks and physical; a pool's
+  // cache of freed blocks aside); null when the device does not say.
+  std::function<std::uint64_t()> used_bytes;
+};
+
+// A device to run the suite on.
+struct AllocatorDevice {
+  std::string name;  // test-name prefix: letters, digits and underscores
+  // A fresh device of about `total_bytes` (a real one ignores it), with
+  // memory the host may write when `host_backed` and the device can.
+  // Unavailable skips the test with the reason.
+  std::function<absl::StatusOr<MadeDevice>(std::uint64_t total_bytes,
+                                           bool host_backed)>
+      make;
+  // Whether any stream handle will do (the simulator, fake drivers); a real
+  // device gets the null stream for every stream a test names.
+  bool any_stream = true;
+  // Whether the device's stream-ordered pool returns blocks aligned to
+  // DeviceInfo::allocation_alignment. The HIP fake runtime's places them on
+  // 256 bytes against the MI300X profile's 4 KiB, which the async mode
+  // reports as an internal error for alignments above 256: the alignment
+  // test skips the async mode there.
+  bool pool_keeps_alignment = true;
+};
+
+// The simulator: an H100 of `total_bytes`.
+inline AllocatorDevice SimDevice() {
+  return AllocatorDevice{
+      "sim",
+      [](std::uint64_t total_bytes,
+         bool host_backed) -> absl::StatusOr<MadeDevice> {
+        std::shared_ptr<SimBackend> sim = MakeSim(total_bytes, host_backed);
+        if (sim == nullptr) return absl::InternalError("no simulator");
+        return MadeDevice{
+            sim,
+            [sim](SimOp op, bool out_of_memory) {
+              if (out_of_memory) {
+                sim->FailNthCall(op, 1);
+              } else {
+                sim->FailNthCall(op, 1, absl::InternalError("driver broke"));
+              }
+            },
+            [sim] {
+              return sim->bytes_allocated() + sim->physical_bytes() +
+                     sim->GetPoolUsage()->used;
+            }};
+      }};
+}
+
+using AllocatorConformanceParam =
+    std::tuple<AllocatorDevice, AllocatorModeSpec>;
+
+inline void PrintTo(const AllocatorDevice& device, std::ostream* os) {
+  *os << device.name;
+}
+
+// For INSTANTIATE_TEST_SUITE_P: names each instance after its device and
+// mode.
+inline std::string AllocatorConformanceName(
+    const ::testing::TestParamInfo<AllocatorConformanceParam>& info) {
+  return std::get<0>(info.param).name + "_" + std::get<1>(info.param).name;
 }
 
 class AllocatorConformanceTest
-    : public ::testing::TestWithParam<AllocatorModeSpec> {
+    : public ::testing::TestWithParam<AllocatorConformanceParam> {
  protected:
   static constexpr std::uint64_t kLimit = 64 * kMiB;
 
-  // A simulated H100 of 256 MiB (host-backed when the test writes to its
-  // blocks) and an allocator in the mode with `limit` bytes.
+  const AllocatorDevice& Device() const { return std::get<0>(GetParam()); }
+  const AllocatorModeSpec& Spec() const { return std::get<1>(GetParam()); }
+
+  // Skips the test when the device is unavailable or lacks what the mode
+  // needs.
+  void SetUp() override {
+    absl::StatusOr<MadeDevice> probe = Device().make(256 * kMiB, false);
+    if (absl::IsUnavailable(probe.status())) {
+      GTEST_SKIP() << Device().name << " unavailable: " << probe.status();
+    }
+    ASSERT_TRUE(probe.ok()) << probe.status();
+    ASSERT_NE(probe->backend, nullptr);
+    const Capabilities& can = probe->backend->info().capabilities;
+    if (Spec().expandable && !can.virtual_memory) {
+      GTEST_SKIP() << Device().name << " has no virtual memory";
+    }
+    if (Spec().mode == AllocatorMode::kAsync && !can.stream_ordered_pools) {
+      GTEST_SKIP() << Device().name << " has no stream-ordered pools";
+    }
+  }
+
+  // A device of 256 MiB (host-backed when the test writes to its blocks, on
+  // the simulator) and an allocator in the mode with `limit` bytes.
   void Make(bool host_backed = false, std::uint64_t limit = kLimit) {
-    sim_ = MakeSim(256 * kMiB, host_backed);
-    ASSERT_NE(sim_, nullptr);
-    a_ = MakeAllocator(ModeOptions(GetParam(), limit), sim_);
+    absl::StatusOr<MadeDevice> made = Device().make(256 * kMiB, host_backed);
+    ASSERT_TRUE(made.ok()) << made.status();
+    device_ = *std::move(made);
+    ASSERT_NE(device_.backend, nullptr);
+    sim_ = std::dynamic_pointer_cast<SimBackend>(device_.backend);
+    writable_ =
+        host_backed && device_.backend->info().capabilities.host_accessible;
+    // Front caches keep their peaks as an upper bound once a block moves
+    // between streams (ShadowModel::set_peak_slack).
+    if (Spec().front_cache != 0) shadow_.set_peak_slack(4 * Spec().front_cache);
+    a_ = MakeAllocator(ModeOptions(Spec(), limit), device_.backend);
     ASSERT_NE(a_, nullptr);
+  }
+
+  // The stream a test calls `n` (the null stream on a real device).
+  Stream S(std::uintptr_t n) const {
+    return Device().any_stream ? Stream(n) : Stream();
+  }
+  // The simulator's record of work on a stream (elsewhere nothing).
+  void Use(Stream stream, std::uint64_t address, std::uint64_t bytes) {
+    if (sim_ != nullptr) sim_->Use(stream, address, bytes);
   }
 
   // Frees what a test left live: every test ends with nothing in use.
@@ -85,7 +200,7 @@ class AllocatorConformanceTest
         shadow_.Add(Addr(*p), bytes, alignment, stream.handle,
                     static_cast<unsigned char>(bytes * 7 + 1));
     EXPECT_TRUE(added.ok()) << added;
-    if (fill && added.ok()) shadow_.Fill(Addr(*p));
+    if (fill && writable_ && added.ok()) shadow_.Fill(Addr(*p));
     return *p;
   }
   void Give(void* p, Stream stream = Stream()) {
@@ -110,18 +225,28 @@ class AllocatorConformanceTest
 
   // Every simulator call so far that changes something (reading the pool's
   // usage for statistics and reports aside): a rejected request makes none.
+  // 0 on other devices.
   std::uint64_t AllCalls() const {
     std::uint64_t calls = 0;
+    if (sim_ == nullptr) return calls;
     for (int op = 0; op < kNumSimOps; ++op) {
       if (SimOp(op) != SimOp::kGetPoolUsage) calls += sim_->calls(SimOp(op));
     }
     return calls;
   }
   void ExpectNoHazards() const {
+    if (sim_ == nullptr) return;
     EXPECT_EQ(sim_->hazards(), 0u);
     for (const SimHazard& h : sim_->hazard_log()) ADD_FAILURE() << h.ToString();
   }
-  bool IsAsync() const { return GetParam().mode == AllocatorMode::kAsync; }
+  // Fill patterns, on memory the host may write.
+  void ExpectFillsIntact() const {
+    if (writable_) ExpectFillsIntact();
+  }
+  void ExpectFillIntact(void* p) const {
+    if (writable_) ExpectFillIntact(p);
+  }
+  bool IsAsync() const { return Spec().mode == AllocatorMode::kAsync; }
 
   static std::string Hex(std::uint64_t address) {
     return absl::StrFormat("%#x", address);
@@ -130,7 +255,9 @@ class AllocatorConformanceTest
     return status.message().find(text) != std::string::npos;
   }
 
-  std::shared_ptr<SimBackend> sim_;
+  MadeDevice device_;
+  std::shared_ptr<SimBackend> sim_;  // when the device is the simulator
+  bool writable_ = false;            // blocks carry fill patterns
   std::unique_ptr<Allocator> a_;
   ShadowModel shadow_;
 };
@@ -139,17 +266,17 @@ class AllocatorConformanceTest
 // bytes take 654336 bytes in 256-byte blocks; freeing them gives all back.
 TEST_P(AllocatorConformanceTest, AllocateAndFreeAddUpInEveryStatistic) {
   Make();
-  EXPECT_EQ(a_->options().mode, GetParam().mode);
-  EXPECT_EQ(a_->device().backend, "sim");
+  EXPECT_EQ(a_->options().mode, Spec().mode);
+  EXPECT_EQ(a_->device().backend, device_.backend->info().backend);
   std::vector<void*> ptrs;
-  for (int i = 1; i < 1024; ++i) ptrs.push_back(Take(i, Stream(i % 3)));
+  for (int i = 1; i < 1024; ++i) ptrs.push_back(Take(i, S(i % 3)));
   Stats s = a_->GetStats();
   EXPECT_EQ(s.bytes_in_use, 654336u);
   EXPECT_EQ(s.largest_alloc_size, 1024u);
   EXPECT_EQ(s.num_allocs, 1023u);
   EXPECT_GE(s.bytes_reserved, s.bytes_in_use);
   ExpectAgreement();
-  for (std::size_t i = 0; i < ptrs.size(); ++i) Give(ptrs[i], Stream(i % 3));
+  for (std::size_t i = 0; i < ptrs.size(); ++i) Give(ptrs[i], S(i % 3));
   s = a_->GetStats();
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_EQ(s.bytes_requested, 0u);
@@ -175,6 +302,10 @@ TEST_P(AllocatorConformanceTest, ZeroBytesGiveUniqueNonNullBlocks) {
 // Host-backed: every aligned block is writable to its last byte, and the
 // blocks around it keep their contents.
 TEST_P(AllocatorConformanceTest, AlignmentIsHonouredAndBlocksAreWritable) {
+  if (IsAsync() && !Device().pool_keeps_alignment) {
+    GTEST_SKIP() << Device().name
+                 << "'s pool does not keep the device's allocation alignment";
+  }
   Make(/*host_backed=*/true);
   // Leaves the next free address off any large boundary.
   void* first = Take(256, Stream(), 0, /*fill=*/true);
@@ -184,14 +315,16 @@ TEST_P(AllocatorConformanceTest, AlignmentIsHonouredAndBlocksAreWritable) {
     SCOPED_TRACE(alignment);
     void* p = Take(1000, Stream(), alignment, /*fill=*/true);
     ASSERT_NE(p, nullptr);
-    std::memset(p, 0x5a, 1000);
-    shadow_.Fill(Addr(p));
+    if (writable_) {
+      std::memset(p, 0x5a, 1000);
+      shadow_.Fill(Addr(p));
+    }
     aligned.push_back(p);
   }
-  GPUALLOC_EXPECT_OK(shadow_.CheckAllFills());
+  ExpectFillsIntact();
   ExpectAgreement();
   for (void* p : aligned) Give(p);
-  GPUALLOC_EXPECT_OK(shadow_.CheckFill(Addr(first)));
+  ExpectFillIntact(first);
   Give(first);
   ExpectAgreement();
 }
@@ -223,7 +356,19 @@ TEST_P(AllocatorConformanceTest, SetLimitMovesTheLimitAndRefusesWhatItCannot) {
     EXPECT_EQ(s.code(), c.code) << s;
     EXPECT_TRUE(Mentions(s, c.must_mention)) << s;
     EXPECT_EQ(a_->GetStats().bytes_limit, kLimit);
-    EXPECT_EQ(Unchanging(a_->GetStats()), Unchanging(before));
+    if (c.code == absl::StatusCode::kFailedPrecondition) {
+      // Lowering returns free memory first (expandable regions preallocated
+      // have some), then refuses: what is in use stays as it was.
+      const Stats after = a_->GetStats();
+      EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+      EXPECT_EQ(after.bytes_requested, before.bytes_requested);
+      EXPECT_EQ(after.num_allocs, before.num_allocs);
+      EXPECT_EQ(after.backend_allocs, before.backend_allocs);
+      EXPECT_LE(after.bytes_reserved, before.bytes_reserved);
+      EXPECT_GE(after.bytes_reserved, after.bytes_in_use);
+    } else {
+      EXPECT_EQ(Unchanging(a_->GetStats()), Unchanging(before));
+    }
   }
   // Raised: 40 + 60 MiB fit under 128 MiB, not under 64; but one
   // preallocated region cannot grow, and says so.
@@ -296,16 +441,15 @@ TEST_P(AllocatorConformanceTest, BadInputIsAClearStatusAndChangesNothing) {
       {"interior pointer", a_->Deallocate(interior),
        absl::StatusCode::kInvalidArgument, "interior pointer",
        Hex(Addr(interior))},
-      {"double free", a_->Deallocate(freed, Stream(1)),
+      {"double free", a_->Deallocate(freed, S(1)),
        absl::StatusCode::kFailedPrecondition, "double free", Hex(Addr(freed))},
-      {"RecordStream on a freed block", a_->RecordStream(freed, Stream(1)),
+      {"RecordStream on a freed block", a_->RecordStream(freed, S(1)),
        absl::StatusCode::kFailedPrecondition, "RecordStream", Hex(Addr(freed))},
       {"RecordStream on a foreign pointer",
-       a_->RecordStream(&stack_object, Stream(1)),
+       a_->RecordStream(&stack_object, S(1)),
        absl::StatusCode::kInvalidArgument, "RecordStream",
        Hex(Addr(&stack_object))},
-      {"RecordStream on an interior pointer",
-       a_->RecordStream(interior, Stream(1)),
+      {"RecordStream on an interior pointer", a_->RecordStream(interior, S(1)),
        absl::StatusCode::kInvalidArgument, "RecordStream", Hex(Addr(interior))},
   };
   for (const Case& c : cases) {
@@ -320,7 +464,7 @@ TEST_P(AllocatorConformanceTest, BadInputIsAClearStatusAndChangesNothing) {
   EXPECT_EQ(AllCalls(), calls);
   EXPECT_EQ(Unchanging(after), Unchanging(before));
   EXPECT_EQ(after.num_ooms, before.num_ooms + 2);
-  GPUALLOC_EXPECT_OK(shadow_.CheckAllFills());
+  ExpectFillsIntact();
   ExpectAgreement();
   for (void* p : live) Give(p);
   ExpectAgreement();
@@ -337,7 +481,7 @@ TEST_P(AllocatorConformanceTest,
   const Stats before = a_->GetStats();
   ASSERT_EQ(before.bytes_in_use, 16 * kMiB);
 
-  const absl::Status oom = a_->Allocate(kMiB, Stream(1)).status();
+  const absl::Status oom = a_->Allocate(kMiB, S(1)).status();
   EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted) << oom;
   for (const std::string& part :
        {std::string("out of memory"), std::string("Allocate(1048576 bytes"),
@@ -364,9 +508,9 @@ TEST_P(AllocatorConformanceTest,
 // and stream, and adds up to the statistics.
 TEST_P(AllocatorConformanceTest, PeaksResetAndTheSnapshotAddsUp) {
   Make();
-  void* p = Take(kMiB, Stream(5));
-  void* q = Take(100, Stream(6));
-  Give(p, Stream(5));
+  void* p = Take(kMiB, S(5));
+  void* q = Take(100, S(6));
+  Give(p, S(5));
   Stats s = a_->GetStats();
   EXPECT_EQ(s.bytes_in_use, 256u);
   EXPECT_EQ(s.peak_bytes_in_use, kMiB + 256);
@@ -410,7 +554,7 @@ TEST_P(AllocatorConformanceTest, PeaksResetAndTheSnapshotAddsUp) {
   } else {
     EXPECT_EQ(regions, snap.stats.bytes_reserved);
   }
-  Give(q, Stream(6));
+  Give(q, S(6));
 }
 
 // Memory moving between streams is ordered after the work that used it: on
@@ -420,19 +564,19 @@ TEST_P(AllocatorConformanceTest, FreedMemoryIsReusedOnlyAfterItsStreamsWork) {
   Make(/*host_backed=*/false, /*limit=*/8 * kMiB);
   std::set<void*> addresses;
   for (int i = 0; i < 40; ++i) {
-    const Stream s(1 + i % 4);
+    const Stream s = S(1 + i % 4);
     void* p = Take(2 * kMiB, s);
     ASSERT_NE(p, nullptr);
     addresses.insert(p);
-    sim_->Use(s, Addr(p), 2 * kMiB);
+    Use(s, Addr(p), 2 * kMiB);
     if (i % 3 == 0) {
       // Another stream uses it too, declared, after the program's own
       // hand-over; freed on a third.
-      const Stream other(1 + (i + 1) % 4);
+      const Stream other = S(1 + (i + 1) % 4);
       GPUALLOC_ASSERT_OK(a_->RecordStream(p, other));
-      sim_->OrderStreams(other, s);
-      sim_->Use(other, Addr(p), 2 * kMiB);
-      Give(p, Stream(1 + (i + 2) % 4));
+      if (sim_ != nullptr) sim_->OrderStreams(other, s);
+      Use(other, Addr(p), 2 * kMiB);
+      Give(p, S(1 + (i + 2) % 4));
     } else {
       Give(p, s);
     }
@@ -446,29 +590,42 @@ TEST_P(AllocatorConformanceTest, FreedMemoryIsReusedOnlyAfterItsStreamsWork) {
 // never names the stream again while its work still counts.
 TEST_P(AllocatorConformanceTest, ReleaseStreamFailsWithoutChangeThenHolds) {
   Make(/*host_backed=*/false, /*limit=*/8 * kMiB);
-  const Stream s1(1), s2(2);
+  const Stream s1 = S(1), s2 = S(2);
   void* p = Take(4 * kMiB, s1);
   void* live = Take(2 * kMiB, s1);
   ASSERT_NE(p, nullptr);
   ASSERT_NE(live, nullptr);
-  sim_->Use(s1, Addr(p), 4 * kMiB);
-  sim_->Use(s1, Addr(live), 2 * kMiB);
+  Use(s1, Addr(p), 4 * kMiB);
+  Use(s1, Addr(live), 2 * kMiB);
   Give(p, s1);
 
   const Stats before = a_->GetStats();
-  sim_->FailNthCall(SimOp::kRecordEvent, 1,
-                    absl::InternalError("simulated record failure"));
-  const absl::Status failed = a_->ReleaseStream(s1);
-  sim_->ClearFaults();
   // The caching modes record the stream's last event; the platform mode,
   // whose frees synchronize the device, has nothing to record.
-  const bool recorded = sim_->failed_calls(SimOp::kRecordEvent) > 0;
-  EXPECT_EQ(recorded, GetParam().mode != AllocatorMode::kPlatform);
+  const bool records = Spec().mode != AllocatorMode::kPlatform;
+  absl::Status failed;
+  bool recorded = false;
+  if (sim_ != nullptr) {
+    sim_->FailNthCall(SimOp::kRecordEvent, 1,
+                      absl::InternalError("simulated record failure"));
+    failed = a_->ReleaseStream(s1);
+    sim_->ClearFaults();
+    recorded = sim_->failed_calls(SimOp::kRecordEvent) > 0;
+    EXPECT_EQ(recorded, records);
+  } else if (device_.fail_next != nullptr && records) {
+    device_.fail_next(SimOp::kRecordEvent, /*out_of_memory=*/false);
+    failed = a_->ReleaseStream(s1);
+    recorded = true;
+  } else {
+    failed = a_->ReleaseStream(s1);
+  }
   EXPECT_EQ(failed.ok(), !recorded) << failed;
   if (!failed.ok()) {
     EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
     EXPECT_TRUE(Mentions(failed, "ReleaseStream")) << failed;
-    EXPECT_TRUE(Mentions(failed, "simulated record failure")) << failed;
+    if (sim_ != nullptr) {
+      EXPECT_TRUE(Mentions(failed, "simulated record failure")) << failed;
+    }
     const Stats after = a_->GetStats();
     EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
     EXPECT_EQ(after.bytes_reserved, before.bytes_reserved);
@@ -476,7 +633,7 @@ TEST_P(AllocatorConformanceTest, ReleaseStreamFailsWithoutChangeThenHolds) {
   }
   ExpectAgreement();
   GPUALLOC_ASSERT_OK(a_->ReleaseStream(s1));
-  sim_->DestroyStream(s1);
+  if (sim_ != nullptr) sim_->DestroyStream(s1);
   GPUALLOC_ASSERT_OK(a_->ReleaseStream(s1));  // twice: nothing names it
 
   // s2 takes all the memory there is, twice, the live block freed between.
@@ -486,7 +643,7 @@ TEST_P(AllocatorConformanceTest, ReleaseStreamFailsWithoutChangeThenHolds) {
       absl::StatusOr<void*> q = a_->Allocate(2 * kMiB, s2);
       if (!q.ok()) continue;
       GPUALLOC_ASSERT_OK(shadow_.Add(Addr(*q), 2 * kMiB, 0, s2.handle));
-      sim_->Use(s2, Addr(*q), 2 * kMiB);
+      Use(s2, Addr(*q), 2 * kMiB);
       taken.push_back(*q);
     }
     EXPECT_FALSE(taken.empty());
@@ -494,7 +651,9 @@ TEST_P(AllocatorConformanceTest, ReleaseStreamFailsWithoutChangeThenHolds) {
     for (void* q : taken) Give(q, s2);
     ExpectAgreement();
   }
-  EXPECT_EQ(sim_->calls_on_destroyed_streams(), 0u);
+  if (sim_ != nullptr) {
+    EXPECT_EQ(sim_->calls_on_destroyed_streams(), 0u);
+  }
   ExpectNoHazards();
 }
 
@@ -511,19 +670,21 @@ TEST_P(AllocatorConformanceTest, TrimReturnsWhatIsFreeAndKeepsWhatIsLive) {
   GPUALLOC_ASSERT_OK(a_->Trim());
   EXPECT_LE(a_->GetStats().bytes_reserved, reserved);
   EXPECT_GE(a_->GetStats().bytes_reserved, kMiB);
-  GPUALLOC_EXPECT_OK(shadow_.CheckAllFills());
+  ExpectFillsIntact();
   ExpectAgreement();
 
   Give(keep);
   GPUALLOC_ASSERT_OK(a_->Trim());
   EXPECT_EQ(a_->GetStats().bytes_reserved, 0u);
-  EXPECT_EQ(sim_->bytes_allocated(), 0u);
-  EXPECT_EQ(sim_->physical_bytes(), 0u);
+  if (sim_ != nullptr) {
+    EXPECT_EQ(sim_->bytes_allocated(), 0u);
+    EXPECT_EQ(sim_->physical_bytes(), 0u);
+  }
   ExpectAgreement();
 
   void* again = Take(3 * kMiB, Stream(), 0, /*fill=*/true);
   ASSERT_NE(again, nullptr);
-  GPUALLOC_EXPECT_OK(shadow_.CheckFill(Addr(again)));
+  ExpectFillIntact(again);
   Give(again);
   ExpectAgreement();
 }
@@ -533,25 +694,32 @@ TEST_P(AllocatorConformanceTest, TrimReturnsWhatIsFreeAndKeepsWhatIsLive) {
 // memory; neither changes anything, and the next request succeeds.
 TEST_P(AllocatorConformanceTest, DeviceRefusalsAndErrorsAreReportedNotHidden) {
   Make();
+  if (device_.fail_next == nullptr) {
+    GTEST_SKIP() << Device().name << " cannot refuse on demand";
+  }
   const Stats before = a_->GetStats();
   const SimOp growth = GrowthOp(a_->options());
-  sim_->FailNthCall(growth, 1);
+  device_.fail_next(growth, /*out_of_memory=*/true);
   const absl::Status refused = a_->Allocate(kMiB).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_TRUE(Mentions(refused, "out of memory")) << refused;
-  EXPECT_TRUE(Mentions(refused, "simulated fault")) << refused;
+  if (sim_ != nullptr) {
+    EXPECT_TRUE(Mentions(refused, "simulated fault")) << refused;
+  }
   EXPECT_EQ(a_->GetStats().num_ooms, 1u);
   ExpectAgreement();
 
-  sim_->FailNthCall(growth, 1, absl::InternalError("driver broke"));
+  device_.fail_next(growth, /*out_of_memory=*/false);
   const absl::Status broken = a_->Allocate(kMiB).status();
   EXPECT_EQ(broken.code(), absl::StatusCode::kInternal) << broken;
-  EXPECT_TRUE(Mentions(broken, "driver broke")) << broken;
+  if (sim_ != nullptr) {
+    EXPECT_TRUE(Mentions(broken, "driver broke")) << broken;
+  }
   EXPECT_EQ(a_->GetStats().num_ooms, 1u);
   EXPECT_EQ(Unchanging(a_->GetStats()), Unchanging(before));
   ExpectAgreement();
 
-  sim_->ClearFaults();
+  if (sim_ != nullptr) sim_->ClearFaults();
   void* p = Take(kMiB);
   ASSERT_NE(p, nullptr);
   Give(p);
@@ -562,16 +730,20 @@ TEST_P(AllocatorConformanceTest, DeviceRefusalsAndErrorsAreReportedNotHidden) {
 // the device, live allocations included.
 TEST_P(AllocatorConformanceTest, DestructorReturnsEverythingToTheDevice) {
   Make();
-  void* p = Take(kMiB, Stream(1));
+  void* p = Take(kMiB, S(1));
   ASSERT_NE(p, nullptr);
-  GPUALLOC_ASSERT_OK(a_->RecordStream(p, Stream(2)));
-  Take(3 * kMiB, Stream(3));
-  void* freed = Take(kMiB, Stream(1));
-  sim_->Use(Stream(1), Addr(freed), kMiB);
-  Give(freed, Stream(2));
+  GPUALLOC_ASSERT_OK(a_->RecordStream(p, S(2)));
+  Take(3 * kMiB, S(3));
+  void* freed = Take(kMiB, S(1));
+  Use(S(1), Addr(freed), kMiB);
+  Give(freed, S(2));
   ::testing::internal::CaptureStderr();  // the live-allocations line
   a_.reset();
   ::testing::internal::GetCapturedStderr();
+  if (device_.used_bytes != nullptr) {
+    EXPECT_EQ(device_.used_bytes(), 0u);
+  }
+  if (sim_ == nullptr) return;
   EXPECT_EQ(sim_->live_allocations(), 0u);
   EXPECT_EQ(sim_->bytes_allocated(), 0u);
   EXPECT_EQ(sim_->physical_bytes(), 0u);
@@ -592,11 +764,11 @@ TEST_P(AllocatorConformanceTest, ThreadsShareOneAllocator) {
     threads.emplace_back([&, t] {
       std::vector<void*> mine;
       for (int i = 0; i < kOps; ++i) {
-        auto p = a_->Allocate(256 * (1 + (i * 7919 + t) % 4096), Stream(t + 1));
+        auto p = a_->Allocate(256 * (1 + (i * 7919 + t) % 4096), S(t + 1));
         ASSERT_TRUE(p.ok()) << p.status();
         mine.push_back(*p);
         if (mine.size() > 16) {
-          ASSERT_TRUE(a_->Deallocate(mine.front(), Stream(t + 1)).ok());
+          ASSERT_TRUE(a_->Deallocate(mine.front(), S(t + 1)).ok());
           mine.erase(mine.begin());
         }
       }
@@ -608,7 +780,7 @@ TEST_P(AllocatorConformanceTest, ThreadsShareOneAllocator) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (void* p : handoff[t]) {
-        ASSERT_TRUE(a_->Deallocate(p, Stream(t + 1)).ok());
+        ASSERT_TRUE(a_->Deallocate(p, S(t + 1)).ok());
       }
     });
   }
@@ -778,7 +950,7 @@ TEST_P(AllocatorConformanceTest, OutOfMemoryHandlerSetWhileAllocating) {
     threads.emplace_back([&, t] {
       std::vector<void*> mine;
       for (int i = 0; i < kOps; ++i) {
-        absl::StatusOr<void*> p = a_->Allocate(3 * kMiB, Stream(t + 1));
+        absl::StatusOr<void*> p = a_->Allocate(3 * kMiB, S(t + 1));
         if (p.ok()) {
           mine.push_back(*p);
         } else {
@@ -787,11 +959,11 @@ TEST_P(AllocatorConformanceTest, OutOfMemoryHandlerSetWhileAllocating) {
         }
         // Six blocks would pass the limit: every thread fails at times.
         if (mine.size() > 5 || (!p.ok() && !mine.empty())) {
-          EXPECT_TRUE(a_->Deallocate(mine.front(), Stream(t + 1)).ok());
+          EXPECT_TRUE(a_->Deallocate(mine.front(), S(t + 1)).ok());
           mine.erase(mine.begin());
         }
       }
-      for (void* p : mine) EXPECT_TRUE(a_->Deallocate(p, Stream(t + 1)).ok());
+      for (void* p : mine) EXPECT_TRUE(a_->Deallocate(p, S(t + 1)).ok());
     });
   }
   for (std::thread& th : threads) th.join();

@@ -2,12 +2,13 @@
 // tests/core/allocator_fuzz.h: a stateful fuzz target for the allocator.
 //
 // The input is a program. Its first byte chooses the configuration: bit 0
-// the profile (h100, mi300x), bit 1 growing on demand instead of
-// preallocating (BFC), bit 2 the doubling growth policy, bit 3 a 4 KiB split
-// bound, and bits 4-5 the mode: 0 BFC with the default regions (expandable,
-// as the simulator has virtual memory; every input written before the mode
-// bits ran so), 1 BFC over separate regions, 2 platform, 3 async; bit 6 a
-// 1 MiB front cache per stream in the BFC modes. Then each
+// the profile (h100, mi300x), bit 2 the doubling growth policy, bit 3 a 4 KiB
+// split bound, and the mode from the shared list (tests/core/allocator_modes.h)
+// by bits 4-5: 0 BFC over expandable regions (the default regions, as the
+// simulator has virtual memory; every input written before the mode bits ran
+// so), 1 BFC over separate regions, 2 platform, 3 async; in the BFC modes
+// bit 1 growing on demand instead of preallocating and bit 6 the front cache
+// per stream. Then each
 // 4-byte instruction allocates, frees, trims or makes the device refuse one
 // of the next requests, with sizes and choices taken from its bytes. After
 // every instruction the invariant validator runs, the statistics are checked
@@ -43,32 +44,31 @@ inline void Check(const char* what, const absl::Status& status) {
   if (!status.ok()) Fail(what, status);
 }
 
+// The mode the first byte of a program chooses (bits 1, 4, 5 and 6), from the
+// shared list.
+inline const testing::AllocatorModeSpec& ProgramMode(std::uint8_t config) {
+  const int kind = (config >> 4) % 4;
+  const bool preallocate = (config >> 1) % 2 == 0;
+  const bool front_cache = (config >> 6) % 2 == 1;
+  for (const testing::AllocatorModeSpec& m : testing::kAllModes) {
+    if (kind == 2 ? m.mode == AllocatorMode::kPlatform
+        : kind == 3
+            ? m.mode == AllocatorMode::kAsync
+            : m.mode == AllocatorMode::kBfc && m.expandable == (kind == 0) &&
+                  m.preallocate == preallocate &&
+                  (m.front_cache != 0) == front_cache) {
+      return m;
+    }
+  }
+  Fail("mode", absl::InternalError("no mode in kAllModes for the program"));
+}
+
 // The options the first byte of a program chooses.
 inline Options ProgramOptions(std::uint8_t config) {
-  Options o;
-  switch ((config >> 4) % 4) {
-    case 0:
-      break;  // expandable = kAuto
-    case 1:
-      o.expandable = Tristate::kOff;
-      break;
-    case 2:
-      o.mode = AllocatorMode::kPlatform;
-      o.expandable = Tristate::kOff;
-      break;
-    case 3:
-      o.mode = AllocatorMode::kAsync;
-      o.expandable = Tristate::kOff;
-      break;
-  }
-  o.preallocate = (config >> 1) % 2 == 0;
-  o.memory_limit = 32u << 20;
+  Options o = testing::ModeOptions(ProgramMode(config), 32u << 20);
   o.growth_policy =
       (config >> 2) % 2 == 0 ? GrowthPolicy::kExact : GrowthPolicy::kDoubling;
   o.max_internal_fragmentation = (config >> 3) % 2 == 0 ? 0 : 4096;
-  if ((config >> 6) % 2 == 1 && o.mode == AllocatorMode::kBfc) {
-    o.front_cache = 1u << 20;
-  }
   return o;
 }
 

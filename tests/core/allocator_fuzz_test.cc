@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -29,6 +31,18 @@ TEST(AllocatorFuzzTest, CorpusReplays) {
     ++files;
   }
   EXPECT_GT(files, 0);
+}
+
+// Every mode of the shared list (tests/core/allocator_modes.h) is one a
+// program's first byte can choose.
+TEST(AllocatorFuzzTest, EveryModeIsReachable) {
+  std::set<std::string> chosen;
+  for (int config = 0; config < 256; ++config) {
+    chosen.insert(fuzz::ProgramMode(static_cast<std::uint8_t>(config)).name);
+  }
+  for (const testing::AllocatorModeSpec& mode : testing::kAllModes) {
+    EXPECT_TRUE(chosen.contains(mode.name)) << mode.name;
+  }
 }
 
 TEST(AllocatorFuzzTest, RandomPrograms) {

@@ -33,6 +33,8 @@ using testing::Addr;
 using testing::AllocatorModeSpec;
 using testing::kMiB;
 
+// One run: a mode from the shared list (tests/core/allocator_modes.h, front
+// caches included) and what varies around it.
 struct Config {
   const char* name;
   AllocatorModeSpec mode;
@@ -40,10 +42,9 @@ struct Config {
   std::uint64_t split_bound = 0;
   bool gc = true;
   const char* profile = "h100";
-  std::uint64_t min_block = 0;    // 0: the profile's
-  int streams = 1;                // frees and RecordStream on streams 0..n-1
-  int tags = 0;                   // allocations tagged 0..n; Sleep and Wake
-  std::uint64_t front_cache = 0;  // Options::front_cache
+  std::uint64_t min_block = 0;  // 0: the profile's
+  int streams = 1;              // frees and RecordStream on streams 0..n-1
+  int tags = 0;                 // allocations tagged 0..n; Sleep and Wake
 };
 
 void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
@@ -68,7 +69,6 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
   o.max_internal_fragmentation = config.split_bound;
   o.garbage_collection = config.gc;
   o.min_block_size = config.min_block;
-  o.front_cache = config.front_cache;
   auto a = testing::MakeAllocator(o, sim);
   ASSERT_NE(a, nullptr);
   const std::uint64_t min_block =
@@ -78,8 +78,8 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
                               /*exact_sizes=*/config.split_bound == 0);
   // Front caches on several streams: peaks bounded above, by at most what
   // all caches together hold (4x front_cache).
-  if (config.front_cache != 0 && config.streams > 1) {
-    shadow.set_peak_slack(4 * config.front_cache);
+  if (config.mode.front_cache != 0 && config.streams > 1) {
+    shadow.set_peak_slack(4 * config.mode.front_cache);
   }
 
   int ooms = 0, allocs = 0, frees = 0, trims = 0, bad_frees = 0;
@@ -130,7 +130,7 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
       // with front caches, half of them from 16 sizes that repeat.
       std::uint64_t size =
           (rng() % 50 == 0) ? 0 : (rng() % (1ull << (rng() % 25))) + 1;
-      if (config.front_cache != 0 && rng() % 2 == 0) {
+      if (config.mode.front_cache != 0 && rng() % 2 == 0) {
         size = repeated_sizes[rng() % repeated_sizes.size()];
       }
       const std::uint64_t alignment =
@@ -314,7 +314,7 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
   EXPECT_GT(ooms, 10);
   EXPECT_GT(bad_frees, 0);
   EXPECT_GT(peak_live, 50u);
-  if (config.front_cache != 0 && config.tags == 0) {
+  if (config.mode.front_cache != 0 && config.tags == 0) {
     EXPECT_GT(a->GetStats().front_cache_hits, 30u);
   }
   if (config.tags > 0 && sleeps_here) {
@@ -346,62 +346,92 @@ TEST_P(RandomOpsTest, ShadowModelAndValidatorAgreeAfterEveryOperation) {
   EXPECT_EQ(sim->physical_bytes(), 0u);
 }
 
-constexpr AllocatorModeSpec kExpandablePreallocated{
-    "BfcExpandablePreallocated", AllocatorMode::kBfc, true, true};
+using testing::kAsync;
+using testing::kBfcExpandable;
+using testing::kBfcExpandableFrontCache;
+using testing::kBfcExpandablePreallocated;
+using testing::kBfcExpandablePreallocatedFrontCache;
+using testing::kBfcPreallocated;
+using testing::kBfcPreallocatedFrontCache;
+using testing::kBfcSeparate;
+using testing::kBfcSeparateFrontCache;
+using testing::kPlatform;
 
-INSTANTIATE_TEST_SUITE_P(
-    Configs, RandomOpsTest,
-    ::testing::Values(
-        // BFC over separate regions: the growth policies, the split bound,
-        // no garbage collection, AMD's 4 KiB alignment and granularity, a
-        // larger minimum block, and frees on three streams.
-        Config{"separate_preallocate", testing::kBfcPreallocated},
-        Config{"separate_growth_exact", testing::kBfcSeparate},
-        Config{"separate_growth_doubling", testing::kBfcSeparate,
-               GrowthPolicy::kDoubling, 0, true, "h100", 0, 3},
-        Config{"separate_split_bound_64k", testing::kBfcSeparate,
-               GrowthPolicy::kExact, 64 * 1024},
-        Config{"separate_no_gc", testing::kBfcSeparate, GrowthPolicy::kExact, 0,
-               false},
-        Config{"separate_mi300x", testing::kBfcSeparate, GrowthPolicy::kExact,
-               0, true, "mi300x"},
-        Config{"separate_min_block_4k", testing::kBfcSeparate,
-               GrowthPolicy::kDoubling, 0, true, "h100", 4096},
-        // BFC over expandable regions.
-        Config{"expandable_growth", testing::kBfcExpandable,
-               GrowthPolicy::kExact, 0, true, "h100", 0, 3},
-        Config{"expandable_preallocate", kExpandablePreallocated},
-        Config{"expandable_mi300x", testing::kBfcExpandable,
-               GrowthPolicy::kExact, 0, true, "mi300x"},
-        Config{"expandable_min_block_64", testing::kBfcExpandable,
-               GrowthPolicy::kExact, 0, true, "h100", 64},
-        // Tags with Sleep and Wake (separate regions: tags without sleep).
-        Config{"expandable_tags", testing::kBfcExpandable, GrowthPolicy::kExact,
-               0, true, "h100", 0, 3, 2},
-        Config{"expandable_preallocate_tags", kExpandablePreallocated,
-               GrowthPolicy::kExact, 0, true, "h100", 0, 1, 3},
-        Config{"separate_tags", testing::kBfcSeparate, GrowthPolicy::kExact, 0,
-               true, "h100", 0, 3, 2},
-        // Front caches: one stream, three streams, and tags turning them
-        // off halfway (the first tagged allocation).
-        Config{"preallocate_front_cache", testing::kBfcPreallocated,
-               GrowthPolicy::kExact, 0, true, "h100", 0, 1, 0, 4 * kMiB},
-        Config{"separate_front_cache", testing::kBfcSeparate,
-               GrowthPolicy::kExact, 0, true, "h100", 0, 3, 0, 4 * kMiB},
-        Config{"expandable_front_cache", testing::kBfcExpandable,
-               GrowthPolicy::kExact, 0, true, "h100", 0, 3, 0, 4 * kMiB},
-        Config{"expandable_tags_front_cache", testing::kBfcExpandable,
-               GrowthPolicy::kExact, 0, true, "h100", 0, 3, 2, 4 * kMiB},
-        // The platform and async modes, on three streams.
-        Config{"platform_h100", testing::kPlatform, GrowthPolicy::kExact, 0,
-               true, "h100", 0, 3},
-        Config{"platform_mi300x", testing::kPlatform, GrowthPolicy::kExact, 0,
-               true, "mi300x", 0, 3},
-        Config{"async", testing::kAsync, GrowthPolicy::kExact, 0, true, "h100",
-               0, 3}),
-    [](const ::testing::TestParamInfo<Config>& info) {
-      return info.param.name;
-    });
+constexpr Config kConfigs[] = {
+    // BFC over separate regions: the growth policies, the split bound,
+    // no garbage collection, AMD's 4 KiB alignment and granularity, a
+    // larger minimum block, and frees on three streams.
+    {.name = "separate_preallocate", .mode = kBfcPreallocated},
+    {.name = "separate_growth_exact", .mode = kBfcSeparate},
+    {.name = "separate_growth_doubling",
+     .mode = kBfcSeparate,
+     .policy = GrowthPolicy::kDoubling,
+     .streams = 3},
+    {.name = "separate_split_bound_64k",
+     .mode = kBfcSeparate,
+     .split_bound = 64 * 1024},
+    {.name = "separate_no_gc", .mode = kBfcSeparate, .gc = false},
+    {.name = "separate_mi300x", .mode = kBfcSeparate, .profile = "mi300x"},
+    {.name = "separate_min_block_4k",
+     .mode = kBfcSeparate,
+     .policy = GrowthPolicy::kDoubling,
+     .min_block = 4096},
+    // BFC over expandable regions.
+    {.name = "expandable_growth", .mode = kBfcExpandable, .streams = 3},
+    {.name = "expandable_preallocate", .mode = kBfcExpandablePreallocated},
+    {.name = "expandable_mi300x", .mode = kBfcExpandable, .profile = "mi300x"},
+    {.name = "expandable_min_block_64",
+     .mode = kBfcExpandable,
+     .min_block = 64},
+    // Tags with Sleep and Wake (separate regions: tags without sleep).
+    {.name = "expandable_tags",
+     .mode = kBfcExpandable,
+     .streams = 3,
+     .tags = 2},
+    {.name = "expandable_preallocate_tags",
+     .mode = kBfcExpandablePreallocated,
+     .streams = 1,
+     .tags = 3},
+    {.name = "separate_tags", .mode = kBfcSeparate, .streams = 3, .tags = 2},
+    // Front caches: one stream, three streams, and tags turning them
+    // off halfway (the first tagged allocation).
+    {.name = "preallocate_front_cache", .mode = kBfcPreallocatedFrontCache},
+    {.name = "separate_front_cache",
+     .mode = kBfcSeparateFrontCache,
+     .streams = 3},
+    {.name = "expandable_front_cache",
+     .mode = kBfcExpandableFrontCache,
+     .streams = 3},
+    {.name = "expandable_preallocate_front_cache",
+     .mode = kBfcExpandablePreallocatedFrontCache,
+     .streams = 3},
+    {.name = "expandable_tags_front_cache",
+     .mode = kBfcExpandableFrontCache,
+     .streams = 3,
+     .tags = 2},
+    // The platform and async modes, on three streams.
+    {.name = "platform_h100", .mode = kPlatform, .streams = 3},
+    {.name = "platform_mi300x",
+     .mode = kPlatform,
+     .profile = "mi300x",
+     .streams = 3},
+    {.name = "async", .mode = kAsync, .streams = 3},
+};
+
+INSTANTIATE_TEST_SUITE_P(Configs, RandomOpsTest, ::testing::ValuesIn(kConfigs),
+                         [](const ::testing::TestParamInfo<Config>& info) {
+                           return info.param.name;
+                         });
+
+// Every mode of the shared list runs here.
+TEST(RandomOpsModesTest, EveryModeHasAConfiguration) {
+  for (const AllocatorModeSpec& mode : testing::kAllModes) {
+    bool found = false;
+    for (const Config& c : kConfigs)
+      found |= std::string(c.mode.name) == mode.name;
+    EXPECT_TRUE(found) << mode.name;
+  }
+}
 
 }  // namespace
 }  // namespace gpualloc
