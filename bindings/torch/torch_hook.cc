@@ -38,29 +38,21 @@
 // pointer the hook does not know goes to the allocator, whose message says
 // what it is (unknown, freed, or interior: "interior pointer, 256 bytes into
 // the allocation at ...").
-#include <algorithm>
-#include <atomic>
+//
+// This file: the handle, error reporting and PyTorch's allocation callbacks;
+// graph pools: torch_pools.cc; the functions for ctypes and C: torch_c_api.cc;
+// what they share: torch_hook_internal.h.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "bindings/torch/torch_hook_internal.h"
 #include "gpualloc/gpualloc.h"
-
-// PyTorch's types, laid out as torch's own: cudaStream_t (hipStream_t on
-// ROCm builds) is a pointer to an opaque struct; c10::cuda::MempoolId_t is
-// std::pair<CaptureId_t, CaptureId_t> with CaptureId_t unsigned long long;
-// the capture filter is std::function<bool(cudaStream_t)>.
-struct CUstream_st;
-using TorchStream = CUstream_st*;
-using MempoolId = std::pair<unsigned long long, unsigned long long>;
-using StreamFilter = std::function<bool(TorchStream)>;
 
 // What the throwing callbacks throw; PyTorch shows what() in the
 // RuntimeError it raises.
@@ -69,18 +61,7 @@ class gpualloc_torch_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-namespace {
-
-struct Hook {
-  gpualloc_t* handle = nullptr;
-  gpualloc_status_t create_status = GPUALLOC_OK;
-  std::string create_error;
-  std::string config;  // gpualloc_torch_configure's string
-  int num_devices = 0;
-  // Devices malloc was called for (the first 64), for record_stream, which
-  // is not told the device.
-  std::atomic<std::uint64_t> used_devices{0};
-};
+namespace gpualloc::torch_internal {
 
 std::mutex create_mu;  // guards the handle's creation and Hook::config
 std::atomic<Hook*> created{nullptr};
@@ -113,6 +94,8 @@ Hook& Instance() {
   return Unborn();
 }
 
+namespace {
+
 // The requested size of every live block malloc returned, by (device,
 // pointer).
 std::mutex sizes_mu;
@@ -122,12 +105,15 @@ absl::flat_hash_map<std::pair<int, void*>, std::size_t>& Sizes() {
   return *sizes;
 }
 
+std::atomic<bool> printed{false};
+
+}  // namespace
+
 std::mutex error_mu;
 std::string& LatestError() {
   static std::string* const error = new std::string;
   return *error;
 }
-std::atomic<bool> printed{false};
 
 // Keeps `message` as the latest error; prints the first one.
 void Fail(const std::string& message) noexcept {
@@ -179,136 +165,8 @@ void FailWithLastError() noexcept {
   throw gpualloc_torch_error("gpualloc: " + message);
 }
 
-// A call of the C API: 0 or the status, the reason kept.
-template <typename Call>
-int Checked(const char* name, Call call) {
-  gpualloc_t* handle = Handle(name);
-  if (handle == nullptr) return Instance().create_status;
-  const gpualloc_status_t s = call(handle);
-  if (s != GPUALLOC_OK) FailWithLastError();
-  return s;
-}
-
 // The tag malloc gives this thread's allocations.
 thread_local std::uint32_t current_tag = 0;
-
-// --- Graph pools -----------------------------------------------------------
-// PyTorch names a pool by a MempoolId per device; gpualloc by a pool id. A
-// pool exists from the first begin naming it until as many release_pool
-// calls as begins (PyTorch calls begin once per capture into the pool and
-// release once per graph destroyed).
-struct PoolKey {
-  int device;
-  MempoolId id;
-  bool operator==(const PoolKey& o) const {
-    return device == o.device && id == o.id;
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const PoolKey& k) {
-    return H::combine(std::move(h), k.device, k.id.first, k.id.second);
-  }
-};
-
-struct PoolEntry {
-  std::uint64_t pool = 0;
-  int references = 0;
-  // A stream that allocated to it, given to gpualloc as the last use when
-  // the pool goes.
-  void* stream = nullptr;
-};
-
-// A capture (2.3+: by filter) or a stream (2.1/2.2) allocating to a pool.
-struct Capture {
-  PoolKey key;
-  std::uint64_t pool = 0;
-  StreamFilter filter;         // empty in the 2.1/2.2 form
-  std::vector<void*> streams;  // routed to the pool in gpualloc
-};
-
-std::mutex pools_mu;
-absl::flat_hash_map<PoolKey, PoolEntry>& Pools() {
-  static auto* const pools = new absl::flat_hash_map<PoolKey, PoolEntry>;
-  return *pools;
-}
-std::vector<Capture>& Captures() {
-  static auto* const captures = new std::vector<Capture>;
-  return *captures;
-}
-// Captures by filter underway: malloc asks their filters about its stream.
-std::atomic<int> filtered_captures{0};
-
-// The pool for `key`, made or retained; pools_mu held. 0 after Fail.
-std::uint64_t AcquirePoolLocked(gpualloc_t* handle, const PoolKey& key) {
-  auto it = Pools().find(key);
-  if (it != Pools().end()) {
-    if (gpualloc_retain_pool(handle, key.device, it->second.pool) !=
-        GPUALLOC_OK) {
-      FailWithLastError();
-      return 0;
-    }
-    ++it->second.references;
-    return it->second.pool;
-  }
-  std::uint64_t pool = 0;
-  if (gpualloc_create_pool(handle, key.device, &pool) != GPUALLOC_OK) {
-    FailWithLastError();
-    return 0;
-  }
-  Pools()[key] = PoolEntry{pool, 1, nullptr};
-  return pool;
-}
-
-std::string PoolName(const PoolKey& key) {
-  return "pool (" + std::to_string(key.id.first) + ", " +
-         std::to_string(key.id.second) + ") of device " +
-         std::to_string(key.device);
-}
-
-// Routes `stream` to `c`'s pool in gpualloc; pools_mu held.
-bool RouteLocked(gpualloc_t* handle, Capture& c, void* stream) {
-  if (gpualloc_begin_allocate_to_pool(handle, c.key.device, c.pool, stream) !=
-      GPUALLOC_OK) {
-    FailWithLastError();
-    return false;
-  }
-  c.streams.push_back(stream);
-  Pools()[c.key].stream = stream;
-  return true;
-}
-
-// Before malloc on `stream` while captures by filter are underway: a stream
-// a filter accepts allocates to that capture's pool.
-void RouteByFilter(gpualloc_t* handle, int device, void* stream) {
-  std::lock_guard<std::mutex> lock(pools_mu);
-  for (Capture& c : Captures()) {
-    if (!c.filter || c.key.device != device) continue;
-    if (std::find(c.streams.begin(), c.streams.end(), stream) !=
-        c.streams.end()) {
-      return;  // routed already
-    }
-    if (c.filter(static_cast<TorchStream>(stream))) {
-      if (!RouteLocked(handle, c, stream)) ThrowLatest();
-      return;
-    }
-  }
-}
-
-// Ends the capture `match` selects; pools_mu held. Never throws.
-template <typename Match>
-void EndCaptureLocked(gpualloc_t* handle, Match match) {
-  auto& captures = Captures();
-  for (auto it = captures.begin(); it != captures.end(); ++it) {
-    if (!match(*it)) continue;
-    if (!it->streams.empty() &&
-        gpualloc_end_allocate_to_pool(handle, it->key.device, it->pool) !=
-            GPUALLOC_OK) {
-      FailWithLastError();
-    }
-    if (it->filter) filtered_captures.fetch_sub(1, std::memory_order_release);
-    captures.erase(it);
-    return;
-  }
-}
 
 void* Malloc(gpualloc_t* handle, size_t size, int device, void* stream) {
   if (filtered_captures.load(std::memory_order_acquire) != 0) {
@@ -356,7 +214,18 @@ bool RecordStream(gpualloc_t* handle, void* ptr, void* stream) {
   return false;
 }
 
-}  // namespace
+}  // namespace gpualloc::torch_internal
+
+using gpualloc::torch_internal::Checked;
+using gpualloc::torch_internal::Fail;
+using gpualloc::torch_internal::FailWithLastError;
+using gpualloc::torch_internal::Handle;
+using gpualloc::torch_internal::Instance;
+using gpualloc::torch_internal::Malloc;
+using gpualloc::torch_internal::RecordStream;
+using gpualloc::torch_internal::Sizes;
+using gpualloc::torch_internal::sizes_mu;
+using gpualloc::torch_internal::ThrowLatest;
 
 extern "C" {
 
@@ -465,260 +334,6 @@ GPUALLOC_API void gpualloc_torch_record_stream(void* ptr, TorchStream stream) {
   gpualloc_t* handle = Handle("Tensor.record_stream");
   if (handle == nullptr) ThrowLatest();
   if (!RecordStream(handle, ptr, stream)) ThrowLatest();
-}
-
-// PyTorch 2.3+: begin_allocate_to_pool_fn: void(int device, MempoolId_t,
-// std::function<bool(cudaStream_t)> filter). Until the matching end, every
-// allocation on a stream the filter accepts (the capturing one) comes from
-// the pool. Throws when the pool cannot be made.
-GPUALLOC_API void gpualloc_torch_begin_allocate_to_pool(int device,
-                                                        MempoolId mempool_id,
-                                                        StreamFilter filter) {
-  gpualloc_t* handle = Handle("gpualloc_torch_begin_allocate_to_pool");
-  if (handle == nullptr) ThrowLatest();
-  std::lock_guard<std::mutex> lock(pools_mu);
-  const PoolKey key{device, mempool_id};
-  const std::uint64_t pool = AcquirePoolLocked(handle, key);
-  if (pool == 0) ThrowLatest();
-  Captures().push_back(Capture{key, pool, std::move(filter), {}});
-  filtered_captures.fetch_add(1, std::memory_order_release);
-}
-
-// PyTorch 2.3+: end_allocate_to_pool_fn: void(int device, MempoolId_t).
-// Never throws.
-GPUALLOC_API void gpualloc_torch_end_allocate_to_pool(int device,
-                                                      MempoolId mempool_id) {
-  gpualloc_t* handle = Handle("gpualloc_torch_end_allocate_to_pool");
-  if (handle == nullptr) return;
-  std::lock_guard<std::mutex> lock(pools_mu);
-  const PoolKey key{device, mempool_id};
-  EndCaptureLocked(handle, [&](const Capture& c) { return c.key == key; });
-}
-
-// PyTorch 2.1+: release_pool_fn: void(int device, MempoolId_t), when a graph
-// (or MemPool) using the pool is destroyed. The last release gives the
-// pool's memory back to the allocator, reusable elsewhere once the work
-// queued on the stream that allocated to it and on the default stream (where
-// graphs usually replay) has completed. Never throws (PyTorch calls it from
-// a destructor).
-GPUALLOC_API void gpualloc_torch_release_pool(int device,
-                                              MempoolId mempool_id) {
-  gpualloc_t* handle = Handle("gpualloc_torch_release_pool");
-  if (handle == nullptr) return;
-  std::lock_guard<std::mutex> lock(pools_mu);
-  const PoolKey key{device, mempool_id};
-  auto it = Pools().find(key);
-  if (it == Pools().end()) {
-    Fail("gpualloc_torch_release_pool: " + PoolName(key) +
-         " was never allocated to (or is released already)");
-    return;
-  }
-  PoolEntry& entry = it->second;
-  // The default stream as the last use; the pool's own streams are known to
-  // gpualloc already.
-  if (gpualloc_release_pool(handle, device, entry.pool, nullptr) !=
-      GPUALLOC_OK) {
-    FailWithLastError();
-    return;
-  }
-  if (--entry.references == 0) Pools().erase(it);
-}
-
-// PyTorch 2.1 and 2.2: begin_allocate_stream_to_pool_fn: void(int device,
-// cudaStream_t stream, MempoolId_t). Throws when the pool cannot be made.
-GPUALLOC_API void gpualloc_torch_begin_allocate_stream_to_pool(
-    int device, TorchStream stream, MempoolId mempool_id) {
-  gpualloc_t* handle = Handle("gpualloc_torch_begin_allocate_stream_to_pool");
-  if (handle == nullptr) ThrowLatest();
-  std::lock_guard<std::mutex> lock(pools_mu);
-  const PoolKey key{device, mempool_id};
-  const std::uint64_t pool = AcquirePoolLocked(handle, key);
-  if (pool == 0) ThrowLatest();
-  Captures().push_back(Capture{key, pool, StreamFilter(), {}});
-  if (!RouteLocked(handle, Captures().back(), stream)) {
-    Captures().pop_back();
-    if (gpualloc_release_pool(handle, device, pool, nullptr) == GPUALLOC_OK &&
-        --Pools()[key].references == 0) {
-      Pools().erase(key);
-    }
-    ThrowLatest();
-  }
-}
-
-// PyTorch 2.1 and 2.2: end_allocate_stream_to_pool_fn: void(int device,
-// cudaStream_t stream). Never throws.
-GPUALLOC_API void gpualloc_torch_end_allocate_stream_to_pool(
-    int device, TorchStream stream) {
-  gpualloc_t* handle = Handle("gpualloc_torch_end_allocate_stream_to_pool");
-  if (handle == nullptr) return;
-  std::lock_guard<std::mutex> lock(pools_mu);
-  void* const s = stream;
-  EndCaptureLocked(handle, [&](const Capture& c) {
-    return !c.filter && c.key.device == device && !c.streams.empty() &&
-           c.streams.front() == s;
-  });
-}
-
-// ---------------------------------------------------------------------------
-// For ctypes and C: statuses, never exceptions.
-
-// Sets gpualloc up now with `config` ("key=value,...", the configuration
-// string; NULL or "" for none) over the environment, instead of at the first
-// call. 0, or a gpualloc_status_t with the reason (naming the variable or
-// key) in gpualloc_torch_last_error(). Once set up, another call with the
-// same string is 0 and with another is GPUALLOC_FAILED_PRECONDITION.
-GPUALLOC_API int gpualloc_torch_configure(const char* config) {
-  const std::string text = config == nullptr ? "" : config;
-  Hook* h = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(create_mu);
-    h = created.load(std::memory_order_relaxed);
-    if (h == nullptr) {
-      Unborn().config = text;
-      CreateLocked(Unborn());
-      h = &Unborn();
-    } else if (h->config != text) {
-      Fail("gpualloc_torch_configure(\"" + text +
-           "\"): gpualloc is set up already (configuration \"" + h->config +
-           "\"); configure before PyTorch's first CUDA allocation");
-      return GPUALLOC_FAILED_PRECONDITION;
-    }
-  }
-  if (h->handle == nullptr) {
-    Fail(h->create_error);
-    return h->create_status;
-  }
-  return GPUALLOC_OK;
-}
-
-// malloc for C callers: NULL on failure, with the reason in
-// gpualloc_torch_last_error().
-GPUALLOC_API void* gpualloc_torch_try_malloc(size_t size, int device,
-                                             void* stream) {
-  gpualloc_t* handle = Handle("gpualloc_torch_try_malloc");
-  if (handle == nullptr) return nullptr;
-  try {
-    return Malloc(handle, size, device, stream);
-  } catch (const std::exception& e) {  // a filter that threw
-    Fail(e.what());
-    return nullptr;
-  }
-}
-
-// empty_cache for C callers: 0 or a gpualloc_status_t.
-GPUALLOC_API int gpualloc_torch_empty_cache(void) {
-  return Checked("gpualloc_torch_empty_cache", [](gpualloc_t* h) {
-    return gpualloc_trim(h, GPUALLOC_ALL_DEVICES);
-  });
-}
-
-// record_stream for C callers: 0 or a gpualloc_status_t.
-GPUALLOC_API int gpualloc_torch_try_record_stream(void* ptr, void* stream) {
-  gpualloc_t* handle = Handle("gpualloc_torch_try_record_stream");
-  if (handle == nullptr) return Instance().create_status;
-  return RecordStream(handle, ptr, stream) ? GPUALLOC_OK : GPUALLOC_NOT_FOUND;
-}
-
-// Before the runtime destroys `stream`: the allocator never touches it
-// again on any device (the work queued on it still guards its memory).
-// 0 or a gpualloc_status_t.
-GPUALLOC_API int gpualloc_torch_release_stream(void* stream) {
-  return Checked("gpualloc_torch_release_stream", [&](gpualloc_t* h) {
-    return gpualloc_release_stream(h, GPUALLOC_ALL_DEVICES, stream);
-  });
-}
-
-// The latest failure's message ("" if none), from any thread. The pointer
-// stays valid until the calling thread calls this again.
-GPUALLOC_API const char* gpualloc_torch_last_error(void) {
-  thread_local std::string copy;
-  try {
-    std::lock_guard<std::mutex> lock(error_mu);
-    copy = LatestError();
-  } catch (...) {
-    copy.clear();
-  }
-  return copy.c_str();
-}
-
-// 0 and *out filled (set out->struct_size), or a gpualloc_status_t.
-GPUALLOC_API int gpualloc_torch_get_stats(int device, gpualloc_stats_t* out) {
-  return Checked("gpualloc_torch_get_stats", [&](gpualloc_t* h) {
-    return gpualloc_get_stats(h, device, out);
-  });
-}
-
-// torch.cuda.reset_peak_memory_stats's replacement. 0 or a status.
-GPUALLOC_API int gpualloc_torch_reset_peak_stats(int device) {
-  return Checked("gpualloc_torch_reset_peak_stats", [&](gpualloc_t* h) {
-    return gpualloc_reset_peak_stats(h, device);
-  });
-}
-
-// The number of devices the configured backend sees, or -1 (reason in
-// gpualloc_torch_last_error()).
-GPUALLOC_API int gpualloc_torch_device_count(void) {
-  if (Handle("gpualloc_torch_device_count") == nullptr) return -1;
-  return Instance().num_devices;
-}
-
-// An out-of-memory handler on every device (gpualloc_set_oom_handler with
-// GPUALLOC_ALL_DEVICES; NULL removes it). It is called before the
-// allocation fails; nonzero retries the request once. 0 or a status.
-GPUALLOC_API int gpualloc_torch_set_oom_handler(gpualloc_oom_handler_t handler,
-                                                void* user_data) {
-  return Checked("gpualloc_torch_set_oom_handler", [&](gpualloc_t* h) {
-    return gpualloc_set_oom_handler(h, GPUALLOC_ALL_DEVICES, handler,
-                                    user_data);
-  });
-}
-
-// Sleep and wake (gpualloc.h's gpualloc_sleep says how they behave): the
-// calling thread's allocations from now on carry `tag` (0: none), e.g. the
-// weights or the KV cache; later the tag's memory is given back and mapped
-// again at the same addresses. 0 or a status.
-GPUALLOC_API void gpualloc_torch_set_tag(uint32_t tag) { current_tag = tag; }
-GPUALLOC_API int gpualloc_torch_sleep(int device, uint32_t tag, int backup) {
-  return Checked("gpualloc_torch_sleep", [&](gpualloc_t* h) {
-    return gpualloc_sleep(h, device, tag, backup, nullptr);
-  });
-}
-GPUALLOC_API int gpualloc_torch_wake(int device, uint32_t tag) {
-  return Checked("gpualloc_torch_wake",
-                 [&](gpualloc_t* h) { return gpualloc_wake(h, device, tag); });
-}
-
-// The device's snapshot as JSON (docs/REFERENCE.md, "Snapshot JSON"), to be
-// released with gpualloc_torch_string_free; NULL on failure.
-GPUALLOC_API char* gpualloc_torch_snapshot_json(int device) {
-  gpualloc_t* handle = Handle("gpualloc_torch_snapshot_json");
-  if (handle == nullptr) return nullptr;
-  char* json = nullptr;
-  if (gpualloc_snapshot_json(handle, device, &json, nullptr) != GPUALLOC_OK) {
-    FailWithLastError();
-    return nullptr;
-  }
-  return json;
-}
-
-GPUALLOC_API void gpualloc_torch_string_free(char* text) {
-  gpualloc_string_free(text);
-}
-
-// The device's snapshot with its allocation history (history=N) as the
-// pickle torch.cuda.memory._dump_snapshot writes, for
-// https://pytorch.org/memory_viz, written to `path`. 0 or a status.
-GPUALLOC_API int gpualloc_torch_snapshot_pickle(int device, const char* path) {
-  return Checked("gpualloc_torch_snapshot_pickle", [&](gpualloc_t* h) {
-    return gpualloc_snapshot_torch_pickle(h, device, path);
-  });
-}
-
-// The calling thread's context for the history's events (an op name, a
-// Python stack); NULL or "" clears it. Each distinct text is kept for the
-// life of the process.
-GPUALLOC_API void gpualloc_torch_set_context(const char* context) {
-  gpualloc_set_context(context);
 }
 
 }  // extern "C"
