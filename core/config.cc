@@ -1085,19 +1085,29 @@ std::string HowToReset(const ConfigSetting& s) {
 
 namespace core {
 
-absl::Span<const ModeRefusal> ModeRefusals() {
-  static const std::vector<ModeRefusal>* const refusals = [] {
-    auto* out = new std::vector<ModeRefusal>();
-    for (const KeyDescriptor& k : kKeys) {
-      const KeyModes& m = k.modes;
-      if (m.asks == nullptr) continue;
-      out->push_back(ModeRefusal{k.name, m.field, m.modes, m.asks, m.feature,
-                                 m.lacks, m.reset});
-    }
-    return out;
-  }();
-  return *refusals;
-}
+namespace {
+
+// The rows of kKeys with a refusal, made at compile time.
+constexpr std::size_t kRefusalCount = [] {
+  std::size_t n = 0;
+  for (const KeyDescriptor& k : kKeys) n += k.modes.asks != nullptr ? 1 : 0;
+  return n;
+}();
+constexpr std::array<ModeRefusal, kRefusalCount> kRefusals = [] {
+  std::array<ModeRefusal, kRefusalCount> out{};
+  std::size_t i = 0;
+  for (const KeyDescriptor& k : kKeys) {
+    const KeyModes& m = k.modes;
+    if (m.asks == nullptr) continue;
+    out[i++] = ModeRefusal{k.name,    m.field, m.modes, m.asks,
+                           m.feature, m.lacks, m.reset};
+  }
+  return out;
+}();
+
+}  // namespace
+
+absl::Span<const ModeRefusal> ModeRefusals() { return kRefusals; }
 
 std::string ModeSetName(ModeSet modes) {
   std::vector<std::string> names;
