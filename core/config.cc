@@ -54,7 +54,7 @@
 //  4. core/options.cc, kFields: the Options field's key and its default in
 //     C++ terms (the runtime layer restates option errors with the key), and
 //     CheckOptions / ResolveOptions for any check of the value's range.
-//  5. README.md's and docs/ARCHITECTURE.md's key tables, which
+//  5. README.md's and docs/REFERENCE.md's key tables, which
 //     tests/core/config_test.cc checks against ConfigKeys(), and that test's
 //     kAllKeys list; a test of the new key's parsing there.
 //  6. A bfc-only key the other modes ignore: tools/info.cc, BfcOnlyKeys (the
