@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// core/allocator.cc: the BFC facade (core/bfc_allocator.h): construction,
-// queries, Trim, Validate and statistics; CreateAllocator.
-#include "gpualloc/allocator.h"
+// core/bfc_allocator.cc: the BFC facade (core/bfc_allocator.h):
+// construction, queries, Trim, Validate and statistics.
+#include "core/bfc_allocator.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,22 +10,44 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/bfc_allocator.h"
 #include "core/format_bytes.h"
 #include "core/live_allocations.h"
-#include "core/modes.h"
 
-namespace gpualloc {
-namespace core {
+namespace gpualloc::core {
+
+BfcAllocator::BfcAllocator(ResolvedOptions resolved,
+                           std::shared_ptr<Backend> backend)
+    : resolved_(std::move(resolved)),
+      backend_(std::move(backend)),
+      core_(BfcConfig{resolved_.min_block_size,
+                      resolved_.options.max_internal_fragmentation,
+                      resolved_.large_page}),
+      stream_order_(backend_.get(), resolved_.options.cross_stream_reuse),
+      oracle_(backend_->info().capabilities.streams
+                  ? static_cast<ReuseOracle*>(&stream_order_)
+                  : &no_streams_),
+      // The top bit is the released streams' (no stream handle has it).
+      stream_mask_(backend_->info().capabilities.streams
+                       ? ~StreamOrder::kReleasedBit
+                       : 0),
+      known_only_(*oracle_),
+      pools_(core_.config(),
+             RoundUpToMultiple(kSlabUnit, resolved_.min_block_size)),
+      tags_(core_.config(), resolved_.granularity, *backend_, history_.get()),
+      fronts_(resolved_.front_cache, core_, stream_order_, oracle_),
+      source_(MakeSource()) {
+  stream_order_.BindSearches(&core_.counters().num_allocs);
+}
 
 BfcAllocator::~BfcAllocator() {
   LockGuard lock(&mu_);
   // Cached blocks are free memory, not live allocations.
-  if (fronts_on_.load(std::memory_order_relaxed)) DisableFronts();
+  fronts_.Disable();
   ReportLiveAtDestruction("bfc", backend_->info(),
                           core_.counters().num_chunks_in_use -
                               pools_.num_slabs() + pools_.num_chunks_in_use() -
-                              tags_.num_slabs() + tags_.num_chunks_in_use(),
+                              tags_.pools().num_slabs() +
+                              tags_.pools().num_chunks_in_use(),
                           Requested());
   // Every region goes back to the device with source_ (declared last,
   // destroyed first): live allocations die with the allocator, as with any
@@ -36,7 +58,7 @@ BfcAllocator::~BfcAllocator() {
   // chunks do not name).
   if (pools_on_ && resolved_.expandable && oracle_ == &stream_order_) {
     std::vector<std::uintptr_t> streams;
-    for (const PrivatePools* pools : {&pools_, &tags_}) {
+    for (const PrivatePools* pools : {&pools_, &tags_.pools()}) {
       for (PoolId id : pools->Ids()) {
         for (std::uintptr_t stream : pools->Users(id)) {
           if (std::find(streams.begin(), streams.end(), stream) ==
@@ -60,13 +82,15 @@ absl::Status BfcAllocator::RecordStream(void* ptr, Stream stream) {
   absl::Status status;
   if (pools_.Owns(address)) {
     status = pools_.RecordStream(address, Key(stream).handle);
-  } else if (tags_.Owns(address)) {
-    status = CheckAwake(address, "RecordStream");
-    if (status.ok()) status = tags_.RecordStream(address, Key(stream).handle);
+  } else if (tags_.pools().Owns(address)) {
+    status = tags_.CheckAwake(address, "RecordStream");
+    if (status.ok()) {
+      status = tags_.pools().RecordStream(address, Key(stream).handle);
+    }
   } else {
-    if (fronts_on_.load(std::memory_order_relaxed)) {
-      FoldFigures();
-      LeaveFront(address);
+    if (fronts_.on()) {
+      fronts_.Fold();
+      fronts_.Leave(address);
     }
     status = core_.RecordStream(address, Key(stream).handle);
   }
@@ -86,17 +110,12 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
             : "a stream allocating to a private pool is capturing a graph, "
               "and releasing records an event"));
   }
-  if (StreamFront* f = FrontFor(stream)) {
-    // Its blocks back to the core, and its slot free for the next stream.
-    FoldFigures();
-    ClearFront(*f);
-    FreeFront(*f);
-  }
+  if (StreamFront* f = fronts_.For(stream)) fronts_.Release(*f);
   // Without streams (all map to one) or never seen: nothing names it.
-  if (stream_mask_ == 0 ||
-      (core_.StreamReferences(stream) == 0 &&
-       pools_.StreamReferences(stream) == 0 &&
-       tags_.StreamReferences(stream) == 0 && !stream_order_.Knows(stream))) {
+  if (stream_mask_ == 0 || (core_.StreamReferences(stream) == 0 &&
+                            pools_.StreamReferences(stream) == 0 &&
+                            tags_.pools().StreamReferences(stream) == 0 &&
+                            !stream_order_.Knows(stream))) {
     RememberReleased(stream);
     return absl::OkStatus();
   }
@@ -111,7 +130,7 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   }
   core_.RenameStream(stream, key);
   pools_.RenameStream(stream, key);
-  tags_.RenameStream(stream, key);
+  tags_.pools().RenameStream(stream, key);
   RememberReleased(stream);
   MaybeValidate();
   return absl::OkStatus();
@@ -125,12 +144,7 @@ Stats BfcAllocator::GetStats() const {
 void BfcAllocator::ResetPeakStats() {
   LockGuard lock(&mu_);
   core_.ResetPeaks();
-  if (fronts_on_.load(std::memory_order_relaxed)) {
-    FoldFigures();  // starts every front's largest change from its present
-    folded_.peak_in_use = Plus(core_.counters().bytes_in_use, folded_.in_use);
-    folded_.peak_requested =
-        Plus(core_.counters().bytes_requested, folded_.requested);
-  }
+  if (fronts_.on()) fronts_.ResetPeaks();
   peak_in_use_ = InUse();
   peak_requested_ = Requested();
   largest_alloc_ = 0;
@@ -149,9 +163,9 @@ Snapshot BfcAllocator::GetSnapshot() const {
   // The fronts' cached blocks are free memory to the user: they go back to
   // the core first, so that the snapshot shows them free (this changes no
   // figure a user sees, only where the blocks wait).
-  if (fronts_on_.load(std::memory_order_relaxed)) {
-    FoldFigures();
-    const_cast<BfcAllocator*>(this)->FlushFronts();
+  if (fronts_.on()) {
+    fronts_.Fold();
+    const_cast<StreamFronts&>(fronts_).Flush();
   }
   Snapshot s;
   s.region_kind =
@@ -160,27 +174,30 @@ Snapshot BfcAllocator::GetSnapshot() const {
   if (pools_on_) {
     // A tag's block asleep (a whole mapping of its own, TakeTagSlab) is
     // still a chunk of its region, but its memory is given back.
-    auto asleep = [this](const ChunkSnapshot& c) {
-      return !asleep_.empty() &&
-             source_->SleepingWithin(c.address, c.size) != 0;
+    // (The lambda is analyzed on its own: it sees mu_'s data by pointer.)
+    const TaggedMemory* tags = &tags_;
+    const RegionSource* source = source_.get();
+    auto asleep = [tags, source](const ChunkSnapshot& c) {
+      return tags->any_asleep() &&
+             source->SleepingWithin(c.address, c.size) != 0;
     };
     for (RegionSnapshot& r : s.regions) {
       for (ChunkSnapshot& c : r.chunks) {
         if (!c.in_use) continue;
         c.pool = pools_.SlabOwner(c.address);
-        c.tag = static_cast<Tag>(tags_.SlabOwner(c.address));
+        c.tag = static_cast<Tag>(tags_.pools().SlabOwner(c.address));
         c.asleep = c.tag != 0 && asleep(c);
       }
     }
     pools_.AppendSnapshot(&s.pools);
     const std::size_t first_tag = s.pools.size();
-    tags_.AppendSnapshot(&s.pools);
+    tags_.pools().AppendSnapshot(&s.pools);
     for (std::size_t i = first_tag; i < s.pools.size(); ++i) {
       PoolSnapshot& p = s.pools[i];
       p.tag = static_cast<Tag>(p.id);
-      p.asleep = asleep_.contains(p.tag);
+      p.asleep = tags_.asleep(p.tag);
       if (!p.asleep) continue;
-      p.bytes_sleeping = SleepingBytesOf(p.tag);
+      p.bytes_sleeping = tags_.SleepingBytesOf(p.tag, *source_);
       p.bytes_reserved -= p.bytes_sleeping;
       for (RegionSnapshot& r : p.regions) {
         for (ChunkSnapshot& c : r.chunks) c.asleep = asleep(c);
@@ -201,7 +218,7 @@ absl::Status BfcAllocator::Trim() {
   }
   // No routed stream captures now: Trim may wait for work as usual.
   const CaptureOff capture_off(capturing_);
-  if (fronts_on_.load(std::memory_order_relaxed)) FoldFigures();
+  if (fronts_.on()) fronts_.Fold();
   absl::Status status = ReleaseAllFree();
   MaybeValidate();
   return status;
@@ -232,7 +249,7 @@ absl::Status BfcAllocator::SetLimit(std::uint64_t bytes) {
           limit, Physical()));
     }
     const CaptureOff capture_off(capturing_);
-    if (fronts_on_.load(std::memory_order_relaxed)) FoldFigures();
+    if (fronts_.on()) fronts_.Fold();
     GPUALLOC_RETURN_IF_ERROR(ReleaseAllFree());
     MaybeValidate();
     if (Physical() > limit) {
@@ -265,11 +282,11 @@ std::unique_ptr<RegionSource> BfcAllocator::MakeSource() {
 absl::Status BfcAllocator::ValidateLocked(bool full) const {
   GPUALLOC_RETURN_IF_ERROR(core_.Validate());
   GPUALLOC_RETURN_IF_ERROR(source_->Validate(full));
-  GPUALLOC_RETURN_IF_ERROR(ValidateFronts());
+  GPUALLOC_RETURN_IF_ERROR(fronts_.Validate());
   if (pools_on_) {
     GPUALLOC_RETURN_IF_ERROR(pools_.Validate(core_));
-    GPUALLOC_RETURN_IF_ERROR(tags_.Validate(core_));
-    GPUALLOC_RETURN_IF_ERROR(SleepValidate());
+    GPUALLOC_RETURN_IF_ERROR(tags_.pools().Validate(core_));
+    GPUALLOC_RETURN_IF_ERROR(tags_.Validate(*source_));
   }
   // F2: never more reserved from the device than the limit.
   if (Physical() > resolved_.limit) {
@@ -309,7 +326,7 @@ Stats BfcAllocator::StatsLocked() const {
   s.host_waits = stream_order_.host_waits();
   if (pools_on_) {
     s.num_allocs = k.num_allocs - pools_.slabs_taken() + pools_.num_allocs() -
-                   tags_.slabs_taken() + tags_.num_allocs();
+                   tags_.pools().slabs_taken() + tags_.pools().num_allocs();
     // With tags asleep, their live blocks count in bytes_in_use but their
     // memory is not reserved (bytes_sleeping).
     s.bytes_reserved = Physical();
@@ -324,43 +341,23 @@ Stats BfcAllocator::StatsLocked() const {
     s.pool_bytes_reserved = pools_.bytes_reserved();
     s.pool_bytes_in_use = pools_.bytes_in_use();
   }
-  AddFrontStats(&s);
+  fronts_.AddStats(&s);
   return s;
 }
 
-}  // namespace core
-
-absl::string_view AllocatorModeName(AllocatorMode mode) {
-  switch (mode) {
-    case AllocatorMode::kBfc:
-      return "bfc";
-    case AllocatorMode::kPlatform:
-      return "platform";
-    case AllocatorMode::kAsync:
-      return "async";
-  }
-  return "invalid";
+absl::Status BfcAllocator::DeallocateToFront(DeviceAddress address,
+                                             std::uintptr_t stream) {
+  bool changed = true;
+  absl::Status status = fronts_.Deallocate(address, stream, &changed);
+  // (It locks every front: after the front's lock is released.)
+  if (changed) MaybeValidate();
+  return status;
 }
 
-absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
-    const Options& options, std::shared_ptr<Backend> backend) {
-  if (backend == nullptr) {
-    return absl::InvalidArgumentError("CreateAllocator: backend is null");
-  }
-  GPUALLOC_ASSIGN_OR_RETURN(core::ResolvedOptions resolved,
-                            core::ResolveOptions(options, backend->info()));
-  switch (options.mode) {
-    case AllocatorMode::kBfc:
-      break;
-    case AllocatorMode::kPlatform:
-      return core::CreatePlatformAllocator(std::move(resolved),
-                                           std::move(backend));
-    case AllocatorMode::kAsync:
-      return core::CreateAsyncAllocator(std::move(resolved),
-                                        std::move(backend));
-  }
-  return std::unique_ptr<Allocator>(
-      new core::BfcAllocator(std::move(resolved), std::move(backend)));
+void BfcAllocator::EvictFromFront(StreamFront& f) {
+  LockGuard lock(&mu_);
+  fronts_.EvictOver(f);
+  MaybeValidate();
 }
 
-}  // namespace gpualloc
+}  // namespace gpualloc::core
