@@ -11,8 +11,8 @@
 //     surplus off as a new free chunk unless it is within the split bound.
 //   Deallocate: mark the chunk free and merge it with free neighbours.
 // The core makes no device calls and takes no locks: the allocator facade
-// (core/allocator.cc) holds the lock and talks to the backend, telling the core
-// when a region arrives (AddRegion) or leaves (RemoveRegion).
+// (core/bfc_allocator.h) holds the lock and talks to the backend, telling the
+// core when a region arrives (AddRegion) or leaves (RemoveRegion).
 //
 // Invariants (numbered; Validate() checks each and names the broken one):
 //   I1. Regions are disjoint; the region index holds exactly the live regions.

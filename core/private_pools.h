@@ -15,7 +15,7 @@
 // pool's memory; regions still holding live blocks follow when their last
 // block is freed.
 //
-// The facade (core/allocator.cc) holds the lock, routes allocations of
+// The facade (core/bfc_allocator.h) holds the lock, routes allocations of
 // streams that allocate to a pool here, and lends a SlabSource for growth.
 //
 // Invariants (Validate; G for graph pools):
@@ -85,6 +85,22 @@ class RelaxedCapture {
   bool active_ = false;
   CaptureMode previous_ = CaptureMode::kGlobal;
   absl::Status status_;
+};
+
+// For a scope in which no stream allocating to a pool captures (the facade's
+// CaptureNow() said no): `capturing` is false for the scope, so that the slow
+// paths may wait and return memory as usual.
+class CaptureOff {
+ public:
+  explicit CaptureOff(bool& capturing)
+      : capturing_(capturing), saved_(std::exchange(capturing, false)) {}
+  ~CaptureOff() { capturing_ = saved_; }
+  CaptureOff(const CaptureOff&) = delete;
+  CaptureOff& operator=(const CaptureOff&) = delete;
+
+ private:
+  bool& capturing_;
+  const bool saved_;
 };
 
 // Where pools get their memory: the facade's general allocator.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/region_source.h: where the BFC allocator's regions come from.
 //
-// The facade (core/allocator.cc) holds the lock, the BFC core, the stream
+// The facade (core/bfc_allocator.h) holds the lock, the BFC core, the stream
 // order and the statistics, and asks a RegionSource for memory when no free
 // chunk fits, and to give memory back (Trim, garbage collection). Two
 // implementations, each in its own file:

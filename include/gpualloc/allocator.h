@@ -389,10 +389,23 @@ class Allocator {
   // allocates to a private pool, is FailedPrecondition. The platform and
   // async modes accept tags and keep nothing by them (their Sleep answers
   // FailedPrecondition).
-  virtual absl::StatusOr<void*> Allocate(std::size_t bytes,
-                                         Stream stream = Stream(),
-                                         std::size_t alignment = 0,
-                                         Tag tag = 0) = 0;
+  //
+  // The overloads with fewer arguments (the default stream, alignment 0, no
+  // tag) forward to the virtual one, which a mode overrides (no default
+  // arguments on virtual functions; a class that overrides it and is called
+  // through its own type says `using Allocator::Allocate;`).
+  absl::StatusOr<void*> Allocate(std::size_t bytes) {
+    return Allocate(bytes, Stream(), 0, 0);
+  }
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream) {
+    return Allocate(bytes, stream, 0, 0);
+  }
+  absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
+                                 std::size_t alignment) {
+    return Allocate(bytes, stream, alignment, 0);
+  }
+  virtual absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream,
+                                         std::size_t alignment, Tag tag) = 0;
   // Releases what Allocate returned. The free rule, the same in every mode:
   // the memory is reused only after the work queued so far on `stream`, on
   // the stream the block was allocated on, and on every stream RecordStream
@@ -402,7 +415,8 @@ class Allocator {
   // most one event when the memory is wanted again. A pointer this allocator
   // did not hand out, an interior pointer or a second free is an error naming
   // the address; nothing changes.
-  virtual absl::Status Deallocate(void* ptr, Stream stream = Stream()) = 0;
+  absl::Status Deallocate(void* ptr) { return Deallocate(ptr, Stream()); }
+  virtual absl::Status Deallocate(void* ptr, Stream stream) = 0;
   // Declares that work on `stream` also uses the live allocation `ptr`
   // (PyTorch's record_stream): when it is freed, its memory is reused on other
   // streams only after that work too has completed. Unknown pointers are an
@@ -497,7 +511,8 @@ class Allocator {
   // others answer Unimplemented.
   virtual absl::StatusOr<PoolId> CreatePool();
   virtual absl::Status RetainPool(PoolId pool);
-  virtual absl::Status ReleasePool(PoolId pool, Stream last_use = Stream());
+  absl::Status ReleasePool(PoolId pool) { return ReleasePool(pool, Stream()); }
+  virtual absl::Status ReleasePool(PoolId pool, Stream last_use);
   virtual absl::Status BeginAllocateToPool(PoolId pool, Stream stream);
   // Ends every stream's allocating to `pool`.
   virtual absl::Status EndAllocateToPool(PoolId pool);
@@ -528,7 +543,8 @@ class Allocator {
   // restored from the backup if Sleep made one) and the error names the
   // step; should turning back fail too, the tag is left asleep, refused
   // until a Wake succeeds, and the error says so. Only the bfc mode sleeps.
-  virtual absl::StatusOr<SleepReport> Sleep(Tag tag, bool backup = false);
+  absl::StatusOr<SleepReport> Sleep(Tag tag) { return Sleep(tag, false); }
+  virtual absl::StatusOr<SleepReport> Sleep(Tag tag, bool backup);
   virtual absl::Status Wake(Tag tag);
 
   virtual const DeviceInfo& device() const = 0;

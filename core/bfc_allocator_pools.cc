@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// core/bfc_pools.cc: the BFC facade's private pools and graph capture
-// (core/private_pools.h).
+// core/bfc_allocator_pools.cc: the BFC facade's (core/bfc_allocator.h)
+// private pools and graph capture (core/private_pools.h).
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
@@ -18,12 +18,12 @@ absl::StatusOr<PoolId> BfcAllocator::CreatePool() {
 
 void BfcAllocator::EnablePoolPaths() {
   if (pools_on_) return;  // from now on the pool-aware paths and figures
-  const bool fronts = fronts_on_.load(std::memory_order_relaxed);
-  DisableFronts();
+  const bool fronts = fronts_.on();
+  fronts_.Disable();
   peak_in_use_ =
-      fronts ? folded_.peak_in_use : core_.counters().peak_bytes_in_use;
+      fronts ? fronts_.peak_in_use() : core_.counters().peak_bytes_in_use;
   peak_requested_ =
-      fronts ? folded_.peak_requested : core_.counters().peak_bytes_requested;
+      fronts ? fronts_.peak_requested() : core_.counters().peak_bytes_requested;
   largest_alloc_ = core_.counters().largest_alloc_size;
   peak_reserved_ = core_.counters().peak_bytes_reserved;
   pools_on_ = slow_on_ = true;
@@ -57,6 +57,10 @@ absl::Status BfcAllocator::ReleasePool(PoolId pool, Stream last_use) {
   return status;
 }
 
+// The handles ReleaseStream was given (with streams), at most
+// kReleasedHandlesKept: ReleasePool refuses one as last_use while nothing
+// names it again (NamesStream: a chunk, a pool's users or routes, a tag or
+// the stream order), since the program may have destroyed it.
 void BfcAllocator::RememberReleased(std::uintptr_t stream) {
   if (stream_mask_ == 0) return;  // one stream: nothing is ever recorded on it
   if (std::find(released_handles_.begin(), released_handles_.end(), stream) !=
@@ -72,10 +76,15 @@ void BfcAllocator::RememberReleased(std::uintptr_t stream) {
 bool BfcAllocator::NamesStream(std::uintptr_t stream) const {
   return core_.StreamReferences(stream) != 0 ||
          pools_.StreamReferences(stream) != 0 ||
-         tags_.StreamReferences(stream) != 0 || pools_.IsRouted(stream) ||
-         stream_order_.Knows(stream);
+         tags_.pools().StreamReferences(stream) != 0 ||
+         pools_.IsRouted(stream) || stream_order_.Knows(stream);
 }
 
+// A capture may begin on a routed stream at any moment (PyTorch calls
+// beginAllocateToPool before cudaStreamBeginCapture), so while any stream
+// allocates to a pool on a backend that can capture, every operation behaves
+// as during a capture; the cold paths that would otherwise refuse (Trim,
+// ReleaseStream) ask the backend (CaptureNow).
 absl::Status BfcAllocator::BeginAllocateToPool(PoolId pool, Stream stream) {
   LockGuard lock(&mu_);
   GPUALLOC_RETURN_IF_ERROR(pools_.Begin(pool, Key(stream).handle));
@@ -98,31 +107,35 @@ bool BfcAllocator::CaptureNow() {
   return false;
 }
 
+// The allocation path once a private pool was made: the stream's pool, or
+// the general core asking only what it may during a capture; the
+// statistics that pools change are kept here.
 absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
-    std::uint64_t size, std::size_t bytes, std::uint64_t align,
-    std::uint64_t needed, Stream stream, PendingOutOfMemory* pending, Tag tag) {
+    const AllocationRequest& request, PendingOutOfMemory* pending, Tag tag) {
+  const Stream stream = request.stream;
   absl::StatusOr<DeviceAddress> address;
   std::uint64_t chunk = 0;
   if (tag != 0) {
     EnablePoolPaths();
-    address = AllocateToTag(tag, size, bytes, align, stream, pending);
-    if (address.ok()) chunk = tags_.AllocatedSize(*address);
+    address = AllocateToTag(tag, request, pending);
+    if (address.ok()) chunk = tags_.pools().AllocatedSize(*address);
   } else if (std::optional<PoolId> pool = pools_.RoutedPool(stream.handle)) {
     slab_pending_ = pending;
-    address = pools_.Allocate(*pool, size, bytes, align, stream.handle,
-                              Oracle(), *this);
+    address =
+        pools_.Allocate(*pool, request.chunk_size, request.requested,
+                        request.alignment, stream.handle, Oracle(), *this);
     slab_pending_ = nullptr;
     if (address.ok()) chunk = pools_.AllocatedSize(*address);
   } else {
     std::optional<DeviceAddress> a =
-        core_.Allocate(size, bytes, align, stream.handle, Oracle());
+        core_.Allocate(request.chunk_size, request.requested, request.alignment,
+                       stream.handle, Oracle());
     if (a.has_value()) {
       address = *a;
     } else if (stream_order_.has_error()) {
-      address = EventFailure(bytes, stream);
+      address = EventFailure(request.requested, stream);
     } else {
-      address =
-          AllocateSlowRelaxed(size, bytes, align, needed, stream, pending);
+      address = AllocateSlowRelaxed(request, pending);
     }
     if (address.ok()) chunk = core_.AllocatedSize(*address);
   }
@@ -132,7 +145,8 @@ absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
   largest_alloc_ = std::max(largest_alloc_, chunk);
   peak_reserved_ = std::max(peak_reserved_, Physical());
   if (history_ != nullptr) {
-    history_->Record(HistoryAction::kAlloc, *address, bytes, stream.handle);
+    history_->Record(HistoryAction::kAlloc, *address, request.requested,
+                     stream.handle);
   }
   MaybeValidate();
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(*address));
@@ -141,19 +155,20 @@ absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
 absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
   const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
   const std::uint64_t chunk =
-      history_ == nullptr    ? 0
-      : pools_.Owns(address) ? pools_.AllocatedSize(address)
-      : tags_.Owns(address)  ? tags_.AllocatedSize(address)
-                             : core_.AllocatedSize(address);
+      history_ == nullptr           ? 0
+      : pools_.Owns(address)        ? pools_.AllocatedSize(address)
+      : tags_.pools().Owns(address) ? tags_.pools().AllocatedSize(address)
+                                    : core_.AllocatedSize(address);
   absl::Status status;
   if (pools_.Owns(address)) {
     status = pools_.Deallocate(address, Key(stream).handle,
                                stream_order_.stamp(), oracle_, *this);
-  } else if (tags_.Owns(address)) {
-    status = CheckAwake(address, "Deallocate");
+  } else if (tags_.pools().Owns(address)) {
+    status = tags_.CheckAwake(address, "Deallocate");
     if (status.ok()) {
-      status = tags_.Deallocate(address, Key(stream).handle,
-                                stream_order_.stamp(), oracle_, tag_slabs_);
+      status =
+          tags_.pools().Deallocate(address, Key(stream).handle,
+                                   stream_order_.stamp(), oracle_, *tag_slabs_);
     }
   } else {
     status = core_.Deallocate(address, Key(stream).handle,
@@ -178,23 +193,30 @@ absl::StatusOr<DeviceAddress> BfcAllocator::TakeSlab(std::uint64_t* bytes,
   } else if (stream_order_.has_error()) {
     base = EventFailure(want, Stream(key));
   } else {
-    base = AllocateSlowRelaxed(want, want, min_block, want, Stream(key),
+    base = AllocateSlowRelaxed({.requested = want,
+                                .chunk_size = want,
+                                .alignment = min_block,
+                                .needed = want,
+                                .stream = Stream(key)},
                                slab_pending_);
   }
   if (base.ok()) *bytes = core_.AllocatedSize(*base);
   return base;
 }
 
+// AllocateSlow, its device calls in relaxed capture mode during a capture.
+// While streams allocate to pools, the backend is asked first whether one
+// of them captures now; if none does, the slow path runs as usual (events,
+// host waits, returned memory).
 absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlowRelaxed(
-    std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
-    std::uint64_t needed, Stream stream, PendingOutOfMemory* pending) {
+    const AllocationRequest& request, PendingOutOfMemory* pending) {
   if (capturing_ && !CaptureNow()) {
     const CaptureOff capture_off(capturing_);
-    return AllocateSlow(size, bytes, align, needed, stream, pending);
+    return AllocateSlow(request, pending);
   }
   RelaxedCapture relaxed(*backend_, capturing_);
   GPUALLOC_RETURN_IF_ERROR(relaxed.status());
-  return AllocateSlow(size, bytes, align, needed, stream, pending);
+  return AllocateSlow(request, pending);
 }
 
 bool BfcAllocator::Contiguous(DeviceAddress a, DeviceAddress b) const

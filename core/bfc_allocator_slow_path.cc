@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// core/bfc_slow_path.cc: the BFC facade when no free chunk fits: growth,
-// waiting for other streams' frees, garbage collection, out-of-memory reports.
+// core/bfc_allocator_slow_path.cc: the BFC facade (core/bfc_allocator.h) when
+// no free chunk fits: growth, waiting for other streams' frees, garbage
+// collection, out-of-memory reports.
+#include <vector>
+
 #include "absl/strings/str_format.h"
 #include "core/bfc_allocator.h"
 #include "core/format_bytes.h"
@@ -57,8 +60,13 @@ void BfcAllocator::NoteFreeAmongStreams(std::uintptr_t stream,
   ResolveAdvanced();
 }
 
+// Returns every free region or granule to the device (Trim, garbage
+// collection). With several streams, free pieces of different streams'
+// frees are separate chunks until their work is known complete: the host
+// waits for that work first, so that they merge into whole free regions
+// and granules that can go back.
 absl::Status BfcAllocator::ReleaseFree() {
-  FlushFronts();
+  fronts_.Flush();
   if (core_.multi_stream() && MayAsk()) {
     GPUALLOC_RETURN_IF_ERROR(WaitForFreeMemory(
         stream_order_, core_.PendingStreams(stream_order_, kNoStream),
@@ -69,27 +77,30 @@ absl::Status BfcAllocator::ReleaseFree() {
 }
 
 std::optional<DeviceAddress> BfcAllocator::Retry(
-    std::uint64_t size, std::uint64_t bytes, std::uint64_t align, Stream stream,
-    bool* event_failed, BfcCore::Search search) {
+    const AllocationRequest& request, bool* event_failed,
+    BfcCore::Search search) {
   // Every fitting chunk is looked at: this is the slow path.
   std::optional<DeviceAddress> a =
-      core_.Allocate(size, bytes, align, stream.handle, Oracle(), search);
+      core_.Allocate(request.chunk_size, request.requested, request.alignment,
+                     request.stream.handle, Oracle(), search);
   *event_failed = !a.has_value() && stream_order_.has_error();
   ResolveAdvanced();
   return a;
 }
 
-std::optional<DeviceAddress> BfcAllocator::SettleAndRetry(std::uint64_t size,
-                                                          std::uint64_t bytes,
-                                                          std::uint64_t align,
-                                                          Stream stream,
-                                                          bool* event_failed) {
+// Several streams, before growing: ask the device (without waiting) how
+// far the other streams whose frees fence memory have come, merge the
+// pieces whose work completed, look at every fitting chunk, then at runs of
+// neighbouring chunks. Growth is never the answer to work nobody asked
+// about.
+std::optional<DeviceAddress> BfcAllocator::SettleAndRetry(
+    const AllocationRequest& request, bool* event_failed) {
   *event_failed = false;
   if (oracle_ != &stream_order_ || !core_.multi_stream()) {
     return std::nullopt;
   }
   for (const StreamStamp& p :
-       core_.PendingConditions(stream_order_, stream.handle)) {
+       core_.PendingConditions(stream_order_, request.stream.handle)) {
     if (capturing_) break;  // known answers only
     if (!stream_order_.Poll(p.stream, p.stamp)) {
       *event_failed = true;
@@ -98,33 +109,35 @@ std::optional<DeviceAddress> BfcAllocator::SettleAndRetry(std::uint64_t size,
   }
   core_.Settle(stream_order_);
   ResolveAdvanced();  // (Settle merged it all: this empties the queues)
-  if (std::optional<DeviceAddress> a =
-          Retry(size, bytes, align, stream, event_failed)) {
+  if (std::optional<DeviceAddress> a = Retry(request, event_failed)) {
     return a;
   }
   if (*event_failed) return std::nullopt;
   // Pieces of different streams' frees that the stream may all use, next
   // to each other.
-  return core_.AllocateAcross(size, bytes, align, stream.handle,
+  return core_.AllocateAcross(request.chunk_size, request.requested,
+                              request.alignment, request.stream.handle,
                               &stream_order_);
 }
 
+// Out of fitting free chunks: grow (or preallocate), then wait for the work
+// of other streams' frees, then collect free regions and grow again; each
+// step retries the core before the next. Only then out of memory.
 absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
-    std::uint64_t size, std::uint64_t bytes, std::uint64_t align,
-    std::uint64_t needed, Stream stream, PendingOutOfMemory* pending) {
+    const AllocationRequest& request, PendingOutOfMemory* pending) {
+  const std::uint64_t bytes = request.requested;
+  const Stream stream = request.stream;
   // A retry that met a failing event call stops everything (EventFailure).
   bool event_failed = false;
   // Blocks waiting in the front caches go back to the core first: no growth
   // while one of them would have served this request.
-  if (FlushFronts()) {
-    if (std::optional<DeviceAddress> a =
-            Retry(size, bytes, align, stream, &event_failed))
+  if (fronts_.Flush()) {
+    if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
       return *a;
     if (event_failed) return EventFailure(bytes, stream);
   }
   if (core_.num_regions() != 0) {
-    if (std::optional<DeviceAddress> a =
-            SettleAndRetry(size, bytes, align, stream, &event_failed))
+    if (std::optional<DeviceAddress> a = SettleAndRetry(request, &event_failed))
       return *a;
     if (event_failed) return EventFailure(bytes, stream);
   }
@@ -142,11 +155,10 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
     why = absl::ResourceExhaustedError(
         "the preallocated region has no free chunk large enough");
   } else {
-    why = source_->Grow(needed, stream);
+    why = source_->Grow(request.needed, stream);
   }
   if (why.ok()) {
-    if (std::optional<DeviceAddress> a =
-            Retry(size, bytes, align, stream, &event_failed))
+    if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
       return *a;
     if (event_failed) return EventFailure(bytes, stream);
     why = absl::ResourceExhaustedError("no free chunk fits even after growing");
@@ -161,12 +173,12 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
   if (MayAsk() && core_.multi_stream() &&
       !StreamOrder::IsReleasedKey(stream.handle)) {
     if (std::optional<DeviceAddress> a =
-            Retry(size, bytes, align, stream, &event_failed,
-                  BfcCore::Search::kMayWait))
+            Retry(request, &event_failed, BfcCore::Search::kMayWait))
       return *a;
     if (event_failed) return EventFailure(bytes, stream);
-    std::optional<DeviceAddress> across = core_.AllocateAcross(
-        size, bytes, align, stream.handle, &stream_order_, /*ask=*/true);
+    std::optional<DeviceAddress> across =
+        core_.AllocateAcross(request.chunk_size, bytes, request.alignment,
+                             stream.handle, &stream_order_, /*ask=*/true);
     ResolveAdvanced();
     if (across.has_value()) return *across;
     if (stream_order_.has_error()) return EventFailure(bytes, stream);
@@ -179,15 +191,15 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
       if (!waited.ok()) return EventFailure(bytes, stream, waited);
       // What the wait completed may merge now.
       if (core_.multi_stream()) core_.Settle(stream_order_);
-      if (std::optional<DeviceAddress> a =
-              Retry(size, bytes, align, stream, &event_failed))
+      if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
         return *a;
       if (event_failed) return EventFailure(bytes, stream);
     }
     // The stream's own pieces next to memory now clean.
     if (core_.multi_stream()) {
-      if (std::optional<DeviceAddress> a = core_.AllocateAcross(
-              size, bytes, align, stream.handle, &stream_order_))
+      if (std::optional<DeviceAddress> a =
+              core_.AllocateAcross(request.chunk_size, bytes, request.alignment,
+                                   stream.handle, &stream_order_))
         return *a;
     }
   }
@@ -200,10 +212,9 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
   if (grows && resolved_.options.garbage_collection && !capturing_ &&
       source_->HasFreeToRelease()) {
     GPUALLOC_RETURN_IF_ERROR(ReleaseFree());
-    absl::Status grown = source_->Grow(needed, stream);
+    absl::Status grown = source_->Grow(request.needed, stream);
     if (grown.ok()) {
-      if (std::optional<DeviceAddress> a =
-              Retry(size, bytes, align, stream, &event_failed))
+      if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
         return *a;
       if (event_failed) return EventFailure(bytes, stream);
     } else if (!absl::IsResourceExhausted(grown)) {
@@ -221,7 +232,7 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
         "device",
         why.message()));
   }
-  return OutOfMemory(bytes, size, why, pending);
+  return OutOfMemory(request, why, pending);
 }
 
 absl::Status BfcAllocator::EventFailure(std::uint64_t bytes, Stream stream,
@@ -236,15 +247,15 @@ absl::Status BfcAllocator::EventFailure(std::uint64_t bytes, Stream stream,
                       bytes, stream.handle, error.message()));
 }
 
-absl::Status BfcAllocator::OutOfMemory(std::uint64_t bytes, std::uint64_t size,
+absl::Status BfcAllocator::OutOfMemory(const AllocationRequest& request,
                                        const absl::Status& why,
                                        PendingOutOfMemory* pending) {
   const Stats s = StatsLocked();
-  return Exhausted(
-      bytes,
-      BfcOutOfMemoryError(backend_->info(), resolved_.options, bytes, size,
-                          why.message(), s, core_.FreeBytes()),
-      s, pending);
+  return Exhausted(request.requested,
+                   BfcOutOfMemoryError(backend_->info(), resolved_.options,
+                                       request.requested, request.chunk_size,
+                                       why.message(), s, core_.FreeBytes()),
+                   s, pending);
 }
 
 }  // namespace gpualloc::core
