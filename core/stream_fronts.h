@@ -2,7 +2,7 @@
 // core/stream_fronts.h: the BFC facade's per-stream front caches: one
 // FrontCache (core/front_cache.h) per stream alive, each under a lock of its
 // own, their slots, budgets and statistics, and the blocks they give back to
-// the BFC core (docs/ARCHITECTURE.md, "Front caches").
+// the BFC core (docs/DESIGN.md, "Front caches").
 //
 // Slots. One per stream alive (at most kMaxFronts at once; further streams go
 // to the core directly). A slot is made under the facade's lock and published

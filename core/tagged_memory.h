@@ -7,7 +7,7 @@
 // keeps the tags' pools, which tags are asleep with their host backups, and
 // turns the tags' mappings asleep and awake through the RegionSource; the
 // facade keeps the lock, the capture checks, the limit and the statistics
-// (docs/ARCHITECTURE.md, "Sleep and wake").
+// (docs/DESIGN.md, "Sleep and wake").
 //
 // Invariants (Validate):
 //   S1. A tag awake has none of its memory asleep, and the memory asleep is
