@@ -10,6 +10,8 @@
 // destroyed: pointers returned by the lookups stay valid for the whole program,
 // including during static destruction.
 
+#include "gpualloc/arch/profiles.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -22,8 +24,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
 
 namespace gpualloc {
 namespace {
@@ -285,6 +285,18 @@ std::uint64_t Distance(std::uint64_t a, std::uint64_t b) {
 }  // namespace
 
 absl::Span<const ArchProfile> AllArchProfiles() { return Profiles(); }
+
+absl::string_view VendorName(Vendor vendor) {
+  switch (vendor) {
+    case Vendor::kNvidia:
+      return "nvidia";
+    case Vendor::kAmd:
+      return "amd";
+    case Vendor::kUnknown:
+      break;
+  }
+  return "unknown";
+}
 
 absl::StatusOr<const ArchProfile*> FindArchProfile(absl::string_view name) {
   for (const ArchProfile& profile : Profiles()) {

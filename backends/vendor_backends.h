@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/config.h"
+#include "gpualloc/core/backend.h"
+#include "gpualloc/core/config.h"
 
 #ifndef GPUALLOC_HAVE_CUDA_BACKEND
 #define GPUALLOC_HAVE_CUDA_BACKEND 0

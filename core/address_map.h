@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/base/attributes.h"
-#include "core/chunk_table.h"
+#include "core/bfc/chunk_table.h"
 #include "core/layer.h"
 #include "core/status_macros.h"
 

@@ -1,24 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/backend.cc: the vendor-neutral parts of the Backend interface.
 
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 
 namespace gpualloc {
-
-absl::string_view VendorName(Vendor vendor) {
-  switch (vendor) {
-    case Vendor::kNvidia:
-      return "nvidia";
-    case Vendor::kAmd:
-      return "amd";
-    case Vendor::kUnknown:
-      break;
-  }
-  return "unknown";
-}
 
 absl::Status Backend::NotSupported(absl::string_view operation,
                                    absl::string_view capability) const {

@@ -12,7 +12,7 @@
 // "an event recorded on S after the free", which captures the freeing work.
 // The condition of a free chunk is therefore a set of (stream, stamp) pairs,
 // one per stream whose work may still use it; Chunk::fence says how it is
-// stored (core/chunk_table.h): none (kClean), one pair in the chunk itself
+// stored (core/bfc/chunk_table.h): none (kClean), one pair in the chunk itself
 // (kStream), or several in FenceSets (kSet). A workload on one stream only
 // ever has kClean and kStream chunks of its own stream: no event is recorded
 // and no set is made.
@@ -30,7 +30,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
-#include "core/chunk_table.h"
+#include "core/bfc/chunk_table.h"
 #include "core/layer.h"
 #include "core/status_macros.h"
 

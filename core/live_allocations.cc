@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "core/format_bytes.h"
+#include "core/report/format_bytes.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {

@@ -33,8 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/layer.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::core {
 

@@ -33,8 +33,8 @@
 #include "absl/status/status.h"
 #include "core/fences.h"
 #include "core/layer.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::core {
 

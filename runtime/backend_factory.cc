@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // runtime/backend_factory.cc: the backend a configuration names
-// (gpualloc/registry.h's CreateBackend and DeviceCount), and the checks of a
-// configuration that need no device call.
+// (gpualloc/runtime/registry.h's CreateBackend and DeviceCount), and the checks
+// of a configuration that need no device call.
 //
 // The vendor backends (backends/cuda, backends/hip) are in the build when
 // their toolkit headers were found (backends/vendor_backends.h); the errors
@@ -25,10 +25,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "backends/vendor_backends.h"
-#include "core/config_parse.h"
-#include "core/format_bytes.h"
-#include "core/options.h"
-#include "gpualloc/sim_backend.h"
+#include "core/config/config_parse.h"
+#include "core/config/options.h"
+#include "core/report/format_bytes.h"
+#include "gpualloc/backends/sim_backend.h"
 
 namespace gpualloc {
 namespace runtime {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // runtime/backend_factory.h: what the device registry asks of the backend
-// factory (runtime/backend_factory.cc) besides gpualloc/registry.h's
+// factory (runtime/backend_factory.cc) besides gpualloc/runtime/registry.h's
 // CreateBackend and DeviceCount.
 #ifndef GPUALLOC_RUNTIME_BACKEND_FACTORY_H_
 #define GPUALLOC_RUNTIME_BACKEND_FACTORY_H_
@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/config.h"
-#include "gpualloc/registry.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/runtime/registry.h"
 #include "runtime/layer.h"
 
 namespace gpualloc::runtime {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // runtime/device_registry.cc: one allocator per device, created on first use
-// (gpualloc/registry.h's DeviceRegistry).
+// (gpualloc/runtime/registry.h's DeviceRegistry).
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/lock.h"
-#include "gpualloc/registry.h"
+#include "gpualloc/runtime/registry.h"
 #include "runtime/backend_factory.h"
 
 namespace gpualloc {

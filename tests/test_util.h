@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 
 #define GPUALLOC_ASSERT_OK(expr)                                            \

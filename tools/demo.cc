@@ -7,17 +7,17 @@
 // growth modes (preallocate 75%, grow on demand) and prints what the allocator
 // reports: the statistics, the backend calls they cost, and the regions.
 //
-// Usage: gpualloc-demo [--profile NAME] (any profile of gpualloc/arch.h).
-// Reads the command line only.
+// Usage: gpualloc-demo [--profile NAME] (any profile of
+// gpualloc/arch/profiles.h). Reads the command line only.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 
 namespace {
 

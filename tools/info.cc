@@ -30,11 +30,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/config.h"
-#include "gpualloc/registry.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/runtime/registry.h"
 #include "tools/cli.h"
 
 namespace {
@@ -166,8 +166,9 @@ void PrintDevice(const gpualloc::DeviceInfo& d) {
       d.driver_version.empty() ? "(none reported)" : d.driver_version);
 }
 
-// The architecture profile the allocator tunes by, chosen as core/options.cc
-// chooses it: arch=NAME, else the backend's own match, else detection.
+// The architecture profile the allocator tunes by, chosen as
+// core/config/options.cc chooses it: arch=NAME, else the backend's own match,
+// else detection.
 absl::StatusOr<const gpualloc::ArchProfile*> ProfileOf(
     const gpualloc::Config& config, const gpualloc::DeviceInfo& d) {
   const std::string& arch = config.options.arch;
@@ -262,9 +263,10 @@ const gpualloc::ConfigSetting* Setting(const gpualloc::Config& config,
 }
 
 // The settings only allocator=bfc reads: platform and async mode keep no
-// regions or chunks of their own (core/options.cc, core/platform_allocator.cc,
-// core/async_allocator.cc). The async mode reads gc (it waits for pending
-// frees and retries on out of memory); the platform mode does not.
+// regions or chunks of their own (core/config/options.cc,
+// core/modes/platform_allocator.cc, core/modes/async_allocator.cc). The async
+// mode reads gc (it waits for pending frees and retries on out of memory); the
+// platform mode does not.
 std::vector<absl::string_view> BfcOnlyKeys(gpualloc::AllocatorMode mode) {
   std::vector<absl::string_view> keys = {"preallocate", "expandable"};
   if (mode == gpualloc::AllocatorMode::kPlatform) keys.push_back("gc");
@@ -282,8 +284,8 @@ void PrintLimit(const gpualloc::Config& config, const gpualloc::Stats& stats,
   const bool bfc = o.mode == gpualloc::AllocatorMode::kBfc;
   const bool platform = o.mode == gpualloc::AllocatorMode::kPlatform;
   const std::string mode(gpualloc::AllocatorModeName(o.mode));
-  // The granularity and minimum block as core/options.cc resolves them: the
-  // option, else the profile's (the larger of its and the device's
+  // The granularity and minimum block as core/config/options.cc resolves them:
+  // the option, else the profile's (the larger of its and the device's
   // recommended granularity), else 2 MiB and 256 B.
   absl::StatusOr<const gpualloc::ArchProfile*> profile = ProfileOf(config, d);
   const gpualloc::ArchProfile* p = profile.ok() ? *profile : nullptr;
@@ -347,8 +349,8 @@ void PrintLimit(const gpualloc::Config& config, const gpualloc::Stats& stats,
                "the device's stream-ordered pool, which keeps freed memory up "
                "to the limit (its release threshold)");
   } else {
-    // What the allocator will do with this device (core/options.cc decides
-    // the same way: expandable regions in bfc mode where virtual memory
+    // What the allocator will do with this device (core/config/options.cc
+    // decides the same way: expandable regions in bfc mode where virtual memory
     // works).
     const bool expandable = o.expandable != gpualloc::Tristate::kOff &&
                             d.capabilities.virtual_memory;

@@ -25,8 +25,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/config.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/config.h"
 #include "tools/cli.h"
 #include "tools/soak/soak_lib.h"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/torch_snapshot.cc: gpualloc-torch-snapshot, a JSON allocator
-// snapshot (gpualloc/snapshot_json.h, with its history) as the pickle
+// snapshot (gpualloc/core/snapshot_json.h, with its history) as the pickle
 // PyTorch's torch.cuda.memory._dump_snapshot writes, for
 // https://pytorch.org/memory_viz.
 //
@@ -11,7 +11,7 @@
 // ordinal, else 0). Exit status 0, 1 on a bad file (one that does not parse,
 // or whose regions and chunks are not an allocator's layout:
 // tools/torch_snapshot_check.h), 2 on bad arguments.
-#include "gpualloc/torch_snapshot.h"
+#include "gpualloc/core/torch_snapshot.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/snapshot_json.h"
+#include "gpualloc/core/snapshot_json.h"
 #include "tools/cli.h"
 #include "tools/torch_snapshot_check.h"
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 #include "tools/layer.h"
 
 namespace gpualloc::tools {

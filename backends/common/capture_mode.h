@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::common {
 

@@ -35,7 +35,7 @@
 #include "backends/common/tracked.h"
 #include "backends/layer.h"
 #include "core/lock.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::common {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // backends/common/vmm_ledger.h: the Backend's virtual-memory rules
-// (gpualloc/backend.h), written once for every backend: the size, address and
-// alignment rules (VmmRules, which the simulator checks too), and the
+// (gpualloc/core/backend.h), written once for every backend: the size, address
+// and alignment rules (VmmRules, which the simulator checks too), and the
 // host-side record of address reservations, physical handles and mappings
 // that checks the rest before any driver call (VmmLedger, which the CUDA and
 // HIP backends keep).
@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::common {
 

@@ -40,8 +40,8 @@
 #include "absl/strings/string_view.h"
 #include "backends/cuda/cuda_driver.h"
 #include "backends/layer.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::cuda {
 
@@ -72,7 +72,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   const DeviceInfo& info() const override;
-  // Backend's calls (gpualloc/backend.h).
+  // Backend's calls (gpualloc/core/backend.h).
   absl::StatusOr<std::uint64_t> FreeBytes() override;
   absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
   absl::Status Free(DeviceAddress address) override;

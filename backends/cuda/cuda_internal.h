@@ -15,7 +15,7 @@
 #include "backends/common/scoped_current.h"
 #include "backends/cuda/cuda_driver.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::cuda::internal {
 

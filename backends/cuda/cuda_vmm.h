@@ -19,7 +19,7 @@
 #include "backends/common/vmm_ledger.h"
 #include "backends/cuda/cuda_driver.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::cuda {
 

@@ -31,7 +31,7 @@
 #include "backends/hip/hip_internal.h"
 #include "core/lock.h"
 #include "core/status_macros.h"
-#include "gpualloc/arch.h"
+#include "gpualloc/arch/profiles.h"
 
 namespace gpualloc::hip {
 namespace {

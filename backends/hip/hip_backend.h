@@ -42,9 +42,9 @@
 #include "absl/strings/string_view.h"
 #include "backends/hip/hip_api.h"
 #include "backends/layer.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/config.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/core/backend.h"
+#include "gpualloc/core/config.h"
 
 namespace gpualloc::hip {
 
@@ -87,7 +87,7 @@ class HipBackend final : public Backend {
   HipBackend& operator=(const HipBackend&) = delete;
 
   const DeviceInfo& info() const override { return info_; }
-  // Backend's calls (gpualloc/backend.h).
+  // Backend's calls (gpualloc/core/backend.h).
   absl::StatusOr<std::uint64_t> FreeBytes() override;
   absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) override;
   absl::Status Free(DeviceAddress address) override;

@@ -11,8 +11,8 @@
 #include "backends/hip/hip_api.h"
 #include "backends/hip/hip_backend.h"
 #include "backends/vendor_backends.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/config.h"
+#include "gpualloc/core/backend.h"
+#include "gpualloc/core/config.h"
 
 namespace gpualloc::backends {
 

@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "backends/layer.h"
 #include "backends/sim/sim_util.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/backends/sim_backend.h"
 
 namespace gpualloc::sim {
 

@@ -34,8 +34,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::sim {
 

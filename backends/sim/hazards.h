@@ -25,8 +25,8 @@
 
 #include "absl/container/btree_map.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::sim {
 

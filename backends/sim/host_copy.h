@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "backends/layer.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::sim {
 

@@ -6,7 +6,7 @@
 // free block carries the condition of its free: the freeing stream, its clock
 // at the free, and whether it merged frees of several streams; CUDA's three
 // reuse rules are checked against that condition when a block is considered
-// (gpualloc/sim_backend.h has the contract).
+// (gpualloc/backends/sim_backend.h has the contract).
 //
 // Not thread-safe: the backend holds its lock around every use.
 #ifndef GPUALLOC_BACKENDS_SIM_POOL_H_
@@ -24,7 +24,7 @@
 #include "backends/sim/call_ledger.h"
 #include "backends/sim/placement.h"
 #include "backends/sim/streams.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::sim {
 

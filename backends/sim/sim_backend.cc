@@ -4,7 +4,7 @@
 // (backends/sim/sim_backend_impl.h, which says how the parts compose), and
 // the test's view and control of the device.
 
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
 
 #include <cstdint>
 #include <cstring>
@@ -19,8 +19,8 @@
 #include "backends/sim/sim_backend_impl.h"
 #include "backends/sim/sim_options.h"
 #include "backends/sim/sim_util.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc {
 

@@ -4,8 +4,8 @@
 // goes through (Call); backends/sim/sim_backend.cc forwards to it. Internal to
 // backends/sim.
 //
-// Model (see gpualloc/sim_backend.h for the contract); each part's header
-// says how it works:
+// Model (see gpualloc/backends/sim_backend.h for the contract); each part's
+// header says how it works:
 //  - call_ledger.h: every call is counted; a call that fails (fault injection
 //    or a real error) also counts as failed and costs nothing; a successful
 //    call adds its modeled cost: per call plus per MiB it handles, and for a
@@ -60,8 +60,8 @@
 #include "backends/sim/streams.h"
 #include "backends/sim/virtual_memory.h"
 #include "core/lock.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc {
 

@@ -11,9 +11,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "backends/layer.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::sim {
 

@@ -37,8 +37,8 @@
 #include "backends/layer.h"
 #include "backends/sim/call_ledger.h"
 #include "backends/sim/hazards.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::sim {
 

@@ -29,8 +29,8 @@
 #include "backends/common/vmm_ledger.h"
 #include "backends/layer.h"
 #include "backends/sim/placement.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 
 namespace gpualloc::sim {
 

@@ -33,13 +33,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "bindings/c/gpualloc_version.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/config.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/core/snapshot_json.h"
+#include "gpualloc/core/stats_fields.h"
+#include "gpualloc/core/torch_snapshot.h"
 #include "gpualloc/gpualloc.h"
-#include "gpualloc/registry.h"
-#include "gpualloc/snapshot_json.h"
-#include "gpualloc/stats_fields.h"
-#include "gpualloc/torch_snapshot.h"
+#include "gpualloc/runtime/registry.h"
 
 // The handle: the registry, plus which devices were used (for
 // gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators), and
@@ -263,7 +263,7 @@ static_assert(sizeof(gpualloc_stats_t) ==
                   sizeof(std::uint64_t) +
                       (0 GPUALLOC_STATS_FIELDS(GPUALLOC_STATS_FIELD_SIZE)),
               "gpualloc_stats_t must hold struct_size and exactly the rows of "
-              "GPUALLOC_STATS_FIELDS (gpualloc/stats_fields.h)");
+              "GPUALLOC_STATS_FIELDS (gpualloc/core/stats_fields.h)");
 #undef GPUALLOC_STATS_FIELD_SIZE
 
 void CopyStats(const Stats& s, gpualloc_stats_t* out) {

@@ -4,7 +4,7 @@
  *
  * A gpualloc_t is an opaque handle on one allocator per device, created
  * lazily on first use of the device, all from one configuration (the keys and
- * variables are listed in gpualloc/config.h and docs/REFERENCE.md,
+ * variables are listed in gpualloc/core/config.h and docs/REFERENCE.md,
  * "Configuration reference"):
  *
  *   gpualloc_t* a = NULL;
@@ -80,7 +80,7 @@ typedef enum gpualloc_status {
 typedef struct gpualloc_handle gpualloc_t;
 
 /* TensorFlow's allocator statistics (gpualloc::Stats, every row of
- * gpualloc/stats_fields.h; the build checks that). ABI evolution: fields
+ * gpualloc/core/stats_fields.h; the build checks that). ABI evolution: fields
  * are only ever added at the end, and the caller sets struct_size to
  * sizeof(gpualloc_stats_t) as it was compiled. The library fills the fields
  * both it and the caller know: a caller built against an older header (a
@@ -284,8 +284,8 @@ GPUALLOC_API void gpualloc_string_free(char* text);
 
 /* The device's snapshot with its allocation history (the history option) as
  * the pickle PyTorch's torch.cuda.memory._dump_snapshot writes, for
- * https://pytorch.org/memory_viz (gpualloc/torch_snapshot.h), written to the
- * file `path`. A file that cannot be written is GPUALLOC_UNAVAILABLE naming
+ * https://pytorch.org/memory_viz (gpualloc/core/torch_snapshot.h), written to
+ * the file `path`. A file that cannot be written is GPUALLOC_UNAVAILABLE naming
  * it. */
 GPUALLOC_API gpualloc_status_t gpualloc_snapshot_torch_pickle(
     gpualloc_t* allocator, int device, const char* path);

@@ -15,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

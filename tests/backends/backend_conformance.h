@@ -11,9 +11,9 @@
 //
 // A factory that answers Unavailable (no driver, no device) skips the suite
 // with the reason; any other error fails it. The tests state only what the
-// Backend interface promises (gpualloc/backend.h), so that the core can rely on
-// nothing more. The TEST_P definitions live in this header: include it in
-// exactly one test program.
+// Backend interface promises (gpualloc/core/backend.h), so that the core can
+// rely on nothing more. The TEST_P definitions live in this header: include it
+// in exactly one test program.
 #ifndef GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_
 #define GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_
 
@@ -32,7 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 
 namespace gpualloc::testing {

@@ -11,7 +11,7 @@
 #include <functional>
 
 #include "absl/strings/string_view.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 
 namespace gpualloc::testing {

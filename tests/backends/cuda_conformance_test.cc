@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_driver.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 #include "tests/backends/backend_conformance.h"
 #include "tests/backends/cuda_fake_driver.h"

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "backends/hip/hip_api.h"
 #include "backends/hip/hip_backend.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 #include "tests/backends/backend_conformance.h"
 #include "tests/backends/hip_fake_runtime.h"

@@ -5,7 +5,7 @@
 // observers, rule messages, fake placement, host mappings, access and unmap
 // hazards).
 
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -26,8 +26,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

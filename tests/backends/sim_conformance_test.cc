@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 #include "tests/backends/backend_conformance.h"
 

@@ -18,8 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """gpualloc.torch's ctypes mirror of gpualloc_stats_t (python/gpualloc/
 torch.py, _Stats) against the C header (include/gpualloc/gpualloc.h) and the
-table of Stats fields (include/gpualloc/stats_fields.h): the same fields, in
+table of Stats fields (include/gpualloc/core/stats_fields.h): the same fields, in
 the header's order, of the header's types, and every row of the table. The
 build checks the C struct against the table; this checks the Python mirror,
 which no compiler sees.
@@ -34,7 +34,7 @@ def header_fields():
 
 def table_rows():
     """GPUALLOC_STATS_FIELDS's rows, in order: [(name, C type)]."""
-    text = read("include", "gpualloc", "stats_fields.h")
+    text = read("include", "gpualloc", "core", "stats_fields.h")
     rows = re.findall(r"^\s*X\((\w+), ([\w:]+), (\w+), ", text, re.M)
     return [(name, TABLE_TYPES[kind]) for name, kind, _ in rows]
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/chunk_table.h"
+#include "core/bfc/chunk_table.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -17,7 +17,7 @@
 // test that needs a refusing device skips where the device cannot refuse on
 // demand (a real one).
 //
-// The tests state only what gpualloc/allocator.h promises of every mode:
+// The tests state only what gpualloc/core/allocator.h promises of every mode:
 // blocks of at least the size asked, aligned, disjoint and writable; 0 bytes
 // a unique block; bad input a clear Status that changes nothing; out of
 // memory a report with the numbers; statistics that add up, peaks that
@@ -46,9 +46,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
 #include "tests/core/allocator_modes.h"
 #include "tests/core/shadow_model.h"

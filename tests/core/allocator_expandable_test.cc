@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

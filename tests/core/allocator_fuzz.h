@@ -27,8 +27,8 @@
 #include <iterator>
 #include <string>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "tests/core/allocator_modes.h"
 #include "tests/core/shadow_model.h"
 

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <ostream>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 
 namespace gpualloc::testing {
 

@@ -4,7 +4,7 @@
 // injection, garbage collection and Trim. What every mode promises (bad
 // input, out-of-memory reports, statistics, threads...) is the conformance
 // suite's (tests/core/allocator_conformance.h).
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 
 #include <malloc.h>
 

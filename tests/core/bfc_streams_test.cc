@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/bfc.h"
+#include "core/bfc/bfc.h"
 #include "gtest/gtest.h"
 #include "tests/core/shadow_model.h"
 #include "tests/test_util.h"

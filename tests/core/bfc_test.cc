@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/bfc_test.cc: the BFC core on its own: splitting, coalescing, best
 // fit, alignment, regions, bad frees and the invariant validator.
-#include "core/bfc.h"
+#include "core/bfc/bfc.h"
 
 #include "gtest/gtest.h"
 #include "tests/test_util.h"

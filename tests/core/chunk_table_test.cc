@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/chunk_table_test.cc: chunk records and id recycling.
-#include "core/chunk_table.h"
+#include "core/bfc/chunk_table.h"
 
 #include "gtest/gtest.h"
 

@@ -16,9 +16,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
-#include "gpualloc/config.h"
+#include "gpualloc/core/config.h"
 #include "gpualloc/gpualloc.h"
-#include "gpualloc/registry.h"
+#include "gpualloc/runtime/registry.h"
 #include "gtest/gtest.h"
 
 namespace gpualloc {

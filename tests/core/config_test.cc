@@ -2,7 +2,7 @@
 // tests/core/config_test.cc: the configuration string, the environment and the
 // defaults (docs/REFERENCE.md, "Configuration reference"): every variable
 // and alias, precedence, strictness and the messages errors carry.
-#include "gpualloc/config.h"
+#include "gpualloc/core/config.h"
 
 #include <algorithm>
 #include <cmath>

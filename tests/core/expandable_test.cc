@@ -2,13 +2,13 @@
 // tests/core/expandable_test.cc: expandable regions in the core: the growth
 // planner, the BFC core's region surgery (JoinRegions, CarveFree) and
 // big-page placement, each checked with the invariant validator.
-#include "core/expandable.h"
+#include "core/regions/expandable.h"
 
 #include <cstdint>
 #include <optional>
 #include <vector>
 
-#include "core/bfc.h"
+#include "core/bfc/bfc.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

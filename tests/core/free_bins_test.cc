@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/free_bins_test.cc: best fit over the free bins (intrusive treaps).
-#include "core/free_bins.h"
+#include "core/bfc/free_bins.h"
 
 #include <map>
 #include <random>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The per-stream front caches (Options::front_cache): the FrontCache record
-// keeping (core/front_cache.h) and what the BFC facade does with it.
-#include "core/front_cache.h"
+// keeping (core/bfc/front_cache.h) and what the BFC facade does with it.
+#include "core/bfc/front_cache.h"
 
 #include <cstdint>
 #include <memory>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/core/allocator_modes.h"
 #include "tests/test_util.h"

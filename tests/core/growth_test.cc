@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/growth_test.cc: region sizes to ask for when growing, and the
 // growth policy with expandable regions.
-#include "core/growth.h"
+#include "core/regions/growth.h"
 
 #include <cstdint>
 #include <vector>
 
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

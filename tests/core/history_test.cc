@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The allocation history (Options::history, core/history.h): the ring
+// The allocation history (Options::history, core/report/history.h): the ring
 // buffer, the per-thread contexts, and what the BFC facade records.
-#include "core/history.h"
+#include "core/report/history.h"
 
 #include <cstdint>
 #include <memory>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/options_test.cc: resolving Options against a device; the
 // bad-options table.
-#include "core/options.h"
+#include "core/config/options.h"
 
 #include <cmath>
 #include <optional>

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/pending_frees_test.cc: the per-stream queues of fenced free
-// chunks (core/pending_frees.h): order, what a pop settles, re-queueing from
-// the settle callback, compaction of stale entries, renaming.
-#include "core/pending_frees.h"
+// chunks (core/bfc/pending_frees.h): order, what a pop settles, re-queueing
+// from the settle callback, compaction of stale entries, renaming.
+#include "core/bfc/pending_frees.h"
 
 #include <set>
 #include <vector>

@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
-#include "gpualloc/snapshot_json.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/snapshot_json.h"
 #include "gtest/gtest.h"
 #include "tests/core/allocator_modes.h"
 #include "tests/test_util.h"

@@ -30,7 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 
 namespace gpualloc::testing {
 

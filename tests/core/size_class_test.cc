@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/size_class_test.cc: size arithmetic and size classes.
-#include "core/size_class.h"
+#include "core/bfc/size_class.h"
 
 #include <bit>
 #include <cstdint>

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

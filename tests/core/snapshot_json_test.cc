@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/snapshot_json_test.cc: the snapshot JSON
-// (gpualloc/snapshot_json.h): a real allocator's snapshot written and read back
-// field for field, the schema's field names, and the reader's errors naming the
-// field or offset.
-#include "gpualloc/snapshot_json.h"
+// (gpualloc/core/snapshot_json.h): a real allocator's snapshot written and read
+// back field for field, the schema's field names, and the reader's errors
+// naming the field or offset.
+#include "gpualloc/core/snapshot_json.h"
 
 #include <cstdint>
 #include <memory>
@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
-#include "gpualloc/stats_fields.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/stats_fields.h"
 #include "gtest/gtest.h"
 
 namespace gpualloc {
@@ -27,7 +27,7 @@ using ::testing::StartsWith;
 
 constexpr std::uint64_t kMiB = 1024 * 1024;
 
-// Every Stats field (the rows of gpualloc/stats_fields.h).
+// Every Stats field (the rows of gpualloc/core/stats_fields.h).
 void ExpectSameStats(const Stats& a, const Stats& b) {
   ForEachStatsField([&](absl::string_view name, auto member, StatsFieldAge) {
     if constexpr (std::is_same_v<decltype(a.*member), const double&>) {
@@ -220,7 +220,7 @@ TEST(SnapshotJsonTest, AnEmptySnapshot) {
   EXPECT_EQ(back->stats.num_allocs, 0u);
 }
 
-// Every row of gpualloc/stats_fields.h is written under its name and read
+// Every row of gpualloc/core/stats_fields.h is written under its name and read
 // back; a document without a later row reads (as 0), one without a row of the
 // first format does not.
 TEST(SnapshotJsonTest, EveryStatsFieldRoundTrips) {

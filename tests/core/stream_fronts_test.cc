@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// The per-stream front caches as a component (core/stream_fronts.h): slots,
+// The per-stream front caches as a component (core/bfc/stream_fronts.h): slots,
 // budgets, hits, the global free path, figures and the invariants FC4-FC6,
 // over a BfcCore of its own. front_cache_test.cc tests one cache's records
 // and the fronts through the facade.
-#include "core/stream_fronts.h"
+#include "core/bfc/stream_fronts.h"
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 
-#include "core/bfc.h"
+#include "core/bfc/bfc.h"
 #include "core/fences.h"
 #include "core/stream_order.h"
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tags' memory as a component (core/tagged_memory.h): the checks, Sleep
+// The tags' memory as a component (core/bfc/tagged_memory.h): the checks, Sleep
 // and Wake over a stand-in RegionSource, turning back on a device error, the
 // free blocks' return, and invariant S1. sleep_wake_test.cc tests Sleep and
 // Wake through the facade on the simulator.
-#include "core/tagged_memory.h"
+#include "core/bfc/tagged_memory.h"
 
 #include <cstdint>
 #include <map>
@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/bfc/private_pools.h"
 #include "core/fences.h"
-#include "core/private_pools.h"
-#include "core/region_source.h"
+#include "core/regions/region_source.h"
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/runtime/registry_test.cc: backends chosen by configuration and the
 // per-device allocator registry.
-#include "gpualloc/registry.h"
+#include "gpualloc/runtime/registry.h"
 
 #include <atomic>
 #include <chrono>
@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 

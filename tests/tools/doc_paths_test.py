@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The documentation's references stay valid.
 
-1. Every repository path that README.md and docs/*.md name (`core/bfc.h`,
-   `tools/replay/reference*.cc`, `gpualloc/arch.h` for include/gpualloc/...)
+1. Every repository path that README.md and docs/*.md name (`core/bfc/bfc.h`,
+   `tools/replay/reference*.cc`, `gpualloc/arch/profiles.h` for include/gpualloc/...)
    exists; a glob must match at least one file. Paths under build/ are build
    outputs and are not checked.
 2. Every relative Markdown link in them reaches an existing file and, with

@@ -322,7 +322,7 @@ TEST(InfoTest, HelpAndUsage) {
   EXPECT_THAT(run.out, Not(HasSubstr("Configuration")));
 }
 
-// Every key gpualloc/config.h documents, in its order.
+// Every key gpualloc/core/config.h documents, in its order.
 const char* const kConfigKeys[] = {
     "allocator",    "preallocate", "mem_fraction",
     "mem_limit",    "expandable",  "arch",

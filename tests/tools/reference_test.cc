@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
-#include "gpualloc/config.h"
-#include "gpualloc/registry.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/runtime/registry.h"
 #include "gtest/gtest.h"
 #include "tools/replay/replay.h"
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "gmock/gmock.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
-#include "gpualloc/snapshot_json.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/snapshot_json.h"
 #include "gtest/gtest.h"
 #include "tools/replay/svg.h"
 

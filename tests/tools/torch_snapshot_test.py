@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The PyTorch memory snapshot export (gpualloc/torch_snapshot.h) end to end.
+"""The PyTorch memory snapshot export (gpualloc/core/torch_snapshot.h) end to end.
 
     torch_snapshot_test.py WRITER TOOL
 

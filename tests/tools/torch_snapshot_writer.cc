@@ -25,12 +25,12 @@
 #include <string>
 #include <utility>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/config.h"
-#include "gpualloc/registry.h"
-#include "gpualloc/sim_backend.h"
-#include "gpualloc/snapshot_json.h"
-#include "gpualloc/torch_snapshot.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/core/snapshot_json.h"
+#include "gpualloc/core/torch_snapshot.h"
+#include "gpualloc/runtime/registry.h"
 #include "tools/replay/replay.h"
 
 namespace {

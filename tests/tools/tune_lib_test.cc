@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
-#include "gpualloc/config.h"
+#include "gpualloc/core/config.h"
 #include "gtest/gtest.h"
 
 namespace gpualloc::replay {

@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 #include "tools/bench/random_workload.h"
 
 int main(int argc, char** argv) {

@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 
 namespace gpualloc::bench {
 

@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/config.h"
-#include "gpualloc/registry.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/runtime/registry.h"
 #include "tools/bench/sim_pool.h"
 #include "tools/bench/tf_bfc_reference.h"
 #include "tools/replay/replay.h"

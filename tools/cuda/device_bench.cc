@@ -46,9 +46,9 @@
 #include "absl/strings/str_format.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_driver.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 // gpualloc (headers, library and gpualloc.pc), by tools/install-check/run.sh.
 #include <cstdio>
 
-#include "gpualloc/allocator.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
 
 int main() {
   auto sim = gpualloc::SimBackend::Create(gpualloc::SimOptions());

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
 #include "tools/layer.h"
 
 namespace gpualloc::replay {

@@ -20,8 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
 #include "tools/replay/reference.h"
 #include "tools/replay/reference_model.h"
 

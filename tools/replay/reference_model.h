@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
 #include "tools/layer.h"
 
 namespace gpualloc::replay {

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 #include "tools/replay/reference_pytorch.h"
 
 namespace gpualloc::replay::pytorch_internal {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "gpualloc/backend.h"
+#include "gpualloc/core/backend.h"
 #include "tools/replay/reference_pytorch.h"
 
 namespace gpualloc::replay::pytorch_internal {

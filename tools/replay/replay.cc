@@ -60,14 +60,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/arch.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/config.h"
-#include "gpualloc/registry.h"
-#include "gpualloc/sim_backend.h"
-#include "gpualloc/snapshot_json.h"
-#include "gpualloc/stats_fields.h"
+#include "gpualloc/arch/profiles.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/core/snapshot_json.h"
+#include "gpualloc/core/stats_fields.h"
+#include "gpualloc/runtime/registry.h"
 #include "tools/replay/reference.h"
 
 namespace gpualloc::replay {
@@ -544,8 +544,8 @@ class UntimedPass {
 
 void UntimedPass::SetTimelineMode() {
   tl_.mode = std::string(AllocatorModeName(a1_.options().mode));
-  // As the allocator decides (core/options.cc): in bfc mode, unless turned
-  // off, where the device has virtual memory.
+  // As the allocator decides (core/config/options.cc): in bfc mode, unless
+  // turned off, where the device has virtual memory.
   tl_.expandable = a1_.options().mode == AllocatorMode::kBfc &&
                    a1_.options().expandable != Tristate::kOff &&
                    a1_.device().capabilities.virtual_memory;
@@ -1190,7 +1190,7 @@ std::string RepetitionJson(const ReplayRepetition& p) {
 }
 
 // The statistics at the end of the trace: every Stats field (the rows of
-// gpualloc/stats_fields.h) under its own name.
+// gpualloc/core/stats_fields.h) under its own name.
 std::string StatsJson(const Stats& s) {
   std::string inner = "{";
   ForEachStatsField([&](absl::string_view name, auto member, StatsFieldAge) {

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 #include "tools/layer.h"
 
 namespace gpualloc::replay {

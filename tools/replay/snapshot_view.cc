@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "gpualloc/snapshot_json.h"
+#include "gpualloc/core/snapshot_json.h"
 
 namespace gpualloc::replay {
 

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // tools/replay/snapshot_view.h: an allocator snapshot (the JSON of
-// gpualloc/snapshot_json.h, as gpualloc_snapshot_json writes it) drawn by the
-// replay's SVG renderer: one moment, every region a band, every in-use chunk
-// a block across the whole width.
+// gpualloc/core/snapshot_json.h, as gpualloc_snapshot_json writes it) drawn by
+// the replay's SVG renderer: one moment, every region a band, every in-use
+// chunk a block across the whole width.
 #ifndef GPUALLOC_TOOLS_REPLAY_SNAPSHOT_VIEW_H_
 #define GPUALLOC_TOOLS_REPLAY_SNAPSHOT_VIEW_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "gpualloc/allocator.h"
+#include "gpualloc/core/allocator.h"
 #include "tools/layer.h"
 #include "tools/replay/replay.h"
 

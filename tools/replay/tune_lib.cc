@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/config.h"
+#include "gpualloc/core/config.h"
 #include "tools/replay/report.h"
 
 namespace gpualloc::replay {

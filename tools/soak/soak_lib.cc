@@ -23,11 +23,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/allocator.h"
-#include "gpualloc/backend.h"
-#include "gpualloc/config.h"
-#include "gpualloc/registry.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
+#include "gpualloc/core/allocator.h"
+#include "gpualloc/core/backend.h"
+#include "gpualloc/core/config.h"
+#include "gpualloc/runtime/registry.h"
 
 namespace gpualloc::soak {
 namespace {

@@ -32,13 +32,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "gpualloc/sim_backend.h"
+#include "gpualloc/backends/sim_backend.h"
 #include "tools/layer.h"
 
 namespace gpualloc::soak {
 
 // An allocator configuration a soak runs: a short name and its
-// configuration string (gpualloc/config.h; backend=sim and the device size
+// configuration string (gpualloc/core/config.h; backend=sim and the device size
 // are added by RunSoak).
 struct SoakMode {
   std::string name;

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// gpualloc/core/backend.h: the boundary between the vendor-neutral core and a
+// device.
+//
+// A Backend translates a handful of device operations (physical allocate and
+// free, virtual memory, streams and events, stream-ordered pools) into
+// vendor calls. It sits on the cold path: the allocator calls it only to grow,
+// shrink or synchronize, so a virtual call per operation costs nothing that
+// matters.
+//
+// Every optional operation is announced by a capability flag in DeviceInfo, so
+// a backend states what it supports instead of failing in surprising ways.
+//
+// Thread safety: every method may be called from any thread; implementations
+// synchronize internally.
+#ifndef GPUALLOC_BACKEND_H_
+#define GPUALLOC_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "gpualloc/arch/profiles.h"
+
+namespace gpualloc {
+
+// A device address. Opaque to the host: never dereferenced by the core.
+using DeviceAddress = std::uint64_t;
+
+// A stream names an ordered queue of device work. Any opaque handle value names
+// a stream (the way a runtime passes its cudaStream_t); 0 is the default
+// stream. A strong type so that it cannot be confused with a size or an
+// alignment.
+struct Stream {
+  std::uintptr_t handle = 0;
+
+  constexpr Stream() = default;
+  constexpr explicit Stream(std::uintptr_t h) : handle(h) {}
+  static Stream FromHandle(const void* h) {
+    return Stream(reinterpret_cast<std::uintptr_t>(h));
+  }
+  friend constexpr bool operator==(Stream a, Stream b) {
+    return a.handle == b.handle;
+  }
+};
+
+// An event names a point in a stream's work. Opaque; 0 is never an event.
+using EventHandle = std::uint64_t;
+
+// Physical device memory made for virtual-memory mapping
+// (CUmemGenericAllocationHandle / hipMemGenericAllocationHandle_t). Opaque; 0
+// is never a handle.
+using PhysicalHandle = std::uint64_t;
+
+// Reuse rules of a stream-ordered pool (CUDA's cudaMemPoolReuse* attributes;
+// HIP mirrors them). Memory freed on stream A may be handed to stream B when:
+struct PoolReuse {
+  // B already waits, through events, for the work A queued before the free.
+  bool follow_event_dependencies = true;
+  // The freeing work has completed (the pool looks when it allocates).
+  bool opportunistic = true;
+  // The pool itself makes B wait for the free (an inserted dependency).
+  bool internal_dependencies = true;
+};
+
+struct PoolOptions {
+  // Unused memory the pool keeps at synchronization points instead of
+  // returning it to the device (cudaMemPoolAttrReleaseThreshold).
+  std::uint64_t release_threshold = 0;
+  PoolReuse reuse;
+};
+
+struct PoolUsage {
+  std::uint64_t reserved = 0;  // memory the pool holds from the device
+  std::uint64_t used = 0;      // memory handed out and not yet freed
+  std::uint64_t peak_reserved = 0;
+  std::uint64_t peak_used = 0;
+};
+
+// What a backend can do beyond physical allocate/free.
+struct Capabilities {
+  bool virtual_memory = false;  // reserve/map/unmap address ranges
+  bool streams = false;         // events on streams (stream-ordered frees)
+  bool stream_ordered_pools = false;  // the vendor's async pools
+  bool host_accessible = false;  // addresses can be read/written by the host
+  // Streams can capture work into graphs (cuStreamBeginCapture), and the
+  // backend answers IsCapturing and ExchangeCaptureMode.
+  bool graph_capture = false;
+  // The backend copies between device memory and host memory: CopyToHost /
+  // CopyFromHost.
+  bool host_copy = false;
+};
+
+// A thread's stream-capture mode (CUstreamCaptureMode / hipStreamCaptureMode):
+// which calls the thread may make while some stream captures work into a
+// graph. In kGlobal (the default) and kThreadLocal, a call that may
+// synchronize or allocate device memory invalidates the capture; kRelaxed
+// allows them, which is what an allocator needs to grow during a capture.
+enum class CaptureMode : std::uint8_t { kGlobal, kThreadLocal, kRelaxed };
+
+// Facts about one device, as the backend reports them.
+struct DeviceInfo {
+  std::string backend;  // "sim", "cuda", "hip"
+  Vendor vendor = Vendor::kUnknown;
+  std::string name;     // marketing name, e.g. "NVIDIA H200"
+  std::string arch_id;  // e.g. "sm_90", "gfx942"
+  // The architecture profile (gpualloc/arch/profiles.h) the backend matched the
+  // device to, and why (e.g. by name, by arch id and memory, generic fallback);
+  // the allocator tunes by it when Options.arch is "auto". Empty: the allocator
+  // finds one from vendor, arch_id and total_bytes.
+  std::string profile;
+  std::string profile_reason;
+  int ordinal = 0;
+  std::uint64_t total_bytes = 0;
+  // Virtual-memory granularity: minimum and recommended (cuMemGetAllocation-
+  // Granularity); growth happens in multiples of the recommended one.
+  std::uint64_t min_granularity = 0;
+  std::uint64_t recommended_granularity = 0;
+  // Alignment guaranteed for plain allocations (256 B on NVIDIA, 4 KiB on AMD).
+  std::uint64_t allocation_alignment = 0;
+  std::vector<std::uint64_t>
+      page_sizes;  // TLB page / fragment sizes, ascending
+  Capabilities capabilities;
+  std::string driver_version;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Facts that do not change while the backend lives.
+  virtual const DeviceInfo& info() const = 0;
+
+  // Bytes the device could still hand out now (cuMemGetInfo's free).
+  virtual absl::StatusOr<std::uint64_t> FreeBytes() = 0;
+
+  // Physical allocation (cuMemAlloc / hipMalloc): at least `bytes`, aligned to
+  // info().allocation_alignment. Out of device memory is ResourceExhausted.
+  virtual absl::StatusOr<DeviceAddress> Allocate(std::uint64_t bytes) = 0;
+  // Frees what Allocate returned; anything else is InvalidArgument.
+  virtual absl::Status Free(DeviceAddress address) = 0;
+
+  // --- Streams and events (capabilities.streams) ---------------------------
+  // The CUDA driver's event calls, one for one (cuEventCreate with timing
+  // disabled, cuEventRecord, cuEventQuery, cuStreamWaitEvent,
+  // cuEventSynchronize, cuEventDestroy). An event is created once and recorded
+  // many times; each record replaces what it waits for. The allocator keeps a
+  // small pool of events and calls these only when memory moves between
+  // streams. Without the capability every call returns Unimplemented naming
+  // the backend.
+  virtual absl::StatusOr<EventHandle> CreateEvent();
+  virtual absl::Status DestroyEvent(EventHandle event);
+  // Captures the work queued on `stream` so far.
+  virtual absl::Status RecordEvent(EventHandle event, Stream stream);
+  // true when the captured work has completed (an event never recorded counts
+  // as complete, as in CUDA).
+  virtual absl::StatusOr<bool> QueryEvent(EventHandle event);
+  // Work queued on `stream` from now on starts after the captured work.
+  virtual absl::Status StreamWaitEvent(Stream stream, EventHandle event);
+  // Blocks the host until the captured work has completed.
+  virtual absl::Status SynchronizeEvent(EventHandle event);
+
+  // --- Graph capture (capabilities.graph_capture) ---------------------------
+  // Whether `stream` is capturing work into a graph now (cuStreamIsCapturing
+  // / hipStreamIsCapturing): work queued on it is recorded, not run, and the
+  // allocator must neither record, query nor wait for events on it.
+  virtual absl::StatusOr<bool> IsCapturing(Stream stream);
+  // Sets the calling thread's capture mode and returns the previous one
+  // (cuThreadExchangeStreamCaptureMode / hipThreadExchangeStreamCaptureMode).
+  // The allocator switches to kRelaxed around the device calls it makes while
+  // a capture is underway, and back afterwards, as PyTorch does around
+  // cudaMalloc.
+  virtual absl::StatusOr<CaptureMode> ExchangeCaptureMode(CaptureMode mode);
+
+  // --- The device's stream-ordered pool (capabilities.stream_ordered_pools) -
+  // cuMemAllocFromPoolAsync / cuMemFreeAsync on one pool per backend, the
+  // way the async mode uses them. ConfigurePool comes first.
+  virtual absl::Status ConfigurePool(const PoolOptions& options);
+  // Memory usable by work queued on `stream` after this call. Out of memory is
+  // ResourceExhausted (never a success with no address).
+  virtual absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
+                                                     Stream stream);
+  // Returns `address` to the pool once the work queued on `stream` completes.
+  virtual absl::Status PoolFree(DeviceAddress address, Stream stream);
+  // Releases unused pool memory down to `keep_bytes` (cuMemPoolTrimTo).
+  virtual absl::Status PoolTrim(std::uint64_t keep_bytes);
+  virtual absl::StatusOr<PoolUsage> GetPoolUsage();
+
+  // --- Virtual memory (capabilities.virtual_memory) -------------------------
+  // The CUDA driver's cuMem* calls, one for one; HIP's hipMem* mirror them.
+  // Every backend checks CUDA's rules before any vendor call and answers
+  // InvalidArgument naming the rule broken:
+  //   - sizes, addresses and alignments are multiples of
+  //     info().min_granularity (the allocator maps in multiples of the
+  //     recommended one);
+  //   - a mapping starts at offset 0 of its physical handle and covers all of
+  //     it; Unmap names whole mappings exactly (no partial unmap), and the
+  //     range it names holds nothing unmapped;
+  //   - an address range is freed only once nothing is mapped in it.
+  // Out of physical memory is ResourceExhausted; out of address space too.
+  //
+  // Reserves `bytes` of address space aligned to `alignment` (0: the
+  // granularity) with nothing behind it (cuMemAddressReserve).
+  virtual absl::StatusOr<DeviceAddress> ReserveAddress(std::uint64_t bytes,
+                                                       std::uint64_t alignment);
+  // Gives back a whole reservation (cuMemAddressFree).
+  virtual absl::Status FreeAddress(DeviceAddress address, std::uint64_t bytes);
+  // Physical memory of `bytes` on this device (cuMemCreate); counts against
+  // the device's capacity like Allocate.
+  virtual absl::StatusOr<PhysicalHandle> CreatePhysical(std::uint64_t bytes);
+  // Drops the handle (cuMemRelease). Memory still mapped stays usable and
+  // returns to the device when its last mapping goes, as in CUDA.
+  virtual absl::Status ReleasePhysical(PhysicalHandle handle);
+  // Maps all of `handle` (offset 0) at `address` inside a reservation
+  // (cuMemMap). The range is not accessible until SetAccess.
+  virtual absl::Status Map(DeviceAddress address, std::uint64_t bytes,
+                           PhysicalHandle handle);
+  // Unmaps whole mappings covering exactly [address, address + bytes)
+  // (cuMemUnmap).
+  virtual absl::Status Unmap(DeviceAddress address, std::uint64_t bytes);
+  // Makes mapped [address, address + bytes), which may span several
+  // mappings, readable and writable by this device (cuMemSetAccess).
+  virtual absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes);
+
+  // --- Copies between device and host memory (capabilities.host_copy) ------
+  // cuMemcpyDtoH / cuMemcpyHtoD (hipMemcpy): what the allocator needs to
+  // keep the content of memory whose physical pages it gives back for a while
+  // (Sleep with a backup) and to restore it afterwards. Synchronous: the call
+  // returns once the copy is done, and the copy is ordered after all work
+  // queued before it on the device; the caller has already waited for the
+  // streams that use the memory. The device range must lie in memory the
+  // backend handed out (Allocate, PoolAllocate) or mapped and made
+  // accessible (Map + SetAccess); anything else is an error (InvalidArgument
+  // or FailedPrecondition naming the address, or the vendor's error
+  // translated). 0 bytes is OK and does nothing; a null host pointer with
+  // bytes > 0 is InvalidArgument. Without the capability both return
+  // Unimplemented naming the backend.
+  //
+  // Copies [source, source + bytes) of device memory to `host`.
+  virtual absl::Status CopyToHost(void* host, DeviceAddress source,
+                                  std::uint64_t bytes);
+  // Copies `bytes` from `host` to [destination, destination + bytes).
+  virtual absl::Status CopyFromHost(DeviceAddress destination, const void* host,
+                                    std::uint64_t bytes);
+
+ protected:
+  // Unimplemented naming this backend and the missing capability.
+  absl::Status NotSupported(absl::string_view operation,
+                            absl::string_view capability) const;
+};
+
+}  // namespace gpualloc
+
+#endif  // GPUALLOC_BACKEND_H_
