@@ -2,14 +2,11 @@
 // core/bfc/bfc_allocator.h: the BFC allocator facade (Options::mode kBfc): the
 // lock, growth, garbage collection, statistics, out-of-memory reports and
 // private pools around BfcCore, composing the per-stream front caches
-// (core/bfc/stream_fronts.h) and the tags' memory with Sleep / Wake
-// (core/bfc/tagged_memory.h).
-//
-// The facade is the only place that holds the lock and the only place in core/
-// that calls the backend (through the abstract Backend, never a vendor API).
-// Its hot paths (Allocate, Deallocate) are inline here; the rest lives in
-// core/bfc_allocator*.cc, grouped below by file. Only core/ includes this
-// header (CreateAllocator builds the facade).
+// (core/bfc/stream_fronts.h, each with a lock of its own) and the tags' memory
+// (core/bfc/tagged_memory.h). It holds the allocator's lock and is the BFC
+// mode's only caller of the backend. Its hot paths (Allocate, Deallocate) are
+// inline here; the rest is in core/bfc/bfc_allocator*.cc, grouped below by
+// file. Only core/ includes this header (CreateAllocator builds the facade).
 #ifndef GPUALLOC_CORE_BFC_ALLOCATOR_H_
 #define GPUALLOC_CORE_BFC_ALLOCATOR_H_
 
@@ -386,8 +383,7 @@ class BfcAllocator final : public Allocator, private SlabSource {
   std::uint64_t peak_in_use_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t peak_requested_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t largest_alloc_ ABSL_GUARDED_BY(mu_) = 0;
-  // Once a tag slept (the core's peak counts memory asleep): Physical()'s
-  // peak, sampled after each allocation and Wake.
+  // Once a tag slept, Physical()'s peak (the core's counts memory asleep).
   bool slept_ ABSL_GUARDED_BY(mu_) = false;
   std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_) = 0;
   // The front caches (Options::front_cache). Not guarded by mu_: their hot
