@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/config/config_parse.h: the scalar parsers behind the configuration keys
-// (core/config/config.cc): booleans, fractions, sizes, keywords, architecture
-// names, and the error messages that name where a bad value came from; reading
-// the environment (core/config/config_env.cc).
+// (core/config/config_keys.h): booleans, fractions, sizes, keywords,
+// architecture names, and the error messages that name where a bad value came
+// from; reading the environment (core/config/config_env.cc).
 #ifndef GPUALLOC_CORE_CONFIG_PARSE_H_
 #define GPUALLOC_CORE_CONFIG_PARSE_H_
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/config/key_modes.h: the modes column of the configuration key table
-// (core/config/config.cc, kKeys): which allocator modes read each key, and for
-// a key the other modes refuse, the words of the refusal. core::CheckOptions
-// (core/config/options.cc) makes the one check from it, for Options given by a
-// program and for those a configuration resolved to (DeviceRegistry::Create
-// and so the C API check them at creation), and the runtime layer restates
-// its message with the keys or variables that set each value.
+// (core/config/config_keys.h, kKeys): which allocator modes read each key, and
+// for a key the other modes refuse, the words of the refusal.
+// core::CheckOptions (core/config/options.cc) makes the one check from it, for
+// Options given by a program and for those a configuration resolved to
+// (DeviceRegistry::Create and so the C API check them at creation), and the
+// runtime layer restates its message with the keys or variables that set each
+// value.
 #ifndef GPUALLOC_CORE_KEY_MODES_H_
 #define GPUALLOC_CORE_KEY_MODES_H_
 
