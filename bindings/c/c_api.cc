@@ -9,13 +9,12 @@
 // none crosses into C. Nothing after the catch may throw: the handlers use
 // fixed messages (no absl::Status, no string building), and storing the last
 // error falls back to a fixed message when its copy cannot be allocated.
-#include <algorithm>
+//
+// The handle and what the files share: bindings/c/c_api_internal.h; the
+// statistics, snapshots and history context: bindings/c/c_api_report.cc.
 #include <atomic>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -23,7 +22,6 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "absl/base/optimization.h"
@@ -32,28 +30,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "bindings/c/c_api_internal.h"
 #include "bindings/c/gpualloc_version.h"
 #include "gpualloc/core/allocator.h"
 #include "gpualloc/core/config.h"
-#include "gpualloc/core/snapshot_json.h"
-#include "gpualloc/core/stats_fields.h"
-#include "gpualloc/core/torch_snapshot.h"
 #include "gpualloc/gpualloc.h"
 #include "gpualloc/runtime/registry.h"
-
-// The handle: the registry, plus which devices were used (for
-// gpualloc_trim(GPUALLOC_ALL_DEVICES), which must not create allocators), and
-// the out-of-memory handler set for every device, which a device gets at its
-// first use.
-struct gpualloc_handle {
-  std::unique_ptr<gpualloc::DeviceRegistry> registry;
-  std::unique_ptr<std::atomic<gpualloc::Allocator*>[]> used;
-  // Guards first uses (a device's entry in `used` going from null) and
-  // handler settings, so that a device never misses or overrides a setting.
-  std::mutex oom_mu;
-  gpualloc_oom_handler_t all_devices_handler = nullptr;
-  void* all_devices_user_data = nullptr;
-};
 
 namespace gpualloc {
 namespace {
@@ -75,21 +57,13 @@ static_assert(GPUALLOC_UNAVAILABLE ==
 static_assert(GPUALLOC_UNAUTHENTICATED ==
               static_cast<int>(absl::StatusCode::kUnauthenticated));
 
-// The calling thread's last error: `text`, or `fixed` (a static string) when
-// the text could not be stored.
-struct LastErrorSlot {
-  std::string text;
-  const char* fixed = nullptr;
-  const char* c_str() const { return fixed != nullptr ? fixed : text.c_str(); }
-};
+}  // namespace
 
 LastErrorSlot& LastError() {
   thread_local LastErrorSlot slot;
   return slot;
 }
 
-// Stores "<function>: <message><detail>" as the last error; when that cannot
-// be allocated, the static `fallback` instead. Never throws.
 void SetLastError(const char* function, absl::string_view message,
                   const char* detail, const char* fallback) noexcept {
   LastErrorSlot& slot = LastError();
@@ -115,33 +89,13 @@ gpualloc_status_t Report(const char* function,
              : GPUALLOC_UNKNOWN;
 }
 
-// Runs `body` (returning absl::Status) with every exception caught. The
-// handlers allocate nothing that could throw again (a second exception would
-// leave this noexcept function and terminate the program).
-template <typename Body>
-gpualloc_status_t Boundary(const char* function, Body&& body) noexcept {
-  try {
-    return Report(function, body());
-  } catch (const std::bad_alloc&) {
-    SetLastError(function, "out of host memory (std::bad_alloc)", nullptr,
-                 "gpualloc: out of host memory (std::bad_alloc)");
-    return GPUALLOC_RESOURCE_EXHAUSTED;
-  } catch (const std::exception& e) {
-    SetLastError(function, "unexpected C++ exception: ", e.what(),
-                 "gpualloc: unexpected C++ exception");
-    return GPUALLOC_INTERNAL;
-  } catch (...) {
-    SetLastError(function, "unexpected unknown C++ exception", nullptr,
-                 "gpualloc: unexpected unknown C++ exception");
-    return GPUALLOC_INTERNAL;
-  }
-}
-
 absl::Status NullArgument(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat(name, " is NULL"));
 }
 
 Stream StreamOf(void* stream) { return Stream::FromHandle(stream); }
+
+namespace {
 
 // The C handler as the allocator of `device` calls it (null for null).
 OutOfMemoryHandler WrapOomHandler(int device, gpualloc_oom_handler_t handler,
@@ -182,6 +136,8 @@ void FirstUse(gpualloc_t* handle, int device, Allocator* a) {
   used.store(a, std::memory_order_release);
 }
 
+}  // namespace
+
 absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device) {
   if (handle == nullptr) return NullArgument("the allocator handle");
   absl::StatusOr<Allocator*> a = handle->registry->Get(device);
@@ -193,6 +149,8 @@ absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device) {
   }
   return a;
 }
+
+namespace {
 
 // Settings that could never work on any device (one that belongs to
 // allocator=bfc with another mode) fail here, in DeviceRegistry::Create,
@@ -230,62 +188,6 @@ absl::Status Malloc(gpualloc_t* handle, int device, size_t size,
   if (!p.ok()) return p.status();
   *out = *p;
   return absl::OkStatus();
-}
-
-// The caller's struct (its first field is struct_size, left as the caller
-// set it) may be older (smaller): fill the whole fields that fit, never part
-// of one. Or newer (larger): fill this library's fields, leave the rest.
-// `field_ends`: the end offset of each field, in any order (the fields lie
-// back to back after struct_size).
-template <typename T, std::size_t N>
-void CopyFieldsThatFit(const T* full, T* out, std::uint64_t out_size,
-                       const std::size_t (&field_ends)[N]) {
-  std::size_t size = sizeof(std::uint64_t);
-  for (std::size_t end : field_ends) {
-    if (end <= out_size) size = std::max(size, end);
-  }
-  std::memcpy(reinterpret_cast<char*>(out) + sizeof(std::uint64_t),
-              reinterpret_cast<const char*>(full) + sizeof(std::uint64_t),
-              size - sizeof(std::uint64_t));
-}
-
-// gpualloc_stats_t holds every row of GPUALLOC_STATS_FIELDS, of its type,
-// and nothing else after struct_size (its fields may be in another order:
-// fragmentation comes after host_waits there).
-#define GPUALLOC_C_STATS_FIELD(name, type, age, description)            \
-  static_assert(std::is_same_v<decltype(gpualloc_stats_t::name), type>, \
-                "gpualloc_stats_t." #name                               \
-                " must have the type of Stats::" #name);
-GPUALLOC_STATS_FIELDS(GPUALLOC_C_STATS_FIELD)
-#undef GPUALLOC_C_STATS_FIELD
-#define GPUALLOC_STATS_FIELD_SIZE(name, type, age, description) +sizeof(type)
-static_assert(sizeof(gpualloc_stats_t) ==
-                  sizeof(std::uint64_t) +
-                      (0 GPUALLOC_STATS_FIELDS(GPUALLOC_STATS_FIELD_SIZE)),
-              "gpualloc_stats_t must hold struct_size and exactly the rows of "
-              "GPUALLOC_STATS_FIELDS (gpualloc/core/stats_fields.h)");
-#undef GPUALLOC_STATS_FIELD_SIZE
-
-void CopyStats(const Stats& s, gpualloc_stats_t* out) {
-  gpualloc_stats_t full;
-  std::memset(&full, 0, sizeof(full));
-  full.struct_size = sizeof(full);
-#define GPUALLOC_COPY_STATS_FIELD(name, type, age, description) \
-  full.name = s.name;
-  GPUALLOC_STATS_FIELDS(GPUALLOC_COPY_STATS_FIELD)
-#undef GPUALLOC_COPY_STATS_FIELD
-  // The caller's struct may be older (smaller): fill the whole fields that
-  // fit, never part of one (a struct_size between two field boundaries gets
-  // the fields before it). Or newer (larger): fill this library's fields and
-  // leave the rest as the caller set them. Its struct_size stays.
-  constexpr std::size_t kFieldEnds[] = {
-#define GPUALLOC_FIELD_END(name, type, age, description) \
-  offsetof(gpualloc_stats_t, name) + sizeof(gpualloc_stats_t::name),
-      sizeof(gpualloc_stats_t::struct_size),
-      GPUALLOC_STATS_FIELDS(GPUALLOC_FIELD_END)
-#undef GPUALLOC_FIELD_END
-  };
-  CopyFieldsThatFit(&full, out, out->struct_size, kFieldEnds);
 }
 
 void CopyReport(const SleepReport& r, gpualloc_sleep_report_t* out) {
@@ -447,89 +349,6 @@ gpualloc_status_t gpualloc_record_stream(gpualloc_t* allocator, int device,
     if (!a.ok()) return a.status();
     return (*a)->RecordStream(ptr, gpualloc::StreamOf(stream));
   });
-}
-
-gpualloc_status_t gpualloc_get_stats(gpualloc_t* allocator, int device,
-                                     gpualloc_stats_t* out) {
-  return Boundary("gpualloc_get_stats", [&]() -> absl::Status {
-    if (out == nullptr) return gpualloc::NullArgument("out");
-    // Smaller values come from older headers, larger ones from newer
-    // headers (fields appended): CopyStats fills the fields both know.
-    if (out->struct_size < sizeof(out->struct_size)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "out->struct_size is %d: set it to sizeof(gpualloc_stats_t) "
-          "(%d in this library)",
-          out->struct_size, sizeof(gpualloc_stats_t)));
-    }
-    absl::StatusOr<gpualloc::Allocator*> a =
-        gpualloc::AllocatorOf(allocator, device);
-    if (!a.ok()) return a.status();
-    gpualloc::CopyStats((*a)->GetStats(), out);
-    return absl::OkStatus();
-  });
-}
-
-gpualloc_status_t gpualloc_reset_peak_stats(gpualloc_t* allocator, int device) {
-  return Boundary("gpualloc_reset_peak_stats", [&]() -> absl::Status {
-    absl::StatusOr<gpualloc::Allocator*> a =
-        gpualloc::AllocatorOf(allocator, device);
-    if (!a.ok()) return a.status();
-    (*a)->ResetPeakStats();
-    return absl::OkStatus();
-  });
-}
-
-gpualloc_status_t gpualloc_snapshot_json(gpualloc_t* allocator, int device,
-                                         char** out, size_t* out_length) {
-  return Boundary("gpualloc_snapshot_json", [&]() -> absl::Status {
-    if (out == nullptr) return gpualloc::NullArgument("out");
-    *out = nullptr;
-    if (out_length != nullptr) *out_length = 0;
-    absl::StatusOr<gpualloc::Allocator*> a =
-        gpualloc::AllocatorOf(allocator, device);
-    if (!a.ok()) return a.status();
-    const std::string json =
-        gpualloc::SnapshotToJson((*a)->GetSnapshot(), &(*a)->device());
-    char* copy = static_cast<char*>(std::malloc(json.size() + 1));
-    if (copy == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "out of host memory for a ", json.size() + 1, "-byte snapshot"));
-    }
-    std::memcpy(copy, json.c_str(), json.size() + 1);
-    *out = copy;
-    if (out_length != nullptr) *out_length = json.size();
-    return absl::OkStatus();
-  });
-}
-
-void gpualloc_string_free(char* text) { std::free(text); }
-
-gpualloc_status_t gpualloc_snapshot_torch_pickle(gpualloc_t* allocator,
-                                                 int device, const char* path) {
-  return Boundary("gpualloc_snapshot_torch_pickle", [&]() -> absl::Status {
-    if (path == nullptr) return gpualloc::NullArgument("path");
-    absl::StatusOr<gpualloc::Allocator*> a =
-        gpualloc::AllocatorOf(allocator, device);
-    if (!a.ok()) return a.status();
-    const std::string pickle =
-        gpualloc::TorchSnapshotPickle((*a)->GetSnapshot(), device);
-    errno = 0;
-    std::FILE* f = std::fopen(path, "wb");
-    const bool written =
-        f != nullptr &&
-        std::fwrite(pickle.data(), 1, pickle.size(), f) == pickle.size();
-    const int error = errno;
-    if ((f != nullptr && std::fclose(f) != 0) || !written) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot write ", path, ": ",
-                       std::strerror(error != 0 ? error : EIO)));
-    }
-    return absl::OkStatus();
-  });
-}
-
-void gpualloc_set_context(const char* context) {
-  gpualloc::SetThreadContext(context == nullptr ? "" : context);
 }
 
 gpualloc_status_t gpualloc_trim(gpualloc_t* allocator, int device) {

@@ -17,7 +17,7 @@
 // here (kAdded), its field at the END of gpualloc_stats_t (gpualloc/gpualloc.h)
 // and in the Python mirror (python/gpualloc/torch.py, _Stats). The
 // static_asserts below fail when Stats has a member the table lacks; those
-// in bindings/c/c_api.cc when gpualloc_stats_t lacks a row;
+// in bindings/c/c_api_report.cc when gpualloc_stats_t lacks a row;
 // tests/bindings/stats_mirror_test.py when the Python mirror does.
 #ifndef GPUALLOC_STATS_FIELDS_H_
 #define GPUALLOC_STATS_FIELDS_H_
