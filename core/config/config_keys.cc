@@ -111,7 +111,7 @@ namespace {
 // The rows of kKeys with a refusal, made at compile time.
 constexpr std::size_t kRefusalCount = [] {
   std::size_t n = 0;
-  for (const KeyDescriptor& k : kKeys) n += k.modes.asks != nullptr ? 1 : 0;
+  for (const KeyDescriptor& k : kKeys) n += k.modes.refuses() ? 1 : 0;
   return n;
 }();
 constexpr std::array<ModeRefusal, kRefusalCount> kRefusals = [] {
@@ -119,7 +119,7 @@ constexpr std::array<ModeRefusal, kRefusalCount> kRefusals = [] {
   std::size_t i = 0;
   for (const KeyDescriptor& k : kKeys) {
     const KeyModes& m = k.modes;
-    if (m.asks == nullptr) continue;
+    if (!m.refuses()) continue;
     out[i++] = ModeRefusal{k.name,    m.field, m.modes, m.asks,
                            m.feature, m.lacks, m.reset};
   }

@@ -230,6 +230,10 @@ struct KeyModes {
   absl::string_view feature;
   absl::string_view lacks;
   absl::string_view reset;
+  // Whether other modes refuse the key (BfcOnly). Asked through the field,
+  // not `asks`: comparing an inline function's address with null is not a
+  // constant expression to every compiler (g++ -O0 with sanitizers).
+  constexpr bool refuses() const { return !field.empty(); }
 };
 
 inline constexpr core::ModeSet kBfcMode = core::ModeBit(AllocatorMode::kBfc);
