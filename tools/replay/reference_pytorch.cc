@@ -38,10 +38,14 @@ PyTorchModel::~PyTorchModel() {
   for (auto& [stream, q] : events_) {
     for (auto& e : q) heads.push_back(e.second);
   }
-  std::set<Block*> seen;
+  // Each chain's first block, found before any block is deleted: several
+  // heads may lie in one chain.
+  std::set<Block*> firsts;
   for (Block* b : heads) {
     while (b->prev != nullptr) b = b->prev;
-    if (!seen.insert(b).second) continue;
+    firsts.insert(b);
+  }
+  for (Block* b : firsts) {
     if (b->seg == nullptr) (void)backend_->Free(b->ptr);
     while (b != nullptr) {
       Block* next = b->next;
