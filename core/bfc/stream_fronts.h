@@ -290,8 +290,12 @@ class StreamFronts {
     std::array<std::int64_t, kMaxFronts> front_in_use{};
     std::array<std::int64_t, kMaxFronts> front_requested{};
   };
+  // The core's counter plus the fronts' change, never below 0: a change read
+  // at an earlier fold may exceed what the core holds now (the fronts gave
+  // their blocks back since), and wrapping would make a peak of ~2^64.
   static std::uint64_t Plus(std::uint64_t core, std::int64_t d) {
-    return static_cast<std::uint64_t>(static_cast<std::int64_t>(core) + d);
+    const std::int64_t sum = static_cast<std::int64_t>(core) + d;
+    return sum < 0 ? 0 : static_cast<std::uint64_t>(sum);
   }
   // Per live front at most front_cache_ bytes; all together at most
   // kTotalFactor times that, shared evenly among the live fronts.
