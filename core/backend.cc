@@ -88,4 +88,27 @@ absl::Status Backend::CopyFromHost(DeviceAddress, const void*, std::uint64_t) {
   return NotSupported("CopyFromHost", "host_copy");
 }
 
+absl::StatusOr<IpcHandle> Backend::GetIpcHandle(DeviceAddress) {
+  return NotSupported("GetIpcHandle", "ipc_handles");
+}
+absl::StatusOr<DeviceAddress> Backend::OpenIpcHandle(const IpcHandle&) {
+  return NotSupported("OpenIpcHandle", "ipc_handles");
+}
+absl::Status Backend::CloseIpcHandle(DeviceAddress) {
+  return NotSupported("CloseIpcHandle", "ipc_handles");
+}
+absl::StatusOr<int> Backend::ExportMapping(DeviceAddress) {
+  return NotSupported("ExportMapping", "shareable_handles");
+}
+absl::StatusOr<PhysicalHandle> Backend::ImportPhysical(int, std::uint64_t) {
+  return NotSupported("ImportPhysical", "shareable_handles");
+}
+
+absl::StatusOr<void*> Backend::HostAllocate(std::uint64_t) {
+  return NotSupported("HostAllocate", "host_memory");
+}
+absl::Status Backend::HostFree(void*) {
+  return NotSupported("HostFree", "host_memory");
+}
+
 }  // namespace gpualloc

@@ -16,6 +16,7 @@
 #ifndef GPUALLOC_BACKEND_H_
 #define GPUALLOC_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -92,6 +93,25 @@ struct Capabilities {
   // The backend copies between device memory and host memory: CopyToHost /
   // CopyFromHost.
   bool host_copy = false;
+  // What Allocate returned can be opened by another process on the same
+  // machine (cuIpcGetMemHandle / hipIpcGetMemHandle): GetIpcHandle,
+  // OpenIpcHandle, CloseIpcHandle.
+  bool ipc_handles = false;
+  // Physical memory can leave the process as a POSIX file descriptor
+  // (cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+  // / hipMemExportToShareableHandle) and be imported by another process:
+  // ExportMapping, ImportPhysical. Requires virtual_memory.
+  bool shareable_handles = false;
+  // Page-locked host memory the device copies to and from at full link speed
+  // (cuMemHostAlloc / hipHostMalloc): HostAllocate, HostFree.
+  bool host_memory = false;
+};
+
+// An IPC handle of one plain allocation (CUipcMemHandle / hipIpcMemHandle_t):
+// 64 opaque bytes that another process on the same machine opens.
+struct IpcHandle {
+  static constexpr std::size_t kBytes = 64;
+  std::uint8_t bytes[kBytes] = {};
 };
 
 // A thread's stream-capture mode (CUstreamCaptureMode / hipStreamCaptureMode):
@@ -245,6 +265,41 @@ class Backend {
   // Copies `bytes` from `host` to [destination, destination + bytes).
   virtual absl::Status CopyFromHost(DeviceAddress destination, const void* host,
                                     std::uint64_t bytes);
+
+  // --- Sharing memory with other processes ----------------------------------
+  // capabilities.ipc_handles. GetIpcHandle names `base`, the start of what
+  // Allocate returned (anything else is InvalidArgument); the handle stays
+  // valid until Free(base). OpenIpcHandle, in another process (CUDA refuses
+  // the process that made the handle, and so does every backend), maps the
+  // whole allocation and returns its start there; CloseIpcHandle unmaps what
+  // OpenIpcHandle returned. Free of the exporter's allocation while another
+  // process has it open is the caller's hazard, as in CUDA.
+  virtual absl::StatusOr<IpcHandle> GetIpcHandle(DeviceAddress base);
+  virtual absl::StatusOr<DeviceAddress> OpenIpcHandle(const IpcHandle& handle);
+  virtual absl::Status CloseIpcHandle(DeviceAddress address);
+  // capabilities.shareable_handles. ExportMapping returns a new POSIX file
+  // descriptor, owned by the caller, for the physical memory mapped at
+  // `address`, the start of one whole mapping (Map): cuMemRetainAllocation-
+  // Handle, cuMemExportToShareableHandle, cuMemRelease. Works after the
+  // handle itself was released (the mapping keeps the memory). ImportPhysical
+  // turns such a descriptor, received from any process, into a handle of
+  // this device covering `bytes` (cuMemImportFromShareableHandle), to be
+  // mapped (Map, SetAccess) and released (ReleasePhysical) like one from
+  // CreatePhysical; it does not take ownership of `fd`. Imported memory does
+  // not count against this device's capacity: the exporter's does.
+  virtual absl::StatusOr<int> ExportMapping(DeviceAddress address);
+  virtual absl::StatusOr<PhysicalHandle> ImportPhysical(int fd,
+                                                        std::uint64_t bytes);
+
+  // --- Page-locked host memory (capabilities.host_memory) -------------------
+  // At least `bytes` of host memory, page-aligned, readable and writable by
+  // the host and copyable at link speed by every stream of this device
+  // (cuMemHostAlloc with CU_MEMHOSTALLOC_PORTABLE / hipHostMalloc). Slow and,
+  // on CUDA, synchronizing: a caching pool sits on top (CreateHostAllocator).
+  // Out of host memory is ResourceExhausted. HostFree frees what
+  // HostAllocate returned; anything else is InvalidArgument.
+  virtual absl::StatusOr<void*> HostAllocate(std::uint64_t bytes);
+  virtual absl::Status HostFree(void* ptr);
 
  protected:
   // Unimplemented naming this backend and the missing capability.
