@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -183,8 +184,11 @@ class HipBackend final : public Backend {
   // from the entry points the runtime has (hip_share.cc).
   void ProbeSharing();
   // hipMemRetainAllocationHandle + hipMemExportToShareableHandle +
-  // hipMemRelease, with the device current (hip_share.cc).
-  absl::StatusOr<int> ExportOnDevice(DeviceAddress address);
+  // hipMemRelease, with the device current (hip_share.cc). The caller holds
+  // the state's lock (State is defined in hip_internal.h, hence no
+  // annotation naming it).
+  absl::StatusOr<int> ExportOnDevice(DeviceAddress address)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // The per-call wrapper: runs `body` with this backend's device current on
   // the calling thread (the thread's own device back afterwards), or answers

@@ -186,8 +186,7 @@ absl::StatusOr<int> HipBackend::ExportMapping(DeviceAddress address) {
   return ExportOnDevice(address);
 }
 
-absl::StatusOr<int> HipBackend::ExportOnDevice(DeviceAddress address)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+absl::StatusOr<int> HipBackend::ExportOnDevice(DeviceAddress address) {
   const std::vector<common::VmmLedger::Mapping> at =
       state_->vmm->MappingsIn(address, state_->vmm->granularity());
   if (at.empty() || at.front().address != address) {
