@@ -22,7 +22,12 @@
 #    Sleep / Wake of 1 GiB of tagged memory (each call's host time, the free
 #    device memory before and after the sleep, the content after a wake from
 #    a host backup).
-# 5. When PyTorch with CUDA is installed, trains a small transformer
+# 5. Runs gpualloc-ipc-host-check: a mapping exported as a file descriptor in
+#    one process and imported and read back in another (ExportMapping /
+#    ImportPhysical), the same with an IPC handle of a plain allocation, and
+#    HostAllocate / HostFree of 1 MiB .. 64 MiB against malloc / free (median
+#    host us per call).
+# 6. When PyTorch with CUDA is installed, trains a small transformer
 #    (tools/torch_train_check.py) with PyTorch's allocator and, when the build
 #    made libgpualloc_torch.so, with gpualloc through the pluggable-allocator
 #    hook, and compares peak memory.
@@ -186,7 +191,7 @@ else
     fail "meson setup (see $build_log)"
     finish
   fi
-  targets=(tools/cuda/gpualloc-device-bench)
+  targets=(tools/cuda/gpualloc-device-bench tools/cuda/gpualloc-ipc-host-check)
   all_targets=$(ninja -C "$GPUALLOC_BUILD_DIR" -t targets all 2>/dev/null | cut -d: -f1)
   for t in tests/cuda_backend_test tests/cuda_conformance_test tests/registry_test; do
     grep -qx "$t" <<<"$all_targets" && targets+=("$t")
@@ -261,7 +266,26 @@ else
   fi
 fi
 
-# --- 5. PyTorch ------------------------------------------------------------------
+# --- 5. Sharing between processes and host memory --------------------------------
+add ""
+share_bin="$GPUALLOC_BUILD_DIR/tools/cuda/gpualloc-ipc-host-check"
+share_budget=$(( $(left) - 60 ))
+(( share_budget > 60 )) && share_budget=60
+if [[ ! -x "$share_bin" ]]; then
+  add "- gpualloc-ipc-host-check not built: skipped"
+elif (( share_budget < 10 )); then
+  fail "no time left for gpualloc-ipc-host-check"
+else
+  say "sharing and host memory (up to ${share_budget} s)"
+  rc=0
+  share_out=$(timeout "$share_budget" "$share_bin" 2>"$GPUALLOC_BUILD_DIR/ipc-host-check.err") || rc=$?
+  add "$share_out"
+  if (( rc != 0 )); then
+    fail "gpualloc-ipc-host-check exit $rc: $(head -c 600 "$GPUALLOC_BUILD_DIR/ipc-host-check.err")"
+  fi
+fi
+
+# --- 6. PyTorch ------------------------------------------------------------------
 add ""
 add "## PyTorch training (small transformer; memory fraction 0.9, record_stream on a side stream, a CUDA graph, empty_cache)"
 add ""

@@ -161,7 +161,10 @@ void PrintDevice(const gpualloc::DeviceInfo& d) {
                    ", stream-ordered pools: ", YesNo(c.stream_ordered_pools),
                    ", graph capture: ", YesNo(c.graph_capture),
                    ", host accessible: ", YesNo(c.host_accessible),
-                   ", host copy: ", YesNo(c.host_copy)));
+                   ", host copy: ", YesNo(c.host_copy),
+                   ", ipc handles: ", YesNo(c.ipc_handles),
+                   ", shareable handles: ", YesNo(c.shareable_handles),
+                   ", host memory: ", YesNo(c.host_memory)));
   Row("driver version",
       d.driver_version.empty() ? "(none reported)" : d.driver_version);
 }

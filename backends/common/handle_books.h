@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // backends/common/handle_books.h: the host-side record of what a vendor
 // backend handed out and has not been given back: plain blocks, blocks of its
-// stream-ordered pool and events (virtual memory has its own ledger,
-// vmm_ledger.h). The CUDA and HIP backends keep one each, so that a call
-// naming something the backend did not hand out is answered with
-// InvalidArgument before any vendor call, in one wording for both:
+// stream-ordered pool, events, what OpenIpcHandle mapped and page-locked host
+// blocks (virtual memory has its own ledger, vmm_ledger.h). The CUDA and HIP
+// backends keep one each, so that a call naming something the backend did not
+// hand out is answered with InvalidArgument before any vendor call, in one
+// wording for both:
 //   "<prefix>Free(0x7f00): not an address Allocate returned on device 0, or
 //    freed already"
 //   "<prefix>RecordEvent(event 0x51): not an event CreateEvent returned on
@@ -29,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -49,6 +51,8 @@ class HandleBooks {
     std::vector<std::pair<DeviceAddress, Block>> blocks;
     std::vector<DeviceAddress> pool_blocks;
     std::vector<EventHandle> events;
+    std::vector<DeviceAddress> opened;
+    std::vector<void*> host_blocks;
   };
 
   // `prefix` starts every message; `ordinal` is the backend's device.
@@ -86,6 +90,63 @@ class HandleBooks {
         &mu_, &blocks_, address,
         [&] { return NotHandedOut("Free", address, "Allocate"); },
         [&](const auto& node) { return release(node.mapped()); });
+  }
+
+  // OK when `address` is the start of a block Allocate returned and not
+  // freed; `call` names the asking call ("GetIpcHandle").
+  absl::Status CheckBlock(absl::string_view call, DeviceAddress address) const {
+    core::LockGuard guard(&mu_);
+    if (blocks_.contains(address)) return absl::OkStatus();
+    return NotHandedOut(call, address, "Allocate");
+  }
+  // The block's record, for a call that needs what the backend keeps of it.
+  // InvalidArgument as CheckBlock.
+  absl::StatusOr<Block> FindBlock(absl::string_view call,
+                                  DeviceAddress address) const {
+    core::LockGuard guard(&mu_);
+    auto it = blocks_.find(address);
+    if (it != blocks_.end()) return it->second;
+    return NotHandedOut(call, address, "Allocate");
+  }
+
+  // --- Allocations of other processes (OpenIpcHandle / CloseIpcHandle) ---
+  void AddOpened(DeviceAddress address) {
+    core::LockGuard guard(&mu_);
+    opened_.insert(address);
+  }
+  // CloseIpcHandle of `address`: `release()` makes the vendor call.
+  template <typename Release>
+  absl::Status ReleaseOpened(DeviceAddress address, Release release) {
+    return ReleaseTracked<core::LockGuard>(
+        &mu_, &opened_, address,
+        [&] {
+          return NotHandedOut("CloseIpcHandle", address, "OpenIpcHandle");
+        },
+        [&](const auto&) { return release(); });
+  }
+
+  // --- Page-locked host memory (HostAllocate / HostFree) ---
+  void AddHostBlock(void* pointer, std::uint64_t bytes) {
+    core::LockGuard guard(&mu_);
+    host_blocks_.insert_or_assign(pointer, bytes);
+  }
+  // HostFree of `pointer`: `release()` makes the vendor call. A pointer
+  // HostAllocate did not return is InvalidArgument without one.
+  template <typename Release>
+  absl::Status ReleaseHostBlock(void* pointer, Release release) {
+    return ReleaseTracked<core::LockGuard>(
+        &mu_, &host_blocks_, pointer,
+        [&] {
+          return absl::InvalidArgumentError(
+              absl::StrCat(prefix_, "HostFree(", absl::StrFormat("%p", pointer),
+                           "): not a pointer HostAllocate returned on device ",
+                           ordinal_, ", or freed already"));
+        },
+        [&](const auto&) { return release(); });
+  }
+  std::size_t host_block_count() const {
+    core::LockGuard guard(&mu_);
+    return host_blocks_.size();
   }
 
   // --- Pool blocks (PoolAllocate / PoolFree) ---
@@ -132,6 +193,12 @@ class HandleBooks {
     }
     out.pool_blocks.assign(pool_blocks_.begin(), pool_blocks_.end());
     out.events.assign(events_.begin(), events_.end());
+    out.opened.assign(opened_.begin(), opened_.end());
+    for (const auto& [pointer, bytes] : host_blocks_) {
+      out.host_blocks.push_back(pointer);
+    }
+    opened_.clear();
+    host_blocks_.clear();
     blocks_.clear();
     pool_blocks_.clear();
     events_.clear();
@@ -147,6 +214,8 @@ class HandleBooks {
   absl::flat_hash_map<DeviceAddress, Block> blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<DeviceAddress> pool_blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<EventHandle> events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<DeviceAddress> opened_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<void*, std::uint64_t> host_blocks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpualloc::common

@@ -136,14 +136,20 @@ absl::Status VmmLedger::CheckCreate(std::uint64_t bytes) const {
                           bytes);
 }
 
+absl::Status VmmLedger::CheckImport(std::uint64_t bytes) const {
+  return rules_.CheckSize(absl::StrFormat("ImportPhysical(%d bytes)", bytes),
+                          bytes);
+}
+
 void VmmLedger::AddHandle(PhysicalHandle handle, std::uint64_t bytes) {
   handles_[handle] = bytes;
 }
 
 absl::Status VmmLedger::CheckRelease(PhysicalHandle handle) const {
   if (!handles_.contains(handle)) {
-    return Broken(absl::StrFormat("ReleasePhysical(%#x)", handle),
-                  "not a live handle CreatePhysical returned");
+    return Broken(
+        absl::StrFormat("ReleasePhysical(%#x)", handle),
+        "not a live handle CreatePhysical or ImportPhysical returned");
   }
   return absl::OkStatus();
 }
@@ -159,7 +165,8 @@ absl::Status VmmLedger::CheckMap(DeviceAddress address, std::uint64_t bytes,
   }
   auto h = handles_.find(handle);
   if (h == handles_.end()) {
-    return Broken(call, "not a live handle CreatePhysical returned");
+    return Broken(
+        call, "not a live handle CreatePhysical or ImportPhysical returned");
   }
   if (h->second != bytes) {
     return Broken(call, absl::StrFormat("a mapping covers its whole handle "

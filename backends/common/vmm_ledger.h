@@ -86,6 +86,9 @@ class VmmLedger {
   void RemoveReservation(DeviceAddress address);
 
   absl::Status CheckCreate(std::uint64_t bytes) const;
+  // The size rule for ImportPhysical (the handle is then added like a
+  // created one).
+  absl::Status CheckImport(std::uint64_t bytes) const;
   void AddHandle(PhysicalHandle handle, std::uint64_t bytes);
   absl::Status CheckRelease(PhysicalHandle handle) const;
   void RemoveHandle(PhysicalHandle handle);

@@ -115,6 +115,10 @@ void CudaBackend::Impl::ReturnEverything() {
   }
   if (vmm_ != nullptr) vmm_->ReturnEverything();
   for (EventHandle e : left.events) api_->cuEventDestroy(ToCuEvent(e));
+  for (DeviceAddress a : left.opened) {
+    api_->cuIpcCloseMemHandle(static_cast<CUdeviceptr>(a));
+  }
+  for (void* p : left.host_blocks) api_->cuMemFreeHost(p);
   if (pool_ != nullptr) {
     // Blocks still out are freed on the default stream; cuMemPoolDestroy
     // returns the pool's memory once those frees complete.

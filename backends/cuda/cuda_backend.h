@@ -7,7 +7,12 @@
 // inverses), events on the caller's streams, the stream-capture queries
 // (cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode: graph_capture when
 // the driver has both), synchronous copies between device and host memory
-// (cuMemcpyDtoH / cuMemcpyHtoD: host_copy when the driver has both), and one
+// (cuMemcpyDtoH / cuMemcpyHtoD: host_copy when the driver has both), IPC
+// handles of plain allocations (cuIpcGetMemHandle, cuIpcOpenMemHandle_v2,
+// cuIpcCloseMemHandle), physical memory as POSIX file descriptors
+// (cuMemRetainAllocationHandle, cuMemExportToShareableHandle,
+// cuMemImportFromShareableHandle), page-locked host memory (cuMemHostAlloc
+// with CU_MEMHOSTALLOC_PORTABLE, cuMemFreeHost), and one
 // stream-ordered pool of its own (cuMemPoolCreate; cuMemAllocFromPoolAsync /
 // cuMemFreeAsync). It
 // works in the device's primary context, retained at creation, made current on
@@ -34,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -108,6 +114,19 @@ class CudaBackend final : public Backend {
                           std::uint64_t bytes) override;
   absl::Status CopyFromHost(DeviceAddress destination, const void* host,
                             std::uint64_t bytes) override;
+
+  absl::StatusOr<IpcHandle> GetIpcHandle(DeviceAddress base) override;
+  absl::StatusOr<DeviceAddress> OpenIpcHandle(const IpcHandle& handle) override;
+  absl::Status CloseIpcHandle(DeviceAddress address) override;
+  absl::StatusOr<int> ExportMapping(DeviceAddress address) override;
+  absl::StatusOr<PhysicalHandle> ImportPhysical(int fd,
+                                                std::uint64_t bytes) override;
+  absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
+  absl::Status HostFree(void* ptr) override;
+
+  // Why the sharing and host-memory capabilities are on or off, in the order
+  // they were decided ("ipc_handles off: ...").
+  const std::vector<std::string>& notes() const;
 
   // The profile this device matches and why (gpualloc-info shows it).
   const ProfileChoice& profile_choice() const;

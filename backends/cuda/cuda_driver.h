@@ -10,10 +10,12 @@
 // function pointers, CudaDriverApi. CudaBackend takes the table by injection,
 // so tests hand it a fake driver's table.
 //
-// The entry points come in five groups: the core ones (without any of them
-// there is no backend), the virtual-memory ones, the stream-ordered pool ones,
-// the graph-capture ones and the copies between device and host memory (a
-// driver without them gives a backend without that capability).
+// The entry points come in groups: the core ones (without any of them there
+// is no backend), the virtual-memory ones, the stream-ordered pool ones, the
+// graph-capture ones, the copies between device and host memory, the IPC
+// handles of plain allocations, the shareable handles of physical memory and
+// page-locked host memory (a driver without one of these gives a backend
+// without that capability).
 //
 // Only backends/cuda and its tests include this header: it needs the toolkit's
 // cuda.h (types and enums only; no cuda* function is called directly).
@@ -96,6 +98,23 @@ inline constexpr absl::string_view kCudaDriverLibrary = "libcuda.so.1";
   X(cuMemcpyDtoH)                          \
   X(cuMemcpyHtoD)
 
+// IPC handles of plain allocations (cuIpcOpenMemHandle resolves to _v2).
+#define GPUALLOC_CUDA_IPC_ENTRY_POINTS(X) \
+  X(cuIpcGetMemHandle)                    \
+  X(cuIpcOpenMemHandle)                   \
+  X(cuIpcCloseMemHandle)
+
+// Physical memory as a POSIX file descriptor (CUDA 10.2+).
+#define GPUALLOC_CUDA_SHARE_ENTRY_POINTS(X) \
+  X(cuMemRetainAllocationHandle)            \
+  X(cuMemExportToShareableHandle)           \
+  X(cuMemImportFromShareableHandle)
+
+// Page-locked host memory.
+#define GPUALLOC_CUDA_HOST_ENTRY_POINTS(X) \
+  X(cuMemHostAlloc)                        \
+  X(cuMemFreeHost)
+
 // The entry-point table. Null members were not resolved.
 struct CudaDriverApi {
 #define GPUALLOC_CUDA_DECLARE_MEMBER_(name) decltype(&::name) name = nullptr;
@@ -104,6 +123,9 @@ struct CudaDriverApi {
   GPUALLOC_CUDA_POOL_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_CAPTURE_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_COPY_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
+  GPUALLOC_CUDA_IPC_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
+  GPUALLOC_CUDA_SHARE_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
+  GPUALLOC_CUDA_HOST_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
 #undef GPUALLOC_CUDA_DECLARE_MEMBER_
 
   // Where the table came from, for messages ("libcuda.so.1", "fake driver").
@@ -119,6 +141,9 @@ struct CudaDriverApi {
   bool has_pools() const;
   bool has_capture() const;
   bool has_host_copy() const;
+  bool has_ipc() const;
+  bool has_shareable_handles() const;
+  bool has_host_memory() const;
 };
 
 // cuGetProcAddress as the loader calls it: base name, out pointer, CUDA

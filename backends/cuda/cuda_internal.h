@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -97,6 +98,10 @@ class CudaBackend::Impl {
     int major = 0, minor = 0, vmm = 0, pools = 0;
     std::uint64_t total_bytes = 0;
   };
+  // The sharing and host-memory capabilities, each with a note saying why
+  // it is on or off (the context current; after DescribeDevice).
+  void ProbeSharing();
+  const std::vector<std::string>& notes() const { return notes_; }
   absl::StatusOr<DeviceFacts> ReadDeviceFacts() const;
   void DescribeDevice(const DeviceFacts& facts);
   absl::Status ReadGranularity();
@@ -160,6 +165,13 @@ class CudaBackend::Impl {
     });
   }
 
+  // --- Sharing with other processes and host memory (cuda_share.cc) -------
+  absl::StatusOr<IpcHandle> GetIpcHandle(DeviceAddress base);
+  absl::StatusOr<DeviceAddress> OpenIpcHandle(const IpcHandle& handle);
+  absl::Status CloseIpcHandle(DeviceAddress address);
+  absl::StatusOr<void*> HostAllocate(std::uint64_t bytes);
+  absl::Status HostFree(void* pointer);
+
   absl::StatusOr<CUmemoryPool> Pool();
   absl::Status ConfigurePool(const PoolOptions& options);
   absl::StatusOr<DeviceAddress> PoolAllocate(std::uint64_t bytes,
@@ -175,6 +187,7 @@ class CudaBackend::Impl {
   CUcontext context_ = nullptr;  // the primary context, retained
   DeviceInfo info_;
   ProfileChoice choice_;
+  std::vector<std::string> notes_;  // why each capability is what it is
 
   // Plain allocations (and their sizes), pool blocks and events handed out.
   common::HandleBooks<std::uint64_t> books_;

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // backends/cuda/cuda_probe.cc: how the CUDA backend is created: cuInit, the
-// device, its facts and architecture profile, the primary context and the
-// granularity behind info().
+// device, its facts and architecture profile, the primary context, the
+// granularity and the sharing and host-memory capabilities behind info().
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/cuda/cuda_backend.h"
@@ -43,9 +45,11 @@ absl::Status CudaBackend::Impl::Init() {
     if (info_.capabilities.virtual_memory) {
       GPUALLOC_RETURN_IF_ERROR(ReadGranularity());
     }
+    ProbeSharing();
     absl::MutexLock lock(&mu_);
     vmm_ = std::make_unique<CudaVmm>(api_, device_, context_, ordinal_,
-                                     info_.total_bytes, info_.min_granularity);
+                                     info_.total_bytes, info_.min_granularity,
+                                     info_.capabilities.shareable_handles);
     return absl::OkStatus();
   });
 }
@@ -129,6 +133,101 @@ void CudaBackend::Impl::DescribeDevice(const DeviceFacts& facts) {
       api.has_virtual_memory() && facts.vmm != 0;
   info_.capabilities.graph_capture = api.has_capture();
   info_.capabilities.host_copy = api.has_host_copy();
+}
+
+namespace {
+
+// "<group> (<what is missing>)" for a capability whose entry points did not
+// resolve: the first of `names` in api.missing, else the group.
+std::string MissingEntryPoints(const CudaDriverApi& api,
+                               std::initializer_list<absl::string_view> names) {
+  for (const std::string& m : api.missing) {
+    for (absl::string_view name : names) {
+      if (absl::StartsWith(m, absl::StrCat(name, " "))) {
+        return absl::StrCat("the driver lacks ", m);
+      }
+    }
+  }
+  return absl::StrCat("the driver lacks ", *names.begin());
+}
+
+// An attribute the sharing capabilities depend on: its value, or why it could
+// not be read (an older driver does not know it).
+absl::StatusOr<int> ReadAttribute(const CudaDriverApi& api, CUdevice device,
+                                  CUdevice_attribute attribute,
+                                  absl::string_view name) {
+  int value = 0;
+  const CUresult r = api.cuDeviceGetAttribute(&value, attribute, device);
+  if (r != CUDA_SUCCESS) {
+    return CudaError(api, absl::StrCat("cuDeviceGetAttribute(", name, ")"), r);
+  }
+  return value;
+}
+
+}  // namespace
+
+void CudaBackend::Impl::ProbeSharing() {
+  const CudaDriverApi& api = *api_;
+  Capabilities& c = info_.capabilities;
+  // IPC handles need unified addressing, and exist on Linux only.
+  std::string ipc_why;
+#ifdef __linux__
+  if (!api.has_ipc()) {
+    ipc_why = MissingEntryPoints(
+        api,
+        {"cuIpcGetMemHandle", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle"});
+  } else if (absl::StatusOr<int> unified = ReadAttribute(
+                 api, device_, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
+                 "UNIFIED_ADDRESSING");
+             !unified.ok()) {
+    ipc_why = std::string(unified.status().message());
+  } else if (*unified == 0) {
+    ipc_why =
+        "the device does not share a unified address space "
+        "(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING is 0)";
+  }
+#else
+  ipc_why = "CUDA IPC handles exist on Linux only";
+#endif
+  c.ipc_handles = ipc_why.empty();
+  notes_.push_back(ipc_why.empty()
+                       ? "ipc_handles on (cuIpcGetMemHandle, unified "
+                         "addressing)"
+                       : absl::StrCat("ipc_handles off: ", ipc_why));
+
+  std::string share_why;
+  if (!c.virtual_memory) {
+    share_why = "it needs virtual_memory, which is off";
+  } else if (!api.has_shareable_handles()) {
+    share_why = MissingEntryPoints(
+        api, {"cuMemRetainAllocationHandle", "cuMemExportToShareableHandle",
+              "cuMemImportFromShareableHandle"});
+  } else if (
+      absl::StatusOr<int> fd = ReadAttribute(
+          api, device_,
+          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+          "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED");
+      !fd.ok()) {
+    share_why = std::string(fd.status().message());
+  } else if (*fd == 0) {
+    share_why =
+        "the device cannot export memory as a POSIX file descriptor "
+        "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is "
+        "0)";
+  }
+  c.shareable_handles = share_why.empty();
+  notes_.push_back(share_why.empty()
+                       ? "shareable_handles on (POSIX file descriptors; "
+                         "CreatePhysical requests them)"
+                       : absl::StrCat("shareable_handles off: ", share_why));
+
+  c.host_memory = api.has_host_memory();
+  notes_.push_back(
+      c.host_memory
+          ? "host_memory on (cuMemHostAlloc, CU_MEMHOSTALLOC_PORTABLE)"
+          : absl::StrCat(
+                "host_memory off: ",
+                MissingEntryPoints(api, {"cuMemHostAlloc", "cuMemFreeHost"})));
 }
 
 // The driver's minimum and recommended granularity (virtual memory on; the

@@ -2,6 +2,8 @@
 // backends/cuda/cuda_vmm.cc: the CUDA backend's virtual memory.
 #include "backends/cuda/cuda_vmm.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -82,7 +84,11 @@ absl::StatusOr<PhysicalHandle> CudaVmm::CreatePhysical(std::uint64_t bytes) {
     return TooBig("CreatePhysical", bytes, total_bytes_);
   return InContext<absl::StatusOr<PhysicalHandle>>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<PhysicalHandle> {
-        const CUmemAllocationProp prop = PinnedOn(device_);
+        CUmemAllocationProp prop = PinnedOn(device_);
+        // Without it cuMemExportToShareableHandle refuses the memory later.
+        if (shareable_) {
+          prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
         CUmemGenericAllocationHandle handle = 0;
         const CUresult r = api_->cuMemCreate(&handle, bytes, &prop, 0);
         if (r != CUDA_SUCCESS) {
@@ -173,6 +179,77 @@ absl::Status CudaVmm::SetAccess(DeviceAddress address, std::uint64_t bytes) {
                          absl::StrCat("cuMemSetAccess(", Hex(address), ", ",
                                       bytes, " bytes, read-write)"),
                          r);
+      });
+}
+
+absl::StatusOr<int> CudaVmm::ExportMapping(DeviceAddress address) {
+  absl::MutexLock lock(&mu_);
+  const std::vector<VmmLedger::Mapping> at =
+      ledger_.MappingsIn(address, ledger_.granularity());
+  if (at.empty() || at.front().address != address) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExportMapping(", Hex(address),
+                     "): not the start of a mapping Map made on device ",
+                     ordinal_, ", or unmapped already"));
+  }
+  return InContext<absl::StatusOr<int>>([&]() -> absl::StatusOr<int> {
+    // The handle may have been released already: the mapping keeps the
+    // memory, and retaining it gives a handle to export (released again
+    // below).
+    CUmemGenericAllocationHandle handle = 0;
+    CUresult r = api_->cuMemRetainAllocationHandle(
+        &handle, reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)));
+    if (r != CUDA_SUCCESS) {
+      return CudaError(
+          *api_,
+          absl::StrCat("cuMemRetainAllocationHandle(", Hex(address), ")"), r);
+    }
+    int fd = -1;
+    r = api_->cuMemExportToShareableHandle(
+        &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    absl::Status status =
+        CudaError(*api_,
+                  absl::StrCat("cuMemExportToShareableHandle(", Hex(address),
+                               ", POSIX file descriptor)"),
+                  r);
+    const CUresult released = api_->cuMemRelease(handle);
+    if (status.ok() && released != CUDA_SUCCESS) {
+      close(fd);  // the caller gets an error, not the descriptor
+      status =
+          CudaError(*api_,
+                    absl::StrCat("cuMemRelease(", Hex(handle),
+                                 ") of the handle retained at ", Hex(address)),
+                    released);
+    }
+    if (!status.ok()) return status;
+    return fd;
+  });
+}
+
+absl::StatusOr<PhysicalHandle> CudaVmm::ImportPhysical(int fd,
+                                                       std::uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  GPUALLOC_RETURN_IF_ERROR(ledger_.CheckImport(bytes));
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ImportPhysical(fd ", fd, ", ", bytes,
+                     " bytes): not a file descriptor"));
+  }
+  return InContext<absl::StatusOr<PhysicalHandle>>(
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<PhysicalHandle> {
+        CUmemGenericAllocationHandle handle = 0;
+        const CUresult r = api_->cuMemImportFromShareableHandle(
+            &handle, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r != CUDA_SUCCESS) {
+          return CudaError(*api_,
+                           absl::StrCat("cuMemImportFromShareableHandle(fd ",
+                                        fd, ", ", bytes, " bytes)"),
+                           r);
+        }
+        // Not checked against total_bytes_: the exporter's device holds it.
+        ledger_.AddHandle(handle, bytes);
+        return static_cast<PhysicalHandle>(handle);
       });
 }
 

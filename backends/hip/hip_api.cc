@@ -105,6 +105,17 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
   need("hipMemMap", api->MemMap);
   need("hipMemUnmap", api->MemUnmap);
   need("hipMemSetAccess", api->MemSetAccess);
+  (void)Bind(library, "hipIpcGetMemHandle", api->IpcGetMemHandle);
+  (void)Bind(library, "hipIpcOpenMemHandle", api->IpcOpenMemHandle);
+  (void)Bind(library, "hipIpcCloseMemHandle", api->IpcCloseMemHandle);
+  (void)Bind(library, "hipMemRetainAllocationHandle",
+             api->MemRetainAllocationHandle);
+  (void)Bind(library, "hipMemExportToShareableHandle",
+             api->MemExportToShareableHandle);
+  (void)Bind(library, "hipMemImportFromShareableHandle",
+             api->MemImportFromShareableHandle);
+  (void)Bind(library, "hipHostMalloc", api->HostMalloc);
+  (void)Bind(library, "hipHostFree", api->HostFree);
   if (!missing.empty()) {
     // Leave the library loaded: unloading a HIP runtime is not safe once its
     // constructors ran, and the process may load it again anyway.

@@ -95,6 +95,12 @@ class HipAllocationProp {
       headers_.location.id = device;
     }
   }
+  // Memory that hipMemExportToShareableHandle may export as a POSIX file
+  // descriptor (requestedHandleType, by name in either layout).
+  void RequestPosixFileDescriptor() {
+    v53_.requestedHandleType = hipMemHandleTypePosixFileDescriptor;
+    headers_.requestedHandleType = hipMemHandleTypePosixFileDescriptor;
+  }
   const hipMemAllocationProp* pointer() const {
     return mirror_ ? reinterpret_cast<const hipMemAllocationProp*>(&v53_)
                    : &headers_;
@@ -197,7 +203,37 @@ struct HipApi {
   hipError_t (*MemSetAccess)(void* pointer, size_t bytes,
                              const hipMemAccessDesc* descriptors,
                              size_t count) = nullptr;
+
+  // IPC handles of plain allocations. Optional (all three or
+  // capabilities.ipc_handles is off).
+  hipError_t (*IpcGetMemHandle)(hipIpcMemHandle_t* handle,
+                                void* pointer) = nullptr;
+  hipError_t (*IpcOpenMemHandle)(void** pointer, hipIpcMemHandle_t handle,
+                                 unsigned int flags) = nullptr;
+  hipError_t (*IpcCloseMemHandle)(void* pointer) = nullptr;
+
+  // Physical memory as a POSIX file descriptor (beta in ROCm 5.2's headers).
+  // Optional (all three or capabilities.shareable_handles is off).
+  hipError_t (*MemRetainAllocationHandle)(
+      hipMemGenericAllocationHandle_t* handle, void* address) = nullptr;
+  hipError_t (*MemExportToShareableHandle)(
+      void* shareable, hipMemGenericAllocationHandle_t handle,
+      hipMemAllocationHandleType type, unsigned long long flags) = nullptr;
+  hipError_t (*MemImportFromShareableHandle)(
+      hipMemGenericAllocationHandle_t* handle, void* os_handle,
+      hipMemAllocationHandleType type) = nullptr;
+
+  // Page-locked host memory. Optional (both or capabilities.host_memory is
+  // off).
+  hipError_t (*HostMalloc)(void** pointer, size_t bytes,
+                           unsigned int flags) = nullptr;
+  hipError_t (*HostFree)(void* pointer) = nullptr;
 };
+
+// How hipMemImportFromShareableHandle takes a POSIX file descriptor: runtimes
+// before ROCm 7.1 read the int `os_handle` points to, 7.1 and later take the
+// descriptor's value cast to a pointer, as CUDA does.
+inline constexpr int kImportTakesFdValueSince = 70100000;  // ROCm 7.1
 
 // The sonames LoadHipApi tries, newest first.
 inline constexpr const char* kHipLibraries[] = {

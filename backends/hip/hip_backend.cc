@@ -60,6 +60,7 @@ absl::Status HipErrorStatus(const HipApi& api, hipError_t error,
     case hipErrorOutOfMemory:
       return absl::ResourceExhaustedError(message);
     case hipErrorInvalidValue:
+    case hipErrorInvalidContext:
       return absl::InvalidArgumentError(message);
     case hipErrorNoDevice:
     case hipErrorInsufficientDriver:
@@ -111,6 +112,10 @@ HipBackend::~HipBackend() {
   for (EventHandle event : left.events) {
     (void)api_->EventDestroy(ToEvent(event));
   }
+  for (DeviceAddress address : left.opened) {
+    (void)api_->IpcCloseMemHandle(ToPointer(address));
+  }
+  for (void* pointer : left.host_blocks) (void)api_->HostFree(pointer);
   core::LockGuard guard(&state_->mu);
   if (state_->vmm != nullptr) {
     for (const common::VmmLedger::Mapping& m : state_->vmm->mappings()) {

@@ -19,6 +19,13 @@
 //    with hipDeviceMallocFinegrained) when the configuration asks for it;
 //  - synchronous copies between device and host memory with hipMemcpy
 //    (host_copy when the runtime has it);
+//  - IPC handles of plain allocations (hipIpcGetMemHandle,
+//    hipIpcOpenMemHandle, hipIpcCloseMemHandle), physical memory as POSIX
+//    file descriptors (hipMemRetainAllocationHandle,
+//    hipMemExportToShareableHandle, hipMemImportFromShareableHandle: the
+//    descriptor passed by address before ROCm 7.1, by value from 7.1) and
+//    page-locked host memory (hipHostMalloc with hipHostMallocPortable,
+//    hipHostFree), each when the runtime has its entry points;
 //  - the profile (gfx90a, gfx942, generic) chosen from gcnArchName with its
 //    target features stripped, and every such decision written down in
 //    notes() for reports.
@@ -37,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -54,9 +62,10 @@ struct HipBackendOptions {
 };
 
 // Maps a HIP error to a Status: hipErrorOutOfMemory is ResourceExhausted,
-// hipErrorInvalidValue InvalidArgument, hipErrorNoDevice /
-// hipErrorInsufficientDriver / hipErrorNotInitialized Unavailable,
-// hipErrorNotSupported Unimplemented, anything else Internal. The message is
+// hipErrorInvalidValue and hipErrorInvalidContext InvalidArgument,
+// hipErrorNoDevice / hipErrorInsufficientDriver / hipErrorNotInitialized
+// Unavailable, hipErrorNotSupported Unimplemented, anything else Internal. The
+// message is
 // "`call` failed: hipErrorInvalidValue (1)", the name from the table's
 // hipGetErrorName.
 absl::Status HipErrorStatus(const HipApi& api, hipError_t error,
@@ -124,6 +133,15 @@ class HipBackend final : public Backend {
   absl::Status CopyFromHost(DeviceAddress destination, const void* host,
                             std::uint64_t bytes) override;
 
+  absl::StatusOr<IpcHandle> GetIpcHandle(DeviceAddress base) override;
+  absl::StatusOr<DeviceAddress> OpenIpcHandle(const IpcHandle& handle) override;
+  absl::Status CloseIpcHandle(DeviceAddress address) override;
+  absl::StatusOr<int> ExportMapping(DeviceAddress address) override;
+  absl::StatusOr<PhysicalHandle> ImportPhysical(int fd,
+                                                std::uint64_t bytes) override;
+  absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
+  absl::Status HostFree(void* ptr) override;
+
   // The profile the device's numbers came from.
   const ArchProfile& profile() const { return *profile_; }
   // Why the profile, each capability and the granularity are what they are,
@@ -162,6 +180,15 @@ class HipBackend final : public Backend {
   void ProbeVirtualMemory();
   // hipMemGetAllocationGranularity's answer when sane, else the profile's.
   void AdoptRuntimeGranularity();
+  // ipc_handles, shareable_handles (after virtual memory) and host_memory,
+  // from the entry points the runtime has (hip_share.cc).
+  void ProbeSharing();
+  // hipMemRetainAllocationHandle + hipMemExportToShareableHandle +
+  // hipMemRelease, with the device current (hip_share.cc). The caller holds
+  // the state's lock (State is defined in hip_internal.h, hence no
+  // annotation naming it).
+  absl::StatusOr<int> ExportOnDevice(DeviceAddress address)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // The per-call wrapper: runs `body` with this backend's device current on
   // the calling thread (the thread's own device back afterwards), or answers

@@ -102,6 +102,7 @@ absl::Status HipBackend::Probe() {
   DescribeDevice(facts, driver);
   ProbePools();
   ProbeVirtualMemory();
+  ProbeSharing();
   // The virtual-memory books and rules, at the granularity just decided.
   core::LockGuard guard(&state_->mu);
   state_->vmm = std::make_unique<common::VmmLedger>(info_.min_granularity);

@@ -94,7 +94,11 @@ absl::StatusOr<PhysicalHandle> HipBackend::CreatePhysical(std::uint64_t bytes) {
   }
   return OnDevice<absl::StatusOr<PhysicalHandle>>(
       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::StatusOr<PhysicalHandle> {
-        const HipAllocationProp prop(ordinal_, runtime_version_);
+        HipAllocationProp prop(ordinal_, runtime_version_);
+        // Without it hipMemExportToShareableHandle refuses the memory later.
+        if (info_.capabilities.shareable_handles) {
+          prop.RequestPosixFileDescriptor();
+        }
         hipMemGenericAllocationHandle_t handle = nullptr;
         const hipError_t e = api_->MemCreate(&handle, bytes, prop.pointer(), 0);
         if (e != hipSuccess) {

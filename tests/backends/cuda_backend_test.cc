@@ -89,10 +89,11 @@ TEST(CudaEntryPointsTest, ResolvesEveryBaseNameForTheCompiledVersion) {
         "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuMemCreate",
         "cuMemMap", "cuMemSetAccess", "cuMemAllocFromPoolAsync",
         "cuMemFreeAsync", "cuGetErrorName", "cuStreamIsCapturing",
-        "cuThreadExchangeStreamCaptureMode"}) {
+        "cuThreadExchangeStreamCaptureMode", "cuIpcOpenMemHandle",
+        "cuMemExportToShareableHandle", "cuMemHostAlloc"}) {
     EXPECT_TRUE(names.contains(expected)) << expected;
   }
-  EXPECT_EQ(names.size(), 40u);
+  EXPECT_EQ(names.size(), 48u);
 }
 
 TEST(CudaEntryPointsTest, ANewerDriverIsAskedForTheCompiledVersion) {

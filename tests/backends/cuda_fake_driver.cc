@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "tests/backends/cuda_fake_state.h"
 #include "tests/backends/fake_device_bytes.h"
 
 namespace gpualloc::cuda::testing {
@@ -20,8 +21,6 @@ using gpualloc::testing::FakeDeviceBytes;
 using gpualloc::testing::FakeRegion;
 using gpualloc::testing::FakeRegionKind;
 
-constexpr CUdeviceptr kAddressBase = 0x7f0000000000;
-constexpr CUdeviceptr kReserveBase = 0x200000000000;
 const CUcontext kPrimaryContext = reinterpret_cast<CUcontext>(0xc0ffee00);
 const CUcontext kForeignContext = reinterpret_cast<CUcontext>(0xf0e1d200);
 const CUmemoryPool kPool = reinterpret_cast<CUmemoryPool>(0x9001000);
@@ -31,87 +30,23 @@ FakeCudaDriver* g_fake = nullptr;  // the installed fake
 thread_local CUcontext t_current = nullptr;
 thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
-std::uint64_t RoundUp(std::uint64_t x, std::uint64_t to) {
-  return (x + to - 1) / to * to;
-}
+}  // namespace
 
+namespace fake_internal {
 FakeCudaDriver* Installed() {
   absl::MutexLock lock(&g_install_mu);
   return g_fake;
 }
+CUcontext CurrentContext() { return t_current; }
+}  // namespace fake_internal
+
+namespace {
+using fake_internal::Installed;
+using fake_internal::kAddressBase;
+using fake_internal::kReserveBase;
+using fake_internal::RoundUp;
 
 }  // namespace
-
-struct FakeCudaDriver::State {
-  std::vector<Request> requests;
-  std::vector<std::string> calls;
-  absl::flat_hash_map<std::string, std::pair<int, CUresult>> failures;
-  absl::flat_hash_map<std::string, CUresult> always_failures;
-  bool work_pending = false;
-  bool initialized = false;
-  int context_refs = 0;
-  std::uint64_t used = 0;  // device memory in use (granule-rounded)
-  CUdeviceptr next_address = kAddressBase;
-  CUdeviceptr next_reservation = kReserveBase;
-  std::map<CUdeviceptr, std::uint64_t> allocations;
-  struct Event {
-    bool recorded = false;
-    bool done = true;
-  };
-  std::map<std::uintptr_t, Event> events;
-  std::uintptr_t next_event = 0xe0000;
-  std::map<CUdeviceptr, std::uint64_t> reservations;
-  struct Handle {
-    std::uint64_t bytes = 0;
-    bool released = false;
-    int mappings = 0;
-  };
-  std::map<CUmemGenericAllocationHandle, Handle> handles;
-  CUmemGenericAllocationHandle next_handle = 0x4000;
-  struct Mapping {
-    std::uint64_t bytes = 0;
-    CUmemGenericAllocationHandle handle = 0;
-    bool accessible = false;
-  };
-  std::map<CUdeviceptr, Mapping> mappings;
-  bool pool_created = false;
-  std::map<int, std::uint64_t> pool_attributes;
-  std::map<CUdeviceptr, std::uint64_t> pool_blocks;  // granule-rounded sizes
-  std::uint64_t pool_used = 0, pool_reserved = 0, pool_used_high = 0,
-                pool_reserved_high = 0;
-  std::map<std::uintptr_t, int> capture_status;  // raw values
-  // The bytes behind the addresses, for cuMemcpyDtoH / cuMemcpyHtoD.
-  FakeDeviceBytes bytes;
-
-  CUdeviceptr NewAddress(std::uint64_t bytes, std::uint64_t granule) {
-    const CUdeviceptr at = next_address;
-    next_address += RoundUp(bytes, granule) + granule;  // a guard granule
-    return at;
-  }
-  // Releases a handle's memory once it is released and unmapped.
-  void MaybeFreeHandle(CUmemGenericAllocationHandle h) {
-    auto it = handles.find(h);
-    if (it != handles.end() && it->second.released &&
-        it->second.mappings == 0) {
-      used -= it->second.bytes;
-      handles.erase(it);
-      bytes.Drop({FakeRegionKind::kPhysical, h});
-    }
-  }
-  // Where a copy may touch `address`: a plain allocation, a pool block, or
-  // a mapping with access set (its handle's bytes).
-  std::optional<FakeRegion> CopyRegion(CUdeviceptr address) const {
-    const auto size = [](std::uint64_t n) { return n; };
-    if (auto r = FakeDeviceBytes::In(allocations, address, size)) return r;
-    if (auto r = FakeDeviceBytes::In(pool_blocks, address, size)) return r;
-    auto r = FakeDeviceBytes::In(mappings, address, [](const Mapping& m) {
-      return m.accessible ? m.bytes : 0;
-    });
-    if (r)
-      r->key = {FakeRegionKind::kPhysical, mappings.at(r->key.second).handle};
-    return r;
-  }
-};
 
 std::shared_ptr<FakeCudaDriver> FakeCudaDriver::Create(
     FakeCudaOptions options) {
@@ -167,6 +102,11 @@ void FakeCudaDriver::SetWorkPending(bool pending) {
   state_->work_pending = pending;
 }
 
+void FakeCudaDriver::SetProcess(int process) {
+  absl::MutexLock lock(&mu_);
+  state_->process = process;
+}
+
 void FakeCudaDriver::SetCaptureStatus(std::uintptr_t stream, int status) {
   absl::MutexLock lock(&mu_);
   state_->capture_status[stream] = status;
@@ -216,6 +156,26 @@ int FakeCudaDriver::live_events() const {
 std::size_t FakeCudaDriver::live_mappings() const {
   absl::MutexLock lock(&mu_);
   return state_->mappings.size();
+}
+std::size_t FakeCudaDriver::live_handles() const {
+  absl::MutexLock lock(&mu_);
+  return state_->handles.size();
+}
+int FakeCudaDriver::last_requested_handle_types() const {
+  absl::MutexLock lock(&mu_);
+  return state_->last_requested_handle_types;
+}
+std::size_t FakeCudaDriver::live_opened() const {
+  absl::MutexLock lock(&mu_);
+  return state_->opened.size();
+}
+std::size_t FakeCudaDriver::live_host_blocks() const {
+  absl::MutexLock lock(&mu_);
+  return state_->host_blocks.size();
+}
+unsigned int FakeCudaDriver::last_host_flags() const {
+  absl::MutexLock lock(&mu_);
+  return state_->last_host_flags;
 }
 std::size_t FakeCudaDriver::live_reservations() const {
   absl::MutexLock lock(&mu_);
@@ -340,6 +300,15 @@ CUresult FakeDeviceGetAttribute(int* value, CUdevice_attribute attribute,
       return CUDA_SUCCESS;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
       *value = o.pools_supported;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+      *value = o.unified_addressing;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+      if (o.posix_fd_attribute_result != CUDA_SUCCESS) {
+        return o.posix_fd_attribute_result;
+      }
+      *value = o.posix_fd_supported;
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;
@@ -545,19 +514,29 @@ CUresult FakeMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (size > o.total_bytes - s.used) return CUDA_ERROR_OUT_OF_MEMORY;
+  const bool exportable = (prop->requestedHandleTypes &
+                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  s.last_requested_handle_types = static_cast<int>(prop->requestedHandleTypes);
+  // A device that cannot export descriptors refuses memory asking for them.
+  if (exportable && !o.posix_fd_supported) return CUDA_ERROR_NOT_SUPPORTED;
   s.used += size;
   *handle = s.next_handle += 0x10;
-  s.handles[*handle] = {size, false, 0};
+  FakeCudaDriver::State::Handle h;
+  h.bytes = size;
+  h.memory = *handle;
+  h.exportable = exportable;
+  s.handles[*handle] = h;
+  s.memories[*handle] = {size, 1};
   return CUDA_SUCCESS;
 }
 
 CUresult FakeMemRelease(CUmemGenericAllocationHandle handle) {
   FAKE_ENTER("cuMemRelease");
   auto it = s.handles.find(handle);
-  if (it == s.handles.end() || it->second.released) {
+  if (it == s.handles.end() || it->second.released()) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  it->second.released = true;
+  --it->second.refs;
   s.MaybeFreeHandle(handle);
   return CUDA_SUCCESS;
 }
@@ -568,8 +547,8 @@ CUresult FakeMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   FAKE_ENTER("cuMemMap");
   FAKE_NEED_CONTEXT();
   auto h = s.handles.find(handle);
-  if (h == s.handles.end() || h->second.released || flags != 0 || offset != 0 ||
-      size != h->second.bytes || ptr % o.min_granularity != 0) {
+  if (h == s.handles.end() || h->second.released() || flags != 0 ||
+      offset != 0 || size != h->second.bytes || ptr % o.min_granularity != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto r = s.reservations.upper_bound(ptr);
@@ -776,7 +755,7 @@ CUresult FakeMemcpyHtoD(CUdeviceptr destination, const void* host,
 
 // Base name -> entry point.
 const std::map<std::string, void*>& EntryPoints() {
-  static const auto* const kTable = new std::map<std::string, void*>{
+  static auto* const kTable = new std::map<std::string, void*>{
       {"cuGetErrorName", reinterpret_cast<void*>(&FakeGetErrorName)},
       {"cuInit", reinterpret_cast<void*>(&FakeInit)},
       {"cuDriverGetVersion", reinterpret_cast<void*>(&FakeDriverGetVersion)},
@@ -826,6 +805,11 @@ const std::map<std::string, void*>& EntryPoints() {
       {"cuMemcpyDtoH", reinterpret_cast<void*>(&FakeMemcpyDtoH)},
       {"cuMemcpyHtoD", reinterpret_cast<void*>(&FakeMemcpyHtoD)},
   };
+  static const bool kSharing = [] {
+    fake_internal::AddSharingEntryPoints(kTable);
+    return true;
+  }();
+  (void)kSharing;
   return *kTable;
 }
 

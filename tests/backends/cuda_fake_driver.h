@@ -7,7 +7,14 @@
 // the real loader does), records every call, keeps a small model of device
 // memory (plain allocations, reservations, physical handles, mappings and
 // access, one pool, events) and returns the CUresult a real driver would for
-// misuse, or one a test chose (FailNext). Fake addresses are numbers only;
+// misuse, or one a test chose (FailNext). It also serves IPC handles (a fake
+// encoding carrying the fake process that made it: SetProcess switches the
+// calling "process", and opening a handle in the process that made it is
+// refused with CUDA_ERROR_INVALID_CONTEXT as the real driver does), physical
+// memory exported as real file descriptors (memfds, so a test can check who
+// owns and closes them; importing one gives a handle sharing the exporter's
+// memory and bytes) and page-locked host memory (real, malloc'd, page
+// aligned). Fake addresses are numbers only;
 // the bytes cuMemcpyHtoD writes behind them are kept per allocation, pool
 // block or physical handle (fake_device_bytes.h) for cuMemcpyDtoH to read.
 //
@@ -49,6 +56,14 @@ struct FakeCudaOptions {
   std::set<std::string> missing_symbols;
   // Whether the resolver knows cuGetErrorName's names.
   bool error_names = true;
+  // CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING and
+  // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED (or the
+  // error reading the latter answers, as on a driver older than CUDA 10.2).
+  bool unified_addressing = true;
+  bool posix_fd_supported = true;
+  CUresult posix_fd_attribute_result = CUDA_SUCCESS;
+  // cuMemHostAlloc answers out of memory above this many bytes.
+  std::uint64_t host_bytes = std::uint64_t{64} << 30;
 };
 
 class FakeCudaDriver {
@@ -84,6 +99,10 @@ class FakeCudaDriver {
   // do not name).
   void SetCaptureStatus(std::uintptr_t stream, int status);
 
+  // The fake process the following calls come from (0 until set). An IPC
+  // handle opens only in a process other than the one that made it.
+  void SetProcess(int process);
+
   std::vector<Request> requests() const;
   std::vector<std::string> calls() const;
   int count(const std::string& function) const;
@@ -94,6 +113,15 @@ class FakeCudaDriver {
   int live_events() const;
   std::size_t live_mappings() const;
   std::size_t live_reservations() const;
+  // Physical handles alive (created or imported, not yet gone).
+  std::size_t live_handles() const;
+  // The requestedHandleTypes of the last cuMemCreate (-1 before one).
+  int last_requested_handle_types() const;
+  // Allocations opened through IPC handles and not closed.
+  std::size_t live_opened() const;
+  // cuMemHostAlloc blocks not freed, and the last call's flags.
+  std::size_t live_host_blocks() const;
+  unsigned int last_host_flags() const;
   // The last value set for a pool attribute (0 when never set).
   std::uint64_t pool_attribute(CUmemPool_attribute attribute) const;
 

@@ -18,7 +18,14 @@
 //     a null pointer;
 //   - hipMemCreate and hipMemGetAllocationGranularity read hipMemAllocationProp
 //     in the layout of the runtime version (5.2's, or 5.3's and later), and
-//     answer hipErrorInvalidValue when the type or location is not set.
+//     answer hipErrorInvalidValue when the type or location is not set;
+//   - hipMemImportFromShareableHandle reads the descriptor through the
+//     pointer before ROCm 7.1 and as the pointer's value from 7.1.
+// Sharing: IPC handles carry the fake process that made them (SetProcess
+// switches the calling "process"; opening a handle in the process that made
+// it is refused, as CUDA does), exported memory is a real memfd descriptor
+// (importing it gives a handle sharing the exporter's memory and bytes), and
+// hipHostMalloc returns real, page-aligned host memory.
 // The current device is per thread, as in HIP: every thread starts on device
 // 0, hipSetDevice moves only the calling thread, and each call is recorded
 // with the device current on its thread when it was made (DevicesOf), so tests
@@ -29,9 +36,13 @@
 #ifndef GPUALLOC_TESTS_HIP_FAKE_RUNTIME_H_
 #define GPUALLOC_TESTS_HIP_FAKE_RUNTIME_H_
 
+#include <sys/mman.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -82,6 +93,12 @@ struct FakeHipConfig {
   bool has_capture = true;
   // hipMemcpy present.
   bool has_memcpy = true;
+  // The IPC, shareable-handle and host-memory entry points present.
+  bool has_ipc = true;
+  bool has_shareable = true;
+  bool has_host_memory = true;
+  // hipHostMalloc answers out of memory above this many bytes.
+  std::uint64_t host_bytes = 64 * kFakeGiB;
 };
 
 // The three ROCm behaviours, on an MI300X.
@@ -118,6 +135,7 @@ class FakeHipRuntime {
   }
   ~FakeHipRuntime() {
     if (Current() == this) Current() = nullptr;
+    for (const auto& [pointer, bytes] : host_blocks_) std::free(pointer);
   }
   FakeHipRuntime(const FakeHipRuntime&) = delete;
   FakeHipRuntime& operator=(const FakeHipRuntime&) = delete;
@@ -168,6 +186,20 @@ class FakeHipRuntime {
     api->MemMap = &MemMap_;
     api->MemUnmap = &MemUnmap_;
     api->MemSetAccess = &MemSetAccess_;
+    if (config_.has_ipc) {
+      api->IpcGetMemHandle = &IpcGetMemHandle_;
+      api->IpcOpenMemHandle = &IpcOpenMemHandle_;
+      api->IpcCloseMemHandle = &IpcCloseMemHandle_;
+    }
+    if (config_.has_shareable) {
+      api->MemRetainAllocationHandle = &MemRetainAllocationHandle_;
+      api->MemExportToShareableHandle = &MemExportToShareableHandle_;
+      api->MemImportFromShareableHandle = &MemImportFromShareableHandle_;
+    }
+    if (config_.has_host_memory) {
+      api->HostMalloc = &HostMalloc_;
+      api->HostFree = &HostFree_;
+    }
     return api;
   }
 
@@ -234,6 +266,33 @@ class FakeHipRuntime {
                                         : static_cast<std::int64_t>(it->second);
   }
 
+  // The fake process the following calls come from (0 until set).
+  void SetProcess(int process) {
+    std::lock_guard<std::mutex> lock(mu_);
+    process_ = process;
+  }
+  std::size_t live_handles() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return handles_.size();
+  }
+  // Whether the last hipMemCreate asked for POSIX file descriptors.
+  bool last_create_exportable() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_create_exportable_;
+  }
+  std::size_t live_opened() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return opened_.size();
+  }
+  std::size_t live_host_blocks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return host_blocks_.size();
+  }
+  unsigned last_host_flags() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_host_flags_;
+  }
+
   // What hipStreamIsCapturing answers for `stream` (None until set).
   // The raw value (any int: a newer runtime may answer values the headers
   // do not name).
@@ -251,6 +310,9 @@ class FakeHipRuntime {
     std::uint64_t bytes;
     bool released = false;
     int mappings = 0;
+    int retains = 0;           // hipMemRetainAllocationHandle, not released
+    std::uint64_t memory = 0;  // the memory's id (the creating handle's)
+    bool exportable = false;   // requestedHandleType was a descriptor
   };
 
   static FakeHipRuntime*& Current() {
@@ -396,6 +458,8 @@ class FakeHipRuntime {
         return "hipErrorNotSupported";
       case hipErrorLaunchFailure:
         return "hipErrorLaunchFailure";
+      case hipErrorInvalidContext:
+        return "hipErrorInvalidContext";
       default:
         return "hipErrorUnknown";
     }
@@ -638,28 +702,43 @@ class FakeHipRuntime {
     if (!f.PropOk(prop) || bytes == 0 || bytes % f.config_.min_granularity != 0)
       return hipErrorInvalidValue;
     if (bytes > f.Free()) return hipErrorOutOfMemory;
+    const bool exportable = f.PropWantsFd(prop);
+    f.last_create_exportable_ = exportable;
     const std::uint64_t id = 0x4000000 + 16 * ++f.last_handle_;
     f.used_ += bytes;
-    f.handles_[id] = Physical{bytes};
+    f.handles_[id] = Physical{bytes, false, 0, 0, id, exportable};
+    f.memories_[id] = {bytes, 1};
     *h = reinterpret_cast<hipMemGenericAllocationHandle_t>(id);
     return hipSuccess;
   }
+  // Forgets a handle released (retains included) and unmapped; its memory
+  // goes once no handle refers to it.
   void MaybeDropHandle(std::uint64_t id) {
     auto it = handles_.find(id);
     if (it != handles_.end() && it->second.released &&
-        it->second.mappings == 0) {
-      used_ -= it->second.bytes;
+        it->second.retains == 0 && it->second.mappings == 0) {
+      const std::uint64_t memory = it->second.memory;
       handles_.erase(it);
-      bytes_.Drop({FakeRegionKind::kPhysical, id});
+      auto m = memories_.find(memory);
+      if (m != memories_.end() && --m->second.second == 0) {
+        used_ -= m->second.first;
+        memories_.erase(m);
+        bytes_.Drop({FakeRegionKind::kPhysical, memory});
+      }
     }
   }
   static hipError_t MemRelease_(hipMemGenericAllocationHandle_t h) {
     GPUALLOC_FAKE_ENTER("hipMemRelease");
     const auto id = reinterpret_cast<std::uint64_t>(h);
     auto it = f.handles_.find(id);
-    if (it == f.handles_.end() || it->second.released)
+    if (it == f.handles_.end() ||
+        (it->second.released && it->second.retains == 0))
       return hipErrorInvalidValue;
-    it->second.released = true;
+    if (it->second.retains > 0) {
+      --it->second.retains;
+    } else {
+      it->second.released = true;
+    }
     f.MaybeDropHandle(id);
     return hipSuccess;
   }
@@ -714,10 +793,21 @@ class FakeHipRuntime {
           return m.first;
         });
     if (r) {
-      r->key = {FakeRegionKind::kPhysical, mappings_.at(r->key.second).second};
+      const std::uint64_t h = mappings_.at(r->key.second).second;
+      r->key = {FakeRegionKind::kPhysical, handles_.at(h).memory};
+      return r;
+    }
+    // An allocation of another (fake) process, opened here.
+    r = FakeDeviceBytes::In(opened_, address,
+                            [](const Opened& o) { return o.bytes; });
+    if (r) {
+      const Opened& o = opened_.at(r->key.second);
+      r->key = {FakeRegionKind::kAllocation, o.source};
+      r->offset += o.source_offset;
     }
     return r;
   }
+#include "tests/backends/hip_fake_sharing.inc"
   static hipError_t Memcpy_(void* destination, const void* source, size_t bytes,
                             hipMemcpyKind kind) {
     GPUALLOC_FAKE_ENTER("hipMemcpy");
@@ -762,6 +852,20 @@ class FakeHipRuntime {
   std::uint64_t last_handle_ = 0;
   std::map<std::uint64_t, Physical> handles_;
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> mappings_;
+  // Sharing and host memory (hip_fake_sharing.inc).
+  std::map<std::uint64_t, std::pair<std::uint64_t, int>>
+      memories_;  // bytes, refs
+  bool last_create_exportable_ = false;
+  int process_ = 0;
+  struct Opened {
+    std::uint64_t bytes = 0;
+    std::uint64_t source = 0;
+    std::uint64_t source_offset = 0;
+  };
+  std::map<std::uint64_t, Opened> opened_;
+  std::map<std::uint64_t, std::uint64_t> exports_;  // memfd inode -> memory
+  std::map<void*, std::uint64_t> host_blocks_;
+  unsigned last_host_flags_ = 0;
   // The bytes behind the addresses, for hipMemcpy.
   FakeDeviceBytes bytes_;
 };

@@ -70,6 +70,11 @@ TEST(InfoTest, PrintsDeviceProfileAndConfiguration) {
   EXPECT_THAT(run.out, HasSubstr("sm_90"));
   // The simulator's fake memory has no bytes to copy.
   EXPECT_THAT(run.out, HasSubstr("host accessible: no, host copy: no"));
+  // Sharing with other processes and page-locked host memory, said either
+  // way.
+  EXPECT_THAT(run.out, ::testing::ContainsRegex(
+                           "ipc handles: (yes|no), shareable handles: "
+                           "(yes|no), host memory: (yes|no)"));
   EXPECT_THAT(run.out, HasSubstr("80000000000 B (74.51 GiB)"));
   EXPECT_THAT(run.out, HasSubstr("Architecture profile"));
   EXPECT_THAT(run.out, HasSubstr("h100 (NVIDIA H100 80GB HBM3)"));

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+// tests/backends/cuda_fake_state.h: the fake CUDA driver's model, shared by
+// its sources (cuda_fake_driver.cc: devices, contexts, plain memory, events,
+// virtual memory, the pool, copies; cuda_fake_sharing.cc: IPC handles,
+// shareable handles, host memory). Only those two include it.
+#ifndef GPUALLOC_TESTS_BACKENDS_CUDA_FAKE_STATE_H_
+#define GPUALLOC_TESTS_BACKENDS_CUDA_FAKE_STATE_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "tests/backends/cuda_fake_driver.h"
+#include "tests/backends/fake_device_bytes.h"
+
+namespace gpualloc::cuda::testing {
+namespace fake_internal {
+
+using gpualloc::testing::FakeDeviceBytes;
+using gpualloc::testing::FakeRegion;
+using gpualloc::testing::FakeRegionKind;
+
+inline constexpr CUdeviceptr kAddressBase = 0x7f0000000000;
+inline constexpr CUdeviceptr kReserveBase = 0x200000000000;
+
+inline std::uint64_t RoundUp(std::uint64_t x, std::uint64_t to) {
+  return (x + to - 1) / to * to;
+}
+
+// The installed fake (null when none), and the calling thread's context.
+FakeCudaDriver* Installed();
+CUcontext CurrentContext();
+// The entry points cuda_fake_sharing.cc serves, by base name.
+void AddSharingEntryPoints(std::map<std::string, void*>* table);
+
+}  // namespace fake_internal
+
+struct FakeCudaDriver::State {
+  std::vector<Request> requests;
+  std::vector<std::string> calls;
+  absl::flat_hash_map<std::string, std::pair<int, CUresult>> failures;
+  absl::flat_hash_map<std::string, CUresult> always_failures;
+  bool work_pending = false;
+  bool initialized = false;
+  int context_refs = 0;
+  std::uint64_t used = 0;  // device memory in use (granule-rounded)
+  CUdeviceptr next_address = fake_internal::kAddressBase;
+  CUdeviceptr next_reservation = fake_internal::kReserveBase;
+  std::map<CUdeviceptr, std::uint64_t> allocations;
+  struct Event {
+    bool recorded = false;
+    bool done = true;
+  };
+  std::map<std::uintptr_t, Event> events;
+  std::uintptr_t next_event = 0xe0000;
+  std::map<CUdeviceptr, std::uint64_t> reservations;
+  struct Handle {
+    std::uint64_t bytes = 0;
+    int refs = 1;  // cuMemRelease calls it takes (cuMemRetainAllocationHandle
+                   // adds one)
+    int mappings = 0;
+    // The memory behind it: its own id for a created handle, the exporter's
+    // for an imported one (which does not count in `used`).
+    CUmemGenericAllocationHandle memory = 0;
+    bool exportable = false;  // requestedHandleTypes had POSIX_FILE_DESCRIPTOR
+    bool released() const { return refs == 0; }
+  };
+  std::map<CUmemGenericAllocationHandle, Handle> handles;
+  CUmemGenericAllocationHandle next_handle = 0x4000;
+  struct Mapping {
+    std::uint64_t bytes = 0;
+    CUmemGenericAllocationHandle handle = 0;
+    bool accessible = false;
+  };
+  std::map<CUdeviceptr, Mapping> mappings;
+  bool pool_created = false;
+  std::map<int, std::uint64_t> pool_attributes;
+  std::map<CUdeviceptr, std::uint64_t> pool_blocks;  // granule-rounded sizes
+  std::uint64_t pool_used = 0, pool_reserved = 0, pool_used_high = 0,
+                pool_reserved_high = 0;
+  std::map<std::uintptr_t, int> capture_status;  // raw values
+  // The bytes behind the addresses, for cuMemcpyDtoH / cuMemcpyHtoD.
+  fake_internal::FakeDeviceBytes bytes;
+
+  // --- Sharing and host memory (cuda_fake_sharing.cc) ---
+  // Physical memory by its id (the creating handle): size and the handles
+  // referring to it.
+  struct Memory {
+    std::uint64_t bytes = 0;
+    int refs = 0;
+  };
+  std::map<CUmemGenericAllocationHandle, Memory> memories;
+  int last_requested_handle_types = -1;  // cuMemCreate's, -1 before one
+  // The fake process making the calls now (SetProcess); IPC handles carry
+  // the one that made them.
+  int process = 0;
+  // Allocations opened through IPC handles: where their bytes live.
+  struct Opened {
+    std::uint64_t bytes = 0;
+    CUdeviceptr source = 0;  // the exporter's allocation
+    std::uint64_t source_offset = 0;
+  };
+  std::map<CUdeviceptr, Opened> opened;
+  // Descriptors cuMemExportToShareableHandle made (memfds), by inode: the
+  // memory they stand for.
+  std::map<std::uint64_t, CUmemGenericAllocationHandle> exports;
+  // cuMemHostAlloc's blocks (real memory) and flags.
+  std::map<void*, std::uint64_t> host_blocks;
+  unsigned int last_host_flags = 0;
+
+  CUdeviceptr NewAddress(std::uint64_t bytes, std::uint64_t granule) {
+    const CUdeviceptr at = next_address;
+    next_address +=
+        fake_internal::RoundUp(bytes, granule) + granule;  // a guard granule
+    return at;
+  }
+  // Forgets a handle once it is released and unmapped; its memory goes once
+  // no handle (created or imported) refers to it.
+  void MaybeFreeHandle(CUmemGenericAllocationHandle h) {
+    auto it = handles.find(h);
+    if (it != handles.end() && it->second.released() &&
+        it->second.mappings == 0) {
+      const CUmemGenericAllocationHandle memory = it->second.memory;
+      handles.erase(it);
+      auto m = memories.find(memory);
+      if (m != memories.end() && --m->second.refs == 0) {
+        used -= m->second.bytes;
+        memories.erase(m);
+        bytes.Drop({fake_internal::FakeRegionKind::kPhysical, memory});
+      }
+    }
+  }
+  // Where a copy may touch `address`: a plain allocation, a pool block, or
+  // a mapping with access set (its handle's bytes).
+  std::optional<fake_internal::FakeRegion> CopyRegion(
+      CUdeviceptr address) const {
+    const auto size = [](std::uint64_t n) { return n; };
+    if (auto r = fake_internal::FakeDeviceBytes::In(allocations, address, size))
+      return r;
+    if (auto r = fake_internal::FakeDeviceBytes::In(pool_blocks, address, size))
+      return r;
+    auto r = fake_internal::FakeDeviceBytes::In(
+        mappings, address,
+        [](const Mapping& m) { return m.accessible ? m.bytes : 0; });
+    if (r) {
+      const CUmemGenericAllocationHandle h = mappings.at(r->key.second).handle;
+      r->key = {fake_internal::FakeRegionKind::kPhysical, handles.at(h).memory};
+      return r;
+    }
+    // An allocation of another (fake) process, opened here: its bytes.
+    r = fake_internal::FakeDeviceBytes::In(
+        opened, address, [](const Opened& o) { return o.bytes; });
+    if (r) {
+      const Opened& o = opened.at(r->key.second);
+      r->key = {fake_internal::FakeRegionKind::kAllocation, o.source};
+      r->offset += o.source_offset;
+    }
+    return r;
+  }
+  ~State();
+};
+
+}  // namespace gpualloc::cuda::testing
+
+#endif  // GPUALLOC_TESTS_BACKENDS_CUDA_FAKE_STATE_H_
