@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/lock.h"
+#include "gpualloc/core/host_allocator.h"
 #include "gpualloc/runtime/registry.h"
 #include "runtime/backend_factory.h"
 
@@ -47,6 +49,7 @@ class DeviceRegistryImpl final : public DeviceRegistry {
           "the backend factory returned no backend for device ", ordinal));
     }
     const DeviceInfo device = (*backend)->info();
+    std::shared_ptr<Backend> kept = *backend;
     absl::StatusOr<std::unique_ptr<Allocator>> allocator =
         CreateAllocator(config_.options, std::move(*backend));
     if (!allocator.ok()) {
@@ -55,8 +58,39 @@ class DeviceRegistryImpl final : public DeviceRegistry {
       return runtime::RestateOptionsError(config_, allocator.status(), &device);
     }
     slot.allocator = std::move(*allocator);
+    slot.backend = std::move(kept);
     slot.ready.store(slot.allocator.get(), std::memory_order_release);
     return slot.allocator.get();
+  }
+
+  absl::StatusOr<Allocator*> GetHost() override {
+    if (Allocator* a = host_ready_.load(std::memory_order_acquire)) return a;
+    absl::StatusOr<Allocator*> device = Get(0);
+    if (!device.ok()) return device.status();
+    std::shared_ptr<Backend> backend;
+    {
+      core::LockGuard guard(&slots_[0].mu);
+      backend = slots_[0].backend;
+    }
+    core::LockGuard guard(&host_mu_);
+    if (host_ != nullptr) return host_.get();
+    Options options;
+    options.memory_limit = config_.host_memory_limit;
+    options.name = "host pool";
+    absl::StatusOr<std::unique_ptr<Allocator>> host =
+        CreateHostAllocator(options, std::move(backend));
+    if (!host.ok()) {
+      return absl::Status(
+          host.status().code(),
+          absl::StrCat(host.status().message(),
+                       config_.host_memory_limit != 0
+                           ? absl::StrCat(" (host_memory_limit ",
+                                          config_.host_memory_limit, ")")
+                           : std::string()));
+    }
+    host_ = std::move(*host);
+    host_ready_.store(host_.get(), std::memory_order_release);
+    return host_.get();
   }
 
   int num_devices() const override { return num_devices_; }
@@ -66,6 +100,8 @@ class DeviceRegistryImpl final : public DeviceRegistry {
   struct Slot {
     core::Lock mu;
     std::unique_ptr<Allocator> allocator ABSL_GUARDED_BY(mu);
+    // The device's backend, for the host pool (device 0).
+    std::shared_ptr<Backend> backend ABSL_GUARDED_BY(mu);
     // allocator.get() once created; read without the lock.
     std::atomic<Allocator*> ready{nullptr};
   };
@@ -74,6 +110,10 @@ class DeviceRegistryImpl final : public DeviceRegistry {
   const BackendFactory factory_;
   const int num_devices_;
   const std::unique_ptr<Slot[]> slots_;
+  // The pinned host pool (GetHost), destroyed before the devices' allocators.
+  core::Lock host_mu_;
+  std::unique_ptr<Allocator> host_ ABSL_GUARDED_BY(host_mu_);
+  std::atomic<Allocator*> host_ready_{nullptr};
 };
 
 }  // namespace

@@ -61,6 +61,10 @@ absl::string_view SimOpName(SimOp op) {
       return "copy_to_host";
     case SimOp::kCopyFromHost:
       return "copy_from_host";
+    case SimOp::kHostAllocate:
+      return "host_allocate";
+    case SimOp::kHostFree:
+      return "host_free";
     case SimOp::kCount:
       break;
   }

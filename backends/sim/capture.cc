@@ -40,8 +40,8 @@ const char* ModeName(CaptureMode mode) {
 enum class Rule {
   kNone,
   kOnCapturingStream,  // RecordEvent, StreamWaitEvent on a capturing stream
-  kHostWait,           // SynchronizeEvent, Free, CopyToHost, CopyFromHost
-  kDeviceMemory,       // allocates, maps or frees, unless kRelaxed
+  kHostWait,      // SynchronizeEvent, Free, CopyToHost, CopyFromHost, HostFree
+  kDeviceMemory,  // allocates, maps or frees, unless kRelaxed
 };
 
 struct CallRule {
@@ -63,6 +63,10 @@ CallRule RuleOf(SimOp op) {
       return {Rule::kHostWait, "CopyToHost"};
     case SimOp::kCopyFromHost:
       return {Rule::kHostWait, "CopyFromHost"};
+    case SimOp::kHostFree:
+      return {Rule::kHostWait, "HostFree"};
+    case SimOp::kHostAllocate:
+      return {Rule::kDeviceMemory, "HostAllocate"};
     case SimOp::kAllocate:
       return {Rule::kDeviceMemory, "Allocate"};
     case SimOp::kReserveAddress:

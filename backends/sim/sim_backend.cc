@@ -345,6 +345,34 @@ absl::Status SimBackend::CopyFromHost(DeviceAddress destination,
   return impl_->Copy(SimOp::kCopyFromHost, destination, host, bytes,
                      [&](void* device) { std::memcpy(device, host, bytes); });
 }
+absl::StatusOr<void*> SimBackend::HostAllocate(std::uint64_t bytes) {
+  if (!info().capabilities.host_memory) {
+    return impl_->Unsupported(SimOp::kHostAllocate,
+                              Backend::HostAllocate(bytes));
+  }
+  return impl_->HostAllocate(bytes);
+}
+absl::Status SimBackend::HostFree(void* ptr) {
+  if (!info().capabilities.host_memory) {
+    return impl_->Unsupported(SimOp::kHostFree, Backend::HostFree(ptr));
+  }
+  return impl_->HostFree(ptr);
+}
+std::uint64_t SimBackend::host_bytes_allocated() const {
+  return impl_->WithHost([](sim::HostMemory& h) { return h.bytes(); });
+}
+std::uint64_t SimBackend::peak_host_bytes_allocated() const {
+  return impl_->WithHost([](sim::HostMemory& h) { return h.peak_bytes(); });
+}
+std::uint64_t SimBackend::live_host_allocations() const {
+  return impl_->WithHost([](sim::HostMemory& h) { return h.live(); });
+}
+std::uint64_t SimBackend::pageable_copies() const {
+  return impl_->pageable_copies();
+}
+std::uint64_t SimBackend::pageable_copy_bytes() const {
+  return impl_->pageable_copy_bytes();
+}
 bool SimBackend::IsAccessible(DeviceAddress address,
                               std::uint64_t bytes) const {
   const DeviceAddress end = sim::SaturatingEnd(address, bytes);

@@ -26,6 +26,8 @@
 //  - sim_options.h: SimOptions checked and turned into the DeviceInfo.
 //  - host_copy.h: the checks of the copies between device and host memory
 //    (host-backed memory only; the copy itself is a memcpy).
+//  - host_memory.h: pinned host memory (HostAllocate, HostFree), its own
+//    capacity; copies whose host side is not pinned pay the pageable rate.
 // Plain allocations, pool segments and physical handles share the device's
 // capacity.
 //
@@ -53,6 +55,7 @@
 #include "backends/sim/call_ledger.h"
 #include "backends/sim/capture.h"
 #include "backends/sim/host_copy.h"
+#include "backends/sim/host_memory.h"
 #include "backends/sim/placement.h"
 #include "backends/sim/pool.h"
 #include "backends/sim/sim_options.h"
@@ -79,7 +82,16 @@ class SimBackend::Impl {
         streams_(info_, options.clock, options.work_ns),
         vm_(options.memory, info_, HostPageSize(), &placement_),
         pool_(info_, &placement_, &streams_, &ledger_,
-              [this] { return DeviceFreeForPool(); }) {}
+              [this] { return DeviceFreeForPool(); }),
+        host_(options.memory, info_.name, options.ordinal,
+              options.host_memory_bytes != 0 ? options.host_memory_bytes
+                                             : kDefaultHostMemoryBytes,
+              HostPageSize()),
+        pageable_ns_per_mib_(options.pageable_copy_ns_per_mib) {}
+
+  // SimOptions::host_memory_bytes' default: 1 TiB.
+  static constexpr std::uint64_t kDefaultHostMemoryBytes = std::uint64_t{1}
+                                                           << 40;
 
   const DeviceInfo& info() const { return info_; }
 
@@ -348,6 +360,41 @@ class SimBackend::Impl {
                               });
   }
 
+  // --- Pinned host memory
+  // ------------------------------------------------------
+
+  absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) {
+    return Call<absl::StatusOr<void*>>(
+        SimOp::kHostAllocate, [&](std::uint64_t& cost) GPUALLOC_SIM_LOCKED {
+          cost = bytes;
+          return host_.Allocate(bytes);
+        });
+  }
+  absl::Status HostFree(void* ptr) {
+    return Call<absl::Status>(
+        SimOp::kHostFree, [&](std::uint64_t& cost) GPUALLOC_SIM_LOCKED {
+          cost = host_.SizeAt(ptr);
+          if (absl::Status s = host_.Free(ptr); !s.ok()) return s;
+          // cudaFreeHost synchronizes the device, as cudaFree does.
+          ledger_.AddNs(streams_.SynchronizeDevice(ledger_));
+          pool_.ReleaseAboveThreshold();
+          return absl::OkStatus();
+        });
+  }
+  template <typename F>
+  auto WithHost(F f) {
+    core::LockGuard lock(&mu_);
+    return f(host_);
+  }
+  std::uint64_t pageable_copies() {
+    core::LockGuard lock(&mu_);
+    return pageable_copies_;
+  }
+  std::uint64_t pageable_copy_bytes() {
+    core::LockGuard lock(&mu_);
+    return pageable_copy_bytes_;
+  }
+
   // --- Copies between device and host memory
   // ---------------------------------------
 
@@ -364,7 +411,10 @@ class SimBackend::Impl {
           : whole && vm_.Reserved(device, end) ? sim::CopyRange::kReserved
                                                : sim::CopyRange::kElsewhere;
       absl::Status s = sim::CheckCopy(info_, op, device, host, bytes, range);
-      if (s.ok() && bytes != 0) copy(reinterpret_cast<void*>(device));
+      if (s.ok() && bytes != 0) {
+        copy(reinterpret_cast<void*>(device));
+        if (!host_.Pinned(host, bytes)) ChargePageable(op, bytes);
+      }
       return s;
     });
   }
@@ -425,6 +475,22 @@ class SimBackend::Impl {
         vm_.physical_bytes(), free));
   }
 
+  // A copy of `bytes` from or to pageable host memory: counted, and the
+  // pageable rate's surplus over the link's added to the modeled cost.
+  void ChargePageable(SimOp op, std::uint64_t bytes) GPUALLOC_SIM_LOCKED {
+    ++pageable_copies_;
+    pageable_copy_bytes_ += bytes;
+    constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+    const std::uint64_t rate = pageable_ns_per_mib_;
+    const std::uint64_t staged = sim::SaturatingAdd(
+        bytes / kMiB > ~std::uint64_t{0} / (rate + 1) ? ~std::uint64_t{0}
+                                                      : bytes / kMiB * rate,
+        (bytes % kMiB) * rate / kMiB);
+    const std::uint64_t link =
+        ledger_.CostNs(op, bytes) - ledger_.CostNs(op, 0);
+    if (staged > link) ledger_.AddNs(staged - link);
+  }
+
   // Queues one piece of work on `stream`, checking its range.
   void Queue(Stream stream,
              const sim::CapturedWork& piece) GPUALLOC_SIM_LOCKED {
@@ -434,11 +500,12 @@ class SimBackend::Impl {
   }
 
   // Whether work may touch [start, end): all of it inside one live plain
-  // allocation, one live pool segment, or mapped with access set.
+  // allocation, one live pool segment, mapped with access set, or one live
+  // pinned host allocation.
   bool Usable(DeviceAddress start,
               DeviceAddress end) const GPUALLOC_SIM_LOCKED {
     return placement_.Holds(start, end) || pool_.Holds(start, end) ||
-           vm_.Accessible(start, end);
+           vm_.Accessible(start, end) || host_.Holds(start, end);
   }
 
   const DeviceInfo info_;
@@ -449,6 +516,10 @@ class SimBackend::Impl {
   sim::VirtualMemory vm_ ABSL_GUARDED_BY(mu_);
   sim::Pool pool_ ABSL_GUARDED_BY(mu_);
   sim::Capture capture_ ABSL_GUARDED_BY(mu_);
+  sim::HostMemory host_ ABSL_GUARDED_BY(mu_);
+  const std::uint64_t pageable_ns_per_mib_;
+  std::uint64_t pageable_copies_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t pageable_copy_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 #undef GPUALLOC_SIM_LOCKED

@@ -56,6 +56,7 @@ absl::StatusOr<DeviceInfo> MakeDeviceInfo(const SimOptions& options,
   info.capabilities.host_accessible = options.memory == SimMemory::kHostBacked;
   // Fake memory has no bytes to copy.
   info.capabilities.host_copy = options.memory == SimMemory::kHostBacked;
+  info.capabilities.host_memory = options.host_memory;
   info.driver_version = "gpualloc-sim";
 
   if (options.memory != SimMemory::kFake &&

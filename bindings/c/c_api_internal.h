@@ -100,6 +100,10 @@ Stream StreamOf(void* stream);
 // handler set for every device.
 absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device);
 
+// `s` into the caller's gpualloc_stats_t, as far as its struct_size says
+// (c_api_report.cc).
+void CopyStats(const Stats& s, gpualloc_stats_t* out);
+
 // The caller's struct (its first field is struct_size, left as the caller
 // set it) may be older (smaller): fill the whole fields that fit, never part
 // of one. Or newer (larger): fill this library's fields, leave the rest.

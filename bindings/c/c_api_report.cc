@@ -45,6 +45,8 @@ static_assert(sizeof(gpualloc_stats_t) ==
               "GPUALLOC_STATS_FIELDS (gpualloc/core/stats_fields.h)");
 #undef GPUALLOC_STATS_FIELD_SIZE
 
+}  // namespace
+
 void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   gpualloc_stats_t full;
   std::memset(&full, 0, sizeof(full));
@@ -67,7 +69,6 @@ void CopyStats(const Stats& s, gpualloc_stats_t* out) {
   CopyFieldsThatFit(&full, out, out->struct_size, kFieldEnds);
 }
 
-}  // namespace
 }  // namespace gpualloc
 
 using gpualloc::Boundary;

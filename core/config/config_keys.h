@@ -422,6 +422,9 @@ inline constexpr std::array kKeys = {
     Describe<&O::memory_kind, kKeyword<config_internal::kMemoryKinds>,
              &Config::memory_kind>("memory_kind", "GPUALLOC_MEMORY_KIND", {},
                                    "coarse|fine (hip)"),
+    Describe<&O::host_memory_limit, kPositiveSize, &Config::host_memory_limit>(
+        "host_memory_limit", "GPUALLOC_HOST_MEMORY_LIMIT", {},
+        "a size: the pinned host pool's limit"),
 };
 
 // The index of the key `name` in kKeys; kKeys.size() when there is none.

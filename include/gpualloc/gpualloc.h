@@ -363,6 +363,40 @@ GPUALLOC_API const char* gpualloc_status_name(gpualloc_status_t status);
 /* The library's version, e.g. "0.1.0". */
 GPUALLOC_API const char* gpualloc_version(void);
 
+/* --- Pinned host memory ------------------------------------------------
+ * A caching pool of page-locked host memory (cuMemHostAlloc / hipHostMalloc)
+ * for copies between host and device, one per handle, created on first use
+ * over device 0's backend (gpualloc/core/host_allocator.h). Its limit is the
+ * configuration key host_memory_limit (GPUALLOC_HOST_MEMORY_LIMIT; default:
+ * the machine's physical memory). A backend without page-locked host memory
+ * answers GPUALLOC_FAILED_PRECONDITION naming the capability.
+ *
+ * The record-stream rule: a buffer is allocated for the host, with no
+ * stream. Before freeing it, name every stream whose queued work (a copy)
+ * reads or writes it with gpualloc_host_record_stream; gpualloc_host_free
+ * then records an event on each of them, and the buffer is reused only once
+ * those events completed (never by making the host wait, except when the
+ * limit is reached). A buffer no stream was recorded for is reusable at once.
+ */
+/* At least `bytes` of pinned host memory in *out (page-aligned when at least a
+ * page). Out of the pool's limit is GPUALLOC_RESOURCE_EXHAUSTED naming it. */
+GPUALLOC_API gpualloc_status_t gpualloc_host_alloc(gpualloc_t* allocator,
+                                                   size_t bytes, void** out);
+/* Frees what gpualloc_host_alloc returned (NULL does nothing). */
+GPUALLOC_API gpualloc_status_t gpualloc_host_free(gpualloc_t* allocator,
+                                                  void* ptr);
+/* Declares that work queued on `stream` (a cudaStream_t / hipStream_t; NULL
+ * is the default stream) uses the live buffer `ptr`. */
+GPUALLOC_API gpualloc_status_t gpualloc_host_record_stream(
+    gpualloc_t* allocator, void* ptr, void* stream);
+/* Returns the pool's fully free regions (cuMemFreeHost synchronizes the
+ * device). Nothing to do when the pool was never used. */
+GPUALLOC_API gpualloc_status_t gpualloc_host_trim(gpualloc_t* allocator);
+/* The pool's statistics, as gpualloc_get_stats (set out->struct_size first);
+ * the pool is created if not used yet. */
+GPUALLOC_API gpualloc_status_t gpualloc_host_get_stats(gpualloc_t* allocator,
+                                                       gpualloc_stats_t* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -42,6 +42,7 @@ __all__ = [
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
     "memory_summary", "snapshot", "snapshot_json", "set_context",
     "release_stream", "tag", "sleep", "wake", "MIN_TORCH",
+    "pinned_empty", "host_record_stream", "host_trim", "host_stats",
 ]
 
 # The oldest PyTorch whose pluggable allocator gpualloc serves fully (2.0's
@@ -131,6 +132,7 @@ def _load(path):
     lib.gpualloc_torch_sleep.argtypes = [ctypes.c_int, ctypes.c_uint32,
                                          ctypes.c_int]
     lib.gpualloc_torch_wake.argtypes = [ctypes.c_int, ctypes.c_uint32]
+    _declare_host(lib)
     return lib
 
 
@@ -409,3 +411,87 @@ def wake(tag_value, device=None):
     status = _need().gpualloc_torch_wake(_device(device), tag_value)
     if status != 0:
         _raise_status(status, f"wake({tag_value})")
+
+
+# --- Pinned host memory ------------------------------------------------
+# PyTorch offers no pluggable host allocator (pin_memory() and
+# torch.empty(..., pin_memory=True) always use its own CachingHostAllocator),
+# so gpualloc's pool of pinned host memory is reached through these calls,
+# not through torch: pinned_empty gives a uint8 CPU tensor over pool memory,
+# freed through the pool when the tensor dies.
+
+def _declare_host(lib):
+    if not hasattr(lib, "gpualloc_torch_host_alloc"):
+        return  # an older library: the calls below raise
+    lib.gpualloc_torch_host_alloc.argtypes = [
+        ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+    lib.gpualloc_torch_host_free.argtypes = [ctypes.c_void_p]
+    lib.gpualloc_torch_host_record_stream.argtypes = [ctypes.c_void_p,
+                                                      ctypes.c_void_p]
+    lib.gpualloc_torch_host_get_stats.argtypes = [ctypes.POINTER(_Stats)]
+
+
+class _PinnedBlock:
+    """One pool allocation; frees it when the last reference goes (the
+    ctypes array the tensor's storage holds keeps the only one)."""
+
+    def __init__(self, lib, address):
+        self._lib = lib
+        self.address = address
+
+    def __del__(self):
+        status = self._lib.gpualloc_torch_host_free(self.address)
+        if status != 0:  # never raise from a finalizer
+            import sys
+            print("gpualloc: pinned_empty's free: " +
+                  self._lib.gpualloc_torch_last_error().decode(),
+                  file=sys.stderr)
+
+
+def pinned_empty(nbytes):
+    """A uint8 CPU tensor of `nbytes` over page-locked memory of gpualloc's
+    host pool (limit: host_memory_limit). The memory goes back to the pool
+    when the tensor and every view of it are gone; before that, name the
+    streams whose copies use it with host_record_stream: the pool reuses it
+    only once their work completed."""
+    import torch
+    lib = _need()
+    if nbytes <= 0:
+        raise ValueError(f"gpualloc: pinned_empty({nbytes}): the size must "
+                         "be positive")
+    out = ctypes.c_void_p()
+    status = lib.gpualloc_torch_host_alloc(nbytes, ctypes.byref(out))
+    if status != 0:
+        _raise_status(status, f"pinned_empty({nbytes})")
+    buffer = (ctypes.c_uint8 * nbytes).from_address(out.value)
+    # The tensor's storage holds the array, the array the block: the free
+    # comes when the storage goes.
+    buffer._gpualloc_block = _PinnedBlock(lib, out.value)
+    return torch.frombuffer(buffer, dtype=torch.uint8)
+
+
+def host_record_stream(tensor, stream):
+    """Declares that work queued on `stream` (a torch.cuda.Stream or its
+    cuda_stream int) uses the pinned tensor from pinned_empty."""
+    handle = getattr(stream, "cuda_stream", stream)
+    status = _need().gpualloc_torch_host_record_stream(tensor.data_ptr(),
+                                                       handle)
+    if status != 0:
+        _raise_status(status, "host_record_stream")
+
+
+def host_trim():
+    """Returns the host pool's fully free regions."""
+    status = _need().gpualloc_torch_host_trim()
+    if status != 0:
+        _raise_status(status, "host_trim")
+
+
+def host_stats():
+    """The host pool's gpualloc_stats_t fields as a dict."""
+    stats = _Stats(struct_size=ctypes.sizeof(_Stats))
+    status = _need().gpualloc_torch_host_get_stats(ctypes.byref(stats))
+    if status != 0:
+        _raise_status(status, "host_stats")
+    return {name: getattr(stats, name) for name, _ in _Stats._fields_
+            if name != "struct_size"}

@@ -94,6 +94,8 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kExchangeCaptureMode), "exchange_capture_mode");
   EXPECT_EQ(SimOpName(SimOp::kCopyToHost), "copy_to_host");
   EXPECT_EQ(SimOpName(SimOp::kCopyFromHost), "copy_from_host");
+  EXPECT_EQ(SimOpName(SimOp::kHostAllocate), "host_allocate");
+  EXPECT_EQ(SimOpName(SimOp::kHostFree), "host_free");
   EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
   // Every op has a name of its own.
   for (int i = 0; i < kNumSimOps; ++i) {
@@ -591,8 +593,10 @@ TEST(SimBackendTest, HostCopiesAreCheckedCountedAndCosted) {
             0);
   GPUALLOC_ASSERT_OK(sim->CopyToHost(in.data(), *a, kMiB));
   EXPECT_EQ(in, out);
-  EXPECT_EQ(sim->modeled_ns() - before,
-            2 * sim->CallCostNs(SimOp::kCopyToHost, kMiB));
+  // Pageable host memory (a std::vector, not HostAllocate's): staged, at
+  // SimOptions::pageable_copy_ns_per_mib instead of the link's rate.
+  EXPECT_EQ(sim->modeled_ns() - before, 2 * (10'000u + 41'943u));
+  EXPECT_EQ(sim->pageable_copies(), 2u);
   EXPECT_EQ(sim->calls(SimOp::kCopyToHost), 1u);
   EXPECT_EQ(sim->calls(SimOp::kCopyFromHost), 1u);
 

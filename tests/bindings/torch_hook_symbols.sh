@@ -21,7 +21,8 @@ for want in malloc free init reset memory_fraction record_stream \
   begin_allocate_stream_to_pool end_allocate_stream_to_pool configure \
   try_malloc empty_cache try_record_stream release_stream last_error \
   get_stats reset_peak_stats device_count set_oom_handler set_tag sleep wake \
-  snapshot_json string_free snapshot_pickle set_context; do
+  snapshot_json string_free snapshot_pickle set_context host_alloc host_free \
+  host_record_stream host_trim host_get_stats; do
   grep -qx "gpualloc_torch_$want" <<<"$symbols" ||
     { echo "$lib: gpualloc_torch_$want is not exported" >&2; exit 1; }
 done

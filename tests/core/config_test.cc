@@ -52,11 +52,12 @@ const ConfigSetting& SettingOf(const Config& c, const std::string& key) {
 }
 
 const std::vector<std::string> kAllKeys = {
-    "allocator",   "preallocate",   "mem_fraction", "mem_limit",
-    "expandable",  "arch",          "gc",           "gc_threshold",
-    "backend",     "device_memory", "cross_stream", "growth",
-    "granularity", "min_block",     "split_bound",  "size_divisions",
-    "history",     "front_cache",   "name",         "memory_kind"};
+    "allocator",        "preallocate",   "mem_fraction", "mem_limit",
+    "expandable",       "arch",          "gc",           "gc_threshold",
+    "backend",          "device_memory", "cross_stream", "growth",
+    "granularity",      "min_block",     "split_bound",  "size_divisions",
+    "history",          "front_cache",   "name",         "memory_kind",
+    "host_memory_limit"};
 
 TEST(ConfigTest, DefaultsAreJaxs) {
   auto c = Resolve("");
@@ -271,9 +272,11 @@ TEST(ConfigTest, VariablesReachTheOptions) {
                         {"GPUALLOC_HISTORY", "1000"},
                         {"GPUALLOC_FRONT_CACHE", "4MiB"},
                         {"GPUALLOC_NAME", "job"},
-                        {"GPUALLOC_MEMORY_KIND", "fine"}});
+                        {"GPUALLOC_MEMORY_KIND", "fine"},
+                        {"GPUALLOC_HOST_MEMORY_LIMIT", "1GiB"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->memory_kind, MemoryKind::kFine);
+  EXPECT_EQ(c->host_memory_limit, kGiB);
   EXPECT_EQ(c->options.mode, AllocatorMode::kPlatform);
   EXPECT_FALSE(c->options.preallocate);
   EXPECT_EQ(c->options.memory_fraction, 0.5);
@@ -342,6 +345,8 @@ TEST(ConfigTest, PrecedenceOptionVariableAliasDefault) {
       {"name", "GPUALLOC_NAME", "", "a", "b", "", "a", "b", ""},
       {"memory_kind", "GPUALLOC_MEMORY_KIND", "", "fine", "coarse", "", "fine",
        "coarse", ""},
+      {"host_memory_limit", "GPUALLOC_HOST_MEMORY_LIMIT", "", "1GiB", "2GiB",
+       "", "1073741824", "2147483648", ""},
   };
   for (const PrecedenceCase& t : cases) {
     SCOPED_TRACE(t.key + " / " + t.variable + " / " + t.alias);
@@ -852,6 +857,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"front_cache", "0", ValueOrigin::kDefault, "default"},
       {"name", "x", ValueOrigin::kOption, "config string"},
       {"memory_kind", "coarse", ValueOrigin::kDefault, "default"},
+      {"host_memory_limit", "unset", ValueOrigin::kDefault, "default"},
   };
   ASSERT_EQ(c->settings.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -1710,6 +1716,30 @@ TEST(ConfigTest, ReadmeTableMatchesTheKeys) {
 TEST(ConfigTest, ReferenceTableMatchesTheKeys) {
   ExpectTableMatchesTheKeys(
       std::string(GPUALLOC_SOURCE_DIR) + "/docs/REFERENCE.md", "### Keys");
+}
+
+}  // namespace
+}  // namespace gpualloc
+
+namespace gpualloc {
+namespace {
+
+// host_memory_limit: the pinned host pool's limit, a positive size.
+TEST(ConfigTest, HostMemoryLimitIsAPositiveSize) {
+  auto c = ResolveConfig("host_memory_limit=2GiB", MapEnvironment({}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host_memory_limit, std::uint64_t{2} << 30);
+  c = ResolveConfig("",
+                    MapEnvironment({{"GPUALLOC_HOST_MEMORY_LIMIT", "1GB"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host_memory_limit, 1'000'000'000u);
+  c = ResolveConfig("", MapEnvironment({}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host_memory_limit, 0u);
+  c = ResolveConfig("host_memory_limit=0", MapEnvironment({}));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()),
+              ::testing::HasSubstr("host_memory_limit"));
 }
 
 }  // namespace

@@ -75,6 +75,8 @@ enum class SimOp : int {
   kExchangeCaptureMode,
   kCopyToHost,
   kCopyFromHost,
+  kHostAllocate,
+  kHostFree,
   kCount
 };
 inline constexpr int kNumSimOps = static_cast<int>(SimOp::kCount);
@@ -148,7 +150,15 @@ struct SimOptions {
   // cost 10 us per call (a synchronous cuMemcpy's launch and completion)
   // plus their bytes over a host link of about 50 GB/s, 20'972 ns per MiB
   // (PCIe 5 x16 and NVLink-C2C-class links of the H100/H200 and MI300X
-  // devices the profiles describe; the same figure for every profile).
+  // devices the profiles describe; the same figure for every profile) when
+  // the host range is pinned memory of this device (HostAllocate); a copy
+  // from or to ordinary pageable memory goes through the driver's pinned
+  // staging buffer and costs pageable_copy_ns_per_mib per MiB instead (below).
+  // Pinned host memory (HostAllocate, cuMemHostAlloc) costs 50 us per call
+  // plus 200 us per MiB (faulting in and page-locking the pages, about
+  // 5 GB/s); HostFree (cuMemFreeHost) 30 us plus 20 us per MiB, and it
+  // synchronizes the device like Free (a host wait, below). Estimates of the
+  // orders of magnitude measured on CUDA hosts, not measurements of ours.
   // A pool call that grows the pool by a segment also adds the kAllocate
   // cost of the segment's bytes, and one that returns a segment to the
   // device (a trim, or the release threshold applied at a synchronization
@@ -187,7 +197,9 @@ struct SimOptions {
       /*kIsCapturing=*/100,
       /*kExchangeCaptureMode=*/100,
       /*kCopyToHost=*/10'000,
-      /*kCopyFromHost=*/10'000};
+      /*kCopyFromHost=*/10'000,
+      /*kHostAllocate=*/50'000,
+      /*kHostFree=*/30'000};
   std::array<std::uint64_t, kNumSimOps> cost_ns_per_mib = {
       /*kAllocate=*/kProfileCost,
       /*kFree=*/kProfileCost,
@@ -213,7 +225,17 @@ struct SimOptions {
       /*kIsCapturing=*/0,
       /*kExchangeCaptureMode=*/0,
       /*kCopyToHost=*/20'972,
-      /*kCopyFromHost=*/20'972};
+      /*kCopyFromHost=*/20'972,
+      /*kHostAllocate=*/200'000,
+      /*kHostFree=*/20'000};
+  // A copy whose host range is not pinned memory of this device (pageable
+  // memory: staged through a pinned bounce buffer by the driver) costs this
+  // per MiB instead of cost_ns_per_mib's link rate: about 25 GB/s, half the
+  // link's.
+  std::uint64_t pageable_copy_ns_per_mib = 41'943;
+  // Pinned host memory the modeled machine can hand out (HostAllocate);
+  // 0: 1 TiB. Not taken from the device's capacity.
+  std::uint64_t host_memory_bytes = 0;
   // Manual clock: the modeled cost of waiting for one pending piece of work
   // (0: work_ns, what a piece takes on the modeled clock by default).
   std::uint64_t host_wait_ns_per_piece = 0;
@@ -232,6 +254,10 @@ struct SimOptions {
   // Graph capture (BeginCapture...; IsCapturing and ExchangeCaptureMode):
   // needs streams, so with streams off capabilities.graph_capture is off too.
   bool graph_capture = true;
+  // Page-locked host memory (HostAllocate, HostFree; backends/sim/
+  // host_memory.h): real page-aligned mappings in host-backed memory, fake
+  // addresses of their own range in fake memory.
+  bool host_memory = true;
   SimClock clock = SimClock::kManual;
   // Duration of one piece of work (Use) when the caller gives none.
   std::uint64_t work_ns = 10'000;
@@ -361,6 +387,29 @@ class SimBackend final : public Backend {
   absl::Status CopyFromHost(DeviceAddress destination, const void* host,
                             std::uint64_t bytes) override;
 
+  // --- Page-locked host memory (SimOptions::host_memory) -------------------
+  // HostAllocate: at least `bytes` (positive, else InvalidArgument), rounded
+  // up to whole host pages, page-aligned; beyond SimOptions::host_memory_bytes
+  // left is ResourceExhausted with the numbers. Host-backed memory: a real
+  // anonymous mapping the caller may read and write. Fake memory: an address
+  // of a range of its own (above every device window), never dereferenced,
+  // never reused. HostFree: what HostAllocate returned, else InvalidArgument;
+  // like cudaFreeHost it synchronizes the device (all queued work completes,
+  // and the host waits for it: part of the call's cost, as for Free). Work
+  // may Use pinned memory (the device copies to and from it); copies from or
+  // to it run at the link's rate, others at the pageable rate.
+  absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
+  absl::Status HostFree(void* ptr) override;
+  // Pinned host bytes (page-rounded) live now, the most ever live at once,
+  // and how many allocations hold them.
+  std::uint64_t host_bytes_allocated() const;
+  std::uint64_t peak_host_bytes_allocated() const;
+  std::uint64_t live_host_allocations() const;
+  // Copies (CopyToHost, CopyFromHost) whose host range was pageable memory
+  // (not all inside one live pinned allocation), and their bytes.
+  std::uint64_t pageable_copies() const;
+  std::uint64_t pageable_copy_bytes() const;
+
   // --- Device work and the hazard detector ---------------------------------
   // Streams are created on first mention; every handle is an ordinary,
   // independent stream, 0 (the default stream) included: the legacy default
@@ -376,8 +425,10 @@ class SimBackend final : public Backend {
   // has not completed, and `stream` was not made to wait for it (through
   // events, transitively), a hazard is counted and logged. This is how tests
   // and the replay tool "use" memory an allocator handed out. A range that
-  // is not all inside one live plain allocation, one live pool segment, or
-  // mapped memory with access set (IsAccessible) is an access violation:
+  // is not all inside one live plain allocation, one live pool segment,
+  // mapped memory with access set (IsAccessible), or one live pinned host
+  // allocation (HostAllocate: the device copies to and from it, so work may
+  // use it) is an access violation:
   // counted and logged apart from the hazards (kInaccessible). While
   // `stream` captures (BeginCapture), Use records the piece into the capture
   // instead: nothing is queued or checked until the graph is launched.

@@ -67,6 +67,11 @@
 //                                        fine-grained (hipExtMallocWithFlags
 //                                        with hipDeviceMallocFinegrained);
 //                                        only the HIP backend takes fine
+//   host_memory_limit GPUALLOC_HOST_MEMORY_LIMIT a size: the limit of the
+//                                        pinned host memory pool
+//                                        (gpualloc/core/host_allocator.h;
+//                                        default: the machine's physical
+//                                        memory)
 // PyTorch's allocator configuration: PYTORCH_ALLOC_CONF, or the older
 // PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF (PyTorch reads the first set
 // in that order; two set to different text are an error), "key:value[,...]",
@@ -190,6 +195,7 @@ struct ConfigOverrides {
   std::optional<std::uint64_t> front_cache;
   std::optional<std::string> name;
   std::optional<MemoryKind> memory_kind;
+  std::optional<std::uint64_t> host_memory_limit;
 };
 
 // One effective setting, for reports (gpualloc-info) and logs.
@@ -225,6 +231,9 @@ struct Config {
   // Coarse- or fine-grained device memory (HIP only; other backends refuse
   // fine at creation).
   MemoryKind memory_kind = MemoryKind::kCoarse;
+  // The pinned host memory pool's limit in bytes (CreateHostAllocator's
+  // Options::memory_limit); 0: DefaultHostMemoryLimit().
+  std::uint64_t host_memory_limit = 0;
   // Every key above, in the order of the table, with its origin.
   std::vector<ConfigSetting> settings;
   // Warning lines about the environment, one per entry (a PyTorch key not

@@ -65,6 +65,11 @@ class DeviceRegistry {
   // of range is InvalidArgument; a creation error is returned to every caller
   // until a later call succeeds (nothing is cached on failure).
   virtual absl::StatusOr<Allocator*> Get(int ordinal) = 0;
+  // The pinned host memory pool (gpualloc/core/host_allocator.h), created on
+  // first use over device 0's backend (which Get(0) creates first), its
+  // limit config().host_memory_limit. Errors as for Get; a backend without
+  // page-locked host memory is FailedPrecondition naming the capability.
+  virtual absl::StatusOr<Allocator*> GetHost() = 0;
   virtual int num_devices() const = 0;
   virtual const Config& config() const = 0;
 };
