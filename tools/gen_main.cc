@@ -32,7 +32,11 @@ constexpr absl::string_view kUsage =
     "                       streams 1..K bring each layer's weights in ahead\n"
     "                       of compute, which frees them; the backward pass\n"
     "                       prefetches in reverse, and weight gradients are\n"
-    "                       offloaded and freed on a copy stream\n"
+    "                       offloaded and freed on a copy stream; the\n"
+    "                       offloaded weights and optimizer state, and per\n"
+    "                       step the token ids and gradient staging, are\n"
+    "                       page-locked host buffers (host_alloc and\n"
+    "                       host_free rows)\n"
     "  --pattern fsdp       FSDP over 8 ranks: all-gather buffers on stream 1\n"
     "                       freed on compute after each layer's forward or\n"
     "                       backward, full gradients reduce-scattered and\n"
@@ -101,6 +105,13 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(s.streams),
         static_cast<double>(s.peak_live_bytes) / (1024.0 * 1024 * 1024),
         static_cast<unsigned long long>(s.peak_live_bytes));
+  }
+  if (summary && s.host_allocs > 0) {
+    std::fprintf(
+        stderr, "host: %llu allocations, peak live %.3f GiB (%llu bytes)\n",
+        static_cast<unsigned long long>(s.host_allocs),
+        static_cast<double>(s.peak_host_live_bytes) / (1024.0 * 1024 * 1024),
+        static_cast<unsigned long long>(s.peak_host_live_bytes));
   }
   return 0;
 }

@@ -86,6 +86,12 @@ constexpr absl::string_view kUsage =
     "never makes a stream or the host wait must hold, before fragmentation.\n"
     "What the streams cost in memory, in one command: --compare-one-stream.\n"
     "\n"
+    "Host rows (host_alloc and host_free in the project CSV: page-locked\n"
+    "host buffers the streams copy to and from) are replayed apart, through\n"
+    "the host pool and with no host cache (each row a HostAllocate or\n"
+    "HostFree); the report gains a host section after the table (the JSON a\n"
+    "\"host\" object), and the device figures do not change with them.\n"
+    "\n"
     "  --config STRING      a configuration (key=value,...; the keys are\n"
     "                       listed below); repeat for more. Default: one, the\n"
     "                       defaults (on the simulator)\n"
@@ -483,6 +489,8 @@ void PrintReport(const Args& args, const Inputs& in,
   report.repeat = args.repeat;
   std::printf("%s\n\n%s", kReads,
               gpualloc::replay::FormatReplayReport(results, report).c_str());
+  const std::string host = gpualloc::replay::FormatHostReport(results, report);
+  if (!host.empty()) std::printf("\n%s", host.c_str());
   const std::string compared =
       gpualloc::replay::FormatComparisonWithPyTorch(results, report);
   if (!compared.empty()) std::printf("\n%s", compared.c_str());

@@ -173,7 +173,8 @@ TEST(ParseTrace, MalformedInputNamesFileLineAndExpectation) {
       {h + "0,alloc,0,-5,0\n", "bad.csv:2: expected a decimal size"},
       {h + "0,alloc,0,10,s\n", "bad.csv:2: expected a decimal stream"},
       {h + "0,malloc,0,10,0\n",
-       "bad.csv:2: expected action alloc or free, got \"malloc\""},
+       "bad.csv:2: expected action alloc, free, host_alloc or host_free, got "
+       "\"malloc\""},
       {h + "0,free,5,10,0\n",
        "bad.csv:2: expected the id of a live allocation, got id 5, unknown"},
       {h + "0,alloc,0,10,0\n1,free,0,10,0\n2,free,0,10,0\n",
@@ -214,7 +215,8 @@ TEST(ParseTrace, MalformedInputNamesFileLineAndExpectation) {
        "e.g. 10:00:00.001), got \"\""},
       // Control characters are escaped, not echoed.
       {h + std::string("0,al\0loc,0,10,0\n", 16),
-       "bad.csv:2: expected action alloc or free, got \"al\\x00loc\""},
+       "bad.csv:2: expected action alloc, free, host_alloc or host_free, got "
+       "\"al\\x00loc\""},
       {"seq\x01\x1b[31m\n",
        "bad.csv:1: expected header \"seq,action,addr_or_id,size,stream\" or "
        "\"Thread,Time,Action,Pointer,Size,Stream\", got "

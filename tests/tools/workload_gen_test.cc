@@ -5,6 +5,7 @@
 // must be exactly what the commands in SOURCES.md write.
 #include "tools/replay/workload_gen.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -66,7 +68,12 @@ TEST(GenerateTrace, EveryPatternIsAWellFormedBalancedTrace) {
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(t->num_allocs, t->num_frees) << GenPatternName(c.pattern);
     EXPECT_EQ(t->num_streams, c.streams) << GenPatternName(c.pattern);
-    EXPECT_EQ(summary.ops, t->ops.size());
+    EXPECT_EQ(summary.ops, t->ops.size() + t->host_ops.size());
+    EXPECT_EQ(summary.host_allocs, t->num_host_allocs);
+    EXPECT_EQ(t->num_host_allocs, t->num_host_frees);
+    // Only the prefetch pattern offloads to the host.
+    EXPECT_EQ(t->num_host_allocs > 0, c.pattern == GenPattern::kPrefetch)
+        << GenPatternName(c.pattern);
     EXPECT_EQ(summary.allocs, t->num_allocs);
     EXPECT_EQ(summary.streams, c.streams);
     EXPECT_EQ(summary.peak_live_bytes, PeakLive(*t));
@@ -77,10 +84,19 @@ TEST(GenerateTrace, EveryPatternIsAWellFormedBalancedTrace) {
     std::string line;
     std::getline(in, line);
     EXPECT_EQ(line, "seq,action,addr_or_id,size,stream");
-    std::size_t row = 0;
+    std::size_t row = 0, host_row = 0;
     while (std::getline(in, line)) {
       std::vector<std::string> f = absl::StrSplit(line, ',');
       ASSERT_EQ(f.size(), 5u) << line;
+      if (absl::StartsWith(f[1], "host_")) {
+        ASSERT_LT(host_row, t->host_ops.size()) << line;
+        EXPECT_EQ(f[4], std::to_string(t->host_ops[host_row].stream)) << line;
+        EXPECT_EQ(f[3], std::to_string(t->host_ops[host_row].size)) << line;
+        EXPECT_EQ(t->host_ops[host_row].before, row) << line;
+        ++host_row;
+        continue;
+      }
+      ASSERT_LT(row, t->ops.size()) << line;
       EXPECT_EQ(f[4], std::to_string(t->ops[row].stream)) << line;
       // A free carries its allocation's size, as the bundled traces do.
       EXPECT_EQ(f[3], std::to_string(t->ops[row].size)) << line;
@@ -182,6 +198,79 @@ TEST(ParseGenCommand, ReadsEveryOptionAndRejectsBadOnes) {
       HasSubstr("--layers: expected a whole number"));
   EXPECT_THAT(Msg(ParseGenCommand({"--pattern", "fsdp", "--bogus"}).status()),
               HasSubstr("unknown argument \"--bogus\""));
+}
+
+// The prefetch pattern's host rows: the offloaded state (weights and
+// optimizer state per layer) for the whole run, per step the token ids and
+// each layer's gradient staging on its copy stream, at most K + 1 staging
+// buffers live; the same options give the same rows.
+TEST(GenerateTrace, PrefetchEmitsItsHostBuffersDeterministically) {
+  for (std::uint64_t k : {1u, 2u}) {
+    GenOptions o;
+    o.layers = 4;
+    o.steps = 3;
+    o.copy_streams = k;
+    GenSummary summary;
+    const std::string csv = Generate(o, &summary);
+    EXPECT_EQ(csv, Generate(o));
+    absl::StatusOr<Trace> t = ParseTrace(csv, "prefetch");
+    ASSERT_TRUE(t.ok()) << t.status();
+    // 2 per layer at the start; per step the token ids and 4 stagings.
+    EXPECT_EQ(t->num_host_allocs, 2 * 4 + 3 * (1 + 4)) << k;
+    EXPECT_EQ(t->num_host_frees, t->num_host_allocs);
+    constexpr std::uint64_t kWeights = 12ull * 4096 * 4096 * 2;
+    std::uint64_t live = 0, peak = 0;
+    for (const HostTraceOp& op : t->host_ops) {
+      EXPECT_GE(op.stream, 1u);  // the copy streams, never compute
+      EXPECT_LE(op.stream, k);
+      if (op.kind == HostTraceOp::Kind::kAlloc) {
+        live += op.size;
+        peak = std::max(peak, live);
+      } else {
+        live -= op.size;
+      }
+    }
+    EXPECT_EQ(live, 0u);
+    EXPECT_EQ(summary.peak_host_live_bytes, peak);
+    // The state (7 x the fp16 weights per layer), K + 1 gradient stagings
+    // and one step's token ids (at most 8192 x 8 bytes).
+    EXPECT_GE(peak, 4 * 7 * kWeights + (k + 1) * kWeights) << k;
+    EXPECT_LE(peak, 4 * 7 * kWeights + (k + 1) * kWeights + 8192 * 8) << k;
+    // The first rows are the state, before any device row.
+    ASSERT_GE(t->host_ops.size(), 8u);
+    EXPECT_EQ(t->host_ops[7].before, 0u);
+  }
+}
+
+// The host rows change nothing of the device rows: the same allocations,
+// sizes and streams as the same options' trace without them.
+TEST(GenerateTrace, PrefetchDeviceRowsDoNotDependOnTheHostRows) {
+  GenOptions o;
+  o.layers = 5;
+  o.steps = 2;
+  absl::StatusOr<Trace> t = ParseTrace(Generate(o), "prefetch");
+  ASSERT_TRUE(t.ok()) << t.status();
+  // Drop the host rows from the text and renumber seq: the device trace.
+  std::istringstream in(Generate(o));
+  std::string line, device;
+  std::getline(in, line);
+  device = line + "\n";
+  std::uint64_t seq = 0;
+  while (std::getline(in, line)) {
+    if (absl::StrContains(line, "host_")) continue;
+    device += std::to_string(seq++) + line.substr(line.find(',')) + "\n";
+  }
+  absl::StatusOr<Trace> d = ParseTrace(device, "device");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->host_ops.empty());
+  ASSERT_EQ(d->ops.size(), t->ops.size());
+  for (std::size_t i = 0; i < d->ops.size(); ++i) {
+    EXPECT_EQ(d->ops[i].kind, t->ops[i].kind) << i;
+    EXPECT_EQ(d->ops[i].id, t->ops[i].id) << i;
+    EXPECT_EQ(d->ops[i].size, t->ops[i].size) << i;
+    EXPECT_EQ(d->ops[i].stream, t->ops[i].stream) << i;
+  }
+  EXPECT_EQ(d->num_streams, t->num_streams);
 }
 
 // SOURCES.md gives the command that wrote each bundled gen-*.csv; running

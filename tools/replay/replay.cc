@@ -146,6 +146,7 @@ void WarmHeapHeadroom() {
 Trace OneStream(const Trace& trace) {
   Trace merged = trace;
   for (TraceOp& op : merged.ops) op.stream = 0;
+  for (HostTraceOp& op : merged.host_ops) op.stream = 0;
   merged.num_streams = std::min<std::uint64_t>(trace.num_streams, 1);
   return merged;
 }
@@ -318,6 +319,13 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                         *total_steps, measured.steps());
       !s.ok()) {
     return s;
+  }
+  // The host rows, apart (their figures do not touch the device's).
+  if (!trace.host_ops.empty() && options.reference.empty()) {
+    absl::StatusOr<HostReplayResult> host =
+        ReplayHost(trace, config_string, options);
+    if (!host.ok()) return host.status();
+    result.host = std::move(*host);
   }
   // What the trace left live is freed before the allocator goes (untimed,
   // after every figure was read), so that it has nothing to report.

@@ -30,12 +30,35 @@ struct TraceOp {
   std::uint64_t time_ns = 0;
 };
 
+// A row of page-locked host memory (the project CSV's host_alloc and
+// host_free): a buffer the program's streams copy to and from. Kept apart
+// from the device ops, so that everything that reads Trace::ops (the device
+// replay, the no-wait bound, the reference models, the picture) sees exactly
+// what it saw in a trace without host rows.
+struct HostTraceOp {
+  enum class Kind : std::uint8_t { kAlloc, kFree };
+  Kind kind = Kind::kAlloc;
+  std::uint64_t id = 0;      // dense host allocation id (its own 0, 1, ...)
+  std::uint64_t size = 0;    // bytes as requested (a free: its alloc's size)
+  std::uint64_t stream = 0;  // the stream whose work uses the buffer
+  std::uint64_t time_ns = 0;
+  // Device ops (Trace::ops) before it in the file: it comes right before
+  // ops[before] (after the last one when before == ops.size()).
+  std::uint64_t before = 0;
+};
+
 struct Trace {
   std::string name;  // the file name without directory and extension
   std::vector<TraceOp> ops;
   std::uint64_t num_allocs = 0;
   std::uint64_t num_frees = 0;
+  // Distinct streams of the device ops (host rows do not add to it, so they
+  // do not change how the device ops replay).
   std::uint64_t num_streams = 0;
+  // The host rows, in file order (project CSV only).
+  std::vector<HostTraceOp> host_ops;
+  std::uint64_t num_host_allocs = 0;
+  std::uint64_t num_host_frees = 0;
   // Whether the rows carry times (the project CSV's optional time_us column,
   // RMM's Time column).
   bool timed = false;
@@ -146,6 +169,42 @@ struct ReplayRepetition {
   std::uint64_t hazards = 0;
 };
 
+// The host rows' replay (host_replay.cc), one way of serving them: through
+// the host allocator (CreateHostAllocator over the simulated device), or
+// with no host cache, each host_alloc a HostAllocate and each host_free a
+// HostFree. Counts from the simulator's ledger.
+struct HostPassFigures {
+  std::uint64_t host_allocs = 0;  // HostAllocate calls
+  std::uint64_t host_frees = 0;   // HostFree calls
+  std::uint64_t host_waits = 0;   // the host blocked on a stream's work
+  std::uint64_t modeled_ns = 0;   // the modeled cost of the host side's calls
+  std::uint64_t peak_bytes_reserved = 0;
+};
+struct HostFigures {
+  std::uint64_t ops = 0;                  // host allocate + free calls made
+  std::uint64_t peak_bytes_reserved = 0;  // pinned memory held at most
+  std::uint64_t peak_bytes_in_use = 0;    // handed out at most
+  std::uint64_t host_allocs = 0;
+  std::uint64_t host_frees = 0;
+  std::uint64_t host_waits = 0;
+  std::uint64_t modeled_ns = 0;
+  // Wall time of the host rows' loop / ops (the simulator's own work in it
+  // timed apart and taken out).
+  double ns_per_op = 0;
+  // The simulator's race detector on the host buffers and the scratch
+  // (must be 0), and uses of memory not live (must be 0 too).
+  std::uint64_t hazards = 0;
+  std::uint64_t access_violations = 0;
+  std::vector<HostPassFigures> repetitions;  // one per pass, in order
+};
+struct HostReplayResult {
+  // The most bytes the host rows hold live at once, as requested (from the
+  // trace alone, one pass).
+  std::uint64_t peak_bytes_requested = 0;
+  HostFigures pool;      // the host allocator
+  HostFigures no_cache;  // no host cache
+};
+
 // The replay's figures for one (trace, configuration), over the whole run.
 struct ReplayResult {
   std::string trace;
@@ -199,6 +258,9 @@ struct ReplayResult {
   std::optional<std::uint64_t> one_stream_peak_bytes_reserved;
   std::string device;  // the simulated device's name and size
   Timeline timeline;   // when ReplayOptions::record_timeline
+  // Traces with host rows, gpualloc's replays (not the reference models'):
+  // the host rows replayed apart from the device rows (ReplayHost).
+  std::optional<HostReplayResult> host;
 };
 
 // `trace` with every op on stream 0, the default stream (a free on another
@@ -246,6 +308,23 @@ absl::StatusOr<std::string> ConfigLabel(const std::string& config_string);
 absl::StatusOr<ReplayResult> Replay(const Trace& trace,
                                     const std::string& config_string,
                                     const ReplayOptions& options = {});
+
+// The host rows of `trace` (Trace::host_ops) replayed on a fresh simulated
+// device of `config_string`'s description, under the progress model of
+// `options` (repeat, complete_every, work_us, one_stream as Replay takes
+// them), twice: through CreateHostAllocator with the configuration's
+// options, and with no host cache. The device rows are not allocated there;
+// each still counts for the ops model's completions and queues work on its
+// stream, so that the streams the host buffers are recorded on are as busy
+// as in the device replay. Each host row uses its buffer on its stream (a
+// host_free on another stream than the host_alloc's: both streams), and the
+// pool reuses a block only once that work is done. Replay calls it for a
+// trace with host rows (the result's `host`); the device figures do not
+// depend on it. Errors: a bad configuration, a backend without host memory,
+// a host allocation that fails.
+absl::StatusOr<HostReplayResult> ReplayHost(const Trace& trace,
+                                            const std::string& config_string,
+                                            const ReplayOptions& options = {});
 
 // For a program that replays many times (gpualloc-replay, gpualloc-tune),
 // called once at the start of main, before anything sizeable is allocated

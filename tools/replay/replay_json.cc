@@ -56,6 +56,34 @@ std::string RepetitionJson(const ReplayRepetition& p) {
   return rep;
 }
 
+// One way of serving the host rows (HostFigures) as a JSON object.
+std::string HostFiguresJson(const HostFigures& h) {
+  std::string o = "{";
+  AppendNumberField(&o, "ops", h.ops);
+  AppendNumberField(&o, "peak_bytes_reserved", h.peak_bytes_reserved);
+  AppendNumberField(&o, "peak_bytes_in_use", h.peak_bytes_in_use);
+  AppendNumberField(&o, "host_allocs", h.host_allocs);
+  AppendNumberField(&o, "host_frees", h.host_frees);
+  AppendNumberField(&o, "host_waits", h.host_waits);
+  AppendNumberField(&o, "modeled_ns", h.modeled_ns);
+  AppendNumberField(&o, "hazards", h.hazards);
+  AppendNumberField(&o, "access_violations", h.access_violations);
+  absl::StrAppend(&o, ",\"ns_per_op\":", JsonDouble(h.ns_per_op),
+                  ",\"repetitions\":[");
+  for (std::size_t i = 0; i < h.repetitions.size(); ++i) {
+    const HostPassFigures& p = h.repetitions[i];
+    std::string rep = "{";
+    AppendNumberField(&rep, "host_allocs", p.host_allocs);
+    AppendNumberField(&rep, "host_frees", p.host_frees);
+    AppendNumberField(&rep, "host_waits", p.host_waits);
+    AppendNumberField(&rep, "modeled_ns", p.modeled_ns);
+    AppendNumberField(&rep, "peak_bytes_reserved", p.peak_bytes_reserved);
+    absl::StrAppend(&o, i > 0 ? "," : "", rep, "}");
+  }
+  o += "]}";
+  return o;
+}
+
 // The statistics at the end of the trace: every Stats field (the rows of
 // gpualloc/core/stats_fields.h) under its own name.
 std::string StatsJson(const Stats& s) {
@@ -152,6 +180,17 @@ std::string ToJson(const ReplayResult& r) {
   out.push_back(']');
   key("stats");
   out += StatsJson(r.stats);
+  // Only for traces with host rows: the others' lines stay as they were.
+  if (r.host.has_value()) {
+    key("host");
+    std::string host = "{";
+    AppendNumberField(&host, "peak_bytes_requested",
+                      r.host->peak_bytes_requested);
+    absl::StrAppend(&host, ",\"pool\":", HostFiguresJson(r.host->pool),
+                    ",\"no_host_cache\":", HostFiguresJson(r.host->no_cache),
+                    "}");
+    out += host;
+  }
   out.push_back('}');
   return out;
 }

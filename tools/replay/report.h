@@ -72,6 +72,17 @@ struct ReportOptions {
 std::string FormatReplayReport(const std::vector<ReplayResult>& results,
                                const ReportOptions& options);
 
+// The host section, for traces with host rows (ReplayResult::host): per
+// trace a heading with the host rows' peak requested, a row per
+// configuration (host ops, peak reserved and in use, HostAllocate/HostFree
+// calls, host waits, modeled ms, ns/op; with repeat > 1 the calls, waits
+// and modeled time are the last pass's, marked *), then the "no host cache"
+// row (one per distinct figure, labelled with the configuration when they
+// differ), and its legend. "" when no result has host rows, so that the
+// report of other traces is what it was.
+std::string FormatHostReport(const std::vector<ReplayResult>& results,
+                             const ReportOptions& options);
+
 // With a baseline: per configuration (in first-seen order), over the traces
 // that have a baseline, the range of ours/PyTorch and of utilization and the
 // totals of ooms, backend calls and modeled time, one line each under a

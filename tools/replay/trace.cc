@@ -225,18 +225,134 @@ class StreamNumbers {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> numbers_;
 };
 
+// The project CSV's ids, one space for device and host rows: an alloc row
+// (alloc, host_alloc) introduces an id never seen before, and a free row
+// (free, host_free) names a live allocation of its own kind. Dense ids count
+// device and host allocations apart (0, 1, ... each), in order of their
+// alloc rows, so a hand-written trace with sparse ids replays too.
+class ProjectIds {
+ public:
+  ProjectIds(absl::string_view name) : name_(name) {}
+
+  // The new allocation's dense id.
+  absl::StatusOr<std::uint64_t> Alloc(size_t line, std::uint64_t id,
+                                      std::uint64_t size, bool host) {
+    if (!ever_.try_emplace(id, host).second) {
+      return Malformed(name_, line, "a new allocation id",
+                       absl::StrCat("id ", id, ", allocated before"));
+    }
+    std::vector<std::uint64_t>& sizes = sizes_[host ? 1 : 0];
+    const std::uint64_t dense = sizes.size();
+    live_.emplace(id, dense);
+    sizes.push_back(size);
+    return dense;
+  }
+
+  // The freed allocation's dense id; *size becomes its alloc's size.
+  absl::StatusOr<std::uint64_t> Free(size_t line, std::uint64_t id,
+                                     std::uint64_t* size, bool host) {
+    auto kind = ever_.find(id);
+    auto it = live_.find(id);
+    if (it == live_.end() || kind->second != host) {
+      std::string got = absl::StrCat("id ", id);
+      if (kind == ever_.end()) {
+        absl::StrAppend(&got, ", unknown");
+      } else if (kind->second != host) {
+        absl::StrAppend(&got, kind->second
+                                  ? ", a host allocation (host_free frees it)"
+                                  : ", a device allocation (free frees it)");
+      } else {
+        absl::StrAppend(&got, ", already freed");
+      }
+      return Malformed(name_, line,
+                       host ? "the id of a live host allocation"
+                            : "the id of a live allocation",
+                       got);
+    }
+    const std::uint64_t dense = it->second;
+    const std::uint64_t allocated = sizes_[host ? 1 : 0][dense];
+    // A free row carries its alloc's size, or 0; another size means the
+    // trace does not say what happened.
+    if (*size != 0 && *size != allocated) {
+      return Malformed(name_, line,
+                       absl::StrCat("size 0 or ", allocated, " (the size id ",
+                                    id, " was allocated with)"),
+                       absl::StrCat("size ", *size));
+    }
+    *size = allocated;
+    live_.erase(it);
+    return dense;
+  }
+
+ private:
+  absl::string_view name_;
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> live_;  // csv id -> dense
+  absl::flat_hash_map<std::uint64_t, bool> ever_;  // csv id -> is a host id
+  std::vector<std::uint64_t> sizes_[2];            // device, host
+};
+
+// One row's numbers: addr_or_id, size, stream and (timed) time_us.
+struct ProjectRow {
+  std::uint64_t id = 0, size = 0, stream = 0, us = 0;
+};
+
+absl::Status ReadProjectRow(absl::string_view name, size_t line,
+                            const std::vector<absl::string_view>& f, bool timed,
+                            ProjectRow* row) {
+  if (absl::Status s =
+          ReadNumber(name, line, f[2], false, "a decimal id in addr_or_id",
+                     "id", UINT64_MAX, &row->id);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          ReadNumber(name, line, f[3], false, "a decimal size in bytes",
+                     "size in bytes", UINT64_MAX, &row->size);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          ReadNumber(name, line, f[4], false, "a decimal stream number",
+                     "stream number", UINT64_MAX, &row->stream);
+      !s.ok()) {
+    return s;
+  }
+  if (!timed) return absl::OkStatus();
+  // At most what 64 bits hold in nanoseconds.
+  return ReadNumber(name, line, f[5], false, "a decimal time in microseconds",
+                    "time in microseconds", UINT64_MAX / 1000, &row->us);
+}
+
+// A host_alloc or host_free row, appended to trace->host_ops.
+absl::Status AddHostRow(size_t line, bool alloc, const ProjectRow& row,
+                        std::uint64_t stream, std::uint64_t time_ns,
+                        ProjectIds& ids, Trace* trace) {
+  HostTraceOp op;
+  op.stream = stream;
+  op.time_ns = time_ns;
+  op.before = trace->ops.size();
+  op.size = row.size;
+  absl::StatusOr<std::uint64_t> dense =
+      alloc ? ids.Alloc(line, row.id, row.size, true)
+            : ids.Free(line, row.id, &op.size, true);
+  if (!dense.ok()) return dense.status();
+  op.id = *dense;
+  op.kind = alloc ? HostTraceOp::Kind::kAlloc : HostTraceOp::Kind::kFree;
+  ++(alloc ? trace->num_host_allocs : trace->num_host_frees);
+  trace->host_ops.push_back(op);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
                                    absl::string_view name, bool timed) {
   Trace trace;
   trace.timed = timed;
   Clock clock;
   const size_t fields = timed ? 6 : 5;
-  // The CSV's ids are mapped to dense ids in order of their alloc rows, so a
-  // hand-written trace with sparse ids replays too.
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> live;  // csv id -> dense
-  absl::flat_hash_set<std::uint64_t> ever;
-  std::vector<std::uint64_t> sizes;
+  ProjectIds ids(name);
   StreamNumbers streams;
+  // The streams of the device rows: Trace::num_streams counts those only.
+  absl::flat_hash_set<std::uint64_t> device_streams;
   for (size_t i = 1; i < lines.size(); ++i) {
     const Line& line = lines[i];
     std::vector<absl::string_view> f = absl::StrSplit(line.text, ',');
@@ -248,81 +364,53 @@ absl::StatusOr<Trace> ParseProject(const std::vector<Line>& lines,
           absl::StrCat(f.size(), " in ", Quote(line.text)));
     }
     for (auto& field : f) field = absl::StripAsciiWhitespace(field);
-    std::uint64_t seq = 0, id = 0, size = 0, stream = 0;
+    std::uint64_t seq = 0;
     if (ParseDecimal(f[0], &seq) != Parsed::kOk || seq != i - 1) {
       return Malformed(name, line.number, absl::StrCat("seq ", i - 1),
                        Quote(f[0]));
     }
-    if (absl::Status s =
-            ReadNumber(name, line.number, f[2], false,
-                       "a decimal id in addr_or_id", "id", UINT64_MAX, &id);
+    ProjectRow row;
+    if (absl::Status s = ReadProjectRow(name, line.number, f, timed, &row);
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = ReadNumber(name, line.number, f[3], false,
-                                    "a decimal size in bytes", "size in bytes",
-                                    UINT64_MAX, &size);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = ReadNumber(name, line.number, f[4], false,
-                                    "a decimal stream number", "stream number",
-                                    UINT64_MAX, &stream);
-        !s.ok()) {
-      return s;
-    }
-    TraceOp op;
-    op.stream = streams.Map(stream);
-    if (timed) {
-      std::uint64_t us = 0;
-      // At most what 64 bits hold in nanoseconds.
-      if (absl::Status s = ReadNumber(
-              name, line.number, f[5], false, "a decimal time in microseconds",
-              "time in microseconds", UINT64_MAX / 1000, &us);
+    const std::uint64_t stream = streams.Map(row.stream);
+    const std::uint64_t time_ns = timed ? clock.Since(row.us * 1000) : 0;
+    if (f[1] == "host_alloc" || f[1] == "host_free") {
+      if (absl::Status s = AddHostRow(line.number, f[1] == "host_alloc", row,
+                                      stream, time_ns, ids, &trace);
           !s.ok()) {
         return s;
       }
-      op.time_ns = clock.Since(us * 1000);
+      continue;
     }
+    TraceOp op;
+    op.stream = stream;
+    op.time_ns = time_ns;
+    op.size = row.size;
     if (f[1] == "alloc") {
-      if (!ever.insert(id).second) {
-        return Malformed(name, line.number, "a new allocation id",
-                         absl::StrCat("id ", id, ", allocated before"));
-      }
+      absl::StatusOr<std::uint64_t> dense =
+          ids.Alloc(line.number, row.id, row.size, false);
+      if (!dense.ok()) return dense.status();
       op.kind = TraceOp::Kind::kAlloc;
-      op.id = sizes.size();
-      op.size = size;
-      live.emplace(id, op.id);
-      sizes.push_back(size);
+      op.id = *dense;
       ++trace.num_allocs;
     } else if (f[1] == "free") {
-      auto it = live.find(id);
-      if (it == live.end()) {
-        return Malformed(
-            name, line.number, "the id of a live allocation",
-            absl::StrCat("id ", id,
-                         ever.contains(id) ? ", already freed" : ", unknown"));
-      }
-      // A free row carries its alloc's size, or 0; another size means the
-      // trace does not say what happened.
-      if (size != 0 && size != sizes[it->second]) {
-        return Malformed(
-            name, line.number,
-            absl::StrCat("size 0 or ", sizes[it->second], " (the size id ", id,
-                         " was allocated with)"),
-            absl::StrCat("size ", size));
-      }
+      absl::StatusOr<std::uint64_t> dense =
+          ids.Free(line.number, row.id, &op.size, false);
+      if (!dense.ok()) return dense.status();
       op.kind = TraceOp::Kind::kFree;
-      op.id = it->second;
-      op.size = sizes[op.id];
-      live.erase(it);
+      op.id = *dense;
       ++trace.num_frees;
     } else {
-      return Malformed(name, line.number, "action alloc or free", Quote(f[1]));
+      return Malformed(name, line.number,
+                       "action alloc, free, host_alloc or host_free",
+                       Quote(f[1]));
     }
+    device_streams.insert(op.stream);
     trace.ops.push_back(op);
   }
-  trace.num_streams = streams.count();
+  trace.num_streams = device_streams.size();
   return trace;
 }
 

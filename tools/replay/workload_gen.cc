@@ -58,10 +58,7 @@ class Writer {
 
   // `bytes` before scaling; at least 1 byte after it.
   std::uint64_t Alloc(std::uint64_t bytes, std::uint64_t stream) {
-    // bytes * ppm / 1e6 without overflow for any size below 2^64 / 1e6 GiB.
-    const std::uint64_t scaled =
-        bytes / 1000000 * scale_ppm_ + bytes % 1000000 * scale_ppm_ / 1000000;
-    const std::uint64_t size = std::max<std::uint64_t>(1, scaled);
+    const std::uint64_t size = Scaled(bytes);
     const std::uint64_t id = next_id_++;
     const std::uint64_t s = StreamNumber(stream);
     Row("alloc", id, size, s);
@@ -70,6 +67,31 @@ class Writer {
     peak_ = std::max(peak_, live_bytes_);
     ++allocs_;
     return id;
+  }
+
+  // A page-locked host buffer whose work runs on `stream` (host_alloc);
+  // `bytes` before scaling. Host ids share the device rows' counter (one id
+  // space in the CSV); the live sets are apart.
+  std::uint64_t HostAlloc(std::uint64_t bytes, std::uint64_t stream) {
+    const std::uint64_t size = Scaled(bytes);
+    const std::uint64_t id = next_id_++;
+    Row("host_alloc", id, size, StreamNumber(stream));
+    host_live_.emplace(id, size);
+    host_live_bytes_ += size;
+    host_peak_ = std::max(host_peak_, host_live_bytes_);
+    ++host_allocs_;
+    return id;
+  }
+
+  void HostFree(std::uint64_t id, std::uint64_t stream) {
+    auto it = host_live_.find(id);
+    if (it == host_live_.end()) {
+      bad_free_ = true;
+      return;
+    }
+    Row("host_free", id, it->second, StreamNumber(stream));
+    host_live_bytes_ -= it->second;
+    host_live_.erase(it);
   }
 
   void Free(std::uint64_t id, std::uint64_t stream) {
@@ -85,7 +107,7 @@ class Writer {
     live_.erase(it);
   }
 
-  bool empty() const { return live_.empty(); }
+  bool empty() const { return live_.empty() && host_live_.empty(); }
   bool bad_free() const { return bad_free_; }
 
   std::string Finish(GenSummary* summary) {
@@ -94,11 +116,21 @@ class Writer {
       summary->allocs = allocs_;
       summary->streams = streams_.size() + (used_default_ ? 1 : 0);
       summary->peak_live_bytes = peak_;
+      summary->host_allocs = host_allocs_;
+      summary->peak_host_live_bytes = host_peak_;
     }
     return std::move(out_);
   }
 
  private:
+  // `bytes` scaled, at least 1: bytes * ppm / 1e6 without overflow for any
+  // size below 2^64 / 1e6 GiB.
+  std::uint64_t Scaled(std::uint64_t bytes) const {
+    const std::uint64_t scaled =
+        bytes / 1000000 * scale_ppm_ + bytes % 1000000 * scale_ppm_ / 1000000;
+    return std::max<std::uint64_t>(1, scaled);
+  }
+
   std::uint64_t StreamNumber(std::uint64_t stream) {
     if (stream == 0) {
       used_default_ = true;
@@ -123,7 +155,11 @@ class Writer {
   std::uint64_t peak_ = 0;
   bool used_default_ = false;
   bool bad_free_ = false;
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> live_;     // id -> size
+  std::uint64_t host_allocs_ = 0;
+  std::uint64_t host_live_bytes_ = 0;
+  std::uint64_t host_peak_ = 0;
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> live_;       // id -> size
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> host_live_;  // id -> size
   absl::flat_hash_map<std::uint64_t, std::uint64_t> streams_;  // raw -> number
 };
 
@@ -153,9 +189,25 @@ void Prefetch(const GenOptions& o, Rng& rng, Writer& w) {
   constexpr std::uint64_t kWeights = 12 * kHidden * kHidden * 2;  // fp16
   constexpr std::uint64_t kEmbedding = 32000 * kHidden * 2;
   auto copy_stream = [k](std::uint64_t layer) { return 1 + layer % k; };
+  // The offloaded state, in page-locked host memory for the whole run: per
+  // layer its fp16 weights (what the prefetch copies in) and its optimizer
+  // state (fp32 master weights and Adam's two moments, 6x the fp16 size),
+  // which the host's optimizer step updates and the copy stream serving the
+  // layer reads.
+  std::vector<std::uint64_t> host_state;
+  for (std::uint64_t l = 0; l < layers; ++l) {
+    host_state.push_back(w.HostAlloc(kWeights, copy_stream(l)));
+    host_state.push_back(w.HostAlloc(6 * kWeights, copy_stream(l)));
+  }
+  // Gradient staging: each weight gradient is copied out into a host buffer
+  // on its copy stream; the host's optimizer consumes it up to K layers
+  // behind, and then frees it (an offload runtime's pinned staging).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> staging;  // id, stream
   for (std::uint64_t step = 0; step < o.steps; ++step) {
     const std::uint64_t tokens = 1024 * rng.Range(2, 8);
     const std::uint64_t act = tokens * kHidden * 2;
+    // The step's token ids (int64), staged on the host and copied in.
+    const std::uint64_t batch = w.HostAlloc(tokens * 8, copy_stream(0));
     const std::uint64_t embedding = w.Alloc(kEmbedding, copy_stream(0));
     std::vector<std::uint64_t> weight(layers), saved(layers);
     // Forward.
@@ -184,6 +236,7 @@ void Prefetch(const GenOptions& o, Rng& rng, Writer& w) {
       w.Free(weight[l], kCompute);
     }
     const std::uint64_t logits = w.Alloc(tokens * 32000 * 2, kCompute);
+    w.HostFree(batch, copy_stream(0));
     w.Free(embedding, kCompute);
     w.Free(x, kCompute);
     std::uint64_t grad = w.Alloc(act, kCompute);
@@ -214,9 +267,21 @@ void Prefetch(const GenOptions& o, Rng& rng, Writer& w) {
       // prefetch there reuses them); the gradient is copied out to the host
       // on a copy stream, which frees it.
       w.Free(weight[l], copy_stream(l));
+      staging.emplace_back(w.HostAlloc(kWeights, copy_stream(l)),
+                           copy_stream(l));
       w.Free(wgrad, copy_stream(l));
+      if (staging.size() > k) {
+        w.HostFree(staging.front().first, staging.front().second);
+        staging.erase(staging.begin());
+      }
     }
     w.Free(grad, kCompute);
+    // The optimizer step ends with the last gradients.
+    for (const auto& [id, stream] : staging) w.HostFree(id, stream);
+    staging.clear();
+  }
+  for (std::uint64_t i = 0; i < host_state.size(); ++i) {
+    w.HostFree(host_state[i], copy_stream(i / 2));
   }
 }
 

@@ -23,7 +23,10 @@ namespace gpualloc::replay {
 enum class GenPattern : std::uint8_t {
   // Layer-wise weight prefetch and offload: copy streams bring each layer's
   // weights in ahead of the compute stream, which frees them after use;
-  // gradients are offloaded and freed on a copy stream.
+  // gradients are offloaded and freed on a copy stream. The offloaded state
+  // and the staging buffers are host rows (host_alloc, host_free): the
+  // weights and optimizer state for the whole run, per step the token ids
+  // and each gradient's staging buffer.
   kPrefetch,
   // FSDP: per layer an all-gather buffer (full parameters) on the all-gather
   // stream, freed on compute after the layer's forward or backward; full
@@ -61,6 +64,9 @@ struct GenSummary {
   std::uint64_t allocs = 0;
   std::uint64_t streams = 0;          // distinct stream values used
   std::uint64_t peak_live_bytes = 0;  // requested bytes
+  // Host rows (host_alloc): the prefetch pattern's page-locked buffers.
+  std::uint64_t host_allocs = 0;
+  std::uint64_t peak_host_live_bytes = 0;
 };
 
 // gpualloc-gen's command line (the arguments after the program name).
