@@ -43,15 +43,7 @@ class HostAllocator final : public Allocator {
                                  std::size_t alignment, Tag tag) override;
   absl::Status Deallocate(void* ptr, Stream stream) override;
   absl::Status RecordStream(void* ptr, Stream stream) override;
-  absl::Status ReleaseStream(Stream stream) override {
-    if (stream == kHostStream) {
-      return absl::InvalidArgumentError(
-          "host pool: ReleaseStream(kHostStream): the host is no stream to "
-          "release");
-    }
-    // Events already recorded keep their meaning; nothing else names it.
-    return absl::OkStatus();
-  }
+  absl::Status ReleaseStream(Stream stream) override;
   Stats GetStats() const override;
   void ResetPeakStats() override { bfc_->ResetPeakStats(); }
   Snapshot GetSnapshot() const override { return bfc_->GetSnapshot(); }
@@ -78,9 +70,13 @@ class HostAllocator final : public Allocator {
   const std::unique_ptr<Allocator> bfc_;
   const std::shared_ptr<Backend> device_;
   mutable core::Lock mu_;
-  // Live blocks and the streams RecordStream named for them.
-  mutable absl::flat_hash_map<void*, std::vector<Stream>> recorded_
-      ABSL_GUARDED_BY(mu_);
+  // What uses a live block: the streams RecordStream named, and the events
+  // ReleaseStream recorded for streams released since (never named again).
+  struct Uses {
+    std::vector<Stream> streams;
+    std::vector<EventHandle> events;
+  };
+  mutable absl::flat_hash_map<void*, Uses> recorded_ ABSL_GUARDED_BY(mu_);
   // Freed blocks held until their events complete.
   mutable absl::flat_hash_map<void*, std::vector<EventHandle>> held_
       ABSL_GUARDED_BY(mu_);
@@ -94,6 +90,10 @@ HostAllocator::~HostAllocator() {
   // BFC's regions.
   (void)Settle(/*wait=*/true);
   core::LockGuard lock(&mu_);
+  for (auto& [ptr, uses] : recorded_) {
+    spare_events_.insert(spare_events_.end(), uses.events.begin(),
+                         uses.events.end());
+  }
   for (EventHandle e : spare_events_) (void)device_->DestroyEvent(e);
 }
 
@@ -195,7 +195,7 @@ absl::Status HostAllocator::RecordStream(void* ptr, Stream stream) {
   GPUALLOC_RETURN_IF_ERROR(bfc_->RecordStream(ptr, kHostStream));
   if (stream == kHostStream) return absl::OkStatus();
   core::LockGuard lock(&mu_);
-  std::vector<Stream>& streams = recorded_[ptr];
+  std::vector<Stream>& streams = recorded_[ptr].streams;
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
     streams.push_back(stream);
   }
@@ -204,6 +204,7 @@ absl::Status HostAllocator::RecordStream(void* ptr, Stream stream) {
 
 absl::Status HostAllocator::Deallocate(void* ptr, Stream stream) {
   std::vector<Stream> streams;
+  std::vector<EventHandle> held;  // recorded by ReleaseStream
   {
     core::LockGuard lock(&mu_);
     if (held_.contains(ptr)) {
@@ -213,7 +214,10 @@ absl::Status HostAllocator::Deallocate(void* ptr, Stream stream) {
           ptr));
     }
     auto it = recorded_.find(ptr);
-    if (it != recorded_.end()) streams = it->second;
+    if (it != recorded_.end()) streams = it->second.streams;
+    if (it != recorded_.end() && !it->second.events.empty()) {
+      held = it->second.events;
+    }
   }
   if (!(stream == Stream()) && !(stream == kHostStream) &&
       std::find(streams.begin(), streams.end(), stream) == streams.end()) {
@@ -222,7 +226,9 @@ absl::Status HostAllocator::Deallocate(void* ptr, Stream stream) {
     GPUALLOC_RETURN_IF_ERROR(bfc_->RecordStream(ptr, kHostStream));
     streams.push_back(stream);
   }
-  if (streams.empty()) return bfc_->Deallocate(ptr, kHostStream);
+  if (streams.empty() && held.empty()) {
+    return bfc_->Deallocate(ptr, kHostStream);
+  }
   core::LockGuard lock(&mu_);
   std::vector<EventHandle> events;
   for (Stream s : streams) {
@@ -241,8 +247,39 @@ absl::Status HostAllocator::Deallocate(void* ptr, Stream stream) {
     }
     ++events_recorded_;
   }
+  events.insert(events.end(), held.begin(), held.end());
   recorded_.erase(ptr);
   held_.emplace(ptr, std::move(events));
+  return absl::OkStatus();
+}
+
+absl::Status HostAllocator::ReleaseStream(Stream stream) {
+  if (stream == kHostStream) {
+    return absl::InvalidArgumentError(
+        "host pool: ReleaseStream(kHostStream): the host is no stream to "
+        "release");
+  }
+  // Live blocks recorded on it get one event each now, the last call naming
+  // the stream; their frees then wait for those events instead.
+  core::LockGuard lock(&mu_);
+  for (auto& [ptr, uses] : recorded_) {
+    auto it = std::find(uses.streams.begin(), uses.streams.end(), stream);
+    if (it == uses.streams.end()) continue;
+    const EventHandle e = TakeEvent();
+    absl::Status recorded = e == 0 ? absl::InternalError("CreateEvent failed")
+                                   : device_->RecordEvent(e, stream);
+    if (!recorded.ok()) {
+      if (e != 0) spare_events_.push_back(e);
+      return absl::Status(
+          recorded.code(),
+          absl::StrFormat("host pool: ReleaseStream(%#x): recording an event "
+                          "for the live block %p: %s",
+                          stream.handle, ptr, recorded.message()));
+    }
+    ++events_recorded_;
+    uses.events.push_back(e);
+    uses.streams.erase(it);
+  }
   return absl::OkStatus();
 }
 

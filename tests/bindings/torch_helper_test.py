@@ -243,6 +243,38 @@ def case_after_cuda_init():
         raise AssertionError("enable() after CUDA init passed")
 
 
+def case_pinned_host():
+    """pinned_empty: a uint8 CPU tensor over the host pool's memory, freed
+    through the pool when the tensor goes; host_record_stream records the
+    stream whose copy used it (torch has no pluggable host allocator)."""
+    import gc
+    import torch
+    import gpualloc.torch as gt
+    gt.enable(config="backend=sim", library=HOOK)
+    t = gt.pinned_empty(3 << 20)
+    p = t.data_ptr()
+    check(p % 4096 == 0, f"pinned_empty's memory at {p:#x}")
+    check(t.numel() == 3 << 20, f"{t.numel()} bytes")
+    check(gt.host_stats()["bytes_in_use"] >= 3 << 20, "host pool in use")
+    gt.host_record_stream(t, torch.cuda.current_stream())
+    del t
+    gc.collect()
+    check(gt.host_stats()["events_recorded"] == 1, "an event at the free")
+    t = gt.pinned_empty(3 << 20)  # nothing queued: the block is reused
+    check(t.data_ptr() == p, "reused")
+    check(gt.host_stats()["backend_allocs"] == 1, "one region pinned")
+    del t
+    gc.collect()
+    gt.host_trim()
+    check(gt.host_stats()["bytes_reserved"] == 0, "trimmed")
+    try:
+        gt.pinned_empty(0)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("pinned_empty(0) passed")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items()
          if name.startswith("case_")}
 # The stand-in torch each case runs against.

@@ -308,6 +308,33 @@ TEST(HostAllocator, AtTheLimitTheHostWaitsForHeldBlocks) {
   EXPECT_TRUE(pool->Validate().ok());
 }
 
+TEST(HostAllocator, ReleaseStreamRecordsItsLastEventThere) {
+  auto sim = MakeSim();
+  auto pool = MakePool(sim);
+  ASSERT_NE(pool, nullptr);
+  auto a = pool->Allocate(kMiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool->RecordStream(*a, kCopy).ok());
+  sim->Use(kCopy, reinterpret_cast<DeviceAddress>(*a), kMiB);
+  ASSERT_TRUE(pool->ReleaseStream(kCopy).ok());
+  EXPECT_EQ(sim->calls(SimOp::kRecordEvent), 1u);
+  sim->DestroyStream(kCopy);
+  ASSERT_TRUE(pool->Deallocate(*a).ok());
+  EXPECT_EQ(sim->calls(SimOp::kRecordEvent), 1u);  // never named again
+  EXPECT_EQ(sim->calls_on_destroyed_streams(), 0u);
+  auto b = pool->Allocate(kMiB);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(*b, *a);  // the released stream's copy still runs
+  sim->CompleteAll();
+  auto c = pool->Allocate(kMiB);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, *a);
+  EXPECT_EQ(pool->ReleaseStream(kHostStream).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sim->hazards(), 0u);
+  EXPECT_TRUE(pool->Validate().ok());
+}
+
 // Random allocations, record-streams, frees and completions on two copy
 // streams, with the host's own use of each block it receives as work on a
 // stream of its own (completed at once: the host is synchronous): the

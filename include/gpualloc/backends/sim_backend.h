@@ -519,13 +519,13 @@ class SimBackend final : public Backend {
   // at least one stream captures:
   //   - RecordEvent on a capturing stream;
   //   - StreamWaitEvent whose waiting stream is capturing;
-  //   - a host wait: SynchronizeEvent (any event), Free (it synchronizes the
-  //     device, like cudaFree), CopyToHost and CopyFromHost (synchronous
-  //     copies);
+  //   - a host wait: SynchronizeEvent (any event), Free and HostFree (they
+  //     synchronize the device, like cudaFree and cudaFreeHost), CopyToHost
+  //     and CopyFromHost (synchronous copies);
   //   - a call that allocates, maps or frees device memory (Allocate,
   //     ReserveAddress, FreeAddress, CreatePhysical, ReleasePhysical, Map,
-  //     Unmap, SetAccess, PoolAllocate, PoolFree, PoolTrim) from a thread
-  //     whose capture mode is not kRelaxed.
+  //     Unmap, SetAccess, PoolAllocate, PoolFree, PoolTrim, HostAllocate)
+  //     from a thread whose capture mode is not kRelaxed.
   // QueryEvent is allowed (CUDA allows querying events not recorded in the
   // capture, and recording one in it is already a violation). Each violation
   // is counted and logged, the call fails with FailedPrecondition naming the

@@ -3,7 +3,7 @@
 
 Written from torch's source: every name here exists in torch with the same
 signature (torch.__version__, torch.version, torch.empty, Tensor.data_ptr,
-Tensor.record_stream, torch.uint8/float32, torch.cuda.*). What torch does
+Tensor.record_stream, torch.uint8/float32, torch.frombuffer, torch.cuda.*). What torch does
 in C++ for a pluggable allocator is done by libtorch_standin.so
 (standin.cc). Chosen by environment, for the tests:
   STANDIN_TORCH_VERSION  torch.__version__ (default "2.5.1"); below 2.3 the
@@ -77,6 +77,29 @@ def empty(*size, dtype=None, device=None):
     if ":" in str(device):
         index = int(str(device).split(":")[1])
     return Tensor(n * (dtype or float32).itemsize, index)
+
+
+class _CpuTensor:
+    """A CPU tensor over a Python buffer (torch.frombuffer's): its storage
+    keeps the buffer alive, as torch's does."""
+
+    def __init__(self, buffer, dtype):
+        import ctypes
+        self._buffer = buffer
+        self.dtype = dtype
+        self._ptr = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+
+    def data_ptr(self):
+        return self._ptr
+
+    def numel(self):
+        return memoryview(self._buffer).nbytes // self.dtype.itemsize
+
+
+def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
+    if count != -1 or offset != 0 or requires_grad:
+        raise RuntimeError("the stand-in's frombuffer takes the whole buffer")
+    return _CpuTensor(buffer, dtype)
 
 
 from . import cuda  # noqa: E402
