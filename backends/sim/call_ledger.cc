@@ -65,6 +65,16 @@ absl::string_view SimOpName(SimOp op) {
       return "host_allocate";
     case SimOp::kHostFree:
       return "host_free";
+    case SimOp::kGetIpcHandle:
+      return "get_ipc_handle";
+    case SimOp::kOpenIpcHandle:
+      return "open_ipc_handle";
+    case SimOp::kCloseIpcHandle:
+      return "close_ipc_handle";
+    case SimOp::kExportMapping:
+      return "export_mapping";
+    case SimOp::kImportPhysical:
+      return "import_physical";
     case SimOp::kCount:
       break;
   }

@@ -4,9 +4,11 @@
 #include "backends/sim/placement.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "backends/sim/sim_util.h"
@@ -30,6 +32,7 @@ void Placement::Unplace(const Allocation& allocation) {
   if (allocation.mapping != nullptr) {
     (void)munmap(allocation.mapping, allocation.mapping_length);
   }
+  if (allocation.fd >= 0) (void)close(allocation.fd);
 }
 
 absl::StatusOr<DeviceAddress> Placement::Place(std::uint64_t size,
@@ -109,9 +112,62 @@ absl::Status Placement::Free(DeviceAddress address) {
                                                address, info_.name,
                                                std::strerror(error)));
   }
+  if (allocation.fd >= 0) (void)close(allocation.fd);
   bytes_allocated_ -= allocation.size;
   live_.erase(it);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> Placement::SharedFd(absl::string_view call,
+                                        DeviceAddress address) {
+  auto it = live_.find(address);
+  if (it == live_.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s of %#x on %s: not the start of a live allocation of this device "
+        "(an address Allocate returned and Free did not take back)",
+        call, address, info_.name));
+  }
+  Allocation& allocation = it->second;
+  if (allocation.fd >= 0 || memory_ != SimMemory::kHostBacked) {
+    return allocation.fd;
+  }
+  const std::uint64_t length = AlignUp(allocation.size, host_page_size_);
+  const auto fail = [&](absl::string_view what, int error, int fd) {
+    if (fd >= 0) close(fd);
+    return absl::InternalError(absl::StrFormat("%s of %#x on %s: %s: %s", call,
+                                               address, info_.name, what,
+                                               std::strerror(error)));
+  };
+  const int fd = memfd_create("gpualloc-sim-allocation", MFD_CLOEXEC);
+  if (fd < 0) return fail("memfd_create", errno, -1);
+  if (ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    return fail("ftruncate of the memfd", errno, fd);
+  }
+  // Only the resident pages hold anything: the rest reads as zeros, which
+  // the memfd's holes do too.
+  auto* base = reinterpret_cast<unsigned char*>(address);
+  const std::uint64_t pages = length / host_page_size_;
+  std::vector<unsigned char> resident(pages);
+  if (mincore(base, length, resident.data()) != 0) {
+    return fail("mincore", errno, fd);
+  }
+  for (std::uint64_t page = 0; page < pages; ++page) {
+    if ((resident[page] & 1) == 0) continue;
+    const std::uint64_t offset = page * host_page_size_;
+    if (pwrite(fd, base + offset, host_page_size_,
+               static_cast<off_t>(offset)) !=
+        static_cast<ssize_t>(host_page_size_)) {
+      return fail("copy to the memfd", errno, fd);
+    }
+  }
+  if (mmap(base, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+           0) == MAP_FAILED) {
+    // The private pages are still there only if MAP_FIXED failed before
+    // replacing them, which Linux does for the errors it reports here.
+    return fail("mmap of the memfd", errno, fd);
+  }
+  allocation.fd = fd;
+  return fd;
 }
 
 std::uint64_t Placement::SizeAt(DeviceAddress address) const {

@@ -24,6 +24,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "backends/layer.h"
 #include "gpualloc/backends/sim_backend.h"
 #include "gpualloc/core/backend.h"
@@ -35,6 +36,9 @@ struct Allocation {
   std::uint64_t size = 0;   // accounted: rounded up to the alignment
   void* mapping = nullptr;  // host-backed only: the whole mapping
   std::uint64_t mapping_length = 0;
+  // Host-backed and shared (SharedFd): the memfd mapped MAP_SHARED over the
+  // accessible bytes.
+  int fd = -1;
 };
 
 class Placement {
@@ -62,6 +66,13 @@ class Placement {
   std::uint64_t SizeAt(DeviceAddress address) const;
   // Whether all of [start, end) lies in one live plain allocation.
   bool Holds(DeviceAddress start, DeviceAddress end) const;
+  // Host-backed memory: the memfd behind the plain allocation at `address`
+  // (its start), made at the first call: the accessible bytes move to a
+  // memfd mapped MAP_SHARED | MAP_FIXED at the same address, their content
+  // copied (the resident pages only), so that another process can map them.
+  // The allocation keeps it until freed. InvalidArgument naming `call` for
+  // an address that does not start a live plain allocation.
+  absl::StatusOr<int> SharedFd(absl::string_view call, DeviceAddress address);
 
   // Fake memory: the start of a reservation of `bytes` aligned to `alignment`
   // just below the lowest one so far, a guard granule below it and above

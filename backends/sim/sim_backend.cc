@@ -373,6 +373,43 @@ std::uint64_t SimBackend::pageable_copies() const {
 std::uint64_t SimBackend::pageable_copy_bytes() const {
   return impl_->pageable_copy_bytes();
 }
+absl::StatusOr<IpcHandle> SimBackend::GetIpcHandle(DeviceAddress base) {
+  if (!info().capabilities.ipc_handles) {
+    return impl_->Unsupported(SimOp::kGetIpcHandle,
+                              Backend::GetIpcHandle(base));
+  }
+  return impl_->GetIpcHandle(base);
+}
+absl::StatusOr<DeviceAddress> SimBackend::OpenIpcHandle(
+    const IpcHandle& handle) {
+  if (!info().capabilities.ipc_handles) {
+    return impl_->Unsupported(SimOp::kOpenIpcHandle,
+                              Backend::OpenIpcHandle(handle));
+  }
+  return impl_->OpenIpcHandle(handle);
+}
+absl::Status SimBackend::CloseIpcHandle(DeviceAddress address) {
+  if (!info().capabilities.ipc_handles) {
+    return impl_->Unsupported(SimOp::kCloseIpcHandle,
+                              Backend::CloseIpcHandle(address));
+  }
+  return impl_->CloseIpcHandle(address);
+}
+absl::StatusOr<int> SimBackend::ExportMapping(DeviceAddress address) {
+  if (!info().capabilities.shareable_handles) {
+    return impl_->Unsupported(SimOp::kExportMapping,
+                              Backend::ExportMapping(address));
+  }
+  return impl_->ExportMapping(address);
+}
+absl::StatusOr<PhysicalHandle> SimBackend::ImportPhysical(int fd,
+                                                          std::uint64_t bytes) {
+  if (!info().capabilities.shareable_handles) {
+    return impl_->Unsupported(SimOp::kImportPhysical,
+                              Backend::ImportPhysical(fd, bytes));
+  }
+  return impl_->ImportPhysical(fd, bytes);
+}
 bool SimBackend::IsAccessible(DeviceAddress address,
                               std::uint64_t bytes) const {
   const DeviceAddress end = sim::SaturatingEnd(address, bytes);

@@ -24,6 +24,8 @@
 //  - capture.h: graph capture: captured work, graphs, and the capture rules
 //    every call is checked against while a stream captures (Call).
 //  - sim_options.h: SimOptions checked and turned into the DeviceInfo.
+//  - ipc.h: IPC handles of plain allocations, exported and imported
+//    mappings (two instances stand for two processes).
 //  - host_copy.h: the checks of the copies between device and host memory
 //    (host-backed memory only; the copy itself is a memcpy).
 //  - host_memory.h: pinned host memory (HostAllocate, HostFree), its own
@@ -56,6 +58,7 @@
 #include "backends/sim/capture.h"
 #include "backends/sim/host_copy.h"
 #include "backends/sim/host_memory.h"
+#include "backends/sim/ipc.h"
 #include "backends/sim/placement.h"
 #include "backends/sim/pool.h"
 #include "backends/sim/sim_options.h"
@@ -81,6 +84,7 @@ class SimBackend::Impl {
         placement_(options.memory, info_, options.ordinal, HostPageSize()),
         streams_(info_, options.clock, options.work_ns),
         vm_(options.memory, info_, HostPageSize(), &placement_),
+        ipc_(options.memory, info_, HostPageSize(), &placement_, &vm_),
         pool_(info_, &placement_, &streams_, &ledger_,
               [this] { return DeviceFreeForPool(); }),
         host_(options.memory, info_.name, options.ordinal,
@@ -154,6 +158,7 @@ class SimBackend::Impl {
         SimOp::kFree, [&](std::uint64_t& cost) GPUALLOC_SIM_LOCKED {
           cost = placement_.SizeAt(address);
           if (absl::Status s = placement_.Free(address); !s.ok()) return s;
+          ipc_.Forget(address);
           // cudaFree synchronizes the device: everything queued completes,
           // and the host has seen it (a synchronization point for the pool
           // as well). The host waits for that work: part of the call's cost.
@@ -394,6 +399,38 @@ class SimBackend::Impl {
     core::LockGuard lock(&mu_);
     return pageable_copy_bytes_;
   }
+  // --- Sharing memory with other processes (backends/sim/ipc.h)
+  // ---------------------------------------------------------------
+
+  absl::StatusOr<IpcHandle> GetIpcHandle(DeviceAddress base) {
+    return Call<absl::StatusOr<IpcHandle>>(
+        SimOp::kGetIpcHandle, [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+          return ipc_.GetHandle(base);
+        });
+  }
+  absl::StatusOr<DeviceAddress> OpenIpcHandle(const IpcHandle& handle) {
+    return Call<absl::StatusOr<DeviceAddress>>(
+        SimOp::kOpenIpcHandle,
+        [&](std::uint64_t&) GPUALLOC_SIM_LOCKED { return ipc_.Open(handle); });
+  }
+  absl::Status CloseIpcHandle(DeviceAddress address) {
+    return Call<absl::Status>(SimOp::kCloseIpcHandle,
+                              [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+                                return ipc_.Close(address);
+                              });
+  }
+  absl::StatusOr<int> ExportMapping(DeviceAddress address) {
+    return Call<absl::StatusOr<int>>(SimOp::kExportMapping,
+                                     [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+                                       return ipc_.ExportMapping(address);
+                                     });
+  }
+  absl::StatusOr<PhysicalHandle> ImportPhysical(int fd, std::uint64_t bytes) {
+    return Call<absl::StatusOr<PhysicalHandle>>(
+        SimOp::kImportPhysical, [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+          return ipc_.ImportPhysical(fd, bytes);
+        });
+  }
 
   // --- Copies between device and host memory
   // ---------------------------------------
@@ -505,7 +542,8 @@ class SimBackend::Impl {
   bool Usable(DeviceAddress start,
               DeviceAddress end) const GPUALLOC_SIM_LOCKED {
     return placement_.Holds(start, end) || pool_.Holds(start, end) ||
-           vm_.Accessible(start, end) || host_.Holds(start, end);
+           vm_.Accessible(start, end) || host_.Holds(start, end) ||
+           ipc_.Holds(start, end);
   }
 
   const DeviceInfo info_;
@@ -514,6 +552,7 @@ class SimBackend::Impl {
   sim::Placement placement_ ABSL_GUARDED_BY(mu_);
   sim::Streams streams_ ABSL_GUARDED_BY(mu_);
   sim::VirtualMemory vm_ ABSL_GUARDED_BY(mu_);
+  sim::Ipc ipc_ ABSL_GUARDED_BY(mu_);
   sim::Pool pool_ ABSL_GUARDED_BY(mu_);
   sim::Capture capture_ ABSL_GUARDED_BY(mu_);
   sim::HostMemory host_ ABSL_GUARDED_BY(mu_);

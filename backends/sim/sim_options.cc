@@ -57,6 +57,10 @@ absl::StatusOr<DeviceInfo> MakeDeviceInfo(const SimOptions& options,
   // Fake memory has no bytes to copy.
   info.capabilities.host_copy = options.memory == SimMemory::kHostBacked;
   info.capabilities.host_memory = options.host_memory;
+  info.capabilities.ipc_handles = options.ipc_handles;
+  // Exported memory is physical memory mapped through virtual memory.
+  info.capabilities.shareable_handles =
+      options.virtual_memory && options.shareable_handles;
   info.driver_version = "gpualloc-sim";
 
   if (options.memory != SimMemory::kFake &&

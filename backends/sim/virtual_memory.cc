@@ -3,6 +3,7 @@
 // and access, with CUDA's rules.
 #include "backends/sim/virtual_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -42,6 +43,52 @@ VirtualMemory::~VirtualMemory() {
   }
   for (const auto& [handle, physical] : physicals_) {
     if (physical.fd >= 0) close(physical.fd);
+  }
+  for (const auto& [address, mapping] : mappings_) {
+    if (mapping.fd >= 0) close(mapping.fd);
+  }
+}
+
+absl::StatusOr<int> VirtualMemory::MappingFd(const std::string& call,
+                                             DeviceAddress address,
+                                             std::uint64_t* bytes) const {
+  const auto it = mappings_.find(address);
+  if (it == mappings_.end()) {
+    const auto holder = Holding(mappings_, address);
+    if (holder != mappings_.end()) {
+      return Invalid(
+          call, absl::StrFormat("%#x is inside the mapping [%#x, %#x): name "
+                                "the start of a whole mapping",
+                                address, holder->first,
+                                holder->first + holder->second.size));
+    }
+    return Invalid(call, absl::StrFormat("nothing is mapped at %#x", address));
+  }
+  *bytes = it->second.size;
+  return it->second.fd;
+}
+
+absl::StatusOr<PhysicalHandle> VirtualMemory::Import(const std::string& call,
+                                                     int fd,
+                                                     std::uint64_t bytes) {
+  Physical physical;
+  physical.size = bytes;
+  physical.imported = true;
+  if (memory_ == SimMemory::kHostBacked) {
+    physical.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (physical.fd < 0)
+      return SystemError(call, "dup of the descriptor", errno);
+  }
+  const PhysicalHandle handle = next_physical_++;
+  physicals_.emplace(handle, physical);
+  return handle;
+}
+
+void VirtualMemory::DropMapping(
+    absl::btree_map<PhysicalHandle, Physical>::iterator physical) {
+  if (--physical->second.mappings == 0 && physical->second.released) {
+    if (!physical->second.imported) physical_bytes_ -= physical->second.size;
+    physicals_.erase(physical);
   }
 }
 
@@ -217,7 +264,7 @@ absl::Status VirtualMemory::Release(PhysicalHandle handle) {
     physical.released = true;  // alive until its last mapping goes
     return absl::OkStatus();
   }
-  physical_bytes_ -= physical.size;
+  if (!physical.imported) physical_bytes_ -= physical.size;
   physicals_.erase(it);
   return absl::OkStatus();
 }
@@ -274,7 +321,12 @@ absl::Status VirtualMemory::Map(DeviceAddress address, std::uint64_t bytes,
                           overlap->second.handle));
     }
   }
+  int kept = -1;
   if (memory_ == SimMemory::kHostBacked) {
+    // Kept with the mapping for ExportMapping, which works after the
+    // handle's release.
+    kept = fcntl(physical->second.fd, F_DUPFD_CLOEXEC, 0);
+    if (kept < 0) return SystemError(call, "dup of the memfd", errno);
     void* mapped = mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
                         MAP_SHARED | MAP_FIXED, physical->second.fd, 0);
     if (mapped == MAP_FAILED) {
@@ -284,10 +336,11 @@ absl::Status VirtualMemory::Map(DeviceAddress address, std::uint64_t bytes,
       (void)mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
                  0);
+      close(kept);
       return SystemError(call, "mmap of the memfd", error);
     }
   }
-  mappings_.emplace(address, Mapping{bytes, handle});
+  mappings_.emplace(address, Mapping{bytes, handle, kept});
   ++physical->second.mappings;
   mapped_bytes_ += bytes;
   return absl::OkStatus();
@@ -347,11 +400,8 @@ absl::Status VirtualMemory::Unmap(
   in_use(address, end);
   for (auto it = mappings_.lower_bound(address);
        it != mappings_.end() && it->first < end;) {
-    auto physical = physicals_.find(it->second.handle);
-    if (--physical->second.mappings == 0 && physical->second.released) {
-      physical_bytes_ -= physical->second.size;
-      physicals_.erase(physical);
-    }
+    if (it->second.fd >= 0) close(it->second.fd);
+    DropMapping(physicals_.find(it->second.handle));
     it = mappings_.erase(it);
   }
   mapped_bytes_ -= bytes;

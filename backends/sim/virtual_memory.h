@@ -64,6 +64,23 @@ class VirtualMemory {
       absl::FunctionRef<void(DeviceAddress, DeviceAddress)> in_use);
   absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes);
 
+  // Sharing (backends/sim/ipc.h). Host-backed: the memfd kept with the
+  // mapping that starts at `address` (a duplicate of its handle's, so it
+  // outlives ReleasePhysical), and the mapping's size in *bytes; fake: -1.
+  // InvalidArgument naming `call` when no mapping starts there.
+  absl::StatusOr<int> MappingFd(const std::string& call, DeviceAddress address,
+                                std::uint64_t* bytes) const;
+  // A handle of `bytes` over memory another device exported: host-backed, a
+  // duplicate of `fd` (the caller keeps `fd`); fake, nothing behind it.
+  // Not counted in physical_bytes() (the exporter's device holds it).
+  // REQUIRES: the caller checked `fd` and `bytes`.
+  absl::StatusOr<PhysicalHandle> Import(const std::string& call, int fd,
+                                        std::uint64_t bytes);
+  // The size rule of a handle (CreatePhysical's, and ImportPhysical's).
+  absl::Status CheckSize(const std::string& call, std::uint64_t bytes) const {
+    return rules_.CheckSize(OnDevice(call), bytes);
+  }
+
   // The bytes of the handle, or 0 when there is none.
   std::uint64_t HandleBytes(PhysicalHandle handle) const;
   // Whether all of [start, end) (non-empty) is mapped with access set.
@@ -86,11 +103,16 @@ class VirtualMemory {
     int fd = -1;  // host-backed and not released: its memfd
     bool released = false;
     std::uint64_t mappings = 0;  // how many mappings of it exist
+    bool imported = false;       // ImportPhysical: not this device's memory
   };
   struct Mapping {
     std::uint64_t size = 0;  // the handle's size: mappings are whole handles
     PhysicalHandle handle = 0;
+    int fd = -1;  // host-backed: a duplicate of the handle's memfd
   };
+  // Drops one mapping of `physical`; the handle goes with its last mapping
+  // once released.
+  void DropMapping(absl::btree_map<PhysicalHandle, Physical>::iterator it);
 
   absl::Status Invalid(const std::string& call, absl::string_view rule) const;
   absl::Status SystemError(const std::string& call, absl::string_view what,

@@ -159,6 +159,28 @@ GPUALLOC_API int gpualloc_torch_wake(int device, uint32_t tag) {
                  [&](gpualloc_t* h) { return gpualloc_wake(h, device, tag); });
 }
 
+// Sharing a block with another process (gpualloc_export, gpualloc_import,
+// gpualloc_close_import): torch's CUDAPluggableAllocator refuses its own
+// IPC, so gpualloc.torch shares tensors through these.
+GPUALLOC_API int gpualloc_torch_export(int device, void* ptr, void* buffer,
+                                       size_t capacity, size_t* length) {
+  return Checked("gpualloc_torch_export", [&](gpualloc_t* h) {
+    return gpualloc_export(h, device, ptr, buffer, capacity, length);
+  });
+}
+GPUALLOC_API int gpualloc_torch_import(int device, const void* description,
+                                       size_t length, void** ptr,
+                                       size_t* bytes) {
+  return Checked("gpualloc_torch_import", [&](gpualloc_t* h) {
+    return gpualloc_import(h, device, description, length, ptr, bytes);
+  });
+}
+GPUALLOC_API int gpualloc_torch_close_import(int device, void* ptr) {
+  return Checked("gpualloc_torch_close_import", [&](gpualloc_t* h) {
+    return gpualloc_close_import(h, device, ptr);
+  });
+}
+
 // The device's snapshot as JSON (docs/REFERENCE.md, "Snapshot JSON"), to be
 // released with gpualloc_torch_string_free; NULL on failure.
 GPUALLOC_API char* gpualloc_torch_snapshot_json(int device) {

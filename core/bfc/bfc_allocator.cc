@@ -219,6 +219,7 @@ absl::Status BfcAllocator::Trim() {
   // No routed stream captures now: Trim may wait for work as usual.
   const CaptureOff capture_off(capturing_);
   if (fronts_.on()) fronts_.Fold();
+  if (shared_.any_held()) ReleaseHeld();
   absl::Status status = ReleaseAllFree();
   MaybeValidate();
   return status;
@@ -288,6 +289,9 @@ absl::Status BfcAllocator::ValidateLocked(bool full) const {
     GPUALLOC_RETURN_IF_ERROR(tags_.pools().Validate(core_));
     GPUALLOC_RETURN_IF_ERROR(tags_.Validate(*source_));
   }
+  GPUALLOC_RETURN_IF_ERROR(shared_.Validate(
+      [this](DeviceAddress ptr)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { return BlockSize(ptr); }));
   // F2: never more reserved from the device than the limit.
   if (Physical() > resolved_.limit) {
     return absl::InternalError(
@@ -341,6 +345,9 @@ Stats BfcAllocator::StatsLocked() const {
     s.pool_bytes_reserved = pools_.bytes_reserved();
     s.pool_bytes_in_use = pools_.bytes_in_use();
   }
+  s.bytes_exported = shared_.bytes_exported();
+  s.bytes_held_for_importers = shared_.bytes_held();
+  s.bytes_imported = shared_.bytes_imported();
   fronts_.AddStats(&s);
   return s;
 }

@@ -26,6 +26,7 @@
 #include "core/bfc/stream_fronts.h"
 #include "core/bfc/tagged_memory.h"
 #include "core/config/options.h"
+#include "core/ipc/shared_blocks.h"
 #include "core/layer.h"
 #include "core/lock.h"
 #include "core/regions/region_source.h"
@@ -126,6 +127,11 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // Sleep and wake (core/bfc/bfc_allocator_tags.cc).
   absl::StatusOr<SleepReport> Sleep(Tag tag, bool backup) override;
   absl::Status Wake(Tag tag) override;
+
+  // Sharing blocks with other processes (core/bfc/bfc_allocator_ipc.cc).
+  absl::StatusOr<std::string> Export(void* ptr) override;
+  absl::StatusOr<ImportedBlock> Import(absl::string_view description) override;
+  absl::Status CloseImport(void* ptr) override;
 
   // Whether a routed stream captures now (an answer the backend cannot give
   // counts as yes).
@@ -313,6 +319,18 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // The tags' free blocks, then every free region, back to the device.
   absl::Status ReleaseAllFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // --- core/bfc/bfc_allocator_ipc.cc
+  // -------------------------------------------- The size of the live block
+  // at `address` (general memory, a private pool's or a tag's), or 0.
+  std::uint64_t BlockSize(DeviceAddress address) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees, on their free's stream, the exported blocks held for importers
+  // that no importer has open anymore.
+  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DeallocateWithPools without the export check.
+  absl::Status FreeBlock(DeviceAddress address, Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // --- Inline helpers -------------------------------------------------------
   // What the core may ask the device: nothing during a graph capture.
   ReuseOracle* Oracle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -386,6 +404,8 @@ class BfcAllocator final : public Allocator, private SlabSource {
   // Once a tag slept, Physical()'s peak (the core's counts memory asleep).
   bool slept_ ABSL_GUARDED_BY(mu_) = false;
   std::uint64_t peak_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  // Blocks exported to other processes and memory imported from them.
+  SharedBlocks shared_ ABSL_GUARDED_BY(mu_){backend_.get()};
   // The front caches (Options::front_cache). Not guarded by mu_: their hot
   // paths run under each front's own lock; the rest requires mu_.
   StreamFronts fronts_;

@@ -154,6 +154,24 @@ absl::StatusOr<void*> BfcAllocator::AllocateWithPools(
 
 absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
   const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+  if (ABSL_PREDICT_FALSE(shared_.exported(address))) {
+    if (shared_.HeldNow(address)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Deallocate of %p: already freed (an exported block kept for the "
+          "processes that imported it)",
+          ptr));
+    }
+    // Held while an importer has it open (the lifetime rule of Export).
+    if (shared_.HoldOnFree(address, Key(stream).handle)) {
+      MaybeValidate();
+      return absl::OkStatus();
+    }
+  }
+  if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();
+  return FreeBlock(address, stream);
+}
+
+absl::Status BfcAllocator::FreeBlock(DeviceAddress address, Stream stream) {
   const std::uint64_t chunk =
       history_ == nullptr           ? 0
       : pools_.Owns(address)        ? pools_.AllocatedSize(address)

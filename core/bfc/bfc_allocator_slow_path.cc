@@ -129,8 +129,15 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
   const Stream stream = request.stream;
   // A retry that met a failing event call stops everything (EventFailure).
   bool event_failed = false;
-  // Blocks waiting in the front caches go back to the core first: no growth
+  // Exported blocks freed and closed by every importer since, then blocks
+  // waiting in the front caches, go back to the core first: no growth
   // while one of them would have served this request.
+  if (shared_.any_held()) {
+    ReleaseHeld();
+    if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
+      return *a;
+    if (event_failed) return EventFailure(bytes, stream);
+  }
   if (fronts_.Flush()) {
     if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
       return *a;

@@ -29,6 +29,7 @@
 #include "core/alignment.h"
 #include "core/bfc/plan_block.h"
 #include "core/bfc/size_class.h"
+#include "core/ipc/shared_blocks.h"
 #include "core/live_allocations.h"
 #include "core/lock.h"
 #include "core/modes/modes.h"
@@ -127,6 +128,58 @@ class PlatformAllocator final : public NonCachingAllocator {
     LockGuard lock(&mu_);
     const LiveAllocation* a = live_.Find(address);
     if (a == nullptr) return live_.DiagnoseUnknown("Deallocate", address);
+    if (ABSL_PREDICT_FALSE(shared_.exported(address))) {
+      if (shared_.HeldNow(address)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "Deallocate of %#x: already freed (an exported block kept for "
+            "the processes that imported it)",
+            address));
+      }
+      // Held while an importer has it open (the lifetime rule of Export).
+      if (shared_.HoldOnFree(address, 0)) return absl::OkStatus();
+    }
+    if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();
+    return FreeLocked(address);
+  }
+
+  // Sharing (Allocator::Export): each allocation is a backend allocation of
+  // its own, shared through its IPC handle.
+  absl::StatusOr<std::string> Export(void* ptr) override {
+    const DeviceAddress address = reinterpret_cast<std::uintptr_t>(ptr);
+    LockGuard lock(&mu_);
+    if (shared_.any_held()) ReleaseHeld();
+    const LiveAllocation* a = live_.Find(address);
+    if (a == nullptr || shared_.HeldNow(address)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Export of %p: not a live allocation of this allocator (an address "
+          "Allocate returned and Deallocate did not take back)",
+          ptr));
+    }
+    BlockHolders holders;
+    holders.kind = RegionKind::kSeparate;
+    holders.pieces = {{a->base, a->held}};
+    return shared_.Export(address, a->size, holders);
+  }
+  absl::StatusOr<ImportedBlock> Import(absl::string_view description) override {
+    LockGuard lock(&mu_);
+    return shared_.Import(description);
+  }
+  absl::Status CloseImport(void* ptr) override {
+    LockGuard lock(&mu_);
+    return shared_.CloseImport(reinterpret_cast<std::uintptr_t>(ptr));
+  }
+
+ private:
+  // Frees the held exported blocks no importer has open anymore.
+  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [address, stream] : shared_.TakeReleasable()) {
+      (void)FreeLocked(address);
+    }
+  }
+
+  absl::Status FreeLocked(DeviceAddress address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const LiveAllocation* a = live_.Find(address);
     absl::Status freed = backend_->Free(a->base);
     if (!freed.ok()) {
       // The block stays live and counted: the device may still hold it.
@@ -141,6 +194,7 @@ class PlatformAllocator final : public NonCachingAllocator {
     return absl::OkStatus();
   }
 
+ public:
   absl::Status RecordStream(void* ptr, Stream stream) override {
     // Nothing to remember: the Free in Deallocate synchronizes the device, so
     // work on `stream` has completed before the memory can be reused.
@@ -179,7 +233,11 @@ class PlatformAllocator final : public NonCachingAllocator {
   }
 
   // Nothing is cached, so nothing can be returned.
-  absl::Status Trim() override { return absl::OkStatus(); }
+  absl::Status Trim() override {
+    LockGuard lock(&mu_);
+    if (shared_.any_held()) ReleaseHeld();
+    return absl::OkStatus();
+  }
 
   absl::Status SetLimit(std::uint64_t bytes) override {
     GPUALLOC_ASSIGN_OR_RETURN(
@@ -200,6 +258,11 @@ class PlatformAllocator final : public NonCachingAllocator {
   absl::Status ValidateLocked() const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     GPUALLOC_RETURN_IF_ERROR(live_.Validate());
+    GPUALLOC_RETURN_IF_ERROR(shared_.Validate(
+        [this](DeviceAddress ptr) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          const LiveAllocation* a = live_.Find(ptr);
+          return a == nullptr ? std::uint64_t{0} : a->size;
+        }));
     if (backend_allocs_ - backend_frees_ != live_.size()) {
       return absl::InternalError(absl::StrFormat(
           "invariant P1 broken: %d live allocations, but %d backend "
@@ -221,12 +284,18 @@ class PlatformAllocator final : public NonCachingAllocator {
     // nothing is free (largest_free_block_bytes and fragmentation stay 0).
     s.bytes_reserved = k.bytes_held;
     s.peak_bytes_reserved = k.peak_bytes_held;
+    s.bytes_exported = shared_.bytes_exported();
+    s.bytes_held_for_importers = shared_.bytes_held();
+    s.bytes_imported = shared_.bytes_imported();
     return s;
   }
 
   std::uint64_t ReservedLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return live_.counters().bytes_held;
   }
+
+  // Blocks exported to other processes and memory imported from them.
+  SharedBlocks shared_ ABSL_GUARDED_BY(mu_){backend_.get()};
 };
 
 }  // namespace

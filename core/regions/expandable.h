@@ -130,6 +130,22 @@ class ExpandableSpace {
   std::vector<std::pair<DeviceAddress, std::uint64_t>> MappedRunsWithin(
       DeviceAddress address, std::uint64_t bytes, bool merged = true) const;
 
+  // Every whole mapping that [address, address + bytes) overlaps, as
+  // (start, size), in address order (Allocator::Export: the mappings that
+  // hold a block, which may start before it and end after it).
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> MappingsOverlapping(
+      DeviceAddress address, std::uint64_t bytes) const {
+    std::vector<std::pair<DeviceAddress, std::uint64_t>> found;
+    auto it = mappings_.upper_bound(address);
+    if (it != mappings_.begin()) --it;
+    for (; it != mappings_.end() && it->first < address + bytes; ++it) {
+      if (it->first + it->second.bytes > address) {
+        found.emplace_back(it->first, it->second.bytes);
+      }
+    }
+    return found;
+  }
+
   // Sleep and wake (Allocator::Sleep): the mappings inside [address,
   // address + bytes) give their physical memory back but stay in the
   // mapping table without a handle ("asleep"), so that the address range

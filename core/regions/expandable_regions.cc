@@ -459,6 +459,11 @@ class ExpandableRegions final : public RegionSource {
     return absl::OkStatus();
   }
 
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> Holders(
+      DeviceAddress address, std::uint64_t bytes) const override {
+    return space_.MappingsOverlapping(address, bytes);
+  }
+
   absl::Status ValidateMappings() const {
     const auto runs = space_.MappedRunsWithin(space_.base(), space_.size());
     const std::vector<DeviceAddress> bases = c_.core.RegionBases();

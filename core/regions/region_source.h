@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -113,6 +114,13 @@ class RegionSource {
   // counted in Stats::bytes_reserved and against the limit
   // (Stats::bytes_release_pending).
   virtual std::uint64_t pending_bytes() const { return 0; }
+
+  // Sharing a block (Allocator::Export): what holds the in-use range
+  // [address, address + bytes): separate regions, the backend allocation
+  // (the region) holding it; expandable regions, every whole mapping it
+  // overlaps, in address order. As (start, size) pairs.
+  virtual std::vector<std::pair<DeviceAddress, std::uint64_t>> Holders(
+      DeviceAddress address, std::uint64_t bytes) const = 0;
 
   // Regions or mappings made and undone (Stats::backend_allocs/frees).
   virtual std::uint64_t backend_allocs() const = 0;

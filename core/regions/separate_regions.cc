@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -83,6 +85,14 @@ class SeparateRegions final : public RegionSource {
 
   bool HasFreeToRelease() const override {
     return !c_.core.FreeRegions().empty();
+  }
+
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> Holders(
+      DeviceAddress address, std::uint64_t /*bytes*/) const override {
+    const std::optional<RegionId> region = c_.core.RegionAt(address);
+    if (!region.has_value()) return {};
+    const DeviceAddress base = c_.core.region_base(*region);
+    return {{base, c_.core.region_size(*region)}};
   }
 
   absl::Status Validate(bool /*full*/) const override {

@@ -126,6 +126,13 @@ typedef struct gpualloc_stats {
   uint64_t front_cache_bytes;
   uint64_t front_cache_hits;
   uint64_t front_cache_misses;
+  /* Sharing blocks with other processes (gpualloc_export): live blocks
+   * exported (in bytes_in_use), exported blocks freed while an importer
+   * still has them open (kept, not reusable), and memory of other processes
+   * imported here (gpualloc_import; not in bytes_reserved). */
+  uint64_t bytes_exported;
+  uint64_t bytes_held_for_importers;
+  uint64_t bytes_imported;
 } gpualloc_stats_t;
 
 /* Every device: the device argument of gpualloc_trim, gpualloc_release_stream
@@ -396,6 +403,35 @@ GPUALLOC_API gpualloc_status_t gpualloc_host_trim(gpualloc_t* allocator);
  * the pool is created if not used yet. */
 GPUALLOC_API gpualloc_status_t gpualloc_host_get_stats(gpualloc_t* allocator,
                                                        gpualloc_stats_t* out);
+/* --- Sharing a block with another process --------------------------------
+ * gpualloc_export writes into `buffer` (`capacity` bytes) the description of
+ * the live block `ptr` of `device`: a byte string to send to another process
+ * on the same machine over any channel (a socket, a pipe, a file); *length
+ * is its size. A buffer too small (or NULL) is GPUALLOC_RESOURCE_EXHAUSTED
+ * with *length set: call again with that many bytes (256 are enough for a
+ * block of separate regions). Exporting the same block again gives the same
+ * bytes. gpualloc_import, in the other process, maps the block on `device`
+ * and sets *ptr to it (and *bytes to its size when not NULL);
+ * gpualloc_close_import unmaps it. Lifetime: the exporter's gpualloc_free
+ * of a block an importer still has open keeps it allocated (not reusable)
+ * until every importer closed it or exited. Separate regions
+ * (expandable_segments=false) share the region's IPC handle; expandable
+ * ones share descriptors the importer takes with pidfd_getfd, which needs
+ * ptrace permission over the exporter. A description garbled or of another
+ * version is GPUALLOC_INVALID_ARGUMENT; a device without the capability the
+ * region kind needs, or the async allocator, GPUALLOC_UNIMPLEMENTED. See
+ * Allocator::Export in gpualloc/core/allocator.h. */
+GPUALLOC_API gpualloc_status_t gpualloc_export(gpualloc_t* allocator,
+                                               int device, void* ptr,
+                                               void* buffer, size_t capacity,
+                                               size_t* length);
+GPUALLOC_API gpualloc_status_t gpualloc_import(gpualloc_t* allocator,
+                                               int device,
+                                               const void* description,
+                                               size_t length, void** ptr,
+                                               size_t* bytes);
+GPUALLOC_API gpualloc_status_t gpualloc_close_import(gpualloc_t* allocator,
+                                                     int device, void* ptr);
 
 #ifdef __cplusplus
 } /* extern "C" */

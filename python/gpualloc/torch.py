@@ -31,6 +31,7 @@ ValueError naming it.
 """
 import contextlib
 import ctypes
+import weakref
 import ctypes.util
 import json
 import os
@@ -70,7 +71,8 @@ class _Stats(ctypes.Structure):
         (name, ctypes.c_uint64) for name in (
             "pool_bytes_reserved", "pool_bytes_in_use", "bytes_sleeping",
             "bytes_release_pending", "front_cache_bytes", "front_cache_hits",
-            "front_cache_misses")]
+            "front_cache_misses", "bytes_exported", "bytes_held_for_importers",
+            "bytes_imported")]
 
 
 # gpualloc_stats_t's fields under PyTorch's memory_stats() names where torch
@@ -133,6 +135,13 @@ def _load(path):
                                          ctypes.c_int]
     lib.gpualloc_torch_wake.argtypes = [ctypes.c_int, ctypes.c_uint32]
     _declare_host(lib)
+    lib.gpualloc_torch_export.argtypes = [
+        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_size_t)]
+    lib.gpualloc_torch_import.argtypes = [
+        ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    lib.gpualloc_torch_close_import.argtypes = [ctypes.c_int, ctypes.c_void_p]
     return lib
 
 
@@ -495,3 +504,114 @@ def host_stats():
         _raise_status(status, "host_stats")
     return {name: getattr(stats, name) for name, _ in _Stats._fields_
             if name != "struct_size"}
+# --- Sharing tensors with another process -----------------------------------
+# torch's CUDAPluggableAllocator refuses torch's own IPC (share_memory_,
+# CUDA tensors through torch.multiprocessing), so gpualloc shares the block
+# behind a tensor itself: export() in one process, import_tensor() in the
+# other (docs/REFERENCE.md, "Export descriptions").
+
+def _tensor_device(tensor):
+    device = getattr(tensor, "device", None)
+    index = getattr(device, "index", None)
+    if index is None:
+        index = getattr(tensor, "_device", None)
+    return _device(index)
+
+
+def export(tensor):
+    """The description (bytes) of the block behind `tensor`'s storage, for
+    import_tensor() in another process on the same machine. The block stays
+    allocated until this process frees it and every importer has closed it.
+    """
+    lib = _need()
+    storage = getattr(tensor, "untyped_storage", None)
+    ptr = storage().data_ptr() if storage is not None else tensor.data_ptr()
+    device = _tensor_device(tensor)
+    length = ctypes.c_size_t(0)
+    buf = ctypes.create_string_buffer(512)
+    status = lib.gpualloc_torch_export(device, ctypes.c_void_p(ptr), buf,
+                                       len(buf), ctypes.byref(length))
+    if status == 8 and length.value > len(buf):  # RESOURCE_EXHAUSTED
+        buf = ctypes.create_string_buffer(length.value)
+        status = lib.gpualloc_torch_export(device, ctypes.c_void_p(ptr), buf,
+                                           len(buf), ctypes.byref(length))
+    if status != 0:
+        _raise_status(status, "export")
+    return buf.raw[:length.value]
+
+
+# The imports alive, by address, for close(); weak, so that the tensor alone
+# keeps its import open.
+_imports = weakref.WeakValueDictionary()
+
+# __cuda_array_interface__ type strings of torch's dtypes.
+_TYPESTR = {"uint8": "|u1", "int8": "|i1", "bool": "|b1", "int16": "<i2",
+            "int32": "<i4", "int64": "<i8", "float16": "<f2",
+            "float32": "<f4", "float64": "<f8"}
+
+
+class _Imported:
+    """Owns one import: closed when the last tensor over it dies (torch's
+    tensor keeps the object it was made from alive)."""
+
+    def __init__(self, device, ptr, nbytes, shape, typestr):
+        self.device, self.ptr, self.nbytes = device, ptr, nbytes
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "typestr": typestr, "strides": None,
+            "data": (ptr, False), "version": 3}
+
+    def close(self):
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            status = _need().gpualloc_torch_close_import(
+                self.device, ctypes.c_void_p(ptr))
+            if status != 0:
+                _raise_status(status, "close")
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to tell
+            pass
+
+
+def import_tensor(description, shape, dtype, device=None):
+    """A CUDA tensor of `shape` and `dtype` over the block another process
+    exported (export()), on `device` (the current one by default). The
+    import is closed when the tensor (and every view of it) is gone; close()
+    closes it earlier."""
+    import torch
+    lib = _need()
+    index = _device(device)
+    name = str(dtype).replace("torch.", "")
+    if name not in _TYPESTR:
+        raise ValueError(f"gpualloc: import_tensor: dtype {dtype} has no "
+                         "__cuda_array_interface__ type string")
+    ptr = ctypes.c_void_p(0)
+    nbytes = ctypes.c_size_t(0)
+    data = bytes(description)
+    status = lib.gpualloc_torch_import(index, data, len(data),
+                                       ctypes.byref(ptr), ctypes.byref(nbytes))
+    if status != 0:
+        _raise_status(status, "import_tensor")
+    count = 1
+    for n in shape:
+        count *= n
+    owner = _Imported(index, ptr.value, nbytes.value, shape, _TYPESTR[name])
+    _imports[ptr.value] = owner
+    if count * dtype.itemsize > nbytes.value:
+        owner.close()
+        raise ValueError(f"gpualloc: import_tensor: {tuple(shape)} of {dtype} "
+                         f"needs {count * dtype.itemsize} bytes and the block "
+                         f"has {nbytes.value}")
+    return torch.as_tensor(owner, device=f"cuda:{index}")
+
+
+def close(tensor):
+    """Closes the import behind a tensor import_tensor() made, now (the
+    tensor and its views must not be used afterwards)."""
+    owner = _imports.get(tensor.data_ptr())
+    if owner is None:
+        raise ValueError("gpualloc: close: not a tensor import_tensor() made, "
+                         "or closed already")
+    owner.close()

@@ -1030,4 +1030,7 @@ TEST_P(BackendConformanceTest, HostCopyEdgeCases) {
 
 }  // namespace gpualloc::testing
 
+// Sharing memory with other processes: the cases of their own file.
+#include "tests/backends/backend_conformance_sharing.h"
+
 #endif  // GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_

@@ -96,6 +96,11 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kCopyFromHost), "copy_from_host");
   EXPECT_EQ(SimOpName(SimOp::kHostAllocate), "host_allocate");
   EXPECT_EQ(SimOpName(SimOp::kHostFree), "host_free");
+  EXPECT_EQ(SimOpName(SimOp::kGetIpcHandle), "get_ipc_handle");
+  EXPECT_EQ(SimOpName(SimOp::kOpenIpcHandle), "open_ipc_handle");
+  EXPECT_EQ(SimOpName(SimOp::kCloseIpcHandle), "close_ipc_handle");
+  EXPECT_EQ(SimOpName(SimOp::kExportMapping), "export_mapping");
+  EXPECT_EQ(SimOpName(SimOp::kImportPhysical), "import_physical");
   EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
   // Every op has a name of its own.
   for (int i = 0; i < kNumSimOps; ++i) {

@@ -91,6 +91,14 @@ SimOptions NoPoolModeledH100() {
   return o;
 }
 
+SimOptions NoSharingH100() {
+  SimOptions o;
+  o.profile = "h100";
+  o.ipc_handles = false;
+  o.shareable_handles = false;
+  return o;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Sim, BackendConformanceTest,
     ::testing::Values(Sim("fake_h200", FakeH200()),
@@ -100,8 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Sim("no_pool_modeled_h100", NoPoolModeledH100()),
                       Sim("host_backed_mi300x", HostBackedMi300x()),
                       Sim("no_vmm_h200", NoVmmH200()),
-                      Sim("no_vmm_host_backed_mi250x",
-                          NoVmmHostBackedMi250x())),
+                      Sim("no_vmm_host_backed_mi250x", NoVmmHostBackedMi250x()),
+                      Sim("no_sharing_h100", NoSharingH100())),
     BackendFactoryName);
 
 }  // namespace

@@ -804,6 +804,51 @@ static void TestPrivatePools(void) {
   gpualloc_destroy(a);
 }
 
+/* Sharing a block: two isolated handles stand for two processes (the
+ * simulator's fake memory shares between instances of one process). */
+static void TestExportImport(void) {
+  gpualloc_t* exporter = NULL;
+  gpualloc_t* importer = NULL;
+  CHECK_OK(gpualloc_create_isolated(kConfig, &exporter));
+  CHECK_OK(gpualloc_create_isolated(kConfig, &importer));
+  void* p = NULL;
+  CHECK_OK(gpualloc_malloc(exporter, 0, kMiB, NULL, &p));
+  size_t length = 0;
+  char small[4];
+  CHECK_STATUS(gpualloc_export(exporter, 0, p, small, sizeof(small), &length),
+               GPUALLOC_RESOURCE_EXHAUSTED);
+  CHECK(length > sizeof(small));
+  CHECK_ERROR_MENTIONS("*length");
+  char description[1024];
+  CHECK(length <= sizeof(description));
+  CHECK_OK(gpualloc_export(exporter, 0, p, description, sizeof(description),
+                           &length));
+  CHECK(Stats(exporter).bytes_exported >= kMiB);
+  void* q = NULL;
+  size_t bytes = 0;
+  CHECK_OK(gpualloc_import(importer, 0, description, length, &q, &bytes));
+  CHECK(q != NULL);
+  CHECK(bytes >= kMiB);
+  CHECK(Stats(importer).bytes_imported == bytes);
+  /* Freed while imported: held until the import is closed. */
+  CHECK_OK(gpualloc_free(exporter, 0, p, NULL));
+  CHECK(Stats(exporter).bytes_held_for_importers == bytes);
+  CHECK_OK(gpualloc_close_import(importer, 0, q));
+  CHECK_STATUS(gpualloc_close_import(importer, 0, q),
+               GPUALLOC_INVALID_ARGUMENT);
+  CHECK_OK(gpualloc_trim(exporter, 0));
+  CHECK(Stats(exporter).bytes_held_for_importers == 0);
+  CHECK(Stats(exporter).bytes_in_use == 0);
+  /* A garbled description. */
+  description[length / 2] ^= 0x40;
+  CHECK_STATUS(gpualloc_import(importer, 0, description, length, &q, &bytes),
+               GPUALLOC_INVALID_ARGUMENT);
+  CHECK(q == NULL);
+  CHECK_ERROR_MENTIONS("description");
+  gpualloc_destroy(importer);
+  gpualloc_destroy(exporter);
+}
+
 /* Sleep and wake: a tag's memory is given back and mapped again at the same
  * address; a sleeping tag refuses frees and allocations. */
 static void TestSleepWake(void) {
@@ -868,6 +913,7 @@ int main(void) {
   TestOomHandler();
   TestPrivatePools();
   TestSleepWake();
+  TestExportImport();
   TestNames();
   printf("c_api_test: %d checks passed (gpualloc %s)\n", checks,
          gpualloc_version());

@@ -213,6 +213,35 @@ def case_snapshot():
     del a
 
 
+def case_export_import():
+    """export() / import_tensor() between two gpualloc handles of one
+    process (the simulator's fake memory shares between its instances):
+    the import is closed when its tensor dies, and a freed exported block
+    is held until then."""
+    torch, gt = setup()
+    a = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    description = gt.export(a)
+    check(isinstance(description, bytes) and len(description) > 64,
+          description)
+    check(gt.export(a) == description, "the same description")
+    check(gt.stats()["gpualloc.bytes_exported"] >= MiB, gt.stats())
+    # Its own description is refused (an import is another process's).
+    try:
+        gt.import_tensor(description, (MiB,), torch.uint8)
+    except ValueError as e:
+        check("exported by this allocator" in str(e), str(e))
+    else:
+        raise AssertionError("imported its own block")
+    try:
+        gt.import_tensor(description[:-1], (MiB,), torch.uint8)
+    except ValueError as e:
+        check("not valid" in str(e), str(e))
+    else:
+        raise AssertionError("imported a truncated description")
+    del a
+    check(gt.stats()["gpualloc.bytes_exported"] == 0, gt.stats())
+
+
 def case_refusals():
     """Too old a torch, or one without CUDA/ROCm, is refused clearly."""
     import torch

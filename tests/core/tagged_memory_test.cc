@@ -40,6 +40,10 @@ class StandInSource final : public RegionSource {
   absl::Status ReleaseFree() override { return absl::OkStatus(); }
   bool HasFreeToRelease() const override { return false; }
   absl::Status Validate(bool) const override { return absl::OkStatus(); }
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> Holders(
+      DeviceAddress, std::uint64_t) const override {
+    return {};
+  }
   bool CanSleep() const override { return can_sleep_; }
   absl::Status Sleep(DeviceAddress address, std::uint64_t bytes,
                      std::uint64_t* done) override {

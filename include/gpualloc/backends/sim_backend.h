@@ -77,6 +77,11 @@ enum class SimOp : int {
   kCopyFromHost,
   kHostAllocate,
   kHostFree,
+  kGetIpcHandle,
+  kOpenIpcHandle,
+  kCloseIpcHandle,
+  kExportMapping,
+  kImportPhysical,
   kCount
 };
 inline constexpr int kNumSimOps = static_cast<int>(SimOp::kCount);
@@ -159,6 +164,13 @@ struct SimOptions {
   // 5 GB/s); HostFree (cuMemFreeHost) 30 us plus 20 us per MiB, and it
   // synchronizes the device like Free (a host wait, below). Estimates of the
   // orders of magnitude measured on CUDA hosts, not measurements of ours.
+  // Sharing with other processes: GetIpcHandle 5 us (cuIpcGetMemHandle is a
+  // driver query), OpenIpcHandle 100 us (cuIpcOpenMemHandle maps the whole
+  // allocation into this context and updates the page tables), CloseIpcHandle
+  // 50 us (an unmap), ExportMapping 10 us (retain, export to a file
+  // descriptor, release) and ImportPhysical 20 us (a new handle over another
+  // process's memory); per call, the mapping calls that follow an import
+  // (Map, SetAccess) cost what they always do.
   // A pool call that grows the pool by a segment also adds the kAllocate
   // cost of the segment's bytes, and one that returns a segment to the
   // device (a trim, or the release threshold applied at a synchronization
@@ -199,7 +211,12 @@ struct SimOptions {
       /*kCopyToHost=*/10'000,
       /*kCopyFromHost=*/10'000,
       /*kHostAllocate=*/50'000,
-      /*kHostFree=*/30'000};
+      /*kHostFree=*/30'000,
+      /*kGetIpcHandle=*/5'000,
+      /*kOpenIpcHandle=*/100'000,
+      /*kCloseIpcHandle=*/50'000,
+      /*kExportMapping=*/10'000,
+      /*kImportPhysical=*/20'000};
   std::array<std::uint64_t, kNumSimOps> cost_ns_per_mib = {
       /*kAllocate=*/kProfileCost,
       /*kFree=*/kProfileCost,
@@ -227,7 +244,12 @@ struct SimOptions {
       /*kCopyToHost=*/20'972,
       /*kCopyFromHost=*/20'972,
       /*kHostAllocate=*/200'000,
-      /*kHostFree=*/20'000};
+      /*kHostFree=*/20'000,
+      /*kGetIpcHandle=*/0,
+      /*kOpenIpcHandle=*/0,
+      /*kCloseIpcHandle=*/0,
+      /*kExportMapping=*/0,
+      /*kImportPhysical=*/0};
   // A copy whose host range is not pinned memory of this device (pageable
   // memory: staged through a pinned bounce buffer by the driver) costs this
   // per MiB instead of cost_ns_per_mib's link rate: about 25 GB/s, half the
@@ -258,6 +280,11 @@ struct SimOptions {
   // host_memory.h): real page-aligned mappings in host-backed memory, fake
   // addresses of their own range in fake memory.
   bool host_memory = true;
+  // Sharing memory with another SimBackend (capabilities.ipc_handles:
+  // GetIpcHandle...; capabilities.shareable_handles: ExportMapping,
+  // ImportPhysical, which also need virtual_memory).
+  bool ipc_handles = true;
+  bool shareable_handles = true;
   SimClock clock = SimClock::kManual;
   // Duration of one piece of work (Use) when the caller gives none.
   std::uint64_t work_ns = 10'000;
@@ -356,6 +383,35 @@ class SimBackend final : public Backend {
                    PhysicalHandle handle) override;
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes) override;
   absl::Status SetAccess(DeviceAddress address, std::uint64_t bytes) override;
+
+  // --- Sharing memory with other processes ---------------------------------
+  // Two SimBackend instances stand for two processes: a handle is opened,
+  // and exported memory imported, by another instance (in this process or
+  // another one); opening a handle made by the same instance is
+  // InvalidArgument, as CUDA refuses it in the process that made it.
+  // Host-backed memory shares its content for real: a plain allocation is
+  // moved to a memfd mapped MAP_SHARED at the same address (its content
+  // copied) at its first GetIpcHandle, and a mapping keeps a duplicate of its
+  // handle's memfd until it is unmapped. The 64-byte IpcHandle holds a magic
+  // number, the exporter's pid, the number of the memfd the exporter keeps
+  // open, the size and the exporting instance's id; OpenIpcHandle in another
+  // process fetches the memfd with pidfd_open + pidfd_getfd (which needs
+  // ptrace permission over the exporter), in the exporting process it maps
+  // the memfd directly, and maps it MAP_SHARED at a new address;
+  // CloseIpcHandle unmaps it. ExportMapping returns a duplicate of the
+  // mapping's memfd, ImportPhysical a handle over a duplicate of the given
+  // descriptor (not counted against this device's capacity). Fake memory has
+  // no bytes to share: handles and exported descriptors (a small memfd
+  // naming the exporting instance) work between instances in one process
+  // and are FailedPrecondition in another, saying that host-backed memory is
+  // needed. Opened and imported memory is usable by Use and the copies like
+  // the exporter's.
+  absl::StatusOr<IpcHandle> GetIpcHandle(DeviceAddress base) override;
+  absl::StatusOr<DeviceAddress> OpenIpcHandle(const IpcHandle& handle) override;
+  absl::Status CloseIpcHandle(DeviceAddress address) override;
+  absl::StatusOr<int> ExportMapping(DeviceAddress address) override;
+  absl::StatusOr<PhysicalHandle> ImportPhysical(int fd,
+                                                std::uint64_t bytes) override;
 
   // Bytes currently mapped (each mapping counts, so a handle mapped twice
   // counts twice).

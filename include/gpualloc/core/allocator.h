@@ -205,6 +205,20 @@ struct Stats {
   std::uint64_t front_cache_bytes = 0;
   std::uint64_t front_cache_hits = 0;
   std::uint64_t front_cache_misses = 0;
+  // Sharing blocks with other processes (Allocator::Export): live blocks
+  // exported and not freed (in bytes_in_use); blocks freed while an
+  // importer still has them open, kept allocated until every importer has
+  // closed them (in bytes_in_use, not reusable); and memory of other
+  // processes imported here (Allocator::Import; not in bytes_reserved).
+  std::uint64_t bytes_exported = 0;
+  std::uint64_t bytes_held_for_importers = 0;
+  std::uint64_t bytes_imported = 0;
+};
+
+// What Allocator::Import mapped: the block of another process, here.
+struct ImportedBlock {
+  void* ptr = nullptr;
+  std::uint64_t bytes = 0;  // the exported block's size
 };
 
 // A label on allocations that Allocator::Sleep and Wake act on; 0 is none.
@@ -547,11 +561,61 @@ class Allocator {
   virtual absl::StatusOr<SleepReport> Sleep(Tag tag, bool backup);
   virtual absl::Status Wake(Tag tag);
 
+  // --- Sharing a block with another process ---------------------------------
+  // Export(ptr) describes the live block `ptr` (what Allocate returned) so
+  // that another process on the same machine can map it: a versioned,
+  // self-describing byte string (docs/REFERENCE.md, "Export descriptions")
+  // to send over any channel. Import(description), in the other process (an
+  // allocator on the same kind of device), maps the block and returns its
+  // address and size there; CloseImport(ptr) unmaps it. Exporting the same
+  // block again returns the same description.
+  //
+  // How (PyTorch's model): with separate regions the block is its region's
+  // IPC handle (Backend::GetIpcHandle, capabilities.ipc_handles) plus its
+  // offset; with expandable regions, one POSIX descriptor per mapping that
+  // holds the block (Backend::ExportMapping, capabilities.shareable_handles)
+  // plus the exporter's pid, which the importer fetches with pidfd_open +
+  // pidfd_getfd (Linux 5.6; it needs ptrace permission over the exporter:
+  // the same user, and Yama's ptrace_scope 0 or PR_SET_PTRACER) and maps
+  // into an address range of its own. The importer sees the whole region or
+  // mappings; only the block is its to use.
+  //
+  // Lifetime rule: an exported block returns to free memory only once the
+  // exporter has freed it (Deallocate) AND every importer has closed it.
+  // Each importer registers its pid in a small shared counter page the
+  // description names; a Deallocate while an importer has the block open
+  // keeps it allocated, "held for importers" (Stats::bytes_held_for_
+  // importers: not reusable), and the allocator frees it at a later slow
+  // path, Trim, Export or Deallocate once no importer has it open; an
+  // importer that no longer exists (crashed, exited without CloseImport)
+  // counts as closed. Stats::bytes_exported counts live exported blocks and
+  // Stats::bytes_imported the memory imported here. Destroying the exporter
+  // frees its memory whatever importers still map (their mappings keep the
+  // physical memory alive on devices that refcount it, as CUDA does);
+  // destroying an importer closes its imports. In the bfc mode the first
+  // Export turns the front caches off (Options::front_cache): every free
+  // must see whether its block is exported.
+  //
+  // Errors: Export of a pointer that is not a live allocation is
+  // InvalidArgument naming it; a backend without the capability the region
+  // kind needs is Unimplemented naming the capability, the region kind and
+  // the setting that avoids it. Import of a description that is garbled,
+  // truncated or of another version is InvalidArgument saying what is
+  // wrong; one from another kind of backend or an exporter that exited is
+  // FailedPrecondition. CloseImport of a pointer Import did not return (or
+  // closed already) is InvalidArgument. The bfc and platform modes share;
+  // the async mode answers Unimplemented (the device's pool owns its
+  // memory).
+  virtual absl::StatusOr<std::string> Export(void* ptr);
+  virtual absl::StatusOr<ImportedBlock> Import(absl::string_view description);
+  virtual absl::Status CloseImport(void* ptr);
+
   virtual const DeviceInfo& device() const = 0;
   virtual const Options& options() const = 0;
 
  private:
   absl::Status PoolsUnsupported(absl::string_view call) const;
+  absl::Status SharingUnsupported(absl::string_view call) const;
 };
 
 // InvalidArgument naming the field when `options` are inconsistent with each

@@ -53,7 +53,10 @@
   X(bytes_release_pending, std::uint64_t, kAdded, "memory the device refused to take back (in bytes_reserved)") \
   X(front_cache_bytes, std::uint64_t, kAdded, "freed blocks the front caches hold (not in bytes_in_use)")     \
   X(front_cache_hits, std::uint64_t, kAdded, "allocations the front caches served")                          \
-  X(front_cache_misses, std::uint64_t, kAdded, "allocations that found no block of their size in the front cache")
+  X(front_cache_misses, std::uint64_t, kAdded, "allocations that found no block of their size in the front cache") \
+  X(bytes_exported, std::uint64_t, kAdded, "live blocks exported to other processes (in bytes_in_use)")            \
+  X(bytes_held_for_importers, std::uint64_t, kAdded, "exported blocks freed, kept until every importer closed them") \
+  X(bytes_imported, std::uint64_t, kAdded, "memory of other processes imported here (not in bytes_reserved)")
 // clang-format on
 
 namespace gpualloc {

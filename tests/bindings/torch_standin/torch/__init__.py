@@ -2,7 +2,8 @@
 """A stand-in for the parts of PyTorch gpualloc's PyTorch helper touches.
 
 Written from torch's source: every name here exists in torch with the same
-signature (torch.__version__, torch.version, torch.empty, Tensor.data_ptr,
+signature (torch.__version__, torch.version, torch.empty, torch.as_tensor
+(over __cuda_array_interface__), Tensor.data_ptr,
 Tensor.record_stream, torch.uint8/float32, torch.frombuffer, torch.cuda.*). What torch does
 in C++ for a pluggable allocator is done by libtorch_standin.so
 (standin.cc). Chosen by environment, for the tests:
@@ -62,6 +63,34 @@ class Tensor:
         if getattr(self, "_ptr", None):
             _standin._raw_delete(self._ptr)
             self._ptr = None
+
+
+class _ForeignTensor(Tensor):
+    """A tensor over memory it does not own (torch.as_tensor of an object
+    with __cuda_array_interface__): it keeps the object alive, as torch's
+    DataPtr context does, and frees nothing."""
+
+    def __init__(self, owner, device):
+        self._device = device
+        self._owner = owner
+        self._ptr = None
+        self._data = owner.__cuda_array_interface__["data"][0]
+
+    def data_ptr(self):
+        return self._data
+
+    def __del__(self):
+        self._owner = None
+
+
+def as_tensor(data, dtype=None, device=None):
+    if not hasattr(data, "__cuda_array_interface__"):
+        raise RuntimeError("the stand-in's as_tensor takes CUDA arrays only")
+    from . import cuda
+    index = cuda.current_device()
+    if device is not None and ":" in str(device):
+        index = int(str(device).split(":")[1])
+    return _ForeignTensor(data, index)
 
 
 def empty(*size, dtype=None, device=None):
