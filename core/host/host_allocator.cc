@@ -350,7 +350,7 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateHostAllocator(
   host.preallocate = false;
   host.expandable = Tristate::kOff;
   host.front_cache = 0;
-  host.growth_policy = GrowthPolicy::kDoubling;
+  host.growth_policy = GrowthPolicy::kExact;
   host.growth_granularity =
       std::max<std::uint64_t>(options.growth_granularity, kHostRegionBytes);
   if (options.memory_limit == 0) {

@@ -394,8 +394,8 @@ GPUALLOC_API gpualloc_status_t gpualloc_host_free(gpualloc_t* allocator,
                                                   void* ptr);
 /* Declares that work queued on `stream` (a cudaStream_t / hipStream_t; NULL
  * is the default stream) uses the live buffer `ptr`. */
-GPUALLOC_API gpualloc_status_t gpualloc_host_record_stream(
-    gpualloc_t* allocator, void* ptr, void* stream);
+GPUALLOC_API gpualloc_status_t
+gpualloc_host_record_stream(gpualloc_t* allocator, void* ptr, void* stream);
 /* Returns the pool's fully free regions (cuMemFreeHost synchronizes the
  * device). Nothing to do when the pool was never used. */
 GPUALLOC_API gpualloc_status_t gpualloc_host_trim(gpualloc_t* allocator);

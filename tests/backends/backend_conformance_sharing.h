@@ -78,12 +78,17 @@ TEST_P(BackendConformanceTest, IpcHandleOpensInAnotherInstance) {
   EXPECT_FALSE(backend_->GetIpcHandle(a + 256).ok());
   // The process that made the handle cannot open it.
   EXPECT_FALSE(backend_->OpenIpcHandle(*handle).ok());
+  if (info().backend != "sim") {
+    // A vendor's second instance is this process, which its driver refuses
+    // (and a fake made a second time replaces the first one's runtime). The
+    // fakes model a second process with a switch of their own: the
+    // cuda_sharing and hip_sharing tests open handles through it.
+    GTEST_SKIP() << "a second " << info().backend
+                 << " instance would be this process";
+  }
   absl::StatusOr<std::shared_ptr<Backend>> other = GetParam().make();
   ASSERT_TRUE(other.ok()) << other.status();
   absl::StatusOr<DeviceAddress> opened = (*other)->OpenIpcHandle(*handle);
-  if (!opened.ok() && info().backend != "sim") {
-    GTEST_SKIP() << "a second instance is this process: " << opened.status();
-  }
   ASSERT_TRUE(opened.ok()) << opened.status();
   if (host) {
     auto* q = reinterpret_cast<unsigned char*>(*opened);
@@ -127,14 +132,18 @@ TEST_P(BackendConformanceTest, ExportedMappingImportsInAnotherInstance) {
   absl::StatusOr<int> fd = backend_->ExportMapping(r + g);
   ASSERT_TRUE(fd.ok()) << fd.status();
   EXPECT_FALSE(backend_->ExportMapping(r + g + g).ok()) << "inside a mapping";
+  if (info().backend != "sim") {
+    // As for IPC handles: the vendors' second instance would be this
+    // process; cuda_sharing and hip_sharing import through the fakes' own
+    // second process.
+    close(*fd);
+    GTEST_SKIP() << "a second " << info().backend
+                 << " instance would be this process";
+  }
   absl::StatusOr<std::shared_ptr<Backend>> other = GetParam().make();
   ASSERT_TRUE(other.ok()) << other.status();
   Backend& b = **other;
   absl::StatusOr<PhysicalHandle> imported = b.ImportPhysical(*fd, 2 * g);
-  if (!imported.ok() && info().backend != "sim") {
-    close(*fd);
-    GTEST_SKIP() << "a second instance is this process: " << imported.status();
-  }
   ASSERT_TRUE(imported.ok()) << imported.status();
   close(*fd);  // ImportPhysical does not own it
   absl::StatusOr<DeviceAddress> at = b.ReserveAddress(2 * g, 0);

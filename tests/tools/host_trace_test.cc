@@ -256,7 +256,8 @@ TEST(HostReplay, ReferenceModelsHaveNoHostFigures) {
 }
 
 // The bundled prefetch trace (gpualloc-gen's): its host rows replay with no
-// hazard, the pool pinning a few regions where no host cache pins each row.
+// hazard, the pool pinning in the first step only where no host cache pins
+// each row, and holding about what the rows hold live.
 TEST(HostReplay, BundledPrefetchTrace) {
   absl::StatusOr<Trace> t =
       LoadTrace(std::string(GPUALLOC_TRACE_DIR) + "/gen-prefetch.csv");
@@ -269,7 +270,11 @@ TEST(HostReplay, BundledPrefetchTrace) {
   const HostFigures& none = r->host->no_cache;
   EXPECT_EQ(none.host_allocs, t->num_host_allocs);
   EXPECT_EQ(none.host_frees, t->num_host_frees);
-  EXPECT_LT(pool.host_allocs, 16u);
+  // 16 steps: the pool pins in the first only, each region the size of the
+  // request it grew for, so what it holds is what the rows hold live.
+  EXPECT_LT(pool.host_allocs, t->num_host_allocs / 4);
+  EXPECT_LE(static_cast<double>(pool.peak_bytes_reserved),
+            1.05 * static_cast<double>(r->host->peak_bytes_requested));
   EXPECT_EQ(pool.host_waits, 0u);
   EXPECT_GE(pool.peak_bytes_reserved, r->host->peak_bytes_requested);
   EXPECT_LT(pool.modeled_ns, none.modeled_ns);
