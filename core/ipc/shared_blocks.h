@@ -60,7 +60,9 @@ class SharedBlocks {
   // missing capability and the region kind; nothing is kept on error.
   absl::StatusOr<std::string> Export(DeviceAddress ptr, std::uint64_t bytes,
                                      const BlockHolders& holders);
-  bool exported(DeviceAddress ptr) const { return exports_.contains(ptr); }
+  bool exported(DeviceAddress ptr) const {
+    return !exports_.empty() && exports_.contains(ptr);
+  }
   // Whether the block at `ptr` is held for importers (freed by the
   // exporter).
   bool HeldNow(DeviceAddress ptr) const {
