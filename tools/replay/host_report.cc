@@ -73,7 +73,11 @@ void AppendRows(const std::vector<std::vector<std::string>>& rows,
     std::string line = "  ";
     for (std::size_t c = 0; c < row.size(); ++c) {
       const int w = static_cast<int>(width[c]);
-      absl::StrAppendFormat(&line, c == 0 ? "%-*s" : "  %*s", w, row[c]);
+      if (c == 0) {
+        absl::StrAppendFormat(&line, "%-*s", w, row[c]);
+      } else {
+        absl::StrAppendFormat(&line, "  %*s", w, row[c]);
+      }
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     absl::StrAppend(&out, line, "\n");
