@@ -53,37 +53,6 @@ bool SameCosts(const HostFigures& a, const HostFigures& b) {
          a.host_waits == b.host_waits && a.modeled_ns == b.modeled_ns;
 }
 
-// Columns padded to their widest cell, numbers right-aligned; a row with one
-// cell is a heading (report.cc's table, for this section's rows).
-void AppendRows(const std::vector<std::vector<std::string>>& rows,
-                std::string& out) {
-  std::vector<std::size_t> width;
-  for (const auto& row : rows) {
-    if (row.size() == 1) continue;
-    if (width.size() < row.size()) width.resize(row.size(), 0);
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      width[c] = std::max(width[c], row[c].size());
-    }
-  }
-  for (const auto& row : rows) {
-    if (row.size() == 1) {
-      absl::StrAppend(&out, row[0], "\n");
-      continue;
-    }
-    std::string line = "  ";
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      const int w = static_cast<int>(width[c]);
-      if (c == 0) {
-        absl::StrAppendFormat(&line, "%-*s", w, row[c]);
-      } else {
-        absl::StrAppendFormat(&line, "  %*s", w, row[c]);
-      }
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    absl::StrAppend(&out, line, "\n");
-  }
-}
-
 constexpr absl::string_view kNoCache = "no host cache";
 
 }  // namespace
@@ -138,7 +107,7 @@ std::string FormatHostReport(const std::vector<ReplayResult>& results,
   std::string out =
       "Host (page-locked) memory: the host rows, replayed beside the device "
       "rows on the same simulated device:\n";
-  AppendRows(rows, out);
+  AppendTable(rows, out);
   if (options.repeat > 1) {
     absl::StrAppendFormat(&out, "* the last of %d passes\n", options.repeat);
   }

@@ -112,8 +112,8 @@ const std::uint64_t* BaselineOf(const ReplayResult& r,
   return &it->second;
 }
 
-// Columns padded to their widest cell, numbers right-aligned; a row with one
-// cell is a heading, printed as it is and not counted in the widths.
+}  // namespace
+
 void AppendTable(const std::vector<std::vector<std::string>>& rows,
                  std::string& out) {
   std::vector<std::size_t> width;
@@ -142,6 +142,8 @@ void AppendTable(const std::vector<std::vector<std::string>>& rows,
     absl::StrAppend(&out, line, "\n");
   }
 }
+
+namespace {
 
 // "0.903x to 0.981x", or one number when both print the same.
 std::string Range(double lo, double hi, int precision, absl::string_view unit) {

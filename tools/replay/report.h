@@ -90,6 +90,13 @@ std::string FormatHostReport(const std::vector<ReplayResult>& results,
 std::string FormatComparisonWithPyTorch(
     const std::vector<ReplayResult>& results, const ReportOptions& options);
 
+// Appends `rows` as a table: columns padded to their widest cell, the first
+// left-aligned and the rest right-aligned; a row with one cell is a heading,
+// printed as it is and not counted in the widths. The device and host
+// reports share it.
+void AppendTable(const std::vector<std::vector<std::string>>& rows,
+                 std::string& out);
+
 }  // namespace gpualloc::replay
 
 #endif  // GPUALLOC_TOOLS_REPLAY_REPORT_H_
