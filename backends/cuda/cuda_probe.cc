@@ -46,6 +46,7 @@ absl::Status CudaBackend::Impl::Init() {
       GPUALLOC_RETURN_IF_ERROR(ReadGranularity());
     }
     ProbeSharing();
+    ProbeCounters();
     absl::MutexLock lock(&mu_);
     vmm_ = std::make_unique<CudaVmm>(api_, device_, context_, ordinal_,
                                      info_.total_bytes, info_.min_granularity,

@@ -85,15 +85,20 @@ TEST(CudaEntryPointsTest, ResolvesEveryBaseNameForTheCompiledVersion) {
     EXPECT_THAT(r.symbol, ::testing::Not(HasSubstr("_v"))) << r.symbol;
   }
   for (const char* expected :
-       {"cuMemAlloc", "cuMemFree", "cuMemGetInfo", "cuDeviceTotalMem",
-        "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuMemCreate",
-        "cuMemMap", "cuMemSetAccess", "cuMemAllocFromPoolAsync",
-        "cuMemFreeAsync", "cuGetErrorName", "cuStreamIsCapturing",
-        "cuThreadExchangeStreamCaptureMode", "cuIpcOpenMemHandle",
-        "cuMemExportToShareableHandle", "cuMemHostAlloc"}) {
+       {"cuMemAlloc",           "cuMemFree",
+        "cuMemGetInfo",         "cuDeviceTotalMem",
+        "cuEventDestroy",       "cuDevicePrimaryCtxRelease",
+        "cuMemCreate",          "cuMemMap",
+        "cuMemSetAccess",       "cuMemAllocFromPoolAsync",
+        "cuMemFreeAsync",       "cuGetErrorName",
+        "cuStreamIsCapturing",  "cuThreadExchangeStreamCaptureMode",
+        "cuIpcOpenMemHandle",   "cuMemExportToShareableHandle",
+        "cuMemHostAlloc",       "cuMemHostGetDevicePointer",
+        "cuStreamWriteValue64", "cuStreamWaitValue64"}) {
     EXPECT_TRUE(names.contains(expected)) << expected;
   }
-  EXPECT_EQ(names.size(), 48u);
+  EXPECT_EQ(names.size(), 51u);
+  EXPECT_TRUE((*api)->has_counters());
 }
 
 TEST(CudaEntryPointsTest, ANewerDriverIsAskedForTheCompiledVersion) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/backends/cuda_fake_sharing.cc: the fake CUDA driver's IPC handles,
-// shareable handles (memfd descriptors) and page-locked host memory.
+// shareable handles (memfd descriptors), page-locked host memory and the
+// stream memory operations of completion counters.
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -180,8 +181,14 @@ CUresult FakeMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   const std::uint64_t rounded = RoundUp(bytes, kHostPage);
   void* p = std::aligned_alloc(kHostPage, rounded);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-  std::memset(p, 0, rounded);
+  // The driver does not zero page-locked memory.
+  std::memset(p, 0xa5, rounded);
   s.host_blocks[p] = rounded;
+  if ((flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0) {
+    s.mapped_host[p] = s.next_mapped;
+    s.mapped_device[s.next_mapped] = p;
+    s.next_mapped += rounded + kHostPage;
+  }
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -191,8 +198,69 @@ CUresult FakeMemFreeHost(void* p) {
   FAKE_NEED_CONTEXT();
   auto it = s.host_blocks.find(p);
   if (it == s.host_blocks.end()) return CUDA_ERROR_INVALID_VALUE;
+  // It waits for the device: whatever was pending completes first.
+  for (auto& [id, e] : s.events) e.done = true;
+  LandCounterWrites(s, [](const auto&) { return true; });
+  if (auto m = s.mapped_host.find(p); m != s.mapped_host.end()) {
+    s.mapped_device.erase(m->second);
+    s.mapped_host.erase(m);
+  }
   std::free(p);
   s.host_blocks.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult FakeMemHostGetDevicePointer(CUdeviceptr* dptr, void* p,
+                                     unsigned int flags) {
+  FAKE_ENTER("cuMemHostGetDevicePointer");
+  FAKE_NEED_CONTEXT();
+  if (dptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  // A pointer inside a block made with CU_MEMHOSTALLOC_DEVICEMAP.
+  auto it = s.host_blocks.upper_bound(p);
+  if (it == s.host_blocks.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  const auto offset = static_cast<std::uint64_t>(static_cast<char*>(p) -
+                                                 static_cast<char*>(it->first));
+  auto m = s.mapped_host.find(it->first);
+  if (offset >= it->second || m == s.mapped_host.end()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *dptr = m->second + offset;
+  return CUDA_SUCCESS;
+}
+
+CUresult FakeStreamWriteValue64(CUstream stream, CUdeviceptr addr,
+                                cuuint64_t value, unsigned int flags) {
+  FAKE_ENTER("cuStreamWriteValue64");
+  FAKE_NEED_CONTEXT();
+  if ((flags & ~static_cast<unsigned int>(
+                   CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::uint64_t* at = s.MappedSlot(addr);
+  if (at == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  s.last_write_flags = flags;
+  if (s.work_pending) {
+    s.pending_writes.push_back(
+        {reinterpret_cast<std::uintptr_t>(stream), ++s.seq, at, value});
+  } else {
+    __atomic_store_n(at, value, __ATOMIC_RELEASE);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult FakeStreamWaitValue64(CUstream, CUdeviceptr addr, cuuint64_t,
+                               unsigned int flags) {
+  FAKE_ENTER("cuStreamWaitValue64");
+  FAKE_NEED_CONTEXT();
+  constexpr unsigned int kKnown =
+      CU_STREAM_WAIT_VALUE_GEQ | CU_STREAM_WAIT_VALUE_EQ |
+      CU_STREAM_WAIT_VALUE_AND | CU_STREAM_WAIT_VALUE_NOR |
+      CU_STREAM_WAIT_VALUE_FLUSH;
+  if ((flags & ~kKnown) != 0 || s.MappedSlot(addr) == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  s.last_wait_flags = flags;
   return CUDA_SUCCESS;
 }
 
@@ -215,6 +283,12 @@ void AddSharingEntryPoints(std::map<std::string, void*>* table) {
       reinterpret_cast<void*>(&FakeMemImportFromShareableHandle);
   (*table)["cuMemHostAlloc"] = reinterpret_cast<void*>(&FakeMemHostAlloc);
   (*table)["cuMemFreeHost"] = reinterpret_cast<void*>(&FakeMemFreeHost);
+  (*table)["cuMemHostGetDevicePointer"] =
+      reinterpret_cast<void*>(&FakeMemHostGetDevicePointer);
+  (*table)["cuStreamWriteValue64"] =
+      reinterpret_cast<void*>(&FakeStreamWriteValue64);
+  (*table)["cuStreamWaitValue64"] =
+      reinterpret_cast<void*>(&FakeStreamWaitValue64);
 }
 
 }  // namespace fake_internal

@@ -335,8 +335,9 @@ class Backend {
   // `count` counters, all 0, in host memory the device can write (mapped
   // page-locked memory on a GPU). `values` stays valid until DestroyCounters.
   virtual absl::StatusOr<CounterBlock> CreateCounters(std::size_t count);
-  // Frees the block. On a GPU it synchronizes the device (cuMemFreeHost /
-  // hipHostFree), so no queued write lands in freed memory.
+  // Frees the block. Call it once no write into the block is pending (after a
+  // host synchronization): cuMemFreeHost and hipHostFree wait for the device
+  // in practice, and the simulator models that, but no driver promises it.
   virtual absl::Status DestroyCounters(CounterHandle handle);
   // Queues on `stream` a write of `value` into counter `index`: it happens once
   // the work queued on `stream` before it has completed (the stream's order).
