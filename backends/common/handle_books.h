@@ -43,20 +43,20 @@
 
 namespace gpualloc::common {
 
+// A block of completion counters: the host memory the device writes (what
+// the vendor frees), the same memory's device address (what the stream calls
+// name) and how many counters it holds.
+struct CounterRecord {
+  void* host = nullptr;
+  std::uint64_t device = 0;
+  std::size_t count = 0;
+};
+
 // `Block` is what the backend keeps for a plain block (its size, or what to
 // give back to the vendor).
 template <typename Block>
 class HandleBooks {
  public:
-  // A block of completion counters: the host memory the device writes (what
-  // the vendor frees), the same memory's device address (what the stream
-  // calls name) and how many counters it holds.
-  struct CounterRecord {
-    void* host = nullptr;
-    std::uint64_t device = 0;
-    std::size_t count = 0;
-  };
-
   // What was still recorded when the books were emptied (TakeAll).
   struct Leftovers {
     std::vector<std::pair<DeviceAddress, Block>> blocks;

@@ -23,8 +23,8 @@
 namespace gpualloc::cuda {
 namespace {
 
+using common::CounterRecord;
 using internal::ToCuStream;
-using CounterRecord = common::HandleBooks<std::uint64_t>::CounterRecord;
 
 // The entry points resolve to their version 2 (CU_DEVICE_ATTRIBUTE_CAN_USE_
 // 64_BIT_STREAM_MEM_OPS) from CUDA 11.7 on; an older driver gives the

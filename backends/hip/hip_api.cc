@@ -116,6 +116,9 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
              api->MemImportFromShareableHandle);
   (void)Bind(library, "hipHostMalloc", api->HostMalloc);
   (void)Bind(library, "hipHostFree", api->HostFree);
+  (void)Bind(library, "hipHostGetDevicePointer", api->HostGetDevicePointer);
+  (void)Bind(library, "hipStreamWriteValue64", api->StreamWriteValue64);
+  (void)Bind(library, "hipStreamWaitValue64", api->StreamWaitValue64);
   if (!missing.empty()) {
     // Leave the library loaded: unloading a HIP runtime is not safe once its
     // constructors ran, and the process may load it again anyway.
