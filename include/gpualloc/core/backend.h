@@ -347,7 +347,8 @@ class Backend {
   // once counter `index` holds a value >= `value`. REQUIRES that a
   // WriteCounter of a value >= `value` to that counter was already queued
   // (the allocator never waits for a value nobody will write); the simulator
-  // refuses otherwise with FailedPrecondition.
+  // refuses otherwise with FailedPrecondition, unless the counter already
+  // holds such a value (then the wait orders nothing).
   virtual absl::Status WaitCounter(CounterHandle handle, std::size_t index,
                                    std::uint64_t value, Stream stream);
 
