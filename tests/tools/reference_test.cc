@@ -354,6 +354,23 @@ TEST(AsyncModel, ReuseRulesDecideCrossStreamReuse) {
   }
 }
 
+// The driver's pool makes a stream wait for another stream's free
+// (cudaMemPoolReuseAllowInternalDependencies) rather than grow: the async
+// model's row counts those waits, which the driver itself never reports.
+TEST(AsyncModel, CountsTheStreamWaitsItsPoolInserts) {
+  // Stream 0's 1 MiB, freed while its work is pending (nothing completes),
+  // merges with the rest of its 2 MiB segment; stream 1's request can only
+  // have that block, after a wait.
+  const Trace t = Make({A(0, kMiB, 0), F(0, 0), A(1, kMiB, 1)});
+  ReplayResult r = ReplayModel(t, "async", "arch=h100", /*complete_every=*/0);
+  EXPECT_EQ(r.stream_waits, 1u);
+  EXPECT_EQ(r.peak_bytes_reserved, 2 * kMiB);  // no second segment
+  EXPECT_EQ(r.hazards, 0u);
+  // Completed first (every op): no dependency, no wait.
+  r = ReplayModel(t, "async", "arch=h100", /*complete_every=*/1);
+  EXPECT_EQ(r.stream_waits, 0u);
+}
+
 TEST(ReferenceReplay, JsonNamesTheReferenceAndKeepsRepeat) {
   ReplayOptions o;
   o.reference = "pytorch";

@@ -11,6 +11,11 @@
 // cudaFreeAsync on the freeing stream, and out of memory one trim of the
 // pool (emptyCache: cudaMemPoolTrimTo(0)) and one retry. What it leaves
 // out: docs/REFERENCE.md, "Reference models".
+//
+// Its stream waits are the ones the driver's pool inserts
+// (cudaMemPoolReuseAllowInternalDependencies), which a real driver does not
+// report: the simulator's count (SimBackend::pool_stream_waits), 0 on
+// another backend.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -20,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "gpualloc/backends/sim_backend.h"
 #include "gpualloc/core/allocator.h"
 #include "gpualloc/core/backend.h"
 #include "tools/replay/reference.h"
@@ -31,8 +37,11 @@ namespace {
 class AsyncModel final : public ReferenceModel {
  public:
   AsyncModel(const AsyncModelOptions& o, std::shared_ptr<Backend> backend)
-      : ReferenceModel("async", std::move(backend)), o_(o) {
+      : ReferenceModel("async", std::move(backend)),
+        o_(o),
+        sim_(std::dynamic_pointer_cast<SimBackend>(backend_)) {
     stats_.bytes_limit = backend_->info().total_bytes;
+    if (sim_ != nullptr) pool_waits_seen_ = sim_->pool_stream_waits();
   }
 
   absl::Status Configure() {
@@ -119,6 +128,14 @@ class AsyncModel final : public ReferenceModel {
   // memory grows only in allocations, so the pool's high-water mark is the
   // peak whenever it rose since the last reset.
   void Refresh() const {
+    // The stream waits the pool inserted since the last reading (a reset of
+    // the simulator's counters starts them again from 0).
+    if (sim_ != nullptr) {
+      const std::uint64_t waits = sim_->pool_stream_waits();
+      stats_.stream_waits +=
+          waits >= pool_waits_seen_ ? waits - pool_waits_seen_ : waits;
+      pool_waits_seen_ = waits;
+    }
     absl::StatusOr<PoolUsage> u = backend_->GetPoolUsage();
     if (!u.ok()) return;
     stats_.bytes_reserved = u->reserved;
@@ -136,6 +153,10 @@ class AsyncModel final : public ReferenceModel {
     std::uintptr_t stream = 0;
   };
   const AsyncModelOptions o_;
+  // The simulator, for the stream waits its pool inserts; null on a vendor
+  // backend (the driver does not report them).
+  const std::shared_ptr<SimBackend> sim_;
+  mutable std::uint64_t pool_waits_seen_ = 0;
   absl::flat_hash_map<DeviceAddress, Entry> live_;
   mutable std::uint64_t pool_peak_ = 0;
   std::uint64_t pool_peak_at_reset_ = 0;
