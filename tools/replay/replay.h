@@ -146,8 +146,11 @@ struct ReplayOptions {
   std::function<void(std::uint64_t, std::uint64_t)> progress;
   // When set, a reference model (reference.h: "pytorch", "tf", "async")
   // replays instead of gpualloc, on the device the configuration string
-  // describes (the simulator's default device for ""); the configuration's
-  // allocator settings are not used, and the result's config is "".
+  // describes (the simulator's default device for ""), under the limit
+  // gpualloc would use there (the configuration's mem_limit or
+  // mem_fraction, resolved as the allocator resolves them), which the model
+  // applies by its own project's rule; the configuration's other allocator
+  // settings are not used, and the result's config is "".
   std::string reference;
 };
 
