@@ -374,6 +374,8 @@ TEST(AsyncModel, CountsTheStreamWaitsItsPoolInserts) {
   EXPECT_EQ(r.stream_waits, 1u);
   EXPECT_EQ(r.peak_bytes_reserved, 2 * kMiB);  // no second segment
   EXPECT_EQ(r.hazards, 0u);
+  EXPECT_EQ(r.frees, 1u);
+  EXPECT_THAT(ToJson(r), HasSubstr("\"stream_waits_per_100_frees\":100,"));
   // Completed first (every op): no dependency, no wait.
   r = ReplayModel(t, "async", "arch=h100", /*complete_every=*/1);
   EXPECT_EQ(r.stream_waits, 0u);
@@ -484,6 +486,39 @@ TEST(AsyncModel, OutOfMemorySynchronizesTrimsAndRetries) {
   r = ReplayModel(Make({A(0, 600 * kMiB, 0), F(0, 0), A(1, 700 * kMiB, 1)}),
                   "async", kSmallDevice, /*complete_every=*/0);
   EXPECT_EQ(r.ooms, 1u);
+}
+
+// Completion calls: every event record and query the model made, from the
+// simulator's ledger, in the JSON with their rate per 100 frees, per pass
+// too.
+TEST(ReferenceReplay, CountsCompletionCalls) {
+  // The free on stream 1 records an event (record_stream); the next
+  // allocation's process_events queries it (pending: nothing completes).
+  const Trace t = Make({A(0, 4 * kMiB, 0), F(0, 1), A(1, 4 * kMiB, 0)});
+  ReplayResult r = ReplayModel(t, "pytorch", "", /*complete_every=*/0);
+  EXPECT_EQ(r.events_recorded, 1u);
+  EXPECT_EQ(r.completion_calls, 2u);
+  EXPECT_EQ(r.frees, 1u);
+  const std::string json = ToJson(r);
+  EXPECT_THAT(json, HasSubstr("\"completion_calls\":2,"));
+  EXPECT_THAT(json, HasSubstr("\"completion_calls_per_100_frees\":200,"));
+  ReplayOptions o;
+  o.reference = "pytorch";
+  o.complete_every = 0;
+  o.repeat = 2;
+  absl::StatusOr<ReplayResult> twice = Replay(t, "", o);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  ASSERT_EQ(twice->repetitions.size(), 2u);
+  std::uint64_t sum = 0, frees = 0;
+  for (const ReplayRepetition& p : twice->repetitions) {
+    EXPECT_GT(p.completion_calls, 0u);
+    EXPECT_EQ(p.frees, 2u);  // the trace's free and the drain's
+    sum += p.completion_calls;
+    frees += p.frees;
+  }
+  EXPECT_EQ(sum, twice->completion_calls);
+  EXPECT_EQ(frees, twice->frees);
+  EXPECT_THAT(ToJson(*twice), HasSubstr("\"completion_calls_per_100_frees\":"));
 }
 
 TEST(ReferenceReplay, JsonNamesTheReferenceAndKeepsRepeat) {

@@ -207,6 +207,7 @@ void SetTotals(const Counters& before, ReplayResult* result) {
   result->events_recorded = stats.events_recorded;
   result->host_waits = stats.host_waits;
   result->stream_waits = stats.stream_waits;
+  result->completion_calls = before.completion_calls;
   result->backend_calls = before.backend_calls;
   result->modeled_backend_ns = before.modeled_ns;
   result->hazards = before.hazards;
@@ -334,6 +335,7 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   if (absl::Status s = measured.Run(); !s.ok()) return s;
 
   result.ops = measured.calls();
+  result.frees = measured.frees();
   result.ns_per_op =
       measured.calls() == 0
           ? 0
