@@ -6,20 +6,21 @@
 // "Reference models".
 //
 // Version: the rules were checked against PyTorch's main branch
-// (version.txt 2.15.0a0; malloc, alloc_block, release_available_cached_blocks,
-// release_cached_blocks, garbage_collect_cached_blocks, unmapHandles) and
-// agree with a 2.x release read before it, whose stages at the limit are the
-// same. Under set_per_process_memory_fraction (PyTorchModelOptions::
-// memory_limit) a new segment that would bring the reserved bytes above
-// the limit fails like a refused cudaMalloc, and malloc goes through its
-// stages: garbage_collect_cached_blocks (with
-// garbage_collection_threshold), alloc_block, release_available_cached_blocks
-// (with max_split_size) and alloc_block, release_cached_blocks and
-// alloc_block, then out of memory. Host waits counted: each event
-// synchronized (synchronize_and_free_events), each release step whose
-// cudaFree calls synchronized the device (one per step: the first cudaFree
-// waits for the queued work, the rest find none), and with expandable
-// segments each unmap's cudaStreamSynchronize.
+// (version.txt 2.15.0a0; malloc, alloc_block,
+// release_available_cached_blocks, release_cached_blocks,
+// garbage_collect_cached_blocks, unmapHandles) and an earlier 2.x version of
+// the file (with set_fraction), whose stages at the limit are the same.
+// Under set_per_process_memory_fraction (PyTorchModelOptions::memory_limit)
+// a new segment that would bring the reserved bytes above the limit fails
+// like a refused cudaMalloc, and malloc goes through its stages:
+// garbage_collect_cached_blocks (with garbage_collection_threshold),
+// alloc_block, release_available_cached_blocks (with max_split_size) and
+// alloc_block, release_cached_blocks and alloc_block, then out of memory.
+// Host waits counted: each event synchronized
+// (synchronize_and_free_events), each release step whose cudaFree calls
+// synchronized the device (one per step: the first cudaFree waits for the
+// queued work, the rest find none), and with expandable segments each
+// unmap's cudaStreamSynchronize.
 //
 // This file: the allocation and free paths, their size rules and the
 // events; the blocks and the class: reference_pytorch.h.
