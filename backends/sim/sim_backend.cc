@@ -253,6 +253,10 @@ std::uint64_t SimBackend::CallCostNs(SimOp op, std::uint64_t bytes) const {
 }
 void SimBackend::ResetCounters() {
   impl_->WithLedger([](sim::CallLedger& ledger) { ledger.ResetCounters(); });
+  impl_->WithPool([](sim::Pool& pool) { pool.ResetStreamWaits(); });
+}
+std::uint64_t SimBackend::pool_stream_waits() const {
+  return impl_->WithPool([](sim::Pool& pool) { return pool.stream_waits(); });
 }
 std::uint64_t SimBackend::bytes_allocated() const {
   return impl_->WithPlacement(

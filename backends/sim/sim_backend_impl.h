@@ -544,6 +544,11 @@ class SimBackend::Impl {
     return f(placement_);
   }
   template <typename F>
+  auto WithPool(F f) {
+    core::LockGuard lock(&mu_);
+    return f(pool_);
+  }
+  template <typename F>
   auto WithVm(F f) {
     core::LockGuard lock(&mu_);
     return f(vm_);

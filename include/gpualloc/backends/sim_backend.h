@@ -369,6 +369,13 @@ class SimBackend final : public Backend {
   absl::Status PoolFree(DeviceAddress address, Stream stream) override;
   absl::Status PoolTrim(std::uint64_t keep_bytes) override;
   absl::StatusOr<PoolUsage> GetPoolUsage() override;
+  // Stream waits the pool inserted itself: PoolAllocate calls that handed a
+  // block to a stream only after making that stream wait for the block's
+  // free on another stream (internal_dependencies), since creation or the
+  // last ResetCounters. A real driver does this too and reports nothing, so
+  // it is the simulator's own figure, not a backend call, never counted in
+  // calls(); the replay's async model reports it as its stream waits.
+  std::uint64_t pool_stream_waits() const;
 
   // --- Virtual memory (SimOptions::virtual_memory) --------------------------
   // CUDA's rules, checked before anything changes; each broken rule is
