@@ -23,21 +23,17 @@ BfcAllocator::BfcAllocator(ResolvedOptions resolved,
                       resolved_.options.max_internal_fragmentation,
                       resolved_.large_page}),
       stream_order_(backend_.get(), resolved_.options.cross_stream_reuse),
-      oracle_(backend_->info().capabilities.streams
+      oracle_(stream_order_.streams()
                   ? static_cast<ReuseOracle*>(&stream_order_)
                   : &no_streams_),
       // The top bit is the released streams' (no stream handle has it).
-      stream_mask_(backend_->info().capabilities.streams
-                       ? ~StreamOrder::kReleasedBit
-                       : 0),
+      stream_mask_(stream_order_.streams() ? ~StreamOrder::kReleasedBit : 0),
       known_only_(*oracle_),
       pools_(core_.config(),
              RoundUpToMultiple(kSlabUnit, resolved_.min_block_size)),
       tags_(core_.config(), resolved_.granularity, *backend_, history_.get()),
       fronts_(resolved_.front_cache, core_, stream_order_, oracle_),
-      source_(MakeSource()) {
-  stream_order_.BindSearches(&core_.counters().num_allocs);
-}
+      source_(MakeSource()) {}
 
 BfcAllocator::~BfcAllocator() {
   LockGuard lock(&mu_);
@@ -56,7 +52,7 @@ BfcAllocator::~BfcAllocator() {
   // blocks, and here the host waits for the work on the blocks of private
   // pools and tags (their streams are the pools' users, which the core's
   // chunks do not name).
-  if (pools_on_ && resolved_.expandable && oracle_ == &stream_order_) {
+  if (pools_on_ && resolved_.expandable && stream_order_.streams()) {
     std::vector<std::uintptr_t> streams;
     for (const PrivatePools* pools : {&pools_, &tags_.pools()}) {
       for (PoolId id : pools->Ids()) {
@@ -325,7 +321,7 @@ Stats BfcAllocator::StatsLocked() const {
   // Regions, or with expandable regions granule mappings, made and undone.
   s.backend_allocs = source_->backend_allocs();
   s.backend_frees = source_->backend_frees();
-  s.events_recorded = stream_order_.events_recorded();
+  s.events_recorded = stream_order_.markers_recorded();
   s.stream_waits = stream_order_.stream_waits();
   s.host_waits = stream_order_.host_waits();
   if (pools_on_) {

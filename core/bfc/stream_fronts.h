@@ -54,7 +54,7 @@
 #include "core/bfc/front_cache.h"
 #include "core/layer.h"
 #include "core/lock.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 #include "gpualloc/core/allocator.h"
 
 namespace gpualloc::core {

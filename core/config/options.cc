@@ -45,7 +45,7 @@ constexpr FieldInfo kFields[] = {
     {"arch", "arch", "\"auto\""},
     {"garbage_collection", "gc", "true"},
     {"gc_threshold", "gc_threshold", "0"},
-    {"cross_stream_reuse", "cross_stream", "CrossStreamReuse::kStreamWait"},
+    {"cross_stream_reuse", "cross_stream", "CrossStreamReuse::kBeforeGrowth"},
     {"growth_policy", "growth", "GrowthPolicy::kExact"},
     {"growth_granularity", "granularity", "0"},
     {"min_block_size", "min_block", "0"},

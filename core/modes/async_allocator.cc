@@ -26,7 +26,7 @@
 #include "core/modes/non_caching_allocator.h"
 #include "core/report/oom_message.h"
 #include "core/status_macros.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 
 namespace gpualloc::core {
 

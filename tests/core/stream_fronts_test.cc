@@ -10,8 +10,8 @@
 #include <optional>
 
 #include "core/bfc/bfc.h"
-#include "core/fences.h"
-#include "core/stream_order.h"
+#include "core/streams/oracle.h"
+#include "core/streams/stream_order.h"
 #include "gmock/gmock.h"
 #include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
@@ -54,7 +54,7 @@ class StreamFrontsTest : public ::testing::Test {
   std::shared_ptr<SimBackend> sim_ = testing::MakeSim(64 * kMiB);
   BfcCore core_{BfcConfig{256, 0}};
   StreamOrder order_{sim_.get(), CrossStreamReuse::kWhenComplete};
-  AllCompleteOracle oracle_;
+  AllComplete oracle_;
   StreamFronts fronts_{kBudget, core_, order_, &oracle_};
 };
 

@@ -703,8 +703,11 @@ TEST(Replay, ARepeatedMultiStreamStepHoldsItsSecondPassPeak) {
       EXPECT_EQ(p.backend_allocs, 0u) << config << " pass " << pass + 1;
       EXPECT_EQ(p.backend_frees, 0u) << config << " pass " << pass + 1;
     }
-    // Events stay within 1 per 20 frees (plus the budget's burst).
-    EXPECT_LE(r->events_recorded * 20, r->ops / 2 + 20 * 16) << config;
+    // Calls to learn completion stay within 25 per 100 frees (the stream
+    // order spends 20, plus a burst of 32, plus one marker per wait).
+    EXPECT_LE(r->completion_calls * 100,
+              r->frees * 25 + 100 * (32 + r->stream_waits))
+        << config;
   }
 }
 
@@ -832,10 +835,12 @@ TEST(Replay, MultiStreamTraceFeedsTheHazardDetector) {
   absl::StatusOr<ReplayResult> r = Replay(t, std::string(kPrealloc));
   ASSERT_TRUE(r.ok()) << r.status();
   // The allocator never hands out memory another stream may still use; with
-  // memory to spare its events are only the budgeted ones that tell it early
-  // when frees completed (at most 1 per 20 frees).
+  // memory to spare its markers are only the budgeted ones that tell it
+  // early when frees completed (at most 25 calls per 100 frees, and a burst
+  // of 32).
   EXPECT_EQ(r->hazards, 0u);
-  EXPECT_LE(r->events_recorded * 20, 198u);
+  EXPECT_EQ(r->frees, 198u);
+  EXPECT_LE(r->completion_calls * 100, 198u * 25 + 100 * 32);
   // In a 2 MiB pool the streams must reuse each other's memory: events
   // (counted among the backend calls) say when that is safe.
   r = Replay(t,
@@ -1061,13 +1066,16 @@ TEST(NoWaitBound, OnlyForMultiStreamTracesAndInEveryResult) {
 }
 
 // The bundled generated traces: the bound lies between the peak requested and
-// the peak reserved of an allocator that made no stream and no host wait.
+// the peak reserved of an allocator that made no stream and no host wait
+// (cross_stream=stream_wait: no wait with memory to spare).
 TEST(NoWaitBound, BundledMultiStreamTracesBetweenRequestedAndReserved) {
   for (const char* name : {"gen-prefetch", "gen-fsdp", "gen-serve"}) {
     absl::StatusOr<Trace> t = LoadTrace(TraceDir() + "/" + name + ".csv");
     ASSERT_TRUE(t.ok()) << t.status();
     absl::StatusOr<ReplayResult> r =
-        Replay(*t, "arch=h100,preallocate=false,expandable=false");
+        Replay(*t,
+               "arch=h100,preallocate=false,expandable=false,"
+               "cross_stream=stream_wait");
     ASSERT_TRUE(r.ok()) << name << ": " << r.status();
     ASSERT_TRUE(r->nowait_bound_bytes.has_value()) << name;
     EXPECT_GE(*r->nowait_bound_bytes, r->peak_bytes_requested) << name;

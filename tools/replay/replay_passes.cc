@@ -354,6 +354,7 @@ const std::vector<SimOp>& CompletionOps() {
   static const std::vector<SimOp>* ops = new std::vector<SimOp>{
       SimOp::kRecordEvent,
       SimOp::kQueryEvent,
+      SimOp::kWriteCounter,
   };
   return *ops;
 }
