@@ -111,4 +111,8 @@ absl::Status Backend::HostFree(void*) {
   return NotSupported("HostFree", "host_memory");
 }
 
+absl::StatusOr<Backend::AddressRange> Backend::GetAddressRange(DeviceAddress) {
+  return NotSupported("GetAddressRange", "ipc_handles");
+}
+
 }  // namespace gpualloc

@@ -124,6 +124,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
   absl::Status HostFree(void* ptr) override;
 
+  // --- Address ranges (cuMemGetAddressRange; with ipc_handles) -------------
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
   // Why the sharing and host-memory capabilities are on or off, in the order
   // they were decided ("ipc_handles off: ...").
   const std::vector<std::string>& notes() const;

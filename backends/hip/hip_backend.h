@@ -142,6 +142,9 @@ class HipBackend final : public Backend {
   absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
   absl::Status HostFree(void* ptr) override;
 
+  // --- Address ranges (hipMemGetAddressRange; with ipc_handles) ------------
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
   // The profile the device's numbers came from.
   const ArchProfile& profile() const { return *profile_; }
   // Why the profile, each capability and the granularity are what they are,

@@ -410,6 +410,13 @@ absl::StatusOr<PhysicalHandle> SimBackend::ImportPhysical(int fd,
   }
   return impl_->ImportPhysical(fd, bytes);
 }
+absl::StatusOr<Backend::AddressRange> SimBackend::GetAddressRange(
+    DeviceAddress address) {
+  if (!info().capabilities.ipc_handles) {
+    return Backend::GetAddressRange(address);
+  }
+  return impl_->GetAddressRange(address);
+}
 bool SimBackend::IsAccessible(DeviceAddress address,
                               std::uint64_t bytes) const {
   const DeviceAddress end = sim::SaturatingEnd(address, bytes);

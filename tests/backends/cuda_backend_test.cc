@@ -90,10 +90,11 @@ TEST(CudaEntryPointsTest, ResolvesEveryBaseNameForTheCompiledVersion) {
         "cuMemMap", "cuMemSetAccess", "cuMemAllocFromPoolAsync",
         "cuMemFreeAsync", "cuGetErrorName", "cuStreamIsCapturing",
         "cuThreadExchangeStreamCaptureMode", "cuIpcOpenMemHandle",
-        "cuMemExportToShareableHandle", "cuMemHostAlloc"}) {
+        "cuMemGetAddressRange", "cuMemExportToShareableHandle",
+        "cuMemHostAlloc"}) {
     EXPECT_TRUE(names.contains(expected)) << expected;
   }
-  EXPECT_EQ(names.size(), 48u);
+  EXPECT_EQ(names.size(), 49u);
 }
 
 TEST(CudaEntryPointsTest, ANewerDriverIsAskedForTheCompiledVersion) {

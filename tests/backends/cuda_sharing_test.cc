@@ -305,6 +305,38 @@ TEST(CudaIpcTest, TheDestructorClosesWhatIsStillOpen) {
   EXPECT_EQ(fake->used_bytes(), 0u);
 }
 
+TEST(CudaIpcTest, AHandleOpenedTwiceGivesTheSameAddressAndCountsTheOpens) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  auto b = MakeBackend(fake);
+  ASSERT_NE(b, nullptr);
+  absl::StatusOr<DeviceAddress> base = b->Allocate(4 * kMiB);
+  ASSERT_TRUE(base.ok());
+  absl::StatusOr<IpcHandle> handle = b->GetIpcHandle(*base);
+  ASSERT_TRUE(handle.ok());
+  fake->SetProcess(1);
+  absl::StatusOr<DeviceAddress> first = b->OpenIpcHandle(*handle);
+  absl::StatusOr<DeviceAddress> second = b->OpenIpcHandle(*handle);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(*first, *second);
+  EXPECT_EQ(fake->live_opened(), 1u);
+  absl::StatusOr<Backend::AddressRange> range = b->GetAddressRange(*first + 5);
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ(range->base, *first);
+  EXPECT_EQ(range->bytes, 4 * kMiB);
+  // The backend's books count the opens as the driver does: one close
+  // each, and the memory goes at the last.
+  EXPECT_TRUE(b->CloseIpcHandle(*first).ok());
+  EXPECT_EQ(fake->live_opened(), 1u);
+  EXPECT_TRUE(b->CloseIpcHandle(*second).ok());
+  EXPECT_EQ(fake->live_opened(), 0u);
+  const int closes = fake->count("cuIpcCloseMemHandle");
+  EXPECT_EQ(b->CloseIpcHandle(*first).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(fake->count("cuIpcCloseMemHandle"), closes);
+  fake->SetProcess(0);
+  EXPECT_TRUE(b->Free(*base).ok());
+}
+
 // --- Mappings as file descriptors
 // ------------------------------------------------
 
