@@ -14,8 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/config/options.h"
 #include "core/host/host_memory_backend.h"
 #include "core/lock.h"
+#include "core/modes/modes.h"
 #include "core/status_macros.h"
 
 namespace gpualloc {
@@ -176,11 +178,9 @@ absl::StatusOr<void*> HostAllocator::Allocate(std::size_t bytes, Stream stream,
     }
   }
   if (ptr.ok() || !absl::IsResourceExhausted(ptr.status())) return ptr;
+  // (Its hint names host_memory_limit, the pool's setting.)
   return absl::ResourceExhaustedError(absl::StrCat(
-      ptr.status().message(),
-      " (the host pool of pinned memory: its limit is CreateHostAllocator's "
-      "Options::memory_limit, configuration key host_memory_limit, "
-      "variable GPUALLOC_HOST_MEMORY_LIMIT)"));
+      ptr.status().message(), " (the host pool of pinned memory)"));
 }
 
 absl::Status HostAllocator::RecordStream(void* ptr, Stream stream) {
@@ -360,8 +360,15 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateHostAllocator(
   std::shared_ptr<Backend> device = backend;
   auto adapter = std::make_shared<core::HostMemoryBackend>(std::move(backend),
                                                            host.memory_limit);
+  // Its out-of-memory hints name host_memory_limit (ResolvedOptions).
+  absl::StatusOr<core::ResolvedOptions> resolved =
+      core::ResolveOptions(host, adapter->info());
+  if (resolved.ok()) resolved->host_pool = true;
   absl::StatusOr<std::unique_ptr<Allocator>> bfc =
-      CreateAllocator(host, std::move(adapter));
+      resolved.ok()
+          ? core::CreateResolvedAllocator(*std::move(resolved),
+                                          std::move(adapter))
+          : absl::StatusOr<std::unique_ptr<Allocator>>(resolved.status());
   if (!bfc.ok()) {
     return absl::Status(
         bfc.status().code(),

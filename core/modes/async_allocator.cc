@@ -90,11 +90,9 @@ absl::StatusOr<void*> AsyncAllocator::AllocateOnce(
   if (live_.counters().bytes_held + deferred_bytes_ + facts.device > Limit()) {
     return OutOfMemory(
         facts, pending, "the limit is reached",
-        absl::StrFormat(
-            "the live allocations fill the limit; free memory earlier, "
-            "raise memory_fraction (now %g) or memory_limit, or lower the "
-            "batch size",
-            resolved_.options.memory_fraction));
+        absl::StrFormat("the live allocations fill the limit; free memory "
+                        "earlier, %s, or lower the batch size",
+                        RaiseLimitHint(resolved_)));
   }
   // The pool's reserved memory stays within the limit too. While what it
   // may hold after this request (reserved_bound_ plus a new segment) fits,
@@ -331,8 +329,8 @@ absl::Status AsyncAllocator::OverLimit(const OutOfMemoryFacts& facts,
           "segments, or freed on streams whose work has not completed",
           usage_.reserved, growth),
       resolved_.options.garbage_collection
-          ? "free memory earlier, raise memory_fraction or memory_limit, or "
-            "lower the batch size"
+          ? absl::StrFormat("free memory earlier, %s, or lower the batch size",
+                            RaiseLimitHint(resolved_))
           : "garbage collection is off (gc=false), so the allocator does "
             "not wait for pending frees: synchronize the streams that "
             "freed memory, turn gc on, free memory earlier or raise the "

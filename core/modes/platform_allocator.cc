@@ -87,10 +87,9 @@ class PlatformAllocator final : public NonCachingAllocator {
           facts, pending, "the limit is reached",
           absl::StrFormat(
               "the platform allocator caches nothing, so the live "
-              "allocations alone fill the limit; free memory earlier, raise "
-              "memory_fraction (now %g) or memory_limit, or lower the batch "
-              "size",
-              resolved_.options.memory_fraction));
+              "allocations alone fill the limit; free memory earlier, %s, or "
+              "lower the batch size",
+              RaiseLimitHint(resolved_)));
     }
     absl::StatusOr<DeviceAddress> base = backend_->Allocate(facts.device);
     if (!base.ok()) {

@@ -264,7 +264,14 @@ TEST(HostAllocator, LimitAndOutOfMemory) {
   auto big = pool->Allocate(9 * kMiB);
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(big.status().message(), HasSubstr("host pool"));
-  EXPECT_THAT(big.status().message(), HasSubstr("host_memory_limit"));
+  // Its hint names its own setting, with its value.
+  EXPECT_THAT(big.status().message(),
+              HasSubstr("raise host_memory_limit (GPUALLOC_HOST_MEMORY_LIMIT, "
+                        "now 8.00 MiB)"));
+  EXPECT_THAT(big.status().message(),
+              ::testing::Not(HasSubstr("mem_fraction")));
+  EXPECT_THAT(big.status().message(),
+              ::testing::Not(HasSubstr("memory_fraction")));
   EXPECT_EQ(pool->GetStats().num_ooms, 1u);
   EXPECT_EQ(sim->calls(SimOp::kHostAllocate), 0u);
   // Above the machine's memory: the limit asked for is taken as is.

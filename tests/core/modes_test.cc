@@ -1040,6 +1040,46 @@ TEST(AsyncSimTest, PendingFreesAreWaitedForBeforeThePoolPassesTheLimit) {
   }
 }
 
+// Out-of-memory hints name the setting the user sets, its variable and its
+// value now: mem_limit when one was set (never the fraction then), else
+// mem_fraction; never a C++ field.
+TEST(OutOfMemoryHints, NameTheSettingAndItsValue) {
+  for (AllocatorMode mode :
+       {AllocatorMode::kBfc, AllocatorMode::kPlatform, AllocatorMode::kAsync}) {
+    SCOPED_TRACE(std::string(AllocatorModeName(mode)));
+    auto sim = MakePoolSim(kGiB);
+    Options o = Mode(mode, 64 * kMiB);
+    o.preallocate = false;
+    auto a = MakeAllocator(o, sim);
+    ASSERT_NE(a, nullptr);
+    auto too_large = a->Allocate(128 * kMiB);
+    auto first = a->Allocate(40 * kMiB);
+    GPUALLOC_ASSERT_OK(first);
+    auto at_limit = a->Allocate(40 * kMiB);
+    for (const absl::Status& s : {too_large.status(), at_limit.status()}) {
+      ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      EXPECT_TRUE(Mentions(s, "raise mem_limit (GPUALLOC_MEM_LIMIT, now 64"))
+          << s;
+      for (const char* wrong :
+           {"0.75", "memory_fraction", "memory_limit", "mem_fraction"}) {
+        EXPECT_FALSE(Mentions(s, wrong)) << wrong << " in " << s;
+      }
+    }
+    GPUALLOC_ASSERT_OK(a->Deallocate(*first));
+
+    Options f = Mode(mode);
+    f.memory_fraction = 0.5;
+    auto b = MakeAllocator(f, sim);
+    ASSERT_NE(b, nullptr);
+    auto huge = b->Allocate(kGiB);
+    ASSERT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE(Mentions(huge.status(),
+                         "raise mem_fraction (GPUALLOC_MEM_FRACTION, now 0.5) "
+                         "or set mem_limit (GPUALLOC_MEM_LIMIT)"))
+        << huge.status();
+  }
+}
+
 // A pool whose free memory lies in pieces of partly used segments cannot
 // hold a request that needs a new segment, and trimming cannot return those
 // pieces: out of memory, since the pool would pass the limit, and nothing
