@@ -96,6 +96,12 @@ HostAllocator::~HostAllocator() {
     spare_events_.insert(spare_events_.end(), uses.events.begin(),
                          uses.events.end());
   }
+  // Blocks whose wait failed still hold their events: destroyed too (an
+  // event may be destroyed while its work runs, as in CUDA).
+  for (auto& [ptr, events] : held_) {
+    spare_events_.insert(spare_events_.end(), events.begin(), events.end());
+  }
+  held_.clear();
   for (EventHandle e : spare_events_) (void)device_->DestroyEvent(e);
 }
 
@@ -164,7 +170,11 @@ absl::StatusOr<void*> HostAllocator::Allocate(std::size_t bytes, Stream stream,
     core::LockGuard lock(&mu_);
     any_held = !held_.empty();
   }
-  if (any_held) GPUALLOC_RETURN_IF_ERROR(Settle(/*wait=*/false));
+  // Opportunistic: a held block whose event the device could not be asked
+  // about stays held and is asked about again next time; the request does
+  // not fail for it (the wait below, when memory runs out, reports a
+  // failure that persists).
+  if (any_held) (void)Settle(/*wait=*/false);
   absl::StatusOr<void*> ptr = bfc_->Allocate(bytes, kHostStream, alignment);
   if (!ptr.ok() && absl::IsResourceExhausted(ptr.status())) {
     {
@@ -345,6 +355,19 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateHostAllocator(
     return absl::InvalidArgumentError(
         "CreateHostAllocator: Options.expandable on: pinned host memory has "
         "no virtual memory; the host pool uses separate regions");
+  }
+  // The pool grows by whole regions: a limit above the largest whole number
+  // of them (2^64 less part of one region) cannot be honoured.
+  constexpr std::uint64_t kLargestLimit =
+      UINT64_MAX / kHostRegionBytes * kHostRegionBytes;
+  if (options.memory_limit > kLargestLimit) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CreateHostAllocator: a limit of %d bytes (Options::memory_limit, "
+        "configuration key host_memory_limit, variable "
+        "GPUALLOC_HOST_MEMORY_LIMIT) is above %d, the largest whole number "
+        "of the pool's %d-byte regions; set host_memory_limit to at most "
+        "that, or leave it unset for the machine's physical memory",
+        options.memory_limit, kLargestLimit, kHostRegionBytes));
   }
   Options host = options;
   host.preallocate = false;
