@@ -55,9 +55,12 @@ AsyncAllocator::~AsyncAllocator() {
     live.emplace_back(
         address, Stream(StreamOrder::IsReleasedKey(a.stream) ? 0 : a.stream));
   });
+  // A free the pool refuses is tried once more (nothing could free it
+  // later), and so are frees deferred since.
   for (const auto& [address, stream] : live) {
-    (void)FreeLocked(address, stream);
+    if (!FreeLocked(address, stream).ok()) (void)FreeLocked(address, stream);
   }
+  if (!deferred_.empty()) RetryDeferredLocked();
   // No event is in use outside a call, so every one is idle here, or a
   // released stream's last.
   for (EventHandle event : idle_events_) (void)backend_->DestroyEvent(event);
@@ -252,8 +255,31 @@ absl::Status AsyncAllocator::SetLimit(std::uint64_t bytes) {
           limit, usage_.reserved, Limit()));
     }
   }
+  // The pool keeps up to the limit cached at synchronization points (its
+  // release threshold, CreateAsyncAllocator): the new limit from now on.
+  if (limit != Limit()) {
+    absl::Status configured = backend_->ConfigurePool(PoolOptionsFor(limit));
+    if (!configured.ok()) {
+      return absl::Status(
+          configured.code(),
+          absl::StrFormat("SetLimit(%d bytes): setting the pool's release "
+                          "threshold: %s; the limit stays %d",
+                          limit, configured.message(), Limit()));
+    }
+  }
   limit_.store(limit, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+PoolOptions AsyncAllocator::PoolOptionsFor(std::uint64_t limit) {
+  PoolOptions pool;
+  // Keep up to the limit cached at synchronization points: the allocator's
+  // limit already bounds what the pool holds in use.
+  pool.release_threshold = limit;
+  pool.reuse = PoolReuse{/*follow_event_dependencies=*/true,
+                         /*opportunistic=*/true,
+                         /*internal_dependencies=*/true};
+  return pool;
 }
 
 std::uint64_t AsyncAllocator::SaturatingAdd(std::uint64_t a, std::uint64_t b) {
@@ -420,14 +446,8 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncAllocator(
         "allocator=bfc",
         info.backend, info.ordinal, info.name));
   }
-  PoolOptions pool;
-  // Keep up to the limit cached at synchronization points: the allocator's
-  // limit already bounds what the pool holds in use.
-  pool.release_threshold = resolved.limit;
-  pool.reuse = PoolReuse{/*follow_event_dependencies=*/true,
-                         /*opportunistic=*/true,
-                         /*internal_dependencies=*/true};
-  absl::Status configured = backend->ConfigurePool(pool);
+  absl::Status configured =
+      backend->ConfigurePool(AsyncAllocator::PoolOptionsFor(resolved.limit));
   if (!configured.ok()) {
     return absl::Status(
         configured.code(),
