@@ -144,7 +144,7 @@ struct Args {
 
 absl::Status BadValue(absl::string_view flag, absl::string_view value) {
   return absl::InvalidArgumentError(
-      absl::StrCat("bad value for ", flag, ": ", value));
+      absl::StrCat("bad value for ", flag, ": ", gpualloc::cli::Quote(value)));
 }
 
 // A flag whose value is a count.
@@ -230,7 +230,7 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
       .Value("--min-live", Count("--min-live", &o.min_live))
       .Value("--max-live", Count("--max-live", &o.max_live))
       .Unknown([](const std::string& flag) {
-        return absl::StrCat("unknown flag ", flag);
+        return absl::StrCat("unknown flag ", gpualloc::cli::Quote(flag));
       });
   return parser.Parse(argc, argv);
 }
