@@ -14,11 +14,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -338,8 +340,13 @@ absl::StatusOr<const ArchProfile*> FindArchProfile(absl::string_view name) {
   }
   std::vector<absl::string_view> names;
   for (const ArchProfile& profile : Profiles()) names.push_back(profile.name);
+  // (At most 80 bytes of the name quoted, as every message quotes input.)
+  const std::string shown =
+      name.size() <= 80 ? absl::CEscape(name)
+                        : absl::StrCat(absl::CEscape(name.substr(0, 80)),
+                                       "... (", name.size(), " bytes)");
   return absl::NotFoundError(
-      absl::StrCat("unknown architecture profile \"", name,
+      absl::StrCat("unknown architecture profile \"", shown,
                    "\"; valid names: ", absl::StrJoin(names, ", ")));
 }
 

@@ -125,5 +125,8 @@ absl::Status Backend::WaitCounter(CounterHandle, std::size_t, std::uint64_t,
                                   Stream) {
   return NotSupported("WaitCounter", "completion_counters");
 }
+absl::StatusOr<Backend::AddressRange> Backend::GetAddressRange(DeviceAddress) {
+  return NotSupported("GetAddressRange", "ipc_handles");
+}
 
 }  // namespace gpualloc

@@ -291,7 +291,8 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
         return absl::StrCat(flag, " needs a value\n", kUsage);
       })
       .Unknown([](const std::string& arg) {
-        return absl::StrCat("unknown option ", arg, "\n", kUsage);
+        return absl::StrCat("unknown option ", gpualloc::cli::Quote(arg), "\n",
+                            kUsage);
       });
   return parser.Parse(argc, argv);
 }

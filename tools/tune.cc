@@ -152,7 +152,7 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
         return absl::OkStatus();
       })
       .Unknown([](const std::string& arg) {
-        return absl::StrCat("unknown option ", arg);
+        return absl::StrCat("unknown option ", gpualloc::cli::Quote(arg));
       });
   return parser.Parse(argc, argv);
 }

@@ -122,19 +122,31 @@ class HandleBooks {
   }
 
   // --- Allocations of other processes (OpenIpcHandle / CloseIpcHandle) ---
+  // A handle opened again in one context gives the same address and the
+  // driver counts the opens (cuIpcOpenMemHandle): so do the books, one
+  // CloseIpcHandle per open.
   void AddOpened(DeviceAddress address) {
     core::LockGuard guard(&mu_);
-    opened_.insert(address);
+    ++opened_[address];
   }
-  // CloseIpcHandle of `address`: `release()` makes the vendor call.
+  // CloseIpcHandle of `address`: `release()` makes the vendor call. The
+  // open is counted down before the call and back up when it fails.
   template <typename Release>
   absl::Status ReleaseOpened(DeviceAddress address, Release release) {
-    return ReleaseTracked<core::LockGuard>(
-        &mu_, &opened_, address,
-        [&] {
-          return NotHandedOut("CloseIpcHandle", address, "OpenIpcHandle");
-        },
-        [&](const auto&) { return release(); });
+    {
+      core::LockGuard guard(&mu_);
+      auto it = opened_.find(address);
+      if (it == opened_.end()) {
+        return NotHandedOut("CloseIpcHandle", address, "OpenIpcHandle");
+      }
+      if (--it->second == 0) opened_.erase(it);
+    }
+    absl::Status status = release();
+    if (!status.ok()) {
+      core::LockGuard guard(&mu_);
+      ++opened_[address];
+    }
+    return status;
   }
 
   // --- Page-locked host memory (HostAllocate / HostFree) ---
@@ -248,7 +260,9 @@ class HandleBooks {
     }
     out.pool_blocks.assign(pool_blocks_.begin(), pool_blocks_.end());
     out.events.assign(events_.begin(), events_.end());
-    out.opened.assign(opened_.begin(), opened_.end());
+    for (const auto& [address, opens] : opened_) {
+      out.opened.insert(out.opened.end(), opens, address);
+    }
     for (const auto& [pointer, bytes] : host_blocks_) {
       out.host_blocks.push_back(pointer);
     }
@@ -273,7 +287,8 @@ class HandleBooks {
   absl::flat_hash_map<DeviceAddress, Block> blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<DeviceAddress> pool_blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<EventHandle> events_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<DeviceAddress> opened_ ABSL_GUARDED_BY(mu_);
+  // Address -> opens not yet closed.
+  absl::flat_hash_map<DeviceAddress, int> opened_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, std::uint64_t> host_blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CounterHandle, CounterRecord> counters_
       ABSL_GUARDED_BY(mu_);

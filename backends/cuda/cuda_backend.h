@@ -129,6 +129,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
   absl::Status HostFree(void* ptr) override;
 
+  // --- Address ranges (cuMemGetAddressRange; with ipc_handles) -------------
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
   // Completion counters (cuda_counters.cc). On when the driver has the
   // host-memory and counter entry points and the device can map host memory
   // (CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) and use 64-bit stream memory

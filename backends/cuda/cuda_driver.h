@@ -99,11 +99,14 @@ inline constexpr absl::string_view kCudaDriverLibrary = "libcuda.so.1";
   X(cuMemcpyDtoH)                          \
   X(cuMemcpyHtoD)
 
-// IPC handles of plain allocations (cuIpcOpenMemHandle resolves to _v2).
+// IPC handles of plain allocations (cuIpcOpenMemHandle resolves to _v2),
+// and the address range of what one opened (cuMemGetAddressRange_v2: the
+// importer checks a block's bounds with it).
 #define GPUALLOC_CUDA_IPC_ENTRY_POINTS(X) \
   X(cuIpcGetMemHandle)                    \
   X(cuIpcOpenMemHandle)                   \
-  X(cuIpcCloseMemHandle)
+  X(cuIpcCloseMemHandle)                  \
+  X(cuMemGetAddressRange)
 
 // Physical memory as a POSIX file descriptor (CUDA 10.2+).
 #define GPUALLOC_CUDA_SHARE_ENTRY_POINTS(X) \

@@ -171,6 +171,8 @@ class CudaBackend::Impl {
   absl::Status CloseIpcHandle(DeviceAddress address);
   absl::StatusOr<void*> HostAllocate(std::uint64_t bytes);
   absl::Status HostFree(void* pointer);
+  // cuMemGetAddressRange (with ipc_handles).
+  absl::StatusOr<Backend::AddressRange> GetAddressRange(DeviceAddress address);
 
   // --- Completion counters (cuda_counters.cc) -------------------------------
   // completion_counters, with a note saying why it is on or off (after

@@ -175,8 +175,8 @@ void CudaBackend::Impl::ProbeSharing() {
 #ifdef __linux__
   if (!api.has_ipc()) {
     ipc_why = MissingEntryPoints(
-        api,
-        {"cuIpcGetMemHandle", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle"});
+        api, {"cuIpcGetMemHandle", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle",
+              "cuMemGetAddressRange"});
   } else if (absl::StatusOr<int> unified = ReadAttribute(
                  api, device_, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
                  "UNIFIED_ADDRESSING");

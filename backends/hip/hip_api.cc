@@ -108,6 +108,7 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
   (void)Bind(library, "hipIpcGetMemHandle", api->IpcGetMemHandle);
   (void)Bind(library, "hipIpcOpenMemHandle", api->IpcOpenMemHandle);
   (void)Bind(library, "hipIpcCloseMemHandle", api->IpcCloseMemHandle);
+  (void)Bind(library, "hipMemGetAddressRange", api->MemGetAddressRange);
   (void)Bind(library, "hipMemRetainAllocationHandle",
              api->MemRetainAllocationHandle);
   (void)Bind(library, "hipMemExportToShareableHandle",

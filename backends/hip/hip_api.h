@@ -211,6 +211,10 @@ struct HipApi {
   hipError_t (*IpcOpenMemHandle)(void** pointer, hipIpcMemHandle_t handle,
                                  unsigned int flags) = nullptr;
   hipError_t (*IpcCloseMemHandle)(void* pointer) = nullptr;
+  // The address range of what a handle opened (the importer's bounds
+  // check). Optional too: without it capabilities.ipc_handles is off.
+  hipError_t (*MemGetAddressRange)(hipDeviceptr_t* base, size_t* size,
+                                   hipDeviceptr_t pointer) = nullptr;
 
   // Physical memory as a POSIX file descriptor (beta in ROCm 5.2's headers).
   // Optional (all three or capabilities.shareable_handles is off).

@@ -159,6 +159,9 @@ class HipBackend final : public Backend {
   absl::Status WaitCounter(CounterHandle handle, std::size_t index,
                            std::uint64_t value, Stream stream) override;
 
+  // --- Address ranges (hipMemGetAddressRange; with ipc_handles) ------------
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
   // The profile the device's numbers came from.
   const ArchProfile& profile() const { return *profile_; }
   // Why the profile, each capability and the granularity are what they are,

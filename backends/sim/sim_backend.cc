@@ -454,6 +454,13 @@ std::uint64_t SimBackend::pending_counter_writes() const {
       [](sim::Counters& c) { return c.pending_writes(); });
 }
 
+absl::StatusOr<Backend::AddressRange> SimBackend::GetAddressRange(
+    DeviceAddress address) {
+  if (!info().capabilities.ipc_handles) {
+    return Backend::GetAddressRange(address);
+  }
+  return impl_->GetAddressRange(address);
+}
 bool SimBackend::IsAccessible(DeviceAddress address,
                               std::uint64_t bytes) const {
   const DeviceAddress end = sim::SaturatingEnd(address, bytes);

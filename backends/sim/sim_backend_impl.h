@@ -455,6 +455,20 @@ class SimBackend::Impl {
     core::LockGuard lock(&mu_);
     return pageable_copy_bytes_;
   }
+  // --- Address ranges (GetAddressRange: a lookup, not a ledger call) ---
+  absl::StatusOr<Backend::AddressRange> GetAddressRange(DeviceAddress address) {
+    core::LockGuard lock(&mu_);
+    std::pair<DeviceAddress, std::uint64_t> range = ipc_.RangeOf(address);
+    if (range.second == 0) range = placement_.RangeOf(address);
+    if (range.second == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "GetAddressRange(%#x) on %s: not inside a live allocation or a "
+          "range OpenIpcHandle opened",
+          address, info_.name));
+    }
+    return Backend::AddressRange{range.first, range.second};
+  }
+
   // --- Sharing memory with other processes (backends/sim/ipc.h)
   // ---------------------------------------------------------------
 

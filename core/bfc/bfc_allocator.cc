@@ -108,10 +108,11 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   }
   if (StreamFront* f = fronts_.For(stream)) fronts_.Release(*f);
   // Without streams (all map to one) or never seen: nothing names it.
-  if (stream_mask_ == 0 || (core_.StreamReferences(stream) == 0 &&
-                            pools_.StreamReferences(stream) == 0 &&
-                            tags_.pools().StreamReferences(stream) == 0 &&
-                            !stream_order_.Knows(stream))) {
+  if (stream_mask_ == 0 ||
+      (core_.StreamReferences(stream) == 0 &&
+       pools_.StreamReferences(stream) == 0 &&
+       tags_.pools().StreamReferences(stream) == 0 &&
+       !shared_.NamesStream(stream) && !stream_order_.Knows(stream))) {
     RememberReleased(stream);
     return absl::OkStatus();
   }
@@ -127,6 +128,9 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   core_.RenameStream(stream, key);
   pools_.RenameStream(stream, key);
   tags_.pools().RenameStream(stream, key);
+  // Blocks freed on it and held for importers are released on its key
+  // (answered by its last event), never on the stream itself.
+  shared_.RenameStream(stream, key);
   RememberReleased(stream);
   MaybeValidate();
   return absl::OkStatus();
@@ -215,8 +219,11 @@ absl::Status BfcAllocator::Trim() {
   // No routed stream captures now: Trim may wait for work as usual.
   const CaptureOff capture_off(capturing_);
   if (fronts_.on()) fronts_.Fold();
-  if (shared_.any_held()) ReleaseHeld();
+  // A held block whose release fails stays held; Trim says so.
+  const absl::Status held =
+      shared_.any_held() ? TryReleaseHeld() : absl::OkStatus();
   absl::Status status = ReleaseAllFree();
+  status.Update(held);
   MaybeValidate();
   return status;
 }
@@ -247,6 +254,8 @@ absl::Status BfcAllocator::SetLimit(std::uint64_t bytes) {
     }
     const CaptureOff capture_off(capturing_);
     if (fronts_.on()) fronts_.Fold();
+    // Blocks held for importers that all closed them go first.
+    if (shared_.any_held()) ReleaseHeld();
     GPUALLOC_RETURN_IF_ERROR(ReleaseAllFree());
     MaybeValidate();
     if (Physical() > limit) {

@@ -320,8 +320,13 @@ class BfcAllocator final : public Allocator, private SlabSource {
   std::uint64_t BlockSize(DeviceAddress address) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees, on their free's stream, the exported blocks held for importers
-  // that no importer has open anymore.
-  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // that no importer has open anymore; a block whose free fails stays held
+  // and is tried again at the next call (TryReleaseHeld returns the first
+  // such error, ReleaseHeld leaves it for that call).
+  absl::Status TryReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    (void)TryReleaseHeld();
+  }
   // DeallocateWithPools without the export check.
   absl::Status FreeBlock(DeviceAddress address, Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -23,11 +23,9 @@ absl::Status BfcAllocator::RejectTooLargeLocked(std::size_t bytes,
       absl::ResourceExhaustedError(absl::StrFormat(
           "out of memory: Allocate(%d bytes) can never succeed: it exceeds "
           "the "
-          "allocator's limit of %d bytes (%s) on %s. Hint: raise "
-          "memory_fraction "
-          "(now %g) or set memory_limit.",
+          "allocator's limit of %d bytes (%s) on %s. Hint: %s.",
           bytes, resolved_.limit, FormatBytes(resolved_.limit),
-          backend_->info().name, resolved_.options.memory_fraction)),
+          backend_->info().name, RaiseLimitHint(resolved_))),
       StatsLocked(), pending);
 }
 
@@ -249,7 +247,7 @@ absl::Status BfcAllocator::OutOfMemory(const AllocationRequest& request,
                                        PendingOutOfMemory* pending) {
   const Stats s = StatsLocked();
   return Exhausted(request.requested,
-                   BfcOutOfMemoryError(backend_->info(), resolved_.options,
+                   BfcOutOfMemoryError(backend_->info(), resolved_,
                                        request.requested, request.chunk_size,
                                        why.message(), s, core_.FreeBytes()),
                    s, pending);

@@ -22,6 +22,7 @@
 #include "core/bfc/size_class.h"
 #include "core/config/key_modes.h"
 #include "core/report/format_bytes.h"
+#include "core/report/quote.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {
@@ -284,7 +285,7 @@ absl::StatusOr<const ArchProfile*> ResolveProfile(const Options& options,
   }
   auto found = FindArchProfile(options.arch);
   if (!found.ok()) {
-    return Problem({Own("arch", absl::StrCat("\"", options.arch, "\""))},
+    return Problem({Own("arch", QuoteInput(options.arch))},
                    absl::StrCat("{0}: ", found.status().message(),
                                 "; set {name0} to \"auto\" or a profile "
                                 "name, or {reset0}"));

@@ -92,9 +92,18 @@ CUresult FakeIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle,
   if (ipc.process == s.process) return CUDA_ERROR_INVALID_CONTEXT;
   auto it = s.allocations.find(ipc.base);
   if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  // Opened here already: the same address, one more open.
+  for (auto& [at, opened] : s.opened) {
+    if (opened.process == s.process && opened.source == ipc.base &&
+        opened.source_offset == ipc.offset) {
+      ++opened.opens;
+      *pdptr = at;
+      return CUDA_SUCCESS;
+    }
+  }
   const std::uint64_t bytes = it->second - ipc.offset;
   const CUdeviceptr at = s.NewAddress(bytes, o.min_granularity);
-  s.opened[at] = {bytes, ipc.base, ipc.offset};
+  s.opened[at] = {bytes, ipc.base, ipc.offset, s.process, 1};
   *pdptr = at;
   return CUDA_SUCCESS;
 }
@@ -102,7 +111,37 @@ CUresult FakeIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle,
 CUresult FakeIpcCloseMemHandle(CUdeviceptr dptr) {
   FAKE_ENTER("cuIpcCloseMemHandle");
   FAKE_NEED_CONTEXT();
-  return s.opened.erase(dptr) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  auto it = s.opened.find(dptr);
+  if (it == s.opened.end()) return CUDA_ERROR_INVALID_VALUE;
+  // The memory is unmapped at the last close.
+  if (--it->second.opens == 0) s.opened.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// What holds `dptr`: a plain allocation, an opened one, a pool block or a
+// mapping (its start and size).
+CUresult FakeMemGetAddressRange(CUdeviceptr* pbase, size_t* psize,
+                                CUdeviceptr dptr) {
+  FAKE_ENTER("cuMemGetAddressRange");
+  FAKE_NEED_CONTEXT();
+  const auto find = [&](const auto& map, auto size) -> bool {
+    auto it = map.upper_bound(dptr);
+    if (it == map.begin()) return false;
+    --it;
+    if (dptr - it->first >= size(it->second)) return false;
+    if (pbase != nullptr) *pbase = it->first;
+    if (psize != nullptr) *psize = size(it->second);
+    return true;
+  };
+  const auto plain = [](std::uint64_t n) { return n; };
+  if (find(s.allocations, plain) || find(s.pool_blocks, plain) ||
+      find(s.opened,
+           [](const FakeCudaDriver::State::Opened& x) { return x.bytes; }) ||
+      find(s.mappings,
+           [](const FakeCudaDriver::State::Mapping& x) { return x.bytes; })) {
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult FakeMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
@@ -275,6 +314,8 @@ void AddSharingEntryPoints(std::map<std::string, void*>* table) {
       reinterpret_cast<void*>(&FakeIpcOpenMemHandle);
   (*table)["cuIpcCloseMemHandle"] =
       reinterpret_cast<void*>(&FakeIpcCloseMemHandle);
+  (*table)["cuMemGetAddressRange"] =
+      reinterpret_cast<void*>(&FakeMemGetAddressRange);
   (*table)["cuMemRetainAllocationHandle"] =
       reinterpret_cast<void*>(&FakeMemRetainAllocationHandle);
   (*table)["cuMemExportToShareableHandle"] =

@@ -109,11 +109,15 @@ struct FakeCudaDriver::State {
   // The fake process making the calls now (SetProcess); IPC handles carry
   // the one that made them.
   int process = 0;
-  // Allocations opened through IPC handles: where their bytes live.
+  // Allocations opened through IPC handles: where their bytes live. A
+  // handle opened again by the same process gives the same address and
+  // counts the open, as the driver does; each close counts one down.
   struct Opened {
     std::uint64_t bytes = 0;
     CUdeviceptr source = 0;  // the exporter's allocation
     std::uint64_t source_offset = 0;
+    int process = 0;  // the process that opened it
+    int opens = 1;
   };
   std::map<CUdeviceptr, Opened> opened;
   // Descriptors cuMemExportToShareableHandle made (memfds), by inode: the

@@ -203,6 +203,7 @@ class FakeHipRuntime {
       api->IpcGetMemHandle = &IpcGetMemHandle_;
       api->IpcOpenMemHandle = &IpcOpenMemHandle_;
       api->IpcCloseMemHandle = &IpcCloseMemHandle_;
+      api->MemGetAddressRange = &MemGetAddressRange_;
     }
     if (config_.has_shareable) {
       api->MemRetainAllocationHandle = &MemRetainAllocationHandle_;
@@ -900,10 +901,15 @@ class FakeHipRuntime {
       memories_;  // bytes, refs
   bool last_create_exportable_ = false;
   int process_ = 0;
+  // An allocation opened through an IPC handle; opened again by the same
+  // process it gives the same address and counts the open, as the runtime
+  // does (each close counts one down).
   struct Opened {
     std::uint64_t bytes = 0;
     std::uint64_t source = 0;
     std::uint64_t source_offset = 0;
+    int process = 0;
+    int opens = 1;
   };
   std::map<std::uint64_t, Opened> opened_;
   std::map<std::uint64_t, std::uint64_t> exports_;  // memfd inode -> memory

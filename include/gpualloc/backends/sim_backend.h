@@ -542,6 +542,13 @@ class SimBackend final : public Backend {
   std::uint64_t live_counter_blocks() const;
   std::uint64_t pending_counter_writes() const;
 
+  // --- Address ranges (with capabilities.ipc_handles) ----------------------
+  // The live plain allocation, or the range OpenIpcHandle opened, holding
+  // `address`: its start and size (the opened range's size is the
+  // exporter's allocation's). Anything else is InvalidArgument naming the
+  // address. A lookup: no call the ledger counts, costs or fails.
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
   // --- Device work and the hazard detector ---------------------------------
   // Streams are created on first mention; every handle is an ordinary,
   // independent stream, 0 (the default stream) included: the legacy default

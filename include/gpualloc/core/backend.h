@@ -352,6 +352,21 @@ class Backend {
   virtual absl::Status WaitCounter(CounterHandle handle, std::size_t index,
                                    std::uint64_t value, Stream stream);
 
+  // --- Address ranges (with capabilities.ipc_handles) -----------------------
+  // The allocation holding `address` (cuMemGetAddressRange /
+  // hipMemGetAddressRange): its start and size, for any address inside what
+  // Allocate returned or what OpenIpcHandle opened (the allocation as this
+  // process sees it). Anything else is InvalidArgument. An importer checks
+  // with it that the block a description names lies inside the allocation
+  // its IPC handle opened. Every backend with ipc_handles answers it;
+  // without the capability (or an override) it is Unimplemented naming the
+  // backend.
+  struct AddressRange {
+    DeviceAddress base = 0;
+    std::uint64_t bytes = 0;
+  };
+  virtual absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address);
+
  protected:
   // Unimplemented naming this backend and the missing capability.
   absl::Status NotSupported(absl::string_view operation,
