@@ -240,24 +240,29 @@ void StreamOrder::MarkBurst(std::uintptr_t stream, StreamState& state) {
 }
 
 void StreamOrder::BeforeAllocateSlow(std::uintptr_t stream) {
-  // A marker on each other stream that freed memory since its last one: it
-  // covers the burst of frees just made, and completes right after their
-  // work.
-  for (std::size_t i = 0; i < dirty_.size();) {
-    const std::uintptr_t s = dirty_[i];
+  // A marker on each other stream that freed memory since its last one,
+  // oldest first, as the credit allows: it covers the burst of frees just
+  // made, and completes right after their work. Past kMaxDirtyStreams the
+  // oldest get theirs without credit: a stream that frees once and goes
+  // quiet (a stream per request) would otherwise keep its frees unknown for
+  // good, and the free memory they split would grow with the streams.
+  for (std::size_t n = dirty_.size(); n > 0 && !dirty_.empty(); --n) {
+    const std::uintptr_t s = dirty_.front();
     auto it = states_.find(s);
     const bool dirty = it != states_.end() && it->second.dirty;
-    if (dirty && (s == stream || !Afford())) {
-      ++i;
+    const bool over = dirty_.size() > kMaxDirtyStreams;
+    if (dirty && !over && !Afford()) break;
+    dirty_.pop_front();
+    if (!dirty) {
+      // A marker was recorded since (or the stream was forgotten).
+      if (it != states_.end()) it->second.in_dirty_list = false;
       continue;
     }
-    // Marked now, or no longer dirty (a marker was recorded since): off the
-    // list.
-    dirty_[i] = dirty_.back();
-    dirty_.pop_back();
-    if (it == states_.end()) continue;
+    if (s == stream && !over) {
+      dirty_.push_back(s);  // its own memory needs no marker for itself
+      continue;
+    }
     it->second.in_dirty_list = false;
-    if (!dirty) continue;
     if (RecordOn(s, it->second) == nullptr) {
       (void)TakeError();  // an eager marker is a hint: the need asks again
       it->second.dirty = true;
@@ -278,8 +283,9 @@ void StreamOrder::BeforeAllocateSlow(std::uintptr_t stream) {
       with_pending_.pop_back();
       continue;
     }
+    if (!Afford()) break;
     StreamState& state = it->second;
-    if (s != stream && Afford()) {
+    if (s != stream) {
       Retire(state, state.pending.front().number);
       if (!error_.ok()) {
         (void)TakeError();  // asked again when the memory is wanted

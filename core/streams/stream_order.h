@@ -210,6 +210,9 @@ class StreamOrder final : public ReuseOracle {
   // the burst a quiet period saves up.
   static constexpr std::int64_t kCallsPer100Frees = 20;
   static constexpr std::int64_t kBurstCalls = 32;
+  // Dirty streams waiting for a marker beyond which the oldest get one
+  // without credit (BeforeAllocate).
+  static constexpr std::size_t kMaxDirtyStreams = 64;
   // before_growth's budget of waits instead of growth: per 100 frees, and
   // the burst a quiet period saves up. Measured on the generated
   // multi-stream traces (docs/MEASUREMENTS.md): without it the default
@@ -335,7 +338,7 @@ class StreamOrder final : public ReuseOracle {
   // made to wait for.
   absl::flat_hash_map<std::pair<std::uintptr_t, std::uintptr_t>, std::uint64_t>
       waited_;
-  std::vector<std::uintptr_t> dirty_;
+  std::deque<std::uintptr_t> dirty_;  // oldest first
   // Events: the streams with markers not known complete (and some whose
   // markers completed since: dropped at the next look).
   std::vector<std::uintptr_t> with_pending_;

@@ -434,6 +434,27 @@ TEST_P(StreamOrderTest, ReleasedStreamsAreAnsweredByTheirLastMarker) {
   }
 }
 
+// Streams that free once and go quiet (a stream per request, never
+// released): past kMaxDirtyStreams the oldest get their marker without
+// credit, so that what they freed becomes known complete and the number of
+// streams whose frees nobody can vouch for stays bounded.
+TEST_P(StreamOrderTest, QuietStreamsBeyondTheCapGetMarkersWithoutCredit) {
+  StreamOrder order(&backend_, CrossStreamReuse::kWhenComplete);
+  const std::size_t cap = StreamOrder::kMaxDirtyStreams;
+  for (std::uintptr_t s = 0x1000; s < 0x1000 + cap + 36; ++s) {
+    order.NoteFree(s, 256, std::uint64_t{1} << 30, /*earns=*/false);
+  }
+  order.BeforeAllocate(kS1);
+  EXPECT_EQ(markers(), 36);  // the oldest 36; no credit was earned
+  order.BeforeAllocate(kS1);
+  EXPECT_EQ(markers(), 36);  // at the cap: nothing more without credit
+  for (std::uintptr_t s = 0x1000; s < 0x1000 + 36; ++s) backend_.Finish(s);
+  if (counters()) {
+    EXPECT_TRUE(order.KnownComplete(0x1000, 0));
+    EXPECT_FALSE(order.KnownComplete(0x1000 + 36, 0));
+  }
+}
+
 // A counter that served a released stream holds that stream's last number,
 // above the stamps of frees the next stream makes before its first marker
 // lands: that stale value says nothing about the new stream's work.
