@@ -349,6 +349,52 @@ TEST_P(StreamMatrixTest, FreesAreKnownCompleteSoonAfterTheirWork) {
   EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
 }
 
+// Memory freed on one stream whose work is still running, wanted on another
+// with no other free memory: the default (before_growth) makes the new stream
+// wait on the device for that work and reuses the memory, where stream_wait
+// and when_complete grow (stream_wait waits only when growth cannot help).
+TEST(AllocatorStreamsTest, BeforeGrowthWaitsOnTheDeviceInsteadOfGrowing) {
+  for (CrossStreamReuse policy :
+       {CrossStreamReuse::kBeforeGrowth, CrossStreamReuse::kStreamWait,
+        CrossStreamReuse::kWhenComplete}) {
+    for (Tristate expandable : {Tristate::kOn, Tristate::kOff}) {
+      SCOPED_TRACE(::testing::Message()
+                   << static_cast<int>(policy)
+                   << (expandable == Tristate::kOn ? " expandable"
+                                                   : " separate regions"));
+      Fixture f(policy, /*preallocate=*/false, 256 * kMiB, SimClock::kManual,
+                AllocatorMode::kBfc, expandable);
+      // Once several streams are in use, frees earn the budget of waits (3
+      // per 100 frees).
+      f.Free(f.Use(256, kS3), kS3);
+      for (int i = 0; i < 40; ++i) {
+        f.Free(f.Use(256, kS1), kS1);
+        f.sim->CompleteAll();
+      }
+      void* p = f.Use(8 * kMiB, kS1);  // its work stays queued
+      f.Free(p, kS1);
+      const Stats before = f.allocator->GetStats();
+      absl::StatusOr<void*> q = f.allocator->Allocate(8 * kMiB, kS2);
+      ASSERT_TRUE(q.ok()) << q.status();
+      f.sim->Use(kS2, Addr(*q), 8 * kMiB);
+      const Stats after = f.allocator->GetStats();
+      EXPECT_EQ(f.sim->hazards(), 0u) << Hazards(*f.sim);
+      EXPECT_EQ(after.host_waits, 0u);
+      if (policy == CrossStreamReuse::kBeforeGrowth) {
+        EXPECT_EQ(*q, p);
+        EXPECT_EQ(after.stream_waits, before.stream_waits + 1);
+        EXPECT_EQ(after.backend_allocs, before.backend_allocs);
+        EXPECT_EQ(after.peak_bytes_reserved, before.peak_bytes_reserved);
+      } else {
+        EXPECT_NE(*q, p);
+        EXPECT_EQ(after.stream_waits, 0u);
+        EXPECT_GT(after.backend_allocs, before.backend_allocs);
+      }
+      f.Free(*q, kS2);
+    }
+  }
+}
+
 TEST(AllocatorStreamsTest, TheDetectorSeesUndeclaredUse) {
   // Using memory on a stream the allocator was not told about is the caller's
   // bug; the simulator catches it, which is what makes the zero counts above
