@@ -108,7 +108,7 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   }
   if (StreamFront* f = fronts_.For(stream)) fronts_.Release(*f);
   // Without streams (all map to one) or never seen: nothing names it.
-  if (stream_mask_ == 0 ||
+  if (!stream_order_.streams() ||
       (core_.StreamReferences(stream) == 0 &&
        pools_.StreamReferences(stream) == 0 &&
        tags_.pools().StreamReferences(stream) == 0 &&

@@ -62,7 +62,7 @@ absl::Status BfcAllocator::ReleasePool(PoolId pool, Stream last_use) {
 // names it again (NamesStream: a chunk, a pool's users or routes, a tag or
 // the stream order), since the program may have destroyed it.
 void BfcAllocator::RememberReleased(std::uintptr_t stream) {
-  if (stream_mask_ == 0) return;  // one stream: nothing is ever recorded on it
+  if (!stream_order_.streams()) return;  // nothing is ever recorded on one
   if (std::find(released_handles_.begin(), released_handles_.end(), stream) !=
       released_handles_.end()) {
     return;
