@@ -25,6 +25,7 @@ absl::Status BfcAllocator::TryReleaseHeld() {
     const absl::Status freed = FreeBlock(address, Stream(stream));
     if (freed.ok()) {
       shared_.Drop(address);
+      MaybeValidate();  // (once the export table agrees with the core)
     } else {
       status.Update(absl::Status(
           freed.code(),

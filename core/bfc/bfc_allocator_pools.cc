@@ -175,6 +175,7 @@ absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
         } else {
           shared_.Reopen(address);  // still allocated, still exported
         }
+        MaybeValidate();  // (once the export table agrees with the core)
         return freed;
       }
       case SharedBlocks::OnFree::kNotExported:
@@ -182,7 +183,9 @@ absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
     }
   }
   if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();
-  return FreeBlock(address, stream);
+  const absl::Status freed = FreeBlock(address, stream);
+  MaybeValidate();
+  return freed;
 }
 
 absl::Status BfcAllocator::FreeBlock(DeviceAddress address, Stream stream) {
@@ -209,7 +212,6 @@ absl::Status BfcAllocator::FreeBlock(DeviceAddress address, Stream stream) {
   if (history_ != nullptr && status.ok()) {
     RecordFree(*history_, address, chunk, Key(stream).handle);
   }
-  MaybeValidate();
   return status;
 }
 

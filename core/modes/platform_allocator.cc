@@ -150,6 +150,7 @@ class PlatformAllocator final : public NonCachingAllocator {
           } else {
             shared_.Reopen(address);  // still allocated, still exported
           }
+          MaybeValidate();  // (once the export table agrees with the list)
           return freed;
         }
         case SharedBlocks::OnFree::kNotExported:
@@ -157,7 +158,9 @@ class PlatformAllocator final : public NonCachingAllocator {
       }
     }
     if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();
-    return FreeLocked(address);
+    const absl::Status freed = FreeLocked(address);
+    MaybeValidate();
+    return freed;
   }
 
   // Sharing (Allocator::Export): each allocation is a backend allocation of
@@ -197,6 +200,7 @@ class PlatformAllocator final : public NonCachingAllocator {
       const absl::Status freed = FreeLocked(address);
       if (freed.ok()) {
         shared_.Drop(address);
+        MaybeValidate();  // (once the export table agrees with the list)
       } else {
         status.Update(absl::Status(
             freed.code(),
@@ -225,7 +229,6 @@ class PlatformAllocator final : public NonCachingAllocator {
     }
     ++backend_frees_;
     live_.Remove(address);
-    MaybeValidate();
     return absl::OkStatus();
   }
 

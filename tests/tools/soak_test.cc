@@ -20,7 +20,7 @@ namespace {
 // Validate() there runs every 50th operation, on fewer operations, to keep
 // the stage short.
 #if GPUALLOC_DEBUG_CHECKS >= 2
-constexpr std::uint64_t kOps = 1000;
+constexpr std::uint64_t kOps = 3000;
 constexpr std::uint64_t kValidateEvery = 50;
 #else
 constexpr std::uint64_t kOps = 4000;
