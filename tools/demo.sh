@@ -26,7 +26,10 @@
 # which PyTorch never ran, it stands in for PyTorch, and the model of the
 # driver's stream-ordered pool (--reference async) joins it; there every row
 # shows its stream waits and completion calls (event records and queries)
-# per 100 frees. Build output goes to
+# per 100 frees. Last, near the limit: the default configuration and both
+# models under a limit of 1.02x each recording's peak of live bytes and 1.05x
+# each generated trace's (--limit-factor), three passes each, with each
+# pass's device calls. Build output goes to
 # stderr so the report on stdout stays clean.
 set -euo pipefail
 # shellcheck source=tools/lib-build.sh
@@ -161,3 +164,16 @@ echo "stream waits and in calls made to learn completion (event records and quer
 echo
 "$replay" --compare-one-stream "${configs[@]}" --reference pytorch,async \
   "$traces"/gen-*.csv
+
+echo
+echo "Near the limit: the default configuration (bfc-expandable) beside the two models, every one under"
+echo "the same limit, close above each trace's own peak of live bytes: 1.02x on the recordings, 1.05x on"
+echo "the generated traces. Three passes of each trace on one allocator, a repeated step; a/f by pass is"
+echo "each pass's device allocations+frees (mappings, with expandable regions), modeled ms, all is their"
+echo "time. ooms: allocations refused; host waits: synchronizing frees and event waits."
+echo
+"$replay" --repeat 3 --limit-factor 1.02 "${configs[0]}" "${configs[1]}" \
+  --reference pytorch,async "$traces"/torch-*.csv
+echo
+"$replay" --repeat 3 --limit-factor 1.05 "${configs[0]}" "${configs[1]}" \
+  --reference pytorch,async "$traces"/gen-*.csv

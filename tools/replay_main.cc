@@ -45,8 +45,8 @@ constexpr absl::string_view kUsage =
     "usage: gpualloc-replay [--json] [--svg FILE] [--baseline SOURCES.md]\n"
     "                       [--repeat N] [--complete-every N] [--work-us N]\n"
     "                       [--one-stream | --compare-one-stream]\n"
-    "                       [--config STRING]... [--reference NAMES]\n"
-    "                       TRACE...\n"
+    "                       [--limit-factor X] [--config STRING]...\n"
+    "                       [--reference NAMES] TRACE...\n"
     "       gpualloc-replay --svg FILE --snapshot SNAPSHOT.json... [TRACE...]\n"
     "\n"
     "Reads: the command line only. The environment (GPUALLOC_* and the\n"
@@ -120,6 +120,13 @@ constexpr absl::string_view kUsage =
     "                       and the last pass's own peak reserved (creep:\n"
     "                       the last above the first); the JSON adds\n"
     "                       \"repetitions\", each pass's counts and peaks\n"
+    "  --limit-factor X     run each trace under a limit of X times its own\n"
+    "                       peak of live requested bytes (e.g. 1.05: near\n"
+    "                       the limit), in place of every --config's\n"
+    "                       mem_limit and mem_fraction, the reference\n"
+    "                       models' included (the JSON adds limit_factor\n"
+    "                       and limit_bytes); with --repeat, the table adds\n"
+    "                       each pass's device calls (\"a/f by pass\")\n"
     "  --complete-every N   multi-stream traces: all queued work completes\n"
     "                       after every N ops (default 64); 0 = only when the\n"
     "                       allocator waits for it on the host\n"
@@ -224,6 +231,7 @@ struct Args {
   std::uint64_t repeat = 1;
   std::uint64_t complete_every = 64;
   std::uint64_t work_us = 0;
+  double limit_factor = 0;
   bool one_stream = false;
   bool compare_one_stream = false;
 };
@@ -274,6 +282,19 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
                }
                args->references.insert(args->references.end(), names->begin(),
                                        names->end());
+               return absl::OkStatus();
+             })
+      .Value("--limit-factor",
+             [args](const std::string& v) {
+               double x = 0;
+               if (!absl::SimpleAtod(v, &x) || !(x > 0) || x > 1e6) {
+                 return absl::InvalidArgumentError(
+                     absl::StrCat("--limit-factor needs a number above 0 (a "
+                                  "multiple of each trace's peak of live "
+                                  "bytes, e.g. 1.05), got ",
+                                  gpualloc::cli::Quote(v), "\n", kUsage));
+               }
+               args->limit_factor = x;
                return absl::OkStatus();
              })
       .Value("--svg", StoreIn(&args->svg_path))
@@ -424,6 +445,7 @@ absl::StatusOr<ReplayResult> ReplayOne(const Args& args, bool tty,
   options.record_timeline = !args.svg_path.empty();
   options.repeat = args.repeat;
   options.complete_every = args.complete_every;
+  options.limit_factor = args.limit_factor;
   options.work_us = args.work_us;
   options.one_stream = args.one_stream;
   ShowProgress(tty, trace, config, reference,
@@ -491,6 +513,7 @@ void PrintReport(const Args& args, const Inputs& in,
   gpualloc::replay::ReportOptions report;
   report.baseline = args.baseline_path.empty() ? nullptr : &in.baseline;
   report.repeat = args.repeat;
+  report.limit_factor = args.limit_factor;
   std::printf("%s\n\n%s", kReads,
               gpualloc::replay::FormatReplayReport(results, report).c_str());
   const std::string host = gpualloc::replay::FormatHostReport(results, report);

@@ -310,8 +310,9 @@ TEST(InfoTest, SaysWhatItReads) {
             "Settings from: the command line, then the environment "
             "(GPUALLOC_*, JAX/XLA/TF and PyTorch variables), then the "
             "defaults");
+  // (Right after its usage lines.)
   run = RunTool(GPUALLOC_REPLAY_PATH, "", "--help", kStdout);
-  EXPECT_THAT(run.out.substr(0, 400),
+  EXPECT_THAT(run.out.substr(0, 500),
               HasSubstr("Reads: the command line only"));
 }
 

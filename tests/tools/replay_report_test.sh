@@ -51,4 +51,34 @@ grep -q '^gen-serve (every stream replayed as stream 0)$' "$out" ||
   "$traces/gen-serve.csv" >"$out"
 grep -q '"nowait_bound_bytes":null,"one_stream":true,' "$out" ||
   fail "--one-stream: the JSON does not say so"
+
+# Near the limit: --limit-factor sets each trace's limit from its own peak of
+# live bytes (opt125m's is 1,783,664,516 bytes), for the models too, and with
+# --repeat the table shows each pass's device calls and all passes' time.
+"$replay" --repeat 2 --limit-factor 1.02 --reference pytorch \
+  --config name=default,arch=h100,preallocate=false \
+  "$traces/torch-opt125m-zo-finetune.csv" >"$out"
+grep -q '^torch-opt125m-zo-finetune (limit 1.02x its peak live: 1.694 GiB)$' \
+  "$out" || fail "--limit-factor: the heading does not give the limit"
+header=$(grep '^  config ' "$out") || fail "no header row (limit factor)"
+for column in 'a/f by pass' 'modeled ms, all'; do
+  case "$header" in *"$column"*) ;; *) fail "no column $column" ;; esac
+  grep -q "^  $column  " "$out" || fail "no legend line for $column"
+done
+grep -Eq '^  default +[0-9]+ +0 .* [0-9]+\+[0-9]+, [0-9]+\+[0-9]+ ' "$out" ||
+  fail "--limit-factor: no calls by pass on the default row"
+grep -Eq '^  pytorch model +[0-9]+ +[1-9]' "$out" ||
+  fail "--limit-factor: the PyTorch model did not run under the limit"
+"$replay" --json --limit-factor 1.02 --config arch=h100,preallocate=false \
+  "$traces/torch-opt125m-zo-finetune.csv" >"$out"
+grep -q '"limit_factor":1.02,"limit_bytes":1819337806,' "$out" ||
+  fail "--limit-factor: the JSON does not give the limit"
+# (The allocator rounds its limit down to whole 2 MiB granules.)
+grep -q '"bytes_limit":1818230784,' "$out" ||
+  fail "--limit-factor: the allocator did not run under it"
+if "$replay" --limit-factor -1 "$traces/gen-serve.csv" >"$out" 2>&1; then
+  fail "--limit-factor -1 was accepted"
+fi
+grep -q '^gpualloc-replay: --limit-factor needs a number above 0' "$out" ||
+  fail "--limit-factor -1: no error naming the flag"
 echo ok

@@ -260,6 +260,23 @@ ReplayResult DescribeRun(const Trace& trace, const std::string& config_string,
 
 }  // namespace
 
+std::uint64_t PeakRequested(const Trace& trace) {
+  std::vector<std::uint64_t> size(trace.num_allocs, 0);
+  std::uint64_t live = 0, peak = 0;
+  for (const TraceOp& op : trace.ops) {
+    if (op.id >= size.size()) size.resize(op.id + 1, 0);
+    if (op.kind == TraceOp::Kind::kAlloc) {
+      size[op.id] = op.size;
+      live += op.size;
+      peak = std::max(peak, live);
+    } else {
+      live -= size[op.id];
+      size[op.id] = 0;
+    }
+  }
+  return peak;
+}
+
 absl::StatusOr<std::string> ConfigLabel(const std::string& config_string) {
   absl::StatusOr<ConfigOverrides> overrides = ParseConfigString(config_string);
   if (!overrides.ok()) return overrides.status();
@@ -282,6 +299,20 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   }
   absl::StatusOr<ConfigOverrides> overrides = ParseConfigString(config_string);
   if (!overrides.ok()) return overrides.status();
+  std::uint64_t limit_bytes = 0;
+  if (options.limit_factor > 0) {
+    const double bytes =
+        options.limit_factor * static_cast<double>(PeakRequested(trace));
+    if (!(bytes >= 1 && bytes < 1.8e19)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--limit-factor %g gives trace %s a limit of %.0f bytes (its peak "
+          "of live requested bytes is %d): not a limit in bytes",
+          options.limit_factor, trace.name, bytes, PeakRequested(trace)));
+    }
+    limit_bytes = static_cast<std::uint64_t>(bytes);
+    overrides->memory_limit = limit_bytes;
+    overrides->memory_fraction.reset();
+  }
   // The simulator unless backend= says otherwise.
   if (!overrides->backend.has_value()) overrides->backend = BackendKind::kSim;
   // An empty environment: a replay must not depend on the caller's GPUALLOC_*
@@ -290,6 +321,10 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   if (!config.ok()) return config.status();
 
   ReplayResult result = DescribeRun(trace, config_string, *overrides, options);
+  if (limit_bytes != 0) {
+    result.limit_factor = options.limit_factor;
+    result.limit_bytes = limit_bytes;
+  }
   // The timestamp model needs the trace's times and more than one stream
   // (one stream never waits for another).
   const bool timed_model =

@@ -153,7 +153,16 @@ struct ReplayOptions {
   // applies by its own project's rule; the configuration's other allocator
   // settings are not used, and the result's config is "".
   std::string reference;
+  // When above 0, the run's limit is this many times the trace's own peak
+  // of live requested bytes (PeakRequested), rounded down to a byte, in
+  // place of the configuration's mem_limit and mem_fraction (and so for a
+  // reference model too): a trace replayed "near its limit" without the
+  // caller working out bytes per trace.
+  double limit_factor = 0;
 };
+
+// The most bytes the trace has live at once, as requested (its device ops).
+std::uint64_t PeakRequested(const Trace& trace);
 
 // One pass of the measured replay: its own share of the whole run's counts
 // (they add up to the whole) and its own peaks.
@@ -233,6 +242,9 @@ struct ReplayResult {
   std::uint64_t frees = 0;  // the Deallocate calls among them
   std::uint64_t ooms = 0;
   std::vector<std::uint64_t> failed_ids;
+  // ReplayOptions::limit_factor and the limit it gave (0 and 0 when unset).
+  double limit_factor = 0;
+  std::uint64_t limit_bytes = 0;
   std::uint64_t peak_bytes_in_use = 0;
   std::uint64_t peak_bytes_requested = 0;
   std::uint64_t peak_bytes_reserved = 0;

@@ -177,6 +177,11 @@ std::string ToJson(const ReplayResult& r) {
     }
   };
   optional_num("nowait_bound_bytes", r.nowait_bound_bytes);
+  // Only with --limit-factor: the other lines stay as they were.
+  if (r.limit_factor > 0) {
+    dbl("limit_factor", r.limit_factor);
+    num("limit_bytes", r.limit_bytes);
+  }
   key("one_stream");
   out += r.one_stream ? "true" : "false";
   optional_num("one_stream_peak_bytes_reserved",

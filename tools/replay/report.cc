@@ -65,6 +65,12 @@ constexpr Definition kDefinitions[] = {
      "device allocations / frees the allocator made (cudaMalloc/cudaFree, or "
      "with expandable regions\nthe mapping / unmapping of one physical "
      "piece)"},
+    {kColBackendByPass,
+     "device allocations+frees of each pass, first to last: near the limit, "
+     "a repeated step that\nkeeps its memory makes none after pass 1"},
+    {kColModeledMsAllPasses,
+     "modeled ms of all passes together (the modeled ms column's figure "
+     "summed over the passes)"},
     {kColHostWaits,
      "times the host blocked until a stream's work was done, to reuse memory "
      "freed on it"},
@@ -216,6 +222,7 @@ struct ReportColumns {
   bool bound = false;            // the no-wait bound
   bool one_stream_peak = false;  // the one-stream peak
   bool passes = false;           // the first and last pass's peaks
+  bool by_pass = false;          // each pass's calls, all passes' time
   std::vector<absl::string_view> columns;
 };
 
@@ -237,6 +244,7 @@ ReportColumns ChooseColumns(const std::vector<ReplayResult>& results,
     c.one_stream_peak |= r.one_stream_peak_bytes_reserved.has_value();
   }
   c.passes = options.repeat > 1;
+  c.by_pass = c.passes && options.limit_factor > 0;
   std::vector<absl::string_view>& columns = c.columns;
   columns = {kColOps, kColOoms, kColPeakRequested};
   if (c.bound) columns.push_back(kColNoWaitBound);
@@ -250,6 +258,7 @@ ReportColumns ChooseColumns(const std::vector<ReplayResult>& results,
        {kColUtilization, kColFragAtPeak, kColBackendAllocsFrees}) {
     columns.push_back(col);
   }
+  if (c.by_pass) columns.push_back(kColBackendByPass);
   if (c.streams) {
     columns.push_back(kColHostWaits);
     columns.push_back(kColStreamWaits);
@@ -257,6 +266,7 @@ ReportColumns ChooseColumns(const std::vector<ReplayResult>& results,
     columns.push_back(kColCompletionPer100Frees);
   }
   columns.push_back(kColModeledMs);
+  if (c.by_pass) columns.push_back(kColModeledMsAllPasses);
   if (c.streams) columns.push_back(kColHazards);
   columns.push_back(kColNsPerOp);
   if (c.baseline) columns.push_back(kColOursPerPyTorch);
@@ -298,6 +308,13 @@ std::vector<std::string> ReportRow(const ReplayResult& r,
   row.push_back(absl::StrFormat("%.1f%%", 100 * r.utilization));
   row.push_back(absl::StrFormat("%.3f", r.fragmentation_at_peak));
   row.push_back(absl::StrCat(cost.backend_allocs, "/", cost.backend_frees));
+  if (c.by_pass) {
+    std::vector<std::string> passes;
+    for (const ReplayRepetition& p : r.repetitions) {
+      passes.push_back(absl::StrCat(p.backend_allocs, "+", p.backend_frees));
+    }
+    row.push_back(passes.empty() ? "-" : absl::StrJoin(passes, ", "));
+  }
   if (c.streams) {
     row.push_back(absl::StrCat(cost.host_waits));
     row.push_back(absl::StrCat(cost.stream_waits));
@@ -308,6 +325,11 @@ std::vector<std::string> ReportRow(const ReplayResult& r,
   }
   row.push_back(absl::StrFormat(
       "%.2f", static_cast<double>(cost.modeled_backend_ns) / 1e6));
+  if (c.by_pass) {
+    std::uint64_t ns = 0;
+    for (const ReplayRepetition& p : r.repetitions) ns += p.modeled_backend_ns;
+    row.push_back(absl::StrFormat("%.2f", static_cast<double>(ns) / 1e6));
+  }
   if (c.streams) row.push_back(absl::StrCat(r.hazards));
   row.push_back(absl::StrFormat("%.0f", r.ns_per_op));
   if (c.baseline) {
@@ -327,6 +349,10 @@ std::string TraceHeading(const ReplayResult& r, const std::uint64_t* pytorch) {
     notes.push_back(absl::StrCat("PyTorch peak reserved ", Gib(*pytorch)));
   }
   if (r.one_stream) notes.push_back("every stream replayed as stream 0");
+  if (r.limit_factor > 0) {
+    notes.push_back(absl::StrFormat("limit %gx its peak live: %s",
+                                    r.limit_factor, Gib(r.limit_bytes)));
+  }
   return notes.empty()
              ? r.trace
              : absl::StrCat(r.trace, " (", absl::StrJoin(notes, "; "), ")");

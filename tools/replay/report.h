@@ -33,6 +33,10 @@ inline constexpr absl::string_view kColLastPassPeak = "pass N peak";
 inline constexpr absl::string_view kColUtilization = "utilization";
 inline constexpr absl::string_view kColFragAtPeak = "frag@peak";
 inline constexpr absl::string_view kColBackendAllocsFrees = "backend a/f";
+// With --limit-factor and --repeat: each pass's device calls, and the
+// modeled time of all passes.
+inline constexpr absl::string_view kColBackendByPass = "a/f by pass";
+inline constexpr absl::string_view kColModeledMsAllPasses = "modeled ms, all";
 inline constexpr absl::string_view kColHostWaits = "host waits";
 inline constexpr absl::string_view kColStreamWaits = "stream waits";
 inline constexpr absl::string_view kColStreamWaitsPer100Frees =
@@ -62,6 +66,10 @@ struct ReportOptions {
   // ours/PyTorch column.
   const std::map<std::string, std::uint64_t>* baseline = nullptr;
   std::uint64_t repeat = 1;  // ReplayOptions::repeat
+  // ReplayOptions::limit_factor: the trace headings give the limit, and
+  // with repeat > 1 the table adds each pass's device calls and the modeled
+  // time of all passes.
+  double limit_factor = 0;
 };
 
 // The table: one heading line per trace (its name, PyTorch's peak reserved
@@ -74,7 +82,8 @@ struct ReportOptions {
 // no-wait bound column is shown when a result has the bound (multi-stream
 // traces; "-" on the rows of others), the one-stream peak column when a
 // result has that figure, and with repeat > 1 the pass 1 and pass N peak
-// columns. Then the legend of the columns shown.
+// columns (with a limit factor also "a/f by pass" and "modeled ms, all").
+// Then the legend of the columns shown.
 std::string FormatReplayReport(const std::vector<ReplayResult>& results,
                                const ReportOptions& options);
 
