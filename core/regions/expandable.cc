@@ -66,6 +66,7 @@ ExpandableSpace::~ExpandableSpace() {
     (void)GiveBack(address, m.bytes, m.handle, !m.asleep || m.mapped);
   }
   mappings_.clear();
+  (void)ReleaseSpares();
   // What the device refused, before or just now, once more.
   (void)RetryPending();
   if (size_ != 0 && !backend_.FreeAddress(base_, size_).ok()) {
@@ -102,10 +103,13 @@ absl::Status ExpandableSpace::Reserve(std::uint64_t bytes) {
   return absl::OkStatus();
 }
 
-absl::Status ExpandableSpace::MapOne(DeviceAddress address,
-                                     std::uint64_t bytes) {
-  absl::StatusOr<PhysicalHandle> handle = backend_.CreatePhysical(bytes);
+absl::Status ExpandableSpace::MapOne(DeviceAddress address, std::uint64_t bytes,
+                                     PhysicalHandle reuse) {
+  absl::StatusOr<PhysicalHandle> handle =
+      reuse != 0 ? absl::StatusOr<PhysicalHandle>(reuse)
+                 : backend_.CreatePhysical(bytes);
   if (!handle.ok()) return handle.status();
+  if (reuse != 0) ++reused_handles_;
   absl::Status mapped = backend_.Map(address, bytes, *handle);
   if (!mapped.ok()) {
     // (A refused release keeps the handle: the map's error says what failed.)
@@ -132,8 +136,10 @@ absl::Status ExpandableSpace::Map(DeviceAddress address, std::uint64_t bytes,
   std::uint64_t done = 0;
   while (done < bytes) {
     // (The last handle takes what is left: less than handle_bytes.)
-    const std::uint64_t n = std::min(handle_bytes, bytes - done);
-    status = MapOne(address + done, n);
+    std::uint64_t n = std::min(handle_bytes, bytes - done);
+    const auto [spare, spare_bytes] = TakeSpare(n, bytes - done);
+    if (spare != 0) n = spare_bytes;
+    status = MapOne(address + done, n, spare);
     if (!status.ok()) break;
     done += n;
   }
@@ -152,6 +158,40 @@ absl::Status ExpandableSpace::Map(DeviceAddress address, std::uint64_t bytes,
                                                "too, so they are kept and "
                                                "given back later: ",
                                                back.message())));
+}
+
+std::pair<PhysicalHandle, std::uint64_t> ExpandableSpace::TakeSpare(
+    std::uint64_t want, std::uint64_t room) {
+  std::size_t best = spares_.size();
+  for (std::size_t i = 0; i < spares_.size(); ++i) {
+    const std::uint64_t b = spares_[i].bytes;
+    if (b == want) {
+      best = i;
+      break;
+    }
+    if (b <= room && (best == spares_.size() || b > spares_[best].bytes)) {
+      best = i;
+    }
+  }
+  if (best == spares_.size()) return {0, 0};
+  const Spare s = spares_[best];
+  spares_[best] = spares_.back();
+  spares_.pop_back();
+  spare_bytes_ -= s.bytes;
+  return {s.handle, s.bytes};
+}
+
+absl::Status ExpandableSpace::ReleaseSpares() {
+  absl::Status first_error;
+  std::vector<Spare> todo;
+  todo.swap(spares_);
+  spare_bytes_ = 0;
+  for (const Spare& s : todo) {
+    // (Refused: kept as refused, with no mapping left.)
+    absl::Status status = GiveBack(0, s.bytes, s.handle, /*mapped=*/false);
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
 }
 
 absl::Status ExpandableSpace::TakeBack(DeviceAddress address,
@@ -222,7 +262,8 @@ ExpandableSpace::RefusedMappedRanges() const {
 }
 
 absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
-                                    std::uint64_t* unmapped) {
+                                    std::uint64_t* unmapped,
+                                    bool keep_handles) {
   *unmapped = 0;
   const DeviceAddress end = address + bytes;
   absl::Status first_error;
@@ -248,6 +289,11 @@ absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
       if (m.handle != 0) asleep_held_bytes_ -= m.bytes;
     }
     it = mappings_.erase(it);
+    if (keep_handles && !m.asleep && m.handle != 0) {
+      spares_.push_back(Spare{m.handle, m.bytes});
+      spare_bytes_ += m.bytes;
+      continue;
+    }
     // Unmapped: a refused release keeps the handle for later (GiveBack).
     absl::Status status = GiveBack(at, m.bytes, m.handle, /*mapped=*/false);
     if (!status.ok() && first_error.ok()) first_error = status;

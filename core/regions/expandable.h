@@ -23,6 +23,13 @@
 //     right after it, as PyTorch does: CUDA allows releasing a mapped handle,
 //     but some ROCm releases mishandle it.
 //
+// Under pressure a growth unmaps free mappings elsewhere with their handles
+// kept as spares (Unmap with keep_handles) and maps those same handles where
+// it grows (Map takes a spare before it creates a handle): physical memory
+// moves with an unmap and a map, without a release and a create. Spares
+// live only inside one growth: what it does not map is released at its end
+// (ReleaseSpares).
+//
 // Memory the device refuses to take back is never forgotten: a handle whose
 // release fails, or a mapping whose unmap fails where no region may keep it
 // (taking back a failed Map), is kept as "refused" (pending_bytes(): the
@@ -97,7 +104,9 @@ class ExpandableSpace {
   std::uint64_t unit() const { return unit_; }
 
   // Maps [address, address + bytes) as handles of `handle_bytes` each (a
-  // multiple of the unit dividing `bytes`) and makes it accessible. On error
+  // multiple of the unit dividing `bytes`) and makes it accessible. Spare
+  // handles go first, each where it fits (one of `handle_bytes` exactly,
+  // else the largest that fits what is left), and are used up. On error
   // no mapping of this call is left in the table and the error names the
   // step; what the device refused to take back is kept as refused.
   absl::Status Map(DeviceAddress address, std::uint64_t bytes,
@@ -109,17 +118,26 @@ class ExpandableSpace {
   // handle kept as refused (the error says so), and goes on. A mapping
   // asleep (Sleep) has nothing behind it unless a failed call left its
   // handle.
+  // With `keep_handles`, an awake mapping's handle is kept as a spare
+  // instead of released.
   absl::Status Unmap(DeviceAddress address, std::uint64_t bytes,
-                     std::uint64_t* unmapped);
+                     std::uint64_t* unmapped, bool keep_handles = false);
+  // Releases every spare handle; one the device refuses is kept as refused
+  // (RetryPending). The first error.
+  absl::Status ReleaseSpares();
+  // Bytes of the spare handles (unmapped, not released).
+  std::uint64_t spare_bytes() const { return spare_bytes_; }
+  // Spare handles mapped again instead of created.
+  std::uint64_t reused_handles() const { return reused_handles_; }
   // Gives back what the device refused before (unmap, then release), each
   // once more; what it refuses again stays. The first error, or OK when
   // nothing is left.
   absl::Status RetryPending();
   // Bytes the device holds outside the mapping table's awake mappings:
-  // refused memory, and handles kept by mappings asleep. Reserved from the
-  // device, so counted as reserved and against the limit.
+  // refused memory, handles kept by mappings asleep, and spares. Reserved
+  // from the device, so counted as reserved and against the limit.
   std::uint64_t pending_bytes() const {
-    return refused_bytes_ + asleep_held_bytes_;
+    return refused_bytes_ + asleep_held_bytes_ + spare_bytes_;
   }
   // The refused memory still mapped, as [address, address + bytes) in
   // address order: no region holds it, and no growth may map there.
@@ -202,8 +220,15 @@ class ExpandableSpace {
     PhysicalHandle handle = 0;  // 0: released, only the mapping is left
     bool mapped = false;        // still mapped at `address`
   };
-  // Maps one new handle of `bytes` at `address` (create, map).
-  absl::Status MapOne(DeviceAddress address, std::uint64_t bytes);
+  // Maps `reuse` (a spare of `bytes`), or else one new handle of `bytes`, at
+  // `address` (create, map).
+  absl::Status MapOne(DeviceAddress address, std::uint64_t bytes,
+                      PhysicalHandle reuse = 0);
+  // Takes the spare to map next when `want` bytes are due and `room` are
+  // left: one of `want` bytes, else the largest of at most `room` (a handle
+  // of 0 bytes when none fits).
+  std::pair<PhysicalHandle, std::uint64_t> TakeSpare(std::uint64_t want,
+                                                     std::uint64_t room);
   // Unmaps [at, at + bytes) when `mapped`, then releases `handle` (if any):
   // memory no mapping of the table holds. What the device refuses is kept
   // as refused; the error names the step.
@@ -224,6 +249,13 @@ class ExpandableSpace {
   std::uint64_t asleep_held_bytes_ = 0;
   std::vector<Refused> refused_;
   std::uint64_t refused_bytes_ = 0;
+  struct Spare {
+    PhysicalHandle handle = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Spare> spares_;
+  std::uint64_t spare_bytes_ = 0;
+  std::uint64_t reused_handles_ = 0;
   std::uint64_t maps_ = 0;
   std::uint64_t unmaps_ = 0;
 };

@@ -99,6 +99,12 @@ class ExpandableRegions final : public RegionSource {
           "no hole of the reserved range of %d bytes can take %d more bytes",
           space_.size(), needed));
     }
+    // The handles unmapped below are mapped again where this growth maps;
+    // whatever it leaves, on any path, is released when it returns.
+    struct ReleaseSparesAtEnd {
+      ExpandableSpace& space;
+      ~ReleaseSparesAtEnd() { (void)space.ReleaseSpares(); }
+    } release_spares{space_};
     // Under pressure only: when mapping the plan would pass the limit (or
     // gc_threshold x the limit), free granules elsewhere (which could not
     // serve this request) are unmapped first, the smallest free runs first,
@@ -106,16 +112,20 @@ class ExpandableRegions final : public RegionSource {
     // nothing is unmapped: a repeated step finds that memory again, and
     // unmapping it would cost device calls now and again when it is needed
     // next (PyTorch's expandable segments also unmap only on empty_cache,
-    // out of memory and past garbage_collection_threshold).
+    // out of memory and past garbage_collection_threshold). The handles
+    // unmapped are kept and mapped again below: physical memory moves to
+    // where the growth is, with no release and no create.
     const std::uint64_t give_back_above =
         GiveBackAbove(c_.resolved.limit, c_.resolved.options.gc_threshold);
     if (c_.resolved.options.trim_before_growth && !c_.capturing &&
         Physical() + plan->bytes > give_back_above) {
       GPUALLOC_RETURN_IF_ERROR(
           UnmapFree(plan->address, plan->address + plan->bytes, &stream,
-                    Physical() + plan->bytes - give_back_above));
+                    Physical() + plan->bytes - give_back_above,
+                    /*keep_handles=*/true));
     }
-    const std::uint64_t reserved = Physical();
+    // (The spares are mapped first, so they do not add to the growth.)
+    const std::uint64_t reserved = Physical() - space_.spare_bytes();
     if (reserved + plan->bytes > c_.resolved.limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "mapping %d more bytes would pass the limit of %d bytes (%d mapped)",
@@ -385,9 +395,12 @@ class ExpandableRegions final : public RegionSource {
   // never makes the host wait. Otherwise (Trim, garbage collection) the host
   // waits for that work first. Stops once `enough` bytes are unmapped
   // (the smallest free chunks come first).
+  // With `keep_handles` the handles unmapped are kept as spares
+  // (ExpandableSpace::Unmap).
   absl::Status UnmapFree(DeviceAddress keep_begin, DeviceAddress keep_end,
                          const Stream* for_stream,
-                         std::uint64_t enough = UINT64_MAX) {
+                         std::uint64_t enough = UINT64_MAX,
+                         bool keep_handles = false) {
     std::vector<std::pair<DeviceAddress, std::uint64_t>> targets;
     for (const BfcCore::FreeSpan& span : c_.core.FreeSpans(space_.unit())) {
       if (span.address <= keep_end && span.address + span.size >= keep_begin) {
@@ -411,7 +424,8 @@ class ExpandableRegions final : public RegionSource {
     for (const auto& [address, bytes] : targets) {
       if (total >= enough) break;
       std::uint64_t unmapped = 0;
-      absl::Status status = space_.Unmap(address, bytes, &unmapped);
+      absl::Status status =
+          space_.Unmap(address, bytes, &unmapped, keep_handles);
       if (unmapped != 0) c_.core.CarveFree(address, unmapped);
       total += unmapped;
       if (unmapped != 0 && c_.history != nullptr)

@@ -214,6 +214,39 @@ TEST(AllocatorExpandableTest,
   for (void* p : {guard, y, z}) GPUALLOC_EXPECT_OK(a->Deallocate(p, s));
 }
 
+// Growth past the limit moves physical memory instead of giving it back and
+// creating more: the handle it unmaps is mapped again where it grows, so the
+// device sees an unmap and a map, with no release and one create fewer.
+TEST(AllocatorExpandableTest, GrowthPastTheLimitMapsTheHandleItUnmapsAgain) {
+  auto sim = MakeSim(kGiB);
+  auto a = MakeAllocator(Expandable(50 * kMiB), sim);
+  void* x = *a->Allocate(8 * kMiB);  // one handle of 8 MiB
+  void* guard = *a->Allocate(2 * kMiB);
+  GPUALLOC_ASSERT_OK(a->Deallocate(x));
+  void* y = *a->Allocate(16 * kMiB);  // at the end: 26 MiB mapped
+  ASSERT_EQ(a->GetStats().bytes_reserved, 26 * kMiB);
+  const std::uint64_t creates = sim->calls(SimOp::kCreatePhysical);
+  const std::uint64_t releases = sim->calls(SimOp::kReleasePhysical);
+  const std::uint64_t maps = sim->calls(SimOp::kMap);
+  // 32 MiB more would pass the limit: x's free 8 MiB is unmapped and its
+  // handle mapped again at the end, with 12 new handles of 2 MiB (the upper
+  // half of the limit maps a handle per granule).
+  void* z = *a->Allocate(32 * kMiB);
+  const Stats st = a->GetStats();
+  EXPECT_EQ(st.bytes_reserved, 50 * kMiB);
+  EXPECT_LE(st.peak_bytes_reserved, 50 * kMiB);
+  EXPECT_EQ(st.backend_frees, 1u);
+  EXPECT_EQ(sim->calls(SimOp::kReleasePhysical) - releases, 0u);
+  EXPECT_EQ(sim->calls(SimOp::kCreatePhysical) - creates, 12u);
+  EXPECT_EQ(sim->calls(SimOp::kMap) - maps, 13u);
+  ExpectAccounting(*a, *sim);
+  // The moved handle goes back like any other.
+  for (void* p : {guard, y, z}) GPUALLOC_EXPECT_OK(a->Deallocate(p));
+  GPUALLOC_ASSERT_OK(a->Trim());
+  EXPECT_EQ(a->GetStats().bytes_reserved, 0u);
+  EXPECT_EQ(sim->physical_bytes(), 0u);
+}
+
 // PyTorch's garbage_collection_threshold with expandable regions: free
 // granules are unmapped before a growth would pass T x the limit; below it
 // nothing is unmapped. Without a threshold the same growth unmaps nothing.
