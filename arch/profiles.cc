@@ -14,11 +14,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -117,6 +119,16 @@ ArchProfile AmdProfile() {
 //    are the fitted slopes of create+map+access (53 ns/MiB) and
 //    unmap+release (251 ns/MiB), the work they do inside: derived from the
 //    measurement, not measured on these calls themselves.
+//  - Completion counters, all estimates until tools/device-check.sh
+//    (gpualloc-counter-check) measures them: cuStreamWriteValue64 and
+//    cuStreamWaitValue64 enqueue one stream memory operation each, the host
+//    work of an event record, so each costs what the simulator's cost model
+//    gives cuEventRecord and cuStreamWaitEvent (2 us). A block is mapped
+//    page-locked host memory: cuMemHostAlloc costs what the model gives
+//    HostAllocate (50 us per call plus 200 us per MiB: faulting in and
+//    page-locking the pages), cuMemFreeHost what it gives HostFree (30 us
+//    plus 20 us per MiB; the device synchronization it makes is costed
+//    apart, as a host wait). A counter read is a load: no call.
 DriverCosts NvidiaCosts() {
   DriverCosts c;
   c.allocate = {50'000, 53};
@@ -128,6 +140,15 @@ DriverCosts NvidiaCosts() {
   c.map = {5'500, 3};
   c.unmap = {18'200, 179};
   c.set_access = {16'200, 17};
+  c.create_counters = {50'000, 200'000};
+  c.destroy_counters = {30'000, 20'000};
+  c.write_counter = {2'000, 0};
+  c.wait_counter = {2'000, 0};
+  c.counter_sources =
+      "estimates, not measured: cuStreamWriteValue64 and cuStreamWaitValue64 "
+      "at the host cost of an event record and a stream wait (2 us); a block "
+      "at the cost of pinned host memory (cuMemHostAlloc 50 us + 200 us/MiB, "
+      "cuMemFreeHost 30 us + 20 us/MiB)";
   c.sources =
       "create, map, set-access, unmap, release: fitted to one H200 "
       "measurement (tools/device-check.sh: create+map+access 43 us at 2 MiB, "
@@ -154,6 +175,12 @@ DriverCosts NvidiaCosts() {
 // NVIDIA's", and their per-MiB parts doubled NVIDIA guesses that the H200
 // measurement showed to be about 30 times (create+map+access) and 3 times
 // (unmap+release) too high.
+// Completion counters: the same estimates as NVIDIA's (hipStreamWriteValue64
+// and hipStreamWaitValue64 at the host cost of an event record, 2 us; a block
+// at the cost of pinned host memory, hipHostMalloc 50 us + 200 us/MiB,
+// hipHostFree 30 us + 20 us/MiB): the simulator's event and host-memory
+// figures are the same for both vendors, and no ROCm figure was found or
+// measured.
 DriverCosts AmdCosts() {
   DriverCosts c;
   c.allocate = {100'000, 106};
@@ -165,6 +192,15 @@ DriverCosts AmdCosts() {
   c.map = {11'000, 6};
   c.unmap = {36'400, 358};
   c.set_access = {32'400, 34};
+  c.create_counters = {50'000, 200'000};
+  c.destroy_counters = {30'000, 20'000};
+  c.write_counter = {2'000, 0};
+  c.wait_counter = {2'000, 0};
+  c.counter_sources =
+      "estimates, not measured: hipStreamWriteValue64 and "
+      "hipStreamWaitValue64 at the host cost of an event record and a stream "
+      "wait (2 us, as NVIDIA's); a block at the cost of pinned host memory "
+      "(hipHostMalloc 50 us + 200 us/MiB, hipHostFree 30 us + 20 us/MiB)";
   c.sources =
       "estimates: twice the NVIDIA figures as fitted to one H200 measurement "
       "(HIP -> ROCr -> KFD ioctl per virtual memory call; no published or "
@@ -304,8 +340,13 @@ absl::StatusOr<const ArchProfile*> FindArchProfile(absl::string_view name) {
   }
   std::vector<absl::string_view> names;
   for (const ArchProfile& profile : Profiles()) names.push_back(profile.name);
+  // (At most 80 bytes of the name quoted, as every message quotes input.)
+  const std::string shown =
+      name.size() <= 80 ? absl::CEscape(name)
+                        : absl::StrCat(absl::CEscape(name.substr(0, 80)),
+                                       "... (", name.size(), " bytes)");
   return absl::NotFoundError(
-      absl::StrCat("unknown architecture profile \"", name,
+      absl::StrCat("unknown architecture profile \"", shown,
                    "\"; valid names: ", absl::StrJoin(names, ", ")));
 }
 

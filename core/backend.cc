@@ -111,4 +111,22 @@ absl::Status Backend::HostFree(void*) {
   return NotSupported("HostFree", "host_memory");
 }
 
+absl::StatusOr<CounterBlock> Backend::CreateCounters(std::size_t) {
+  return NotSupported("CreateCounters", "completion_counters");
+}
+absl::Status Backend::DestroyCounters(CounterHandle) {
+  return NotSupported("DestroyCounters", "completion_counters");
+}
+absl::Status Backend::WriteCounter(CounterHandle, std::size_t, std::uint64_t,
+                                   Stream) {
+  return NotSupported("WriteCounter", "completion_counters");
+}
+absl::Status Backend::WaitCounter(CounterHandle, std::size_t, std::uint64_t,
+                                  Stream) {
+  return NotSupported("WaitCounter", "completion_counters");
+}
+absl::StatusOr<Backend::AddressRange> Backend::GetAddressRange(DeviceAddress) {
+  return NotSupported("GetAddressRange", "ipc_handles");
+}
+
 }  // namespace gpualloc

@@ -11,9 +11,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpualloc::cli {
+
+std::string Quote(absl::string_view text) {
+  constexpr std::size_t kMax = 80;
+  if (text.size() <= kMax) return absl::StrCat("\"", absl::CEscape(text), "\"");
+  return absl::StrCat("\"", absl::CEscape(text.substr(0, kMax)), "...\" (",
+                      text.size(), " bytes)");
+}
 
 Parser::Parser(Syntax syntax) : syntax_(syntax) {}
 
@@ -107,7 +115,7 @@ absl::StatusOr<Parsed> Parser::Parse(
         }
         return absl::InvalidArgumentError(
             unknown_ ? unknown_(arg)
-                     : absl::StrCat("unknown argument \"", arg, "\""));
+                     : absl::StrCat("unknown argument ", Quote(arg)));
       }
       if (absl::Status s = positional_(arg); !s.ok()) return s;
       continue;

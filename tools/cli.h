@@ -31,9 +31,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "tools/layer.h"
 
 namespace gpualloc::cli {
+
+// An argument (or any input) as a message quotes it: escaped, in quotes, at
+// most its first 80 bytes and then its length ("xxx..." (5000000 bytes)), as
+// the library's own messages quote input.
+std::string Quote(absl::string_view text);
 
 // What Parse found: run the tool, or print its help.
 enum class Parsed { kRun, kHelp };

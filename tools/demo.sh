@@ -21,9 +21,12 @@
 # configurations, each with its no-wait bound and the peak reserved of the
 # same replay on one stream (--compare-one-stream). Both tables add the
 # model of PyTorch's caching allocator (gpualloc-replay --reference pytorch)
-# on the same simulated device: on the recordings it checks the model against
-# what PyTorch reserved; on the generated traces, which PyTorch never ran, it
-# stands in for PyTorch. Build output goes to
+# on the same simulated device, under the same limit: on the recordings it
+# checks the model against what PyTorch reserved; on the generated traces,
+# which PyTorch never ran, it stands in for PyTorch, and the model of the
+# driver's stream-ordered pool (--reference async) joins it; there every row
+# shows its stream waits and completion calls (event records and queries)
+# per 100 frees. Build output goes to
 # stderr so the report on stdout stays clean.
 set -euo pipefail
 # shellcheck source=tools/lib-build.sh
@@ -150,6 +153,11 @@ echo "copy streams, FSDP all-gathers, an inference server on four streams), same
 echo "freed on one stream is reusable on another only once that stream's work is done: no-wait bound is"
 echo "what an allocator that never makes a stream or the host wait must hold; one-stream peak is the"
 echo "same replay with every stream mapped to stream 0 (peak reserved minus it: what the streams cost)."
-echo "PyTorch never ran these: the pytorch model row is what its caching allocator's rules need here."
+echo "PyTorch never ran these: the pytorch model row is what its caching allocator's rules need here;"
+echo "the async model row is the driver's stream-ordered pool (cudaMallocAsync, as PyTorch's"
+echo "backend:cudaMallocAsync uses it), which makes a stream wait for another's free rather than grow."
+echo "waits/100 frees and completion/100 frees: what each row pays to reuse memory across streams, in"
+echo "stream waits and in calls made to learn completion (event records and queries), per 100 frees."
 echo
-"$replay" --compare-one-stream "${configs[@]}" --reference pytorch "$traces"/gen-*.csv
+"$replay" --compare-one-stream "${configs[@]}" --reference pytorch,async \
+  "$traces"/gen-*.csv

@@ -27,7 +27,16 @@
 #    ImportPhysical), the same with an IPC handle of a plain allocation, and
 #    HostAllocate / HostFree of 1 MiB .. 64 MiB against malloc / free (median
 #    host us per call).
-# 6. When PyTorch with CUDA is installed, trains a small transformer
+# 6. Runs gpualloc-counter-check: how the allocator can learn that a stream's
+#    work completed, each mechanism's host cost per call (median host us of
+#    2001: cuEventRecord, cuEventQuery of a complete and a not-complete event,
+#    cuStreamWaitEvent, cuStreamWriteValue64, a counter load,
+#    cuStreamWaitValue64, cuStreamQuery idle and busy, and the backend's
+#    RecordEvent, QueryEvent, WriteCounter, WaitCounter) next to the
+#    simulator's cost model, and that a completion counter written after a
+#    memset is seen only after it, and a stream waiting for a counter runs
+#    only once it is written.
+# 7. When PyTorch with CUDA is installed, trains a small transformer
 #    (tools/torch_train_check.py) with PyTorch's allocator and, when the build
 #    made libgpualloc_torch.so, with gpualloc through the pluggable-allocator
 #    hook, and compares peak memory.
@@ -191,7 +200,8 @@ else
     fail "meson setup (see $build_log)"
     finish
   fi
-  targets=(tools/cuda/gpualloc-device-bench tools/cuda/gpualloc-ipc-host-check)
+  targets=(tools/cuda/gpualloc-device-bench tools/cuda/gpualloc-ipc-host-check
+           tools/cuda/gpualloc-counter-check)
   all_targets=$(ninja -C "$GPUALLOC_BUILD_DIR" -t targets all 2>/dev/null | cut -d: -f1)
   for t in tests/cuda_backend_test tests/cuda_conformance_test tests/registry_test; do
     grep -qx "$t" <<<"$all_targets" && targets+=("$t")
@@ -285,7 +295,26 @@ else
   fi
 fi
 
-# --- 6. PyTorch ------------------------------------------------------------------
+# --- 6. Completion counters against events ---------------------------------------
+add ""
+counter_bin="$GPUALLOC_BUILD_DIR/tools/cuda/gpualloc-counter-check"
+counter_budget=$(( $(left) - 45 ))
+(( counter_budget > 45 )) && counter_budget=45
+if [[ ! -x "$counter_bin" ]]; then
+  add "- gpualloc-counter-check not built: skipped"
+elif (( counter_budget < 10 )); then
+  fail "no time left for gpualloc-counter-check"
+else
+  say "completion counters (up to ${counter_budget} s)"
+  rc=0
+  counter_out=$(timeout "$counter_budget" "$counter_bin" 2>"$GPUALLOC_BUILD_DIR/counter-check.err") || rc=$?
+  add "$counter_out"
+  if (( rc != 0 )); then
+    fail "gpualloc-counter-check exit $rc: $(head -c 600 "$GPUALLOC_BUILD_DIR/counter-check.err")"
+  fi
+fi
+
+# --- 7. PyTorch ------------------------------------------------------------------
 add ""
 add "## PyTorch training (small transformer; memory fraction 0.9, record_stream on a side stream, a CUDA graph, empty_cache)"
 add ""

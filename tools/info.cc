@@ -164,7 +164,8 @@ void PrintDevice(const gpualloc::DeviceInfo& d) {
                    ", host copy: ", YesNo(c.host_copy),
                    ", ipc handles: ", YesNo(c.ipc_handles),
                    ", shareable handles: ", YesNo(c.shareable_handles),
-                   ", host memory: ", YesNo(c.host_memory)));
+                   ", host memory: ", YesNo(c.host_memory),
+                   ", completion counters: ", YesNo(c.completion_counters)));
   Row("driver version",
       d.driver_version.empty() ? "(none reported)" : d.driver_version);
 }

@@ -102,11 +102,13 @@ constexpr absl::string_view kUsage =
     "                       tf =\n"
     "                       TensorFlow's BFC allocator with allow_growth,\n"
     "                       async = the driver's stream-ordered pool), on\n"
-    "                       the device of the first --config (its\n"
-    "                       allocator settings unused): rows \"pytorch\n"
-    "                       model\" etc. after the configurations' (the\n"
-    "                       JSON's \"reference\" names the model, its\n"
-    "                       \"config\" is \"\")\n"
+    "                       the device of the first --config and under the\n"
+    "                       limit gpualloc would use there (its mem_limit or\n"
+    "                       mem_fraction; its other allocator settings\n"
+    "                       unused), each model applying it by its own\n"
+    "                       rule: rows \"pytorch model\" etc. after the\n"
+    "                       configurations' (the JSON's \"reference\" names\n"
+    "                       the model, its \"config\" is \"\")\n"
     "  --json               one JSON object per (trace, configuration)\n"
     "  --repeat N           replay each trace N times back to back on\n"
     "                       the same allocator (default 1); with N > 1\n"
@@ -289,7 +291,8 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
         return absl::StrCat(flag, " needs a value\n", kUsage);
       })
       .Unknown([](const std::string& arg) {
-        return absl::StrCat("unknown option ", arg, "\n", kUsage);
+        return absl::StrCat("unknown option ", gpualloc::cli::Quote(arg), "\n",
+                            kUsage);
       });
   return parser.Parse(argc, argv);
 }
@@ -454,8 +457,9 @@ absl::StatusOr<ReplayResult> ReplayOne(const Args& args, bool tty,
 }
 
 // Every trace under every configuration, then every reference model (on the
-// device the first configuration describes; its allocator settings are not
-// used); with --json each result is printed as it comes.
+// device the first configuration describes, under its limit; its other
+// allocator settings are not used); with --json each result is printed as it
+// comes.
 absl::StatusOr<std::vector<ReplayResult>> ReplayAll(
     const Args& args, const std::vector<Trace>& traces) {
   const bool tty = isatty(STDERR_FILENO) != 0;

@@ -50,12 +50,15 @@ constexpr absl::string_view kUsage =
     "\n"
     "Runs random allocation sequences (fill and drain phases, log-uniform\n"
     "sizes, several streams with RecordStream users, cross-stream frees,\n"
-    "side streams released and destroyed, injected backend faults) on a\n"
-    "simulated device in every allocator mode, checking after every\n"
-    "operation: no overlapping blocks, bytes_requested equal to the live\n"
-    "requests, no hazard, no call on a released stream, Validate() and the\n"
-    "device's held memory equal to bytes_reserved; at the end nothing in\n"
-    "use and the device's memory all returned.\n"
+    "side streams released and destroyed, blocks exported to a second\n"
+    "simulated process that imports and closes them, stale descriptions,\n"
+    "injected backend faults on both devices) on a simulated device in\n"
+    "every allocator mode, checking after every operation: no overlapping\n"
+    "blocks, bytes_requested equal to the live and held requests, the\n"
+    "bytes imported, no hazard, no call on a released stream, Validate()\n"
+    "and the device's held memory equal to bytes_reserved; at the end\n"
+    "nothing in use or held, the devices' memory all returned and no\n"
+    "descriptor left open.\n"
     "\n"
     "  --seed S                the sequence (default 1)\n"
     "  --ops N                 operations per mode and stream count\n"
@@ -73,8 +76,11 @@ constexpr absl::string_view kUsage =
     "  --fault-ops LIST        the backend calls that fail (default\n"
     "                          allocate,pool_allocate,map,create_physical,\n"
     "                          create_event,record_event,query_event,\n"
-    "                          set_access,unmap,release_physical; any\n"
-    "                          simulator call by its name, e.g. free)\n"
+    "                          set_access,unmap,release_physical,\n"
+    "                          get_ipc_handle,export_mapping; any\n"
+    "                          simulator call by its name, e.g. free; the\n"
+    "                          importer's device gets faults of its own\n"
+    "                          calls too)\n"
     "  --validate-every N      Validate() every N operations (default 1)\n"
     "  --phase-ops N           mean fill/drain phase length (default 5000)\n"
     "  --min-live N, --max-live N  range of the phases' targets of live\n"
@@ -144,7 +150,7 @@ struct Args {
 
 absl::Status BadValue(absl::string_view flag, absl::string_view value) {
   return absl::InvalidArgumentError(
-      absl::StrCat("bad value for ", flag, ": ", value));
+      absl::StrCat("bad value for ", flag, ": ", gpualloc::cli::Quote(value)));
 }
 
 // A flag whose value is a count.
@@ -230,7 +236,7 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
       .Value("--min-live", Count("--min-live", &o.min_live))
       .Value("--max-live", Count("--max-live", &o.max_live))
       .Unknown([](const std::string& flag) {
-        return absl::StrCat("unknown flag ", flag);
+        return absl::StrCat("unknown flag ", gpualloc::cli::Quote(flag));
       });
   return parser.Parse(argc, argv);
 }
@@ -262,9 +268,11 @@ int main(int argc, char** argv) {
       gpualloc::soak::FaultOpsString(options.fault_ops),
       options.validate_every);
   absl::PrintF(
-      "%-15s %7s %10s %8s %11s %8s %8s %8s %8s %8s %8s %10s %7s %11s\n", "mode",
-      "streams", "ops", "seconds", "ops/s", "ooms", "faults", "failed",
-      "xfrees", "released", "hazards", "validated", "peak", "pending");
+      "%-15s %7s %10s %8s %11s %8s %8s %8s %8s %8s %8s %10s %7s %11s %8s "
+      "%8s %8s %6s\n",
+      "mode", "streams", "ops", "seconds", "ops/s", "ooms", "faults", "failed",
+      "xfrees", "released", "hazards", "validated", "peak", "pending",
+      "exports", "imports", "held", "stale");
   std::fflush(stdout);
   for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) {
     std::signal(sig, OnCrash);
@@ -291,11 +299,12 @@ int main(int argc, char** argv) {
           r->seconds > 0 ? static_cast<double>(r->ops) / r->seconds : 0;
       absl::PrintF(
           "%-15s %7d %10d %8.1f %11.0f %8d %8d %8d %8d %8d %8d %10d %7d "
-          "%11d\n",
+          "%11d %8d %8d %8d %6d\n",
           r->mode, r->streams, r->ops, r->seconds, rate, r->ooms,
           r->faults_injected, r->failed_by_fault, r->cross_frees,
           r->streams_released, r->hazards, r->validator_runs, r->peak_live,
-          r->peak_release_pending);
+          r->peak_release_pending, r->exports, r->imports, r->held,
+          r->stale_refused);
       std::fflush(stdout);
       if (!r->ok) {
         absl::PrintF(

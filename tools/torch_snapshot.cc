@@ -71,7 +71,8 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
           [args](const std::string& value) {
             if (!absl::SimpleAtoi(value, &args->device) || args->device < 0) {
               return absl::InvalidArgumentError(
-                  "--device needs a device index >= 0, got " + value);
+                  "--device needs a device index >= 0, got " +
+                  gpualloc::cli::Quote(value));
             }
             return absl::OkStatus();
           })
@@ -82,7 +83,9 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
         args->input = arg;
         return absl::OkStatus();
       })
-      .Unknown([](const std::string& arg) { return "unknown option " + arg; });
+      .Unknown([](const std::string& arg) {
+        return "unknown option " + gpualloc::cli::Quote(arg);
+      });
   return parser.Parse(argc, argv);
 }
 
@@ -104,21 +107,22 @@ int main(int argc, char** argv) {
   std::stringstream text;
   text << in.rdbuf();
   if (!in) {
-    std::cerr << "gpualloc-torch-snapshot: " << input << ": cannot read\n";
+    std::cerr << "gpualloc-torch-snapshot: " << gpualloc::cli::Quote(input)
+              << ": cannot read\n";
     return 1;
   }
   const std::string json = text.str();
   absl::StatusOr<gpualloc::Snapshot> snapshot =
       gpualloc::SnapshotFromJson(json);
   if (!snapshot.ok()) {
-    std::cerr << "gpualloc-torch-snapshot: " << input << ": "
-              << snapshot.status().message() << "\n";
+    std::cerr << "gpualloc-torch-snapshot: " << gpualloc::cli::Quote(input)
+              << ": " << snapshot.status().message() << "\n";
     return 1;
   }
   if (absl::Status checked = gpualloc::tools::CheckSnapshotForExport(*snapshot);
       !checked.ok()) {
-    std::cerr << "gpualloc-torch-snapshot: " << input << ": "
-              << checked.message() << "\n";
+    std::cerr << "gpualloc-torch-snapshot: " << gpualloc::cli::Quote(input)
+              << ": " << checked.message() << "\n";
     return 1;
   }
   if (device < 0) device = OrdinalOf(json);
@@ -132,7 +136,8 @@ int main(int argc, char** argv) {
   out.write(pickle.data(), static_cast<std::streamsize>(pickle.size()));
   out.close();
   if (!out) {
-    std::cerr << "gpualloc-torch-snapshot: " << output << ": cannot write\n";
+    std::cerr << "gpualloc-torch-snapshot: " << gpualloc::cli::Quote(output)
+              << ": cannot write\n";
     return 1;
   }
   return 0;

@@ -35,7 +35,10 @@ Output: header `seq,action,addr_or_id,size,stream`, '\\n' line endings. The rule
 
 Expected errors (unreadable file, not a pickle, wrong layout, a size below 0
 or above 2^64 - 1, which no trace row can carry) print one line on stderr
-naming the file (and the event or block) and exit 1.
+naming the file (and the event or block) and exit 1. A pickle can reference
+one object many times: the events and blocks walked are at most one per byte
+of the pickle (a real snapshot has hundreds of bytes per event), so the
+output is bounded by the input; a snapshot past that is refused the same way.
 """
 
 import argparse
@@ -46,6 +49,31 @@ import sys
 
 class ConvertError(Exception):
     """An expected failure; its message is printed as one line."""
+
+
+class _Budget:
+    """Events and blocks a conversion may walk: one per byte of the pickle.
+
+    Shared references let a few kilobytes of pickle stand for millions of
+    events; a real snapshot spends hundreds of bytes on each."""
+
+    def __init__(self, pickle_bytes):
+        self.pickle_bytes = pickle_bytes
+        self.left = pickle_bytes
+
+    def spend(self):
+        self.left -= 1
+        if self.left < 0:
+            raise ConvertError(
+                "the pickle's %d bytes stand for more than %d events and "
+                "blocks: it references the same ones again and again (not a "
+                "snapshot torch wrote); refused"
+                % (self.pickle_bytes, self.pickle_bytes))
+
+
+class _Unbounded:
+    def spend(self):
+        pass
 
 
 class _StandIn:
@@ -105,33 +133,58 @@ def _kind_name(kind):
 MAX_SIZE = (1 << 64) - 1
 
 
+def _number(value):
+    """The number as a message shows it: in full up to 2^256, else its size
+    (Python refuses to print more than 4300 digits, and nobody reads them)."""
+    if value.bit_length() <= 256:
+        return "%d" % value
+    return "%sof %d digits" % ("-" if value < 0 else "",
+                               int(value.bit_length() * 0.30103) + 1)
+
+
 def _check_size(value, key, where):
     """Refuses a size no trace row can carry, naming where it was found."""
     if not 0 <= value <= MAX_SIZE:
-        raise ConvertError("%s: %s %d is out of range: sizes are 0 to %d bytes "
+        raise ConvertError("%s: %s %s is out of range: sizes are 0 to %d bytes "
                            "(unsigned 64-bit, what gpualloc-replay reads)"
-                           % (where, key, value, MAX_SIZE))
+                           % (where, key, _number(value), MAX_SIZE))
     return value
 
 
 def _at(addr):
+    if addr.bit_length() > 256:
+        return "an address " + _number(addr)
     return ("-%#x" % -addr) if addr < 0 else ("%#x" % addr)
 
 
-def _producing(trace):
-    return any(isinstance(e, dict) and e.get("action") in ("alloc", "free_requested")
-               for e in trace)
+def _one_line(text, limit=300):
+    """A message as one line of at most about `limit` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "... (%d characters)" % len(text)
 
 
-def pick_device(snapshot, device=None):
+def _producing(trace, budget):
+    for e in trace:
+        budget.spend()
+        if isinstance(e, dict) and e.get("action") in ("alloc", "free_requested"):
+            return True
+    return False
+
+
+def pick_device(snapshot, device=None, budget=None):
     """The device index to convert (see module docstring)."""
+    budget = budget or _Unbounded()
     traces = _need(snapshot, "device_traces", list, "the snapshot")
     if device is not None:
         if not 0 <= device < len(traces):
             raise ConvertError("--device %d out of range: the snapshot has %d device trace(s)"
                                % (device, len(traces)))
         return device
-    found = [d for d, t in enumerate(traces) if isinstance(t, list) and _producing(t)]
+    found = []
+    for d, t in enumerate(traces):
+        budget.spend()
+        if isinstance(t, list) and _producing(t, budget):
+            found.append(d)
     if not found:
         raise ConvertError("no device trace has allocations")
     if len(found) > 1:
@@ -140,12 +193,14 @@ def pick_device(snapshot, device=None):
     return found[0]
 
 
-def convert(snapshot, device=None):
-    """Return the CSV text for a loaded snapshot dict."""
+def convert(snapshot, device=None, pickle_bytes=None):
+    """Return the CSV text for a loaded snapshot dict (walking at most one
+    event or block per byte of the pickle, when its size is given)."""
+    budget = _Budget(pickle_bytes) if pickle_bytes is not None else _Unbounded()
     if not isinstance(snapshot, dict):
         raise ConvertError("expected the snapshot to be a dict, got %s"
                            % type(snapshot).__name__)
-    dev = pick_device(snapshot, device)
+    dev = pick_device(snapshot, device, budget)
     trace = snapshot["device_traces"][dev]
     if not isinstance(trace, list):
         raise ConvertError("expected device_traces[%d] to be a list, got %s"
@@ -166,6 +221,7 @@ def convert(snapshot, device=None):
     next_key = 0
 
     for i, ev in enumerate(trace):
+        budget.spend()
         where = "device_traces[%d][%d]" % (dev, i)
         action = _need(ev, "action", str, where)
         if action not in ("alloc", "free_requested"):
@@ -187,6 +243,7 @@ def convert(snapshot, device=None):
             next_key += 1
 
     for si, seg in enumerate(segments):
+        budget.spend()
         where = "segments[%d]" % si
         if not isinstance(seg, dict):
             raise ConvertError("expected %s to be a dict, got %s"
@@ -200,6 +257,7 @@ def convert(snapshot, device=None):
         blocks = _need(seg, "blocks", list, where)
         raw_stream = _need(seg, "stream", int, where)
         for bi, blk in enumerate(blocks):
+            budget.spend()
             bwhere = "%s['blocks'][%d]" % (where, bi)
             bsize = _need(blk, "size", int, bwhere)
             state = _need(blk, "state", str, bwhere)
@@ -239,12 +297,14 @@ def main(argv=None):
                 data = f.read()
         except OSError as e:
             raise ConvertError("cannot read: %s" % (e.strerror or e)) from None
-        text = convert(load_snapshot(data), args.device)
+        text = convert(load_snapshot(data), args.device, len(data))
     except ConvertError as e:
-        print("%s: %s: %s" % (p.prog, args.snapshot, e), file=sys.stderr)
+        print("%s: %s: %s" % (p.prog, _one_line(args.snapshot, 200), _one_line(e)),
+              file=sys.stderr)
         return 1
     except RecursionError:
-        print("%s: %s: snapshot nested too deeply" % (p.prog, args.snapshot), file=sys.stderr)
+        print("%s: %s: snapshot nested too deeply" % (p.prog, _one_line(args.snapshot, 200)),
+              file=sys.stderr)
         return 1
     try:
         if args.output:

@@ -54,8 +54,9 @@ constexpr char kUsage[] =
     "                    see gpualloc-replay --help), ranked among the\n"
     "                    configurations as\n"
     "                    \"reference=NAME\" on the device --base describes\n"
-    "                    (its allocator settings unused; not in the per-\n"
-    "                    architecture summary)\n"
+    "                    and under its limit (mem_limit or mem_fraction;\n"
+    "                    its other allocator settings unused; not in the\n"
+    "                    per-architecture summary)\n"
     "  --csv FILE        one row per (configuration, trace), with its rank\n"
     "  --json FILE       the same as one JSON object per line\n"
     "  --help            this text\n";
@@ -151,14 +152,14 @@ absl::StatusOr<gpualloc::cli::Parsed> ParseArgs(int argc, char** argv,
         return absl::OkStatus();
       })
       .Unknown([](const std::string& arg) {
-        return absl::StrCat("unknown option ", arg);
+        return absl::StrCat("unknown option ", gpualloc::cli::Quote(arg));
       });
   return parser.Parse(argc, argv);
 }
 
 // Every configuration over every trace, in order: one row each (a failed
 // replay is a row with its status). A reference model's row replays on the
-// device --base describes.
+// device --base describes, under its limit.
 std::vector<gpualloc::replay::TuneRow> Sweep(
     const std::vector<std::string>& configs,
     const std::vector<gpualloc::replay::Trace>& traces,

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // backends/common/handle_books.h: the host-side record of what a vendor
 // backend handed out and has not been given back: plain blocks, blocks of its
-// stream-ordered pool, events, what OpenIpcHandle mapped and page-locked host
-// blocks (virtual memory has its own ledger, vmm_ledger.h). The CUDA and HIP
+// stream-ordered pool, events, what OpenIpcHandle mapped, page-locked host
+// blocks and blocks of completion counters (virtual memory has its own
+// ledger, vmm_ledger.h). The CUDA and HIP
 // backends keep one each, so that a call naming something the backend did not
 // hand out is answered with InvalidArgument before any vendor call, in one
 // wording for both:
@@ -34,12 +35,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "backends/common/counters.h"
 #include "backends/common/tracked.h"
 #include "backends/layer.h"
 #include "core/lock.h"
 #include "gpualloc/core/backend.h"
 
 namespace gpualloc::common {
+
+// A block of completion counters: the host memory the device writes (what
+// the vendor frees), the same memory's device address (what the stream calls
+// name) and how many counters it holds.
+struct CounterRecord {
+  void* host = nullptr;
+  std::uint64_t device = 0;
+  std::size_t count = 0;
+};
 
 // `Block` is what the backend keeps for a plain block (its size, or what to
 // give back to the vendor).
@@ -53,6 +64,7 @@ class HandleBooks {
     std::vector<EventHandle> events;
     std::vector<DeviceAddress> opened;
     std::vector<void*> host_blocks;
+    std::vector<CounterRecord> counter_blocks;
   };
 
   // `prefix` starts every message; `ordinal` is the backend's device.
@@ -110,19 +122,31 @@ class HandleBooks {
   }
 
   // --- Allocations of other processes (OpenIpcHandle / CloseIpcHandle) ---
+  // A handle opened again in one context gives the same address and the
+  // driver counts the opens (cuIpcOpenMemHandle): so do the books, one
+  // CloseIpcHandle per open.
   void AddOpened(DeviceAddress address) {
     core::LockGuard guard(&mu_);
-    opened_.insert(address);
+    ++opened_[address];
   }
-  // CloseIpcHandle of `address`: `release()` makes the vendor call.
+  // CloseIpcHandle of `address`: `release()` makes the vendor call. The
+  // open is counted down before the call and back up when it fails.
   template <typename Release>
   absl::Status ReleaseOpened(DeviceAddress address, Release release) {
-    return ReleaseTracked<core::LockGuard>(
-        &mu_, &opened_, address,
-        [&] {
-          return NotHandedOut("CloseIpcHandle", address, "OpenIpcHandle");
-        },
-        [&](const auto&) { return release(); });
+    {
+      core::LockGuard guard(&mu_);
+      auto it = opened_.find(address);
+      if (it == opened_.end()) {
+        return NotHandedOut("CloseIpcHandle", address, "OpenIpcHandle");
+      }
+      if (--it->second == 0) opened_.erase(it);
+    }
+    absl::Status status = release();
+    if (!status.ok()) {
+      core::LockGuard guard(&mu_);
+      ++opened_[address];
+    }
+    return status;
   }
 
   // --- Page-locked host memory (HostAllocate / HostFree) ---
@@ -183,6 +207,49 @@ class HandleBooks {
         [&](const auto&) { return release(); });
   }
 
+  // --- Completion counters (CreateCounters / DestroyCounters) ---
+  // Records a block and answers its handle: a number of the books' own,
+  // never 0 and never reused (a stale handle cannot name a later block).
+  CounterHandle AddCounters(const CounterRecord& record) {
+    core::LockGuard guard(&mu_);
+    const CounterHandle handle = ++last_counters_;
+    counters_.insert_or_assign(handle, record);
+    return handle;
+  }
+  // The block `call` (WriteCounter, WaitCounter) names, once the index and
+  // the value pass the checks of counters.h; InvalidArgument otherwise.
+  absl::StatusOr<CounterRecord> FindCounter(absl::string_view call,
+                                            CounterHandle handle,
+                                            std::size_t index,
+                                            std::uint64_t value) const {
+    core::LockGuard guard(&mu_);
+    auto it = counters_.find(handle);
+    if (it == counters_.end()) {
+      return UnknownCounters(prefix_, call, handle, ordinal_);
+    }
+    if (absl::Status s = CheckCounterAccess(prefix_, call, handle, index, value,
+                                            it->second.count);
+        !s.ok()) {
+      return s;
+    }
+    return it->second;
+  }
+  // DestroyCounters of `handle`: `release(const CounterRecord&)` makes the
+  // vendor call.
+  template <typename Release>
+  absl::Status ReleaseCounters(CounterHandle handle, Release release) {
+    return ReleaseTracked<core::LockGuard>(
+        &mu_, &counters_, handle,
+        [&] {
+          return UnknownCounters(prefix_, "DestroyCounters", handle, ordinal_);
+        },
+        [&](const auto& node) { return release(node.mapped()); });
+  }
+  std::size_t counter_block_count() const {
+    core::LockGuard guard(&mu_);
+    return counters_.size();
+  }
+
   // Empties the books and answers what they held (a destructor giving
   // everything back).
   Leftovers TakeAll() {
@@ -193,10 +260,16 @@ class HandleBooks {
     }
     out.pool_blocks.assign(pool_blocks_.begin(), pool_blocks_.end());
     out.events.assign(events_.begin(), events_.end());
-    out.opened.assign(opened_.begin(), opened_.end());
+    for (const auto& [address, opens] : opened_) {
+      out.opened.insert(out.opened.end(), opens, address);
+    }
     for (const auto& [pointer, bytes] : host_blocks_) {
       out.host_blocks.push_back(pointer);
     }
+    for (const auto& [handle, record] : counters_) {
+      out.counter_blocks.push_back(record);
+    }
+    counters_.clear();
     opened_.clear();
     host_blocks_.clear();
     blocks_.clear();
@@ -214,8 +287,12 @@ class HandleBooks {
   absl::flat_hash_map<DeviceAddress, Block> blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<DeviceAddress> pool_blocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<EventHandle> events_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<DeviceAddress> opened_ ABSL_GUARDED_BY(mu_);
+  // Address -> opens not yet closed.
+  absl::flat_hash_map<DeviceAddress, int> opened_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, std::uint64_t> host_blocks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CounterHandle, CounterRecord> counters_
+      ABSL_GUARDED_BY(mu_);
+  CounterHandle last_counters_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpualloc::common

@@ -119,6 +119,9 @@ void CudaBackend::Impl::ReturnEverything() {
     api_->cuIpcCloseMemHandle(static_cast<CUdeviceptr>(a));
   }
   for (void* p : left.host_blocks) api_->cuMemFreeHost(p);
+  for (const auto& counters : left.counter_blocks) {
+    api_->cuMemFreeHost(counters.host);
+  }
   if (pool_ != nullptr) {
     // Blocks still out are freed on the default stream; cuMemPoolDestroy
     // returns the pool's memory once those frees complete.

@@ -12,7 +12,10 @@
 // cuIpcCloseMemHandle), physical memory as POSIX file descriptors
 // (cuMemRetainAllocationHandle, cuMemExportToShareableHandle,
 // cuMemImportFromShareableHandle), page-locked host memory (cuMemHostAlloc
-// with CU_MEMHOSTALLOC_PORTABLE, cuMemFreeHost), and one
+// with CU_MEMHOSTALLOC_PORTABLE, cuMemFreeHost), completion counters in
+// mapped page-locked memory (cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP,
+// cuMemHostGetDevicePointer, cuStreamWriteValue64, cuStreamWaitValue64 with
+// CU_STREAM_WAIT_VALUE_GEQ, cuMemFreeHost), and one
 // stream-ordered pool of its own (cuMemPoolCreate; cuMemAllocFromPoolAsync /
 // cuMemFreeAsync). It
 // works in the device's primary context, retained at creation, made current on
@@ -21,7 +24,8 @@
 // stays on it), released at destruction.
 //
 // Every handle the backend gives out (addresses, events, physical handles,
-// pool blocks, reservations, mappings) is recorded on the host, and a call
+// pool blocks, reservations, mappings, counter blocks) is recorded on the
+// host, and a call
 // naming something the backend did not give out, or breaking a virtual-memory
 // rule, is InvalidArgument before any driver call: the driver's own answer to
 // a stale handle is undefined behaviour. Driver errors become a status naming
@@ -74,7 +78,8 @@ class CudaBackend final : public Backend {
   static absl::StatusOr<std::shared_ptr<CudaBackend>> Create(
       std::shared_ptr<const CudaDriverApi> api, int ordinal);
   // Returns whatever is still allocated, mapped or reserved, destroys the
-  // pool and the remaining events, and releases the primary context.
+  // pool, the remaining events and counter blocks, and releases the primary
+  // context.
   ~CudaBackend() override;
 
   const DeviceInfo& info() const override;
@@ -124,8 +129,27 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
   absl::Status HostFree(void* ptr) override;
 
-  // Why the sharing and host-memory capabilities are on or off, in the order
-  // they were decided ("ipc_handles off: ...").
+  // --- Address ranges (cuMemGetAddressRange; with ipc_handles) -------------
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
+  // Completion counters (cuda_counters.cc). On when the driver has the
+  // host-memory and counter entry points and the device can map host memory
+  // (CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) and use 64-bit stream memory
+  // operations (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS; its _V1
+  // attribute on a driver older than CUDA 11.7, whose entry points are the
+  // version 1 ones); notes() says which. A block is one cuMemHostAlloc
+  // (DEVICEMAP | PORTABLE) of 8 bytes per counter, zeroed by the host, whose
+  // device address the stream calls name; the handle is a number of the
+  // backend's own, never reused. DestroyCounters is cuMemFreeHost.
+  absl::StatusOr<CounterBlock> CreateCounters(std::size_t count) override;
+  absl::Status DestroyCounters(CounterHandle handle) override;
+  absl::Status WriteCounter(CounterHandle handle, std::size_t index,
+                            std::uint64_t value, Stream stream) override;
+  absl::Status WaitCounter(CounterHandle handle, std::size_t index,
+                           std::uint64_t value, Stream stream) override;
+
+  // Why the sharing, host-memory and counter capabilities are on or off, in
+  // the order they were decided ("ipc_handles off: ...").
   const std::vector<std::string>& notes() const;
 
   // The profile this device matches and why (gpualloc-info shows it).

@@ -74,6 +74,9 @@ bool CudaDriverApi::has_shareable_handles() const {
 bool CudaDriverApi::has_host_memory() const {
   return true GPUALLOC_CUDA_HOST_ENTRY_POINTS(GPUALLOC_CUDA_RESOLVED_);
 }
+bool CudaDriverApi::has_counters() const {
+  return true GPUALLOC_CUDA_COUNTER_ENTRY_POINTS(GPUALLOC_CUDA_RESOLVED_);
+}
 #undef GPUALLOC_CUDA_RESOLVED_
 
 std::string CudaVersionString(int version) {
@@ -146,6 +149,7 @@ absl::Status ResolveEntryPoints(const ProcAddressResolver& resolve,
   GPUALLOC_CUDA_OPTIONAL_GROUP_(GPUALLOC_CUDA_IPC_ENTRY_POINTS)
   GPUALLOC_CUDA_OPTIONAL_GROUP_(GPUALLOC_CUDA_SHARE_ENTRY_POINTS)
   GPUALLOC_CUDA_OPTIONAL_GROUP_(GPUALLOC_CUDA_HOST_ENTRY_POINTS)
+  GPUALLOC_CUDA_OPTIONAL_GROUP_(GPUALLOC_CUDA_COUNTER_ENTRY_POINTS)
 #undef GPUALLOC_CUDA_OPTIONAL_GROUP_
 #undef GPUALLOC_CUDA_CLEAR_
 #undef GPUALLOC_CUDA_RESOLVE_

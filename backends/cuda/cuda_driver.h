@@ -13,9 +13,10 @@
 // The entry points come in groups: the core ones (without any of them there
 // is no backend), the virtual-memory ones, the stream-ordered pool ones, the
 // graph-capture ones, the copies between device and host memory, the IPC
-// handles of plain allocations, the shareable handles of physical memory and
-// page-locked host memory (a driver without one of these gives a backend
-// without that capability).
+// handles of plain allocations, the shareable handles of physical memory,
+// page-locked host memory and the stream memory operations of completion
+// counters (a driver without one of these gives a backend without that
+// capability).
 //
 // Only backends/cuda and its tests include this header: it needs the toolkit's
 // cuda.h (types and enums only; no cuda* function is called directly).
@@ -98,11 +99,14 @@ inline constexpr absl::string_view kCudaDriverLibrary = "libcuda.so.1";
   X(cuMemcpyDtoH)                          \
   X(cuMemcpyHtoD)
 
-// IPC handles of plain allocations (cuIpcOpenMemHandle resolves to _v2).
+// IPC handles of plain allocations (cuIpcOpenMemHandle resolves to _v2),
+// and the address range of what one opened (cuMemGetAddressRange_v2: the
+// importer checks a block's bounds with it).
 #define GPUALLOC_CUDA_IPC_ENTRY_POINTS(X) \
   X(cuIpcGetMemHandle)                    \
   X(cuIpcOpenMemHandle)                   \
-  X(cuIpcCloseMemHandle)
+  X(cuIpcCloseMemHandle)                  \
+  X(cuMemGetAddressRange)
 
 // Physical memory as a POSIX file descriptor (CUDA 10.2+).
 #define GPUALLOC_CUDA_SHARE_ENTRY_POINTS(X) \
@@ -115,6 +119,16 @@ inline constexpr absl::string_view kCudaDriverLibrary = "libcuda.so.1";
   X(cuMemHostAlloc)                        \
   X(cuMemFreeHost)
 
+// Completion counters, besides the host-memory group: mapped page-locked
+// memory's device address and the 64-bit stream memory operations. The
+// driver resolves the base names to cuMemHostGetDevicePointer_v2 and, from
+// CUDA 11.7 on, cuStreamWriteValue64_v2 / cuStreamWaitValue64_v2 (the same
+// signatures as the 9.0 versions older drivers give).
+#define GPUALLOC_CUDA_COUNTER_ENTRY_POINTS(X) \
+  X(cuMemHostGetDevicePointer)                \
+  X(cuStreamWriteValue64)                     \
+  X(cuStreamWaitValue64)
+
 // The entry-point table. Null members were not resolved.
 struct CudaDriverApi {
 #define GPUALLOC_CUDA_DECLARE_MEMBER_(name) decltype(&::name) name = nullptr;
@@ -126,6 +140,7 @@ struct CudaDriverApi {
   GPUALLOC_CUDA_IPC_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_SHARE_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
   GPUALLOC_CUDA_HOST_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
+  GPUALLOC_CUDA_COUNTER_ENTRY_POINTS(GPUALLOC_CUDA_DECLARE_MEMBER_)
 #undef GPUALLOC_CUDA_DECLARE_MEMBER_
 
   // Where the table came from, for messages ("libcuda.so.1", "fake driver").
@@ -144,6 +159,8 @@ struct CudaDriverApi {
   bool has_ipc() const;
   bool has_shareable_handles() const;
   bool has_host_memory() const;
+  // The counter group (completion counters also need host memory).
+  bool has_counters() const;
 };
 
 // cuGetProcAddress as the loader calls it: base name, out pointer, CUDA

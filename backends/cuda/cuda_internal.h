@@ -171,6 +171,19 @@ class CudaBackend::Impl {
   absl::Status CloseIpcHandle(DeviceAddress address);
   absl::StatusOr<void*> HostAllocate(std::uint64_t bytes);
   absl::Status HostFree(void* pointer);
+  // cuMemGetAddressRange (with ipc_handles).
+  absl::StatusOr<Backend::AddressRange> GetAddressRange(DeviceAddress address);
+
+  // --- Completion counters (cuda_counters.cc) -------------------------------
+  // completion_counters, with a note saying why it is on or off (after
+  // ProbeSharing; the context current).
+  void ProbeCounters();
+  absl::StatusOr<CounterBlock> CreateCounters(std::size_t count);
+  absl::Status DestroyCounters(CounterHandle handle);
+  absl::Status WriteCounter(CounterHandle handle, std::size_t index,
+                            std::uint64_t value, Stream stream);
+  absl::Status WaitCounter(CounterHandle handle, std::size_t index,
+                           std::uint64_t value, Stream stream);
 
   absl::StatusOr<CUmemoryPool> Pool();
   absl::Status ConfigurePool(const PoolOptions& options);
@@ -189,7 +202,8 @@ class CudaBackend::Impl {
   ProfileChoice choice_;
   std::vector<std::string> notes_;  // why each capability is what it is
 
-  // Plain allocations (and their sizes), pool blocks and events handed out.
+  // Plain allocations (and their sizes), pool blocks, events, host blocks
+  // and counter blocks handed out.
   common::HandleBooks<std::uint64_t> books_;
 
   absl::Mutex mu_;

@@ -46,6 +46,7 @@ absl::Status CudaBackend::Impl::Init() {
       GPUALLOC_RETURN_IF_ERROR(ReadGranularity());
     }
     ProbeSharing();
+    ProbeCounters();
     absl::MutexLock lock(&mu_);
     vmm_ = std::make_unique<CudaVmm>(api_, device_, context_, ordinal_,
                                      info_.total_bytes, info_.min_granularity,
@@ -174,8 +175,8 @@ void CudaBackend::Impl::ProbeSharing() {
 #ifdef __linux__
   if (!api.has_ipc()) {
     ipc_why = MissingEntryPoints(
-        api,
-        {"cuIpcGetMemHandle", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle"});
+        api, {"cuIpcGetMemHandle", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle",
+              "cuMemGetAddressRange"});
   } else if (absl::StatusOr<int> unified = ReadAttribute(
                  api, device_, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
                  "UNIFIED_ADDRESSING");

@@ -109,6 +109,27 @@ absl::Status CudaBackend::Impl::HostFree(void* pointer) {
   });
 }
 
+// --- Address ranges
+// ------------------------------------------------------------
+
+absl::StatusOr<Backend::AddressRange> CudaBackend::Impl::GetAddressRange(
+    DeviceAddress address) {
+  return InContext<absl::StatusOr<Backend::AddressRange>>(
+      [&]() -> absl::StatusOr<Backend::AddressRange> {
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        const CUresult r = api_->cuMemGetAddressRange(
+            &base, &size, static_cast<CUdeviceptr>(address));
+        if (r != CUDA_SUCCESS) {
+          return CudaError(
+              *api_, absl::StrCat("cuMemGetAddressRange(", Hex(address), ")"),
+              r);
+        }
+        return Backend::AddressRange{static_cast<DeviceAddress>(base),
+                                     static_cast<std::uint64_t>(size)};
+      });
+}
+
 // --- CudaBackend's calls
 // ------------------------------------------------------
 
@@ -147,6 +168,13 @@ absl::StatusOr<void*> CudaBackend::HostAllocate(std::uint64_t bytes) {
 absl::Status CudaBackend::HostFree(void* ptr) {
   if (!info().capabilities.host_memory) return Backend::HostFree(ptr);
   return impl_->HostFree(ptr);
+}
+absl::StatusOr<Backend::AddressRange> CudaBackend::GetAddressRange(
+    DeviceAddress address) {
+  if (!info().capabilities.ipc_handles) {
+    return Backend::GetAddressRange(address);
+  }
+  return impl_->GetAddressRange(address);
 }
 const std::vector<std::string>& CudaBackend::notes() const {
   return impl_->notes();

@@ -108,6 +108,7 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
   (void)Bind(library, "hipIpcGetMemHandle", api->IpcGetMemHandle);
   (void)Bind(library, "hipIpcOpenMemHandle", api->IpcOpenMemHandle);
   (void)Bind(library, "hipIpcCloseMemHandle", api->IpcCloseMemHandle);
+  (void)Bind(library, "hipMemGetAddressRange", api->MemGetAddressRange);
   (void)Bind(library, "hipMemRetainAllocationHandle",
              api->MemRetainAllocationHandle);
   (void)Bind(library, "hipMemExportToShareableHandle",
@@ -116,6 +117,9 @@ absl::StatusOr<std::shared_ptr<const HipApi>> LoadHipApi() {
              api->MemImportFromShareableHandle);
   (void)Bind(library, "hipHostMalloc", api->HostMalloc);
   (void)Bind(library, "hipHostFree", api->HostFree);
+  (void)Bind(library, "hipHostGetDevicePointer", api->HostGetDevicePointer);
+  (void)Bind(library, "hipStreamWriteValue64", api->StreamWriteValue64);
+  (void)Bind(library, "hipStreamWaitValue64", api->StreamWaitValue64);
   if (!missing.empty()) {
     // Leave the library loaded: unloading a HIP runtime is not safe once its
     // constructors ran, and the process may load it again anyway.

@@ -211,6 +211,10 @@ struct HipApi {
   hipError_t (*IpcOpenMemHandle)(void** pointer, hipIpcMemHandle_t handle,
                                  unsigned int flags) = nullptr;
   hipError_t (*IpcCloseMemHandle)(void* pointer) = nullptr;
+  // The address range of what a handle opened (the importer's bounds
+  // check). Optional too: without it capabilities.ipc_handles is off.
+  hipError_t (*MemGetAddressRange)(hipDeviceptr_t* base, size_t* size,
+                                   hipDeviceptr_t pointer) = nullptr;
 
   // Physical memory as a POSIX file descriptor (beta in ROCm 5.2's headers).
   // Optional (all three or capabilities.shareable_handles is off).
@@ -228,6 +232,19 @@ struct HipApi {
   hipError_t (*HostMalloc)(void** pointer, size_t bytes,
                            unsigned int flags) = nullptr;
   hipError_t (*HostFree)(void* pointer) = nullptr;
+
+  // Completion counters, with the two above: mapped host memory's device
+  // address and the 64-bit stream memory operations (beta in ROCm 5.2's
+  // headers). Optional (all three or capabilities.completion_counters is
+  // off).
+  hipError_t (*HostGetDevicePointer)(void** device, void* host,
+                                     unsigned int flags) = nullptr;
+  hipError_t (*StreamWriteValue64)(hipStream_t stream, void* pointer,
+                                   uint64_t value,
+                                   unsigned int flags) = nullptr;
+  hipError_t (*StreamWaitValue64)(hipStream_t stream, void* pointer,
+                                  uint64_t value, unsigned int flags,
+                                  uint64_t mask) = nullptr;
 };
 
 // How hipMemImportFromShareableHandle takes a POSIX file descriptor: runtimes

@@ -116,6 +116,9 @@ HipBackend::~HipBackend() {
     (void)api_->IpcCloseMemHandle(ToPointer(address));
   }
   for (void* pointer : left.host_blocks) (void)api_->HostFree(pointer);
+  for (const auto& counters : left.counter_blocks) {
+    (void)api_->HostFree(counters.host);
+  }
   core::LockGuard guard(&state_->mu);
   if (state_->vmm != nullptr) {
     for (const common::VmmLedger::Mapping& m : state_->vmm->mappings()) {

@@ -26,6 +26,13 @@
 //    descriptor passed by address before ROCm 7.1, by value from 7.1) and
 //    page-locked host memory (hipHostMalloc with hipHostMallocPortable,
 //    hipHostFree), each when the runtime has its entry points;
+//  - completion counters in mapped, coherent page-locked memory
+//    (hipHostMalloc with hipHostMallocMapped | hipHostMallocPortable |
+//    hipHostMallocCoherent, hipHostGetDevicePointer, hipStreamWriteValue64,
+//    hipStreamWaitValue64 with hipStreamWaitValueGte, hipHostFree) when the
+//    runtime has the entry points and the device attributes
+//    hipDeviceAttributeCanMapHostMemory and
+//    hipDeviceAttributeCanUseStreamWaitValue say so;
 //  - the profile (gfx90a, gfx942, generic) chosen from gcnArchName with its
 //    target features stripped, and every such decision written down in
 //    notes() for reports.
@@ -142,6 +149,19 @@ class HipBackend final : public Backend {
   absl::StatusOr<void*> HostAllocate(std::uint64_t bytes) override;
   absl::Status HostFree(void* ptr) override;
 
+  // Completion counters (hip_counters.cc): a block is one hipHostMalloc of 8
+  // bytes per counter, zeroed by the host, whose device address the stream
+  // calls name; the handle is a number of the backend's own, never reused.
+  absl::StatusOr<CounterBlock> CreateCounters(std::size_t count) override;
+  absl::Status DestroyCounters(CounterHandle handle) override;
+  absl::Status WriteCounter(CounterHandle handle, std::size_t index,
+                            std::uint64_t value, Stream stream) override;
+  absl::Status WaitCounter(CounterHandle handle, std::size_t index,
+                           std::uint64_t value, Stream stream) override;
+
+  // --- Address ranges (hipMemGetAddressRange; with ipc_handles) ------------
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
   // The profile the device's numbers came from.
   const ArchProfile& profile() const { return *profile_; }
   // Why the profile, each capability and the granularity are what they are,
@@ -183,6 +203,9 @@ class HipBackend final : public Backend {
   // ipc_handles, shareable_handles (after virtual memory) and host_memory,
   // from the entry points the runtime has (hip_share.cc).
   void ProbeSharing();
+  // completion_counters: the entry points and two device attributes
+  // (hip_counters.cc).
+  void ProbeCounters();
   // hipMemRetainAllocationHandle + hipMemExportToShareableHandle +
   // hipMemRelease, with the device current (hip_share.cc). The caller holds
   // the state's lock (State is defined in hip_internal.h, hence no

@@ -103,6 +103,7 @@ absl::Status HipBackend::Probe() {
   ProbePools();
   ProbeVirtualMemory();
   ProbeSharing();
+  ProbeCounters();
   // The virtual-memory books and rules, at the granularity just decided.
   core::LockGuard guard(&state_->mu);
   state_->vmm = std::make_unique<common::VmmLedger>(info_.min_granularity);

@@ -57,9 +57,9 @@ const void* P(Fn* fn) {
 void HipBackend::ProbeSharing() {
   const HipApi& api = *api_;
   Capabilities& c = info_.capabilities;
-  const bool ipc = api.IpcGetMemHandle != nullptr &&
-                   api.IpcOpenMemHandle != nullptr &&
-                   api.IpcCloseMemHandle != nullptr;
+  const bool ipc =
+      api.IpcGetMemHandle != nullptr && api.IpcOpenMemHandle != nullptr &&
+      api.IpcCloseMemHandle != nullptr && api.MemGetAddressRange != nullptr;
 #ifdef __linux__
   c.ipc_handles = ipc;
   notes_.push_back(
@@ -69,7 +69,8 @@ void HipBackend::ProbeSharing() {
                 "ipc_handles off: ",
                 Lacks({{"hipIpcGetMemHandle", P(api.IpcGetMemHandle)},
                        {"hipIpcOpenMemHandle", P(api.IpcOpenMemHandle)},
-                       {"hipIpcCloseMemHandle", P(api.IpcCloseMemHandle)}})));
+                       {"hipIpcCloseMemHandle", P(api.IpcCloseMemHandle)},
+                       {"hipMemGetAddressRange", P(api.MemGetAddressRange)}})));
 #else
   c.ipc_handles = false;
   notes_.push_back("ipc_handles off: HIP IPC handles exist on Linux only");
@@ -174,6 +175,29 @@ absl::Status HipBackend::CloseIpcHandle(DeviceAddress address) {
                                          ") on device ", ordinal_));
     });
   });
+}
+
+// --- Address ranges ----------------------------------------------------------
+
+absl::StatusOr<Backend::AddressRange> HipBackend::GetAddressRange(
+    DeviceAddress address) {
+  if (!info_.capabilities.ipc_handles) {
+    return Backend::GetAddressRange(address);
+  }
+  return OnDevice<absl::StatusOr<AddressRange>>(
+      [&]() -> absl::StatusOr<AddressRange> {
+        hipDeviceptr_t base = nullptr;
+        size_t size = 0;
+        const hipError_t e =
+            api_->MemGetAddressRange(&base, &size, ToPointer(address));
+        if (e != hipSuccess) {
+          return HipErrorStatus(
+              *api_, e,
+              absl::StrCat("hipMemGetAddressRange(", Hex(address),
+                           ") on device ", ordinal_));
+        }
+        return AddressRange{ToAddress(base), static_cast<std::uint64_t>(size)};
+      });
 }
 
 // --- Physical memory as POSIX file descriptors -------------------------------

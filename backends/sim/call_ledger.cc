@@ -75,6 +75,14 @@ absl::string_view SimOpName(SimOp op) {
       return "export_mapping";
     case SimOp::kImportPhysical:
       return "import_physical";
+    case SimOp::kCreateCounters:
+      return "create_counters";
+    case SimOp::kDestroyCounters:
+      return "destroy_counters";
+    case SimOp::kWriteCounter:
+      return "write_counter";
+    case SimOp::kWaitCounter:
+      return "wait_counter";
     case SimOp::kCount:
       break;
   }
@@ -94,7 +102,11 @@ CostModel ResolveCosts(const SimOptions& options, const ArchProfile& profile) {
       {SimOp::kReleasePhysical, &d.release_physical},
       {SimOp::kMap, &d.map},
       {SimOp::kUnmap, &d.unmap},
-      {SimOp::kSetAccess, &d.set_access}};
+      {SimOp::kSetAccess, &d.set_access},
+      {SimOp::kCreateCounters, &d.create_counters},
+      {SimOp::kDestroyCounters, &d.destroy_counters},
+      {SimOp::kWriteCounter, &d.write_counter},
+      {SimOp::kWaitCounter, &d.wait_counter}};
   CostModel model;
   model.call_ns = options.cost_ns;
   model.per_mib_ns = options.cost_ns_per_mib;

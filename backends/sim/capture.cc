@@ -39,8 +39,12 @@ const char* ModeName(CaptureMode mode) {
 // Which capture rule a call can break.
 enum class Rule {
   kNone,
-  kOnCapturingStream,  // RecordEvent, StreamWaitEvent on a capturing stream
-  kHostWait,      // SynchronizeEvent, Free, CopyToHost, CopyFromHost, HostFree
+  // RecordEvent, StreamWaitEvent, WriteCounter, WaitCounter on a capturing
+  // stream
+  kOnCapturingStream,
+  // SynchronizeEvent, Free, CopyToHost, CopyFromHost, HostFree,
+  // DestroyCounters
+  kHostWait,
   kDeviceMemory,  // allocates, maps or frees, unless kRelaxed
 };
 
@@ -55,6 +59,14 @@ CallRule RuleOf(SimOp op) {
       return {Rule::kOnCapturingStream, "RecordEvent"};
     case SimOp::kStreamWaitEvent:
       return {Rule::kOnCapturingStream, "StreamWaitEvent"};
+    case SimOp::kWriteCounter:
+      return {Rule::kOnCapturingStream, "WriteCounter"};
+    case SimOp::kWaitCounter:
+      return {Rule::kOnCapturingStream, "WaitCounter"};
+    case SimOp::kDestroyCounters:
+      return {Rule::kHostWait, "DestroyCounters"};
+    case SimOp::kCreateCounters:
+      return {Rule::kDeviceMemory, "CreateCounters"};
     case SimOp::kSynchronizeEvent:
       return {Rule::kHostWait, "SynchronizeEvent"};
     case SimOp::kFree:
@@ -94,6 +106,24 @@ CallRule RuleOf(SimOp op) {
   }
 }
 
+// Why a call of `op` may not name a capturing stream.
+const char* CapturingStreamRule(SimOp op) {
+  switch (op) {
+    case SimOp::kRecordEvent:
+      return "an event may not be recorded on a capturing stream";
+    case SimOp::kWriteCounter:
+      // CUDA would capture the write into the graph: it would happen at each
+      // launch, not after the work queued so far, which is what the caller
+      // wants to learn.
+      return "a counter written from a capturing stream is written by the "
+             "graph's launches, not after the work queued so far";
+    case SimOp::kWaitCounter:
+      return "a capturing stream may not be made to wait for a counter";
+    default:
+      return "a capturing stream may not be made to wait for an event";
+  }
+}
+
 }  // namespace
 
 Capture::Capture() : id_(next_capture_id.fetch_add(1)) {}
@@ -118,13 +148,9 @@ absl::Status Capture::Check(SimOp op, Stream stream) {
     case Rule::kOnCapturingStream:
       if (!IsCapturing(stream)) return absl::OkStatus();
       return Violation(
-          r.call, absl::StrFormat(
-                      "%s on stream %#x, which is capturing a graph: %s",
-                      r.call, stream.handle,
-                      op == SimOp::kRecordEvent
-                          ? "an event may not be recorded on a capturing stream"
-                          : "a capturing stream may not be made to wait for an "
-                            "event"));
+          r.call,
+          absl::StrFormat("%s on stream %#x, which is capturing a graph: %s",
+                          r.call, stream.handle, CapturingStreamRule(op)));
     case Rule::kHostWait:
       return Violation(
           r.call,

@@ -12,7 +12,10 @@
 // cudaErrorStreamCaptureInvalidated) are capture violations: recording an
 // event on a capturing stream, making a capturing stream wait for an event, a
 // host wait (SynchronizeEvent, Free), and a call that allocates, maps or frees
-// device memory from a thread whose capture mode is not kRelaxed. Each one is
+// device memory from a thread whose capture mode is not kRelaxed. Writing a
+// completion counter from a capturing stream, or making one wait for a
+// counter, is refused the same way: CUDA would capture the write into the
+// graph, so it would not say when the work queued so far completed. Each one is
 // counted and logged, the call fails with FailedPrecondition, and every
 // capture underway is invalidated: its EndCapture fails, naming the first
 // violation.

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/container/btree_set.h"
+#include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/sim/sim_util.h"
@@ -24,10 +24,10 @@ namespace {
 
 std::atomic<std::uint64_t> next_instance{1};
 
-// The handles alive in this process: (instance, address).
+// The handles alive in this process: (instance, address) -> size.
 struct Registry {
   core::Lock mu;
-  absl::btree_set<std::pair<std::uint64_t, DeviceAddress>> live
+  absl::btree_map<std::pair<std::uint64_t, DeviceAddress>, std::uint64_t> live
       ABSL_GUARDED_BY(mu);
 };
 Registry& TheRegistry() {
@@ -35,10 +35,12 @@ Registry& TheRegistry() {
   return *registry;
 }
 
-bool Registered(std::uint64_t instance, DeviceAddress address) {
+// The size of the live handle's allocation, or 0.
+std::uint64_t Registered(std::uint64_t instance, DeviceAddress address) {
   Registry& r = TheRegistry();
   core::LockGuard lock(&r.mu);
-  return r.live.contains({instance, address});
+  const auto it = r.live.find(std::make_pair(instance, address));
+  return it == r.live.end() ? 0 : it->second;
 }
 
 // The token of an exported fake mapping.
@@ -70,7 +72,7 @@ Ipc::~Ipc() {
   Registry& r = TheRegistry();
   core::LockGuard lock(&r.mu);
   for (const auto& [address, size] : exported_)
-    r.live.erase({instance_, address});
+    r.live.erase(std::make_pair(instance_, address));
 }
 
 absl::Status Ipc::Invalid(absl::string_view call, absl::string_view why) const {
@@ -94,7 +96,7 @@ absl::StatusOr<IpcHandle> Ipc::GetHandle(DeviceAddress base) {
   if (exported_.emplace(base, record.size).second) {
     Registry& r = TheRegistry();
     core::LockGuard lock(&r.mu);
-    r.live.insert({instance_, base});
+    r.live.emplace(std::make_pair(instance_, base), record.size);
   }
   return handle;
 }
@@ -103,7 +105,7 @@ void Ipc::Forget(DeviceAddress base) {
   if (exported_.erase(base) == 0) return;
   Registry& r = TheRegistry();
   core::LockGuard lock(&r.mu);
-  r.live.erase({instance_, base});
+  r.live.erase(std::make_pair(instance_, base));
 }
 
 absl::StatusOr<DeviceAddress> Ipc::Open(const IpcHandle& handle) {
@@ -123,11 +125,19 @@ absl::StatusOr<DeviceAddress> Ipc::Open(const IpcHandle& handle) {
                    "this process: CUDA refuses to open a handle in the "
                    "process that made it (open it from another SimBackend)");
   }
-  if (here && !Registered(record.instance, record.address)) {
-    return Invalid(call,
-                   absl::StrFormat("the allocation at %#x the handle names was "
-                                   "freed, or its device destroyed",
-                                   record.address));
+  if (here) {
+    const std::uint64_t size = Registered(record.instance, record.address);
+    if (size == 0) {
+      return Invalid(call, absl::StrFormat("the allocation at %#x the handle "
+                                           "names was freed, or its device "
+                                           "destroyed",
+                                           record.address));
+    }
+    if (size != record.size) {
+      return Invalid(call, absl::StrFormat("the handle says %d bytes, and the "
+                                           "allocation at %#x has %d",
+                                           record.size, record.address, size));
+    }
   }
   const bool fake = record.fd < 0;
   if (fake != (memory_ == SimMemory::kFake)) {
@@ -202,6 +212,13 @@ std::uint64_t Ipc::OpenedSize(DeviceAddress address) const {
 bool Ipc::Holds(DeviceAddress start, DeviceAddress end) const {
   const auto it = Holding(opened_, start);
   return it != opened_.end() && end <= it->first + it->second.size;
+}
+
+std::pair<DeviceAddress, std::uint64_t> Ipc::RangeOf(
+    DeviceAddress address) const {
+  const auto it = Holding(opened_, address);
+  if (it == opened_.end()) return {0, 0};
+  return {it->first, it->second.size};
 }
 
 absl::StatusOr<int> Ipc::ExportMapping(DeviceAddress address) {

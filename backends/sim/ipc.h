@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
@@ -69,6 +70,8 @@ class Ipc {
   std::uint64_t OpenedSize(DeviceAddress address) const;
   // Whether all of [start, end) lies in one range Open mapped.
   bool Holds(DeviceAddress start, DeviceAddress end) const;
+  // The range Open mapped that holds `address` (start, size), or (0, 0).
+  std::pair<DeviceAddress, std::uint64_t> RangeOf(DeviceAddress address) const;
   std::uint64_t instance() const { return instance_; }
 
  private:

@@ -180,6 +180,13 @@ bool Placement::Holds(DeviceAddress start, DeviceAddress end) const {
   return it != live_.end() && end <= it->first + it->second.size;
 }
 
+std::pair<DeviceAddress, std::uint64_t> Placement::RangeOf(
+    DeviceAddress address) const {
+  const auto it = Holding(live_, address);
+  if (it == live_.end()) return {0, 0};
+  return {it->first, it->second.size};
+}
+
 absl::StatusOr<DeviceAddress> Placement::PlaceFakeReservation(
     const std::string& call, std::uint64_t bytes, std::uint64_t alignment) {
   const std::uint64_t guard = info_.recommended_granularity;

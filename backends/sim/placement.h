@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
@@ -66,6 +67,9 @@ class Placement {
   std::uint64_t SizeAt(DeviceAddress address) const;
   // Whether all of [start, end) lies in one live plain allocation.
   bool Holds(DeviceAddress start, DeviceAddress end) const;
+  // The live plain allocation holding `address` (start, accounted size), or
+  // (0, 0).
+  std::pair<DeviceAddress, std::uint64_t> RangeOf(DeviceAddress address) const;
   // Host-backed memory: the memfd behind the plain allocation at `address`
   // (its start), made at the first call: the accessible bytes move to a
   // memfd mapped MAP_SHARED | MAP_FIXED at the same address, their content

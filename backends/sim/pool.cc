@@ -177,6 +177,7 @@ absl::StatusOr<DeviceAddress> Pool::Allocate(std::uint64_t bytes,
   if (!chosen.has_value() && after_wait.has_value()) {
     const FreeCondition& freed = blocks_.at(*after_wait).freed;
     streams_->Wait(stream.handle, freed.work.clock, freed.work.done_ns);
+    ++stream_waits_;
     chosen = after_wait;
   }
   if (!chosen.has_value()) {

@@ -69,6 +69,11 @@ class Pool {
   void ReleaseAboveThreshold();
 
   const PoolUsage& usage() const { return usage_; }
+  // Stream waits the pool inserted (cudaMemPoolReuseAllowInternalDependencies:
+  // a block handed to a stream only after making it wait for the free),
+  // since creation or the last ResetStreamWaits.
+  std::uint64_t stream_waits() const { return stream_waits_; }
+  void ResetStreamWaits() { stream_waits_ = 0; }
   // Whether all of [start, end) lies in one live segment.
   bool Holds(DeviceAddress start, DeviceAddress end) const;
 
@@ -92,6 +97,7 @@ class Pool {
   const std::function<std::uint64_t()> device_free_;
   PoolOptions options_;
   PoolUsage usage_;
+  std::uint64_t stream_waits_ = 0;
   absl::btree_map<DeviceAddress, Allocation> segments_;
   absl::btree_map<DeviceAddress, PoolBlock> blocks_;
   // Free blocks by (size, address): best fit, lowest address first.

@@ -179,16 +179,16 @@ void SimBackend::Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
   impl_->Use(stream, address, bytes, duration_ns);
 }
 void SimBackend::CompleteStream(Stream stream) {
-  impl_->WithStreams([&](sim::Streams& s) { s.CompleteStream(stream); });
+  impl_->CompletingStreams([&](sim::Streams& s) { s.CompleteStream(stream); });
 }
 void SimBackend::CompleteAll() {
-  impl_->WithStreams([](sim::Streams& s) { s.CompleteAll(); });
+  impl_->CompletingStreams([](sim::Streams& s) { s.CompleteAll(); });
 }
 void SimBackend::OrderStreams(Stream waiter, Stream other) {
   impl_->WithStreams([&](sim::Streams& s) { s.OrderStreams(waiter, other); });
 }
 void SimBackend::AdvanceClock(std::uint64_t ns) {
-  impl_->WithStreams([&](sim::Streams& s) { s.AdvanceClock(ns); });
+  impl_->CompletingStreams([&](sim::Streams& s) { s.AdvanceClock(ns); });
 }
 std::uint64_t SimBackend::now_ns() const {
   return impl_->WithStreams([](sim::Streams& s) { return s.now_ns(); });
@@ -253,6 +253,10 @@ std::uint64_t SimBackend::CallCostNs(SimOp op, std::uint64_t bytes) const {
 }
 void SimBackend::ResetCounters() {
   impl_->WithLedger([](sim::CallLedger& ledger) { ledger.ResetCounters(); });
+  impl_->WithPool([](sim::Pool& pool) { pool.ResetStreamWaits(); });
+}
+std::uint64_t SimBackend::pool_stream_waits() const {
+  return impl_->WithPool([](sim::Pool& pool) { return pool.stream_waits(); });
 }
 std::uint64_t SimBackend::bytes_allocated() const {
   return impl_->WithPlacement(
@@ -409,6 +413,53 @@ absl::StatusOr<PhysicalHandle> SimBackend::ImportPhysical(int fd,
                               Backend::ImportPhysical(fd, bytes));
   }
   return impl_->ImportPhysical(fd, bytes);
+}
+absl::StatusOr<CounterBlock> SimBackend::CreateCounters(std::size_t count) {
+  if (!info().capabilities.completion_counters) {
+    return impl_->Unsupported(SimOp::kCreateCounters,
+                              Backend::CreateCounters(count));
+  }
+  return impl_->CreateCounters(count);
+}
+absl::Status SimBackend::DestroyCounters(CounterHandle handle) {
+  if (!info().capabilities.completion_counters) {
+    return impl_->Unsupported(SimOp::kDestroyCounters,
+                              Backend::DestroyCounters(handle));
+  }
+  return impl_->DestroyCounters(handle);
+}
+absl::Status SimBackend::WriteCounter(CounterHandle handle, std::size_t index,
+                                      std::uint64_t value, Stream stream) {
+  if (!info().capabilities.completion_counters) {
+    return impl_->Unsupported(
+        SimOp::kWriteCounter,
+        Backend::WriteCounter(handle, index, value, stream));
+  }
+  return impl_->WriteCounter(handle, index, value, stream);
+}
+absl::Status SimBackend::WaitCounter(CounterHandle handle, std::size_t index,
+                                     std::uint64_t value, Stream stream) {
+  if (!info().capabilities.completion_counters) {
+    return impl_->Unsupported(
+        SimOp::kWaitCounter,
+        Backend::WaitCounter(handle, index, value, stream));
+  }
+  return impl_->WaitCounter(handle, index, value, stream);
+}
+std::uint64_t SimBackend::live_counter_blocks() const {
+  return impl_->WithCounters([](sim::Counters& c) { return c.live_blocks(); });
+}
+std::uint64_t SimBackend::pending_counter_writes() const {
+  return impl_->WithCounters(
+      [](sim::Counters& c) { return c.pending_writes(); });
+}
+
+absl::StatusOr<Backend::AddressRange> SimBackend::GetAddressRange(
+    DeviceAddress address) {
+  if (!info().capabilities.ipc_handles) {
+    return Backend::GetAddressRange(address);
+  }
+  return impl_->GetAddressRange(address);
 }
 bool SimBackend::IsAccessible(DeviceAddress address,
                               std::uint64_t bytes) const {

@@ -30,6 +30,10 @@
 //    (host-backed memory only; the copy itself is a memcpy).
 //  - host_memory.h: pinned host memory (HostAllocate, HostFree), its own
 //    capacity; copies whose host side is not pinned pay the pageable rate.
+//  - counters.h: completion counters in host memory the simulator owns; a
+//    write lands once its stream's earlier work completes, so every call and
+//    control that completes work (host waits, CompleteStream, CompleteAll,
+//    AdvanceClock) lands what is due before it returns.
 // Plain allocations, pool segments and physical handles share the device's
 // capacity.
 //
@@ -56,6 +60,7 @@
 #include "backends/layer.h"
 #include "backends/sim/call_ledger.h"
 #include "backends/sim/capture.h"
+#include "backends/sim/counters.h"
 #include "backends/sim/host_copy.h"
 #include "backends/sim/host_memory.h"
 #include "backends/sim/ipc.h"
@@ -83,6 +88,7 @@ class SimBackend::Impl {
         ledger_(costs),
         placement_(options.memory, info_, options.ordinal, HostPageSize()),
         streams_(info_, options.clock, options.work_ns),
+        counters_(info_, options.clock == SimClock::kModeled),
         vm_(options.memory, info_, HostPageSize(), &placement_),
         ipc_(options.memory, info_, HostPageSize(), &placement_, &vm_),
         pool_(info_, &placement_, &streams_, &ledger_,
@@ -163,6 +169,7 @@ class SimBackend::Impl {
           // and the host has seen it (a synchronization point for the pool
           // as well). The host waits for that work: part of the call's cost.
           ledger_.AddNs(streams_.SynchronizeDevice(ledger_));
+          counters_.Land(streams_);
           pool_.ReleaseAboveThreshold();
           return absl::OkStatus();
         });
@@ -211,6 +218,7 @@ class SimBackend::Impl {
           absl::Status s = streams_.SynchronizeEvent(event, ledger_, &wait_ns);
           if (!s.ok()) return s;
           ledger_.AddNs(wait_ns);
+          counters_.Land(streams_);
           pool_.ReleaseAboveThreshold();
           return absl::OkStatus();
         });
@@ -382,9 +390,57 @@ class SimBackend::Impl {
           if (absl::Status s = host_.Free(ptr); !s.ok()) return s;
           // cudaFreeHost synchronizes the device, as cudaFree does.
           ledger_.AddNs(streams_.SynchronizeDevice(ledger_));
+          counters_.Land(streams_);
           pool_.ReleaseAboveThreshold();
           return absl::OkStatus();
         });
+  }
+
+  // --- Completion counters (backends/sim/counters.h)
+  // ---------------------------------------------------------------
+
+  absl::StatusOr<CounterBlock> CreateCounters(std::size_t count) {
+    return Call<absl::StatusOr<CounterBlock>>(
+        SimOp::kCreateCounters, [&](std::uint64_t& cost) GPUALLOC_SIM_LOCKED {
+          absl::StatusOr<CounterBlock> block = counters_.Create(count);
+          if (block.ok()) cost = block->count * sizeof(std::uint64_t);
+          return block;
+        });
+  }
+  absl::Status DestroyCounters(CounterHandle handle) {
+    return Call<absl::Status>(
+        SimOp::kDestroyCounters, [&](std::uint64_t& cost) GPUALLOC_SIM_LOCKED {
+          if (absl::Status s = counters_.CheckBlock(handle); !s.ok()) return s;
+          // cuMemFreeHost synchronizes the device, as cudaFree does: every
+          // queued write has landed before the block goes.
+          ledger_.AddNs(streams_.SynchronizeDevice(ledger_));
+          counters_.Land(streams_);
+          pool_.ReleaseAboveThreshold();
+          return counters_.Destroy(handle, &cost);
+        });
+  }
+  absl::Status WriteCounter(CounterHandle handle, std::size_t index,
+                            std::uint64_t value, Stream stream) {
+    return Call<absl::Status>(
+        SimOp::kWriteCounter,
+        [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+          return counters_.Write(handle, index, value, stream, streams_);
+        },
+        stream);
+  }
+  absl::Status WaitCounter(CounterHandle handle, std::size_t index,
+                           std::uint64_t value, Stream stream) {
+    return Call<absl::Status>(
+        SimOp::kWaitCounter,
+        [&](std::uint64_t&) GPUALLOC_SIM_LOCKED {
+          return counters_.Wait(handle, index, value, stream, streams_);
+        },
+        stream);
+  }
+  template <typename F>
+  auto WithCounters(F f) {
+    core::LockGuard lock(&mu_);
+    return f(counters_);
   }
   template <typename F>
   auto WithHost(F f) {
@@ -399,6 +455,20 @@ class SimBackend::Impl {
     core::LockGuard lock(&mu_);
     return pageable_copy_bytes_;
   }
+  // --- Address ranges (GetAddressRange: a lookup, not a ledger call) ---
+  absl::StatusOr<Backend::AddressRange> GetAddressRange(DeviceAddress address) {
+    core::LockGuard lock(&mu_);
+    std::pair<DeviceAddress, std::uint64_t> range = ipc_.RangeOf(address);
+    if (range.second == 0) range = placement_.RangeOf(address);
+    if (range.second == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "GetAddressRange(%#x) on %s: not inside a live allocation or a "
+          "range OpenIpcHandle opened",
+          address, info_.name));
+    }
+    return Backend::AddressRange{range.first, range.second};
+  }
+
   // --- Sharing memory with other processes (backends/sim/ipc.h)
   // ---------------------------------------------------------------
 
@@ -473,10 +543,24 @@ class SimBackend::Impl {
     core::LockGuard lock(&mu_);
     return f(streams_);
   }
+  // WithStreams for a control that may complete work (CompleteStream,
+  // CompleteAll, AdvanceClock): the counter writes now due land before it
+  // returns.
+  template <typename F>
+  void CompletingStreams(F f) {
+    core::LockGuard lock(&mu_);
+    f(streams_);
+    counters_.Land(streams_);
+  }
   template <typename F>
   auto WithPlacement(F f) {
     core::LockGuard lock(&mu_);
     return f(placement_);
+  }
+  template <typename F>
+  auto WithPool(F f) {
+    core::LockGuard lock(&mu_);
+    return f(pool_);
   }
   template <typename F>
   auto WithVm(F f) {
@@ -551,6 +635,7 @@ class SimBackend::Impl {
   sim::CallLedger ledger_ ABSL_GUARDED_BY(mu_);
   sim::Placement placement_ ABSL_GUARDED_BY(mu_);
   sim::Streams streams_ ABSL_GUARDED_BY(mu_);
+  sim::Counters counters_ ABSL_GUARDED_BY(mu_);
   sim::VirtualMemory vm_ ABSL_GUARDED_BY(mu_);
   sim::Ipc ipc_ ABSL_GUARDED_BY(mu_);
   sim::Pool pool_ ABSL_GUARDED_BY(mu_);

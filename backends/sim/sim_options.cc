@@ -61,6 +61,9 @@ absl::StatusOr<DeviceInfo> MakeDeviceInfo(const SimOptions& options,
   // Exported memory is physical memory mapped through virtual memory.
   info.capabilities.shareable_handles =
       options.virtual_memory && options.shareable_handles;
+  // Counters are written and waited for by streams.
+  info.capabilities.completion_counters =
+      options.streams && options.completion_counters;
   info.driver_version = "gpualloc-sim";
 
   if (options.memory != SimMemory::kFake &&

@@ -140,9 +140,11 @@ void Streams::Use(Stream stream, DeviceAddress address, std::uint64_t bytes,
     }
   }
   const std::uint64_t position = ++s.next_position;
+  NoteProgress(s);
   if (modeled_clock_) {
     const std::uint64_t start = std::max(now_ns_, s.ready_ns);
     s.ready_ns = SaturatingAdd(start, duration_ns);
+    latest_ready_ns_ = std::max(latest_ready_ns_, s.ready_ns);
     s.ends.push_back(s.ready_ns);
     if (s.ends.size() == 1) first_ends_.emplace(s.ends.front(), s.handle);
   }
@@ -166,10 +168,15 @@ void Streams::CompleteStream(Stream stream) {
 }
 
 void Streams::CompleteAll() {
-  for (auto& [handle, s] : streams_) {
-    if (modeled_clock_) {
-      now_ns_ = std::max(now_ns_, s.ready_ns);
-    } else {
+  // (Only the streams with work pending have anything to complete; no
+  // forgotten stream is ready later than now.)
+  if (modeled_clock_) {
+    now_ns_ = std::max(now_ns_, latest_ready_ns_);
+  } else {
+    const std::vector<std::uintptr_t> pending(incomplete_.begin(),
+                                              incomplete_.end());
+    for (const std::uintptr_t handle : pending) {
+      StreamState& s = streams_.at(handle);
       CompleteUpTo(s, s.next_position);
     }
   }
@@ -206,7 +213,10 @@ void Streams::AdvanceClock(std::uint64_t ns) {
 
 std::uint64_t Streams::pending_work() {
   std::uint64_t pending = 0;
-  for (auto& [handle, s] : streams_) {
+  const std::vector<std::uintptr_t> streams(incomplete_.begin(),
+                                            incomplete_.end());
+  for (const std::uintptr_t handle : streams) {
+    StreamState& s = streams_.at(handle);
     Prune(s);
     pending += s.next_position - s.completed_position;
   }
@@ -217,22 +227,25 @@ std::uint64_t Streams::pending_work() {
 std::uint64_t Streams::SynchronizeDevice(const CallLedger& ledger) {
   std::uint64_t wait_ns = 0;
   if (modeled_clock_) {
-    for (const auto& [handle, s] : streams_) {
-      if (s.ready_ns > now_ns_) {
-        wait_ns = std::max(wait_ns, s.ready_ns - now_ns_);
-      }
-    }
+    if (latest_ready_ns_ > now_ns_) wait_ns = latest_ready_ns_ - now_ns_;
   } else {
     std::uint64_t most = 0;
-    for (auto& [handle, s] : streams_) {
+    for (const std::uintptr_t handle : incomplete_) {
+      const StreamState& s = streams_.at(handle);
       most = std::max(most, PendingUpTo(s, s.next_position));
     }
     wait_ns = ledger.WaitCostNs(most);
   }
   CompleteAll();
-  for (auto& [handle, s] : streams_) {
+  ++device_syncs_;
+  // Everything is complete now, and seen: the streams with work not yet
+  // seen catch up (the others have nothing to prune or see).
+  const std::vector<std::uintptr_t> unseen(unseen_.begin(), unseen_.end());
+  for (const std::uintptr_t handle : unseen) {
+    StreamState& s = streams_.at(handle);
     Prune(s);
     s.observed_position = s.completed_position;
+    NoteProgress(s);
   }
   unobserved_.clear();  // forgotten streams: all of their work complete
   return wait_ns;
@@ -270,8 +283,22 @@ StreamState& Streams::GetStream(std::uintptr_t handle) {
       s.observed_position = u->second.first;
       unobserved_.erase(u);
     }
+    NoteProgress(s);
   }
   return it->second;
+}
+
+void Streams::NoteProgress(const StreamState& s) {
+  if (s.completed_position < s.next_position) {
+    incomplete_.insert(s.handle);
+  } else {
+    incomplete_.erase(s.handle);
+  }
+  if (s.observed_position < s.next_position) {
+    unseen_.insert(s.handle);
+  } else {
+    unseen_.erase(s.handle);
+  }
 }
 
 StreamState* Streams::Find(std::uintptr_t handle) {
@@ -294,6 +321,8 @@ bool Streams::ForgetIfDone(std::uintptr_t handle) {
     unobserved_[handle] = {s.observed_position, s.next_position};
   }
   first_position_ = std::max(first_position_, s.next_position);
+  incomplete_.erase(handle);
+  unseen_.erase(handle);
   streams_.erase(it);
   return true;
 }
@@ -334,6 +363,7 @@ void Streams::Prune(StreamState& s) {
       ++s.completed_position;
     }
     if (!s.ends.empty()) first_ends_.emplace(s.ends.front(), s.handle);
+    NoteProgress(s);
   }
   detector_.DropCompleted(s.handle, s.pieces, s.completed_position);
 }
@@ -354,6 +384,7 @@ void Streams::CompleteUpTo(StreamState& s, std::uint64_t position) {
   position = std::min(position, s.next_position);
   if (position <= s.completed_position) return;
   s.completed_position = position;
+  NoteProgress(s);
   Prune(s);
 }
 
@@ -380,6 +411,11 @@ bool Streams::Completed(const VectorClock& clock) {
 
 bool Streams::Observed(const VectorClock& clock) {
   for (const auto& [handle, position] : clock) {
+    if (handle == kSyncMarker) {
+      // Compacted: seen once that SynchronizeDevice has happened.
+      if (device_syncs_ < position) return false;
+      continue;
+    }
     if (const StreamState* s = Find(handle); s != nullptr) {
       if (s->observed_position < position) return false;
     } else if (auto u = unobserved_.find(handle);
@@ -396,6 +432,7 @@ void Streams::Observe(const VectorClock& clock) {
       Prune(*s);
       s->observed_position = std::max(
           s->observed_position, std::min(position, s->completed_position));
+      NoteProgress(*s);
     } else if (auto u = unobserved_.find(handle); u != unobserved_.end()) {
       auto& [observed, final_position] = u->second;
       observed = std::max(observed, std::min(position, final_position));
@@ -411,7 +448,40 @@ void Streams::Wait(std::uintptr_t stream, const VectorClock& clock,
     // A stream is always ordered after its own earlier work.
     if (handle != stream) ClockRaise(&s.clock, handle, position);
   }
+  Compact(&s.clock);
   s.ready_ns = std::max(s.ready_ns, done_ns);
+  latest_ready_ns_ = std::max(latest_ready_ns_, s.ready_ns);
+}
+
+void Streams::Compact(VectorClock* clock) {
+  if (clock->size() <= kCompactAbove) return;
+  std::uint64_t marker = 0;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < clock->size(); ++i) {
+    const auto [handle, position] = (*clock)[i];
+    bool drop = false;
+    if (handle == kSyncMarker) {
+      marker = std::max(marker, position);
+      drop = true;
+    } else if (!destroyed_tracked_.contains(handle)) {
+      // (A destroyed stream's entries stay: they may let it be forgotten.)
+      bool seen = true;
+      if (StreamState* s = Find(handle); s != nullptr) {
+        Prune(*s);
+        drop = s->completed_position >= position;
+        seen = s->observed_position >= position;
+      } else {
+        drop = true;  // forgotten: complete
+        const auto u = unobserved_.find(handle);
+        seen = u == unobserved_.end() || u->second.first >= position;
+      }
+      if (drop && !seen) marker = std::max(marker, device_syncs_ + 1);
+    }
+    if (!drop) (*clock)[kept++] = (*clock)[i];
+  }
+  clock->resize(kept);
+  // The largest handle: the clock stays sorted.
+  if (marker != 0) clock->emplace_back(kSyncMarker, marker);
 }
 
 }  // namespace gpualloc::sim

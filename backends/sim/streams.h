@@ -17,6 +17,17 @@
 // largest position a forgotten stream reached, so those clocks cover none of
 // its work.
 //
+// Cost with many streams: a clock that grows past kCompactAbove entries
+// drops those whose work has completed (a handover chain across thousands of
+// streams would otherwise give each clock an entry per stream before it: a
+// replay quadratic in the streams, in time and memory); an entry dropped
+// before a host synchronization saw its work leaves a marker (the handle
+// kSyncMarker, at the number of the next SynchronizeDevice) that Observed
+// honours, conservatively. CompleteAll and SynchronizeDevice visit only the
+// streams with work not yet complete or not yet seen, and the latest time a
+// stream is ready is kept as it changes: their cost follows the work
+// pending, not the streams ever named.
+//
 // Not thread-safe: the backend holds its lock around every use.
 #ifndef GPUALLOC_BACKENDS_SIM_STREAMS_H_
 #define GPUALLOC_BACKENDS_SIM_STREAMS_H_
@@ -85,6 +96,12 @@ struct Event {
 
 class Streams {
  public:
+  // Clocks with at most this many entries are never compacted (exact for up
+  // to that many streams).
+  static constexpr std::size_t kCompactAbove = 64;
+  // The marker entry of a compacted clock (no stream has this handle).
+  static constexpr std::uintptr_t kSyncMarker = ~std::uintptr_t{0};
+
   Streams(const DeviceInfo& info, SimClock clock, std::uint64_t work_ns)
       : info_(info),
         modeled_clock_(clock == SimClock::kModeled),
@@ -160,6 +177,11 @@ class Streams {
   void CompleteClock(const VectorClock& clock);
   // A host synchronization point that saw the work `clock` covers complete.
   void Observe(const VectorClock& clock);
+  // Past kCompactAbove entries: drops the entries whose work has completed
+  // (and marks what no synchronization has seen of it).
+  void Compact(VectorClock* clock);
+  // Keeps incomplete_ and unseen_ right after `s`'s positions changed.
+  void NoteProgress(const StreamState& s);
   absl::Status UnknownEvent(absl::string_view operation,
                             EventHandle event) const;
   // The stream's state when tracked, else nullptr (never mentioned, or
@@ -195,6 +217,14 @@ class Streams {
   // The largest position a forgotten stream reached: where a stream tracked
   // from now on starts.
   std::uint64_t first_position_ = 0;
+  // Tracked streams with work not yet complete, and with work no host
+  // synchronization has seen (CompleteAll and SynchronizeDevice visit only
+  // these); the latest ready_ns of any stream (modeled); SynchronizeDevice
+  // calls so far (what a compacted clock's marker counts).
+  absl::flat_hash_set<std::uintptr_t> incomplete_;
+  absl::flat_hash_set<std::uintptr_t> unseen_;
+  std::uint64_t latest_ready_ns_ = 0;
+  std::uint64_t device_syncs_ = 0;
   std::uint64_t calls_on_destroyed_ = 0;
   HazardDetector detector_;
 };

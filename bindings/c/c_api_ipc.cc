@@ -49,6 +49,16 @@ gpualloc_status_t gpualloc_import(gpualloc_t* allocator, int device,
     if (ptr == nullptr) return gpualloc::NullArgument("ptr");
     *ptr = nullptr;
     if (description == nullptr) return gpualloc::NullArgument("description");
+    // No description is this long (2^16 mappings of 16 bytes, the most one
+    // names, and the header: about 1 MiB); a longer length is refused before
+    // it becomes a string_view, which one above PTRDIFF_MAX would abort.
+    constexpr size_t kLongest = size_t{2} << 20;
+    if (length > kLongest) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "length %d: longer than any description (at most %d bytes); pass "
+          "the length gpualloc_export gave",
+          length, kLongest));
+    }
     absl::StatusOr<gpualloc::Allocator*> a =
         gpualloc::AllocatorOf(allocator, device);
     if (!a.ok()) return a.status();

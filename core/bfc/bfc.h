@@ -23,9 +23,7 @@
 //       every chunk names its region.
 //   I3. Chunk sizes are non-zero multiples of the minimum block size and
 //       addresses are multiples of it.
-//   I4. No two neighbouring free chunks may merge (see Merging below): once
-//       the core has seen a second stream, neighbours with different stream
-//       conditions stay apart; before that, no two neighbours are both free.
+//   I4. No two neighbouring free chunks: free neighbours always merge.
 //   I5. Every free chunk is in the bins exactly once, under its own size and
 //       address, and the bins hold nothing else (plus FreeBins' B1-B4).
 //   I6. Every in-use chunk is in the in-use map under its address, in no bin,
@@ -34,38 +32,34 @@
 //       reserved), and each peak is at least its current value.
 //   I8. No chunk record is leaked: the live records are exactly those reachable
 //       from the regions.
-//   I9. Stream conditions (core/fences.h): a free chunk's Fence::kSet names a
-//       live, non-empty fence set and kClean/kStream name none; an in-use
-//       chunk names a live set (its RecordStream streams) or none; every live
-//       set is named by exactly one chunk.
+//   I9. Conditions (core/streams/condition.h): a free chunk under
+//       Cond::kSet or kMap names a live set or map of the condition table,
+//       and under kClean or kStream none; a map is well formed (two parts
+//       or more, none empty, neighbours different, summing to the chunk);
+//       an in-use chunk names a live set (its RecordStream streams) or none;
+//       every live set and map is named exactly once (by a chunk or by a
+//       part of a map).
 //
-// Streams. A free chunk remembers which streams' work may still use it
-// (Chunk::fence). Allocate on stream T takes the best fit when T may use it at
-// once (the common case, and the only one on a single-stream workload: one
-// comparison). Otherwise it walks on in best-fit order over at most
-// kMaxCrossStreamCandidates chunks for one T may use without asking the
-// device (never used, freed on T, or freed by work the oracle already knows
-// complete), and only when there is none asks the ReuseOracle about those
-// chunks in turn (an event query, or making T wait).
+// Streams. A free chunk remembers which streams' work may still use its
+// bytes (its condition; a chunk merged from frees under different
+// conditions keeps one per part). Allocate on stream T takes the best fit
+// when T may use it at once (the common case, and the only one on a
+// single-stream workload: one comparison). Otherwise it looks, in best-fit
+// order over at most kMaxCrossStreamCandidates chunks, for one whose bytes
+// at the placement T may use without asking the device (never used, freed
+// on T, freed by work the oracle knows complete or that T already waits
+// for), and only when there is none asks the ReuseOracle about the best
+// fit's (a query, or making T wait).
 //
-// Merging. A condition covers exactly the bytes that were freed under it.
-// While the core has seen one stream S only, every free chunk is either never
-// used or S's, and free neighbours merge as in any BFC (the merged chunk is
-// S's: S may use it at once and no other stream asks). From the first
-// operation on a second stream on (Allocate, Deallocate or RecordStream),
-// free neighbours merge only when their conditions are the same (the same
-// streams with the same stamps): memory one stream freed never fences memory
-// next to it that another stream could use at once (fresh growth above all),
-// two streams taking turns each reuse their own pieces, and a fresh free
-// never gives older free memory of its stream its own later stamp (which
-// would push back the moment other streams may use that memory: measured on
-// the generated multi-stream traces, 6 to 13% of peak reserved). Pieces merge
-// as soon as the facade tells the core that the oracle learned their work
-// complete (ResolveCompleted, through the per-stream queues of
-// core/bfc/pending_frees.h), and also when a Deallocate next to them, an
-// Allocate reaching them or Settle finds it out. At the switch, memory that one
-// stream's chunks took in by merging but no allocation ever reached (above the
-// highest allocation's end) is split off clean again.
+// Merging. Free neighbours always merge, whatever their conditions: the
+// layout of free memory is the one a single stream would have, and does not
+// depend on when the allocator learns what completed (with pieces kept
+// apart until then, memory laid out differently in every pass of a repeated
+// step, and its peak crept up pass after pass). What a merge keeps apart is
+// the conditions, part by part: handing out bytes asks only the conditions
+// of the parts they overlap, so memory one stream freed never fences the
+// memory next to it. Conditions settle (drop what is known complete) when a
+// chunk is looked at.
 //
 // Thread safety: none. REQUIRES external synchronization (the facade's lock).
 #ifndef GPUALLOC_CORE_BFC_H_
@@ -86,9 +80,9 @@
 #include "core/address_map.h"
 #include "core/bfc/chunk_table.h"
 #include "core/bfc/free_bins.h"
-#include "core/bfc/pending_frees.h"
-#include "core/fences.h"
 #include "core/layer.h"
+#include "core/streams/condition.h"
+#include "core/streams/oracle.h"
 #include "gpualloc/core/allocator.h"
 
 namespace gpualloc::core {
@@ -146,8 +140,7 @@ class BfcCore {
   //
   // Joins region `right`, which starts where `left` ends, onto `left` and
   // returns left's id; right's id is gone. Free chunks meeting at the seam
-  // merge when they may (I4; conditions `oracle` knows complete dropped
-  // first). O(chunks of right).
+  // merge (I4). O(chunks of right).
   // REQUIRES: both live; region_base(right) == left's end.
   RegionId JoinRegions(RegionId left, RegionId right,
                        const ReuseOracle* oracle = nullptr);
@@ -169,10 +162,11 @@ class BfcCore {
                   std::uint64_t requested, std::uintptr_t stream);
   // Whether [address, address + bytes) lies in one free chunk.
   bool IsFreeRange(DeviceAddress address, std::uint64_t bytes) const;
-  // The free bytes at the region's ends that memory mapped next to them
-  // would merge with: any free end while one stream was seen, else only
-  // ends no stream's work may still use.
-  RegionEdges region_edges(RegionId id) const;
+  // The free bytes at the region's ends that `stream` may use now, or with
+  // `all` every free byte there (memory mapped next to them merges with
+  // them, and a growth counts on them).
+  RegionEdges region_edges(RegionId id, std::uintptr_t stream,
+                           const ReuseOracle& oracle, bool all = false) const;
   // The region containing `address`, if any.
   std::optional<RegionId> RegionAt(DeviceAddress address) const;
   // Every free chunk of at least `min_size` bytes as [address, address +
@@ -207,30 +201,36 @@ class BfcCore {
   // Bases of every region, in address order.
   std::vector<DeviceAddress> RegionBases() const;
 
-  // Chunks Allocate examines beyond the best fit when the best fit is still
-  // in use by another stream's work (per phase: first for a chunk usable
-  // without a device call, then asking the oracle).
+  // Chunks Allocate examines beyond the best fit when the best fit's bytes
+  // are still used by another stream's work (per phase: first for one
+  // usable without a device call, then asking the oracle).
   static constexpr int kMaxCrossStreamCandidates = 32;
 
-  // Best fit for `size` bytes at `alignment`, usable on `stream`. Returns the
-  // address, or nullopt when no free chunk can hold it (nothing changes then,
-  // except what `oracle` did: events recorded, streams made to wait). Free
-  // chunks whose last use was on another stream are taken only as `oracle`
-  // allows; with no oracle, never.
-  // REQUIRES: size is a non-zero multiple of min_block_size; alignment is a
-  // power of two >= min_block_size; size + alignment does not overflow.
   // How far Allocate looks past a best fit `stream` may not use at once.
   enum class Search : std::uint8_t {
     // The hot path: at most kMaxCrossStreamCandidates chunks; the oracle
-    // only queries the device, it never makes the stream wait.
+    // asks the device only as its budget allows, and never makes the
+    // stream wait.
     kFast,
     // The slow path before growing: every fitting chunk for one usable
-    // without a device call; the oracle still only queries.
+    // without a device call; then the oracle asks the device, without
+    // waiting.
     kAll,
-    // The slow path when growing cannot help: kAll, and the oracle may make
-    // the stream wait (CrossStreamReuse::kStreamWait).
+    // kAll, and the oracle may make the stream wait for the best fit's
+    // freeing work (as the policy allows).
     kMayWait,
+    // The best fit whichever stream freed it, the oracle making the stream
+    // wait where its freeing work is not known complete (the best_fit
+    // policy); as kFast when the oracle may not wait.
+    kBestFit,
   };
+  // Best fit for `size` bytes at `alignment`, usable on `stream`. Returns the
+  // address, or nullopt when no free chunk can hold it (nothing changes then,
+  // except what `oracle` did: markers recorded, streams made to wait). Free
+  // bytes whose last use was on another stream are taken only as `oracle`
+  // allows; with no oracle, never.
+  // REQUIRES: size is a non-zero multiple of min_block_size; alignment is a
+  // power of two >= min_block_size; size + alignment does not overflow.
   std::optional<DeviceAddress> Allocate(std::uint64_t size,
                                         std::uint64_t requested,
                                         std::uint64_t alignment,
@@ -238,28 +238,13 @@ class BfcCore {
                                         ReuseOracle* oracle = nullptr,
                                         Search search = Search::kFast);
 
-  // The slow path with several streams: when no single free chunk `stream`
-  // may use holds the request, a run of neighbouring free chunks it may use
-  // now (never used, its own, or known complete; `oracle` may be null) that
-  // together do; the smallest such run, lowest address on ties. With `ask`
-  // (and an oracle), the smallest run of free chunks of any condition
-  // instead, each of its chunks made usable by `oracle` (a query, or a
-  // stream wait as policy allows: this is the answer to memory running
-  // short), or nothing when one of them cannot be.
-  // The allocation takes exactly its bytes out of the run's chunks: what is
-  // left of them stays free with its own condition. Cold: walks every chunk.
-  // REQUIRES: as Allocate.
-  std::optional<DeviceAddress> AllocateAcross(
-      std::uint64_t size, std::uint64_t requested, std::uint64_t alignment,
-      std::uintptr_t stream, ReuseOracle* oracle, bool ask = false);
-
   // Frees the chunk that starts at `address`; its last use was queued on
   // `stream`, on the stream it was allocated on and on the streams
-  // RecordStream added, before the free stamped `stamp` (core/fences.h).
-  // `oracle`, when given, drops conditions already known complete from merged
-  // chunks. InvalidArgument for an address no region contains or that points
-  // inside a chunk; FailedPrecondition for a chunk that is already free.
-  // Nothing changes on error.
+  // RecordStream added, before the free stamped `stamp`
+  // (core/streams/condition.h). `oracle`, when given, settles what it knows
+  // complete in the chunks merged with. InvalidArgument for an address no
+  // region contains or that points inside a chunk; FailedPrecondition for a
+  // chunk that is already free. Nothing changes on error.
   absl::Status Deallocate(DeviceAddress address, std::uintptr_t stream,
                           std::uint64_t stamp = 0,
                           const ReuseOracle* oracle = nullptr);
@@ -299,7 +284,7 @@ class BfcCore {
     const bool free_neighbour =
         (c.prev != kNoChunk && !chunks_[c.prev].in_use) ||
         (c.next != kNoChunk && !chunks_[c.next].in_use);
-    return InUseChunk{c.size, c.requested, c.stream, c.fence_set != kNoFenceSet,
+    return InUseChunk{c.size, c.requested, c.stream, c.cond_id != kNoCond,
                       free_neighbour};
   }
   // The in-use chunk at `address` was handed out again (by a front cache)
@@ -321,7 +306,10 @@ class BfcCore {
     return counters_.bytes_reserved - counters_.bytes_in_use;
   }
   std::uint64_t num_free_chunks() const { return bins_.size(); }
-  std::size_t num_fence_sets() const { return fences_.live_count(); }
+  // Sets and maps the condition table holds (chunks under several pairs or
+  // parts, and RecordStream's streams).
+  std::size_t num_condition_sets() const { return conds_.live_sets(); }
+  std::size_t num_condition_maps() const { return conds_.live_maps(); }
   // The streams other than `for_stream` named by the conditions of free
   // chunks that `oracle` does not know complete, each once. Cold: walks every
   // free chunk.
@@ -331,22 +319,14 @@ class BfcCore {
   std::vector<StreamStamp> PendingConditions(const ReuseOracle& oracle,
                                              std::uintptr_t for_stream) const;
 
-  // Whether the core has seen operations on more than one stream (the
-  // merging rule above). Once set, it stays.
+  // Whether the core has seen operations on more than one stream. Before,
+  // every condition names the one stream and merges keep the later stamp;
+  // from then on a merge keeps each part's condition. Once set, it stays.
   bool multi_stream() const { return multi_stream_; }
-  // Drops the conditions `oracle` knows complete from every free chunk and
-  // merges the neighbours that then may merge. Cold: walks every chunk.
-  // Returns the number of chunks whose condition changed.
+  // Drops the pairs `oracle` knows complete from every free chunk's
+  // condition. Cold: walks every chunk. Returns the chunks whose condition
+  // changed.
   std::size_t Settle(const ReuseOracle& oracle);
-  // Settles the free chunks whose condition names `stream` and that the
-  // oracle now knows complete: their conditions drop what completed and they
-  // merge with the neighbours they then may merge with (I4). Called when the
-  // oracle learned that work on `stream` completed (an event query, a host
-  // wait). Amortized O(1) per free: PendingFrees queues each fenced free.
-  // Returns the number of queue entries looked at.
-  std::size_t ResolveCompleted(const ReuseOracle& oracle,
-                               std::uintptr_t stream);
-  std::size_t num_pending_entries() const { return pending_.size(); }
   // The streams other than the freeing one that the last Deallocate's
   // condition names (the stream a handed-over block was allocated on, the
   // streams RecordStream added); empty for a block freed on its own stream.
@@ -356,7 +336,7 @@ class BfcCore {
   }
   // Whether free region `id` (IsRegionFree) may be used by `stream` without
   // waiting: never used, or freed on `stream`, or all of its work known
-  // complete.
+  // complete (or waited for by `stream`).
   bool RegionUsableBy(RegionId id, std::uintptr_t stream,
                       const ReuseOracle& oracle) const;
 
@@ -381,19 +361,27 @@ class BfcCore {
   void RemoveFree(ChunkId id);
   // Carves the first `size` bytes of free chunk `id` (in the bins) into a new
   // record, returned, out of the bins; `id` keeps the rest and stays in the
-  // bins, re-keyed. The front gets a copy of the stream condition when
-  // `copy_fence` (it stays free), none otherwise (it is about to be used).
-  ChunkId SplitFront(ChunkId id, std::uint64_t size, bool copy_fence);
+  // bins, re-keyed. With `keep_free` the front keeps its part of the
+  // condition (it stays free), else it gets none (it is about to be used).
+  ChunkId SplitFront(ChunkId id, std::uint64_t size, bool keep_free);
   // The chunk of region `rid` that holds `address` (a walk from its start).
   ChunkId ChunkHolding(RegionId rid, DeviceAddress address) const;
   // Takes chunk record `id` out of its region's list and deletes it.
   void Unlink(ChunkId id);
-  // Gives chunk `to` a copy of chunk `from`'s stream condition.
-  void CopyCondition(ChunkId from, ChunkId to);
   // A new free chunk record for [address, address + size) in `region`,
-  // carrying a copy of `from`'s stream condition; not linked, not in a bin.
-  ChunkId NewFreeLike(ChunkId from, DeviceAddress address, std::uint64_t size,
-                      RegionId region);
+  // under `cond`; not linked, not in a bin.
+  ChunkId NewFree(DeviceAddress address, std::uint64_t size, RegionId region,
+                  ChunkCond cond);
+  // A chunk record's condition, and setting it.
+  static ChunkCond CondOf(const Chunk& c) {
+    return ChunkCond{c.cond, c.cond_id, c.stream, c.free_stamp};
+  }
+  static void SetCond(Chunk& c, const ChunkCond& cond) {
+    c.cond = cond.kind;
+    c.cond_id = cond.id;
+    c.stream = cond.stream;
+    c.free_stamp = cond.stamp;
+  }
   RegionId NewRegionId();
   // The alignment to place an allocation of `size` bytes at in free chunk
   // `c`: a big page when that costs nothing (one comparison for the rest).
@@ -414,13 +402,13 @@ class BfcCore {
   absl::Status DiagnoseBadAddress(absl::string_view operation,
                                   DeviceAddress address) const;
 
-  // Hands free chunk `id` (out of the bins, no fence set) to `stream`.
-  // Inlined: it is most of Allocate's tail.
+  // Hands free chunk `id` (out of the bins, its condition released) to
+  // `stream`. Inlined: it is most of Allocate's tail.
   ABSL_ATTRIBUTE_ALWAYS_INLINE void TakeChunk(ChunkId id,
                                               std::uint64_t requested,
                                               std::uintptr_t stream) {
     Chunk& c = chunks_[id];
-    c.fence = Fence::kClean;
+    c.cond = Cond::kClean;
     c.in_use = true;
     c.requested = requested;
     c.stream = stream;
@@ -437,21 +425,48 @@ class BfcCore {
         std::max(k.peak_bytes_requested, k.bytes_requested);
     k.largest_alloc_size = std::max(k.largest_alloc_size, c.size);
   }
-  // Whether free chunk `c` may be handed to `stream` without asking anyone.
+  // Whether free chunk `c` may be handed to `stream` without asking anyone,
+  // by its uniform condition alone.
   static bool UsableOn(const Chunk& c, std::uintptr_t stream) {
-    return c.fence == Fence::kClean ||
-           (c.fence == Fence::kStream && c.stream == stream);
+    return c.cond == Cond::kClean ||
+           (c.cond == Cond::kStream && c.stream == stream);
   }
-  // Whether free chunk `c` may be handed to `stream` once the conditions
-  // `oracle` knows complete are dropped (no device call).
-  bool KnownUsable(const Chunk& c, std::uintptr_t stream,
-                   const ReuseOracle& oracle) const;
-  // The first chunk from `first` on, in best-fit order, that `stream` may
-  // use: one usable without a device call if any of the candidates is,
-  // else one `oracle` makes usable; kNoChunk when none. The chunk returned
-  // may have merged with neighbours (it holds `first`'s candidate's bytes).
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD ChunkId FindUsable(
-      ChunkId first, std::uintptr_t stream, ReuseOracle* oracle, Search search);
+  // Where an allocation of `size` bytes at `alignment` starts in free chunk
+  // `id`, when it goes there.
+  struct Placement {
+    ChunkId id = kNoChunk;
+    DeviceAddress start = 0;
+  };
+  // The placement at `id`'s first aligned address (a big page where that
+  // costs nothing).
+  Placement PlaceAtStart(ChunkId id, std::uint64_t size,
+                         std::uint64_t alignment) const {
+    const Chunk& c = chunks_[id];
+    const std::uint64_t a = PlacementAlignment(c, size, alignment);
+    return Placement{id, (c.address + a - 1) & ~(a - 1)};
+  }
+  // The first placement from `first` on, in best-fit order, whose bytes
+  // `stream` may use: one usable without a device call if any of the
+  // candidates has one, else one `oracle` makes usable; id kNoChunk when
+  // none.
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD Placement
+  FindUsable(ChunkId first, std::uint64_t size, std::uint64_t alignment,
+             std::uintptr_t stream, ReuseOracle* oracle, Search search);
+  // The candidate's placement usable without a device call (settling what
+  // `oracle` knows complete first): at its start when the whole chunk is
+  // usable, else, in a map, in the tightest run of parts `stream` may use;
+  // id kNoChunk when none. *run: the size of the free memory the placement
+  // takes its bytes from (the chunk, or the run).
+  Placement UsableWithoutAsking(ChunkId id, std::uint64_t size,
+                                std::uint64_t alignment, std::uintptr_t stream,
+                                const ReuseOracle& oracle, std::uint64_t* run);
+  // Asks `oracle` to make the pairs that the bytes of `p` overlap usable on
+  // `stream`, as far as `ask` allows.
+  enum class Usable { kYes, kNo, kStop };
+  // kStop: the oracle failed; the search ends (the caller reports it).
+  Usable MakeUsable(const Placement& p, std::uint64_t size,
+                    std::uintptr_t stream, ReuseOracle& oracle,
+                    ReuseOracle::Ask ask);
 
   // Streams seen: the one stream seen so far (kNoStreamYet before any), and
   // whether a second one appeared.
@@ -465,83 +480,70 @@ class BfcCore {
   // Calls visit(std::uintptr_t&) on every stream field of every chunk.
   template <typename Visit>
   void ForEachStreamField(Visit visit);
-  // On the switch to several streams: the part of each fenced free chunk
-  // above high_water_ was merged in while one stream was seen but never
-  // used; it becomes a clean chunk of its own.
-  void UnfenceAboveHighWater();
-  // Whether free neighbours `a` and `b` merge (I4).
-  bool Mergeable(const Chunk& a, const Chunk& b) const {
-    return !multi_stream_ || SameCondition(a, b);
-  }
-  // Whether two free chunks' conditions are the same: the same streams with
-  // the same stamps.
-  bool SameCondition(const Chunk& a, const Chunk& b) const;
+  // On the switch to several streams: the part of each free chunk under a
+  // condition above high_water_ was merged in while one stream was seen but
+  // never used; it becomes a clean part.
+  void CleanAboveHighWater();
   // "clean", "{stream 0x1 at stamp 4}", ... for messages.
-  std::string ConditionText(const Chunk& c) const;
-  // Merges free chunk `id` (in the bins) with each free neighbour it may
-  // merge with; returns the id of the chunk holding its bytes now.
+  std::string ConditionText(const Chunk& c) const {
+    return conds_.Text(CondOf(c));
+  }
+  // Merges free chunk `id` (in the bins) with its free neighbours; returns
+  // the id of the chunk holding its bytes now.
   ChunkId MergeNeighbours(ChunkId id);
-  // Drops the pairs of free chunk `id`'s condition that `oracle` knows
-  // complete; returns whether the condition changed. No merging.
-  bool DropComplete(Chunk& c, const ReuseOracle& oracle);
-  // DropComplete, then MergeNeighbours when the condition changed.
-  ChunkId Resolve(ChunkId id, const ReuseOracle& oracle);
-  // Deallocate's parts: the merge (inline in both), the condition of a block
+  // Deallocate's merge (inline in both paths), the condition of a block
   // freed with RecordStream streams or on another stream than its own, and
   // the whole free once several streams were seen.
   template <bool kSeveralStreams>
-  void MergeFreed(ChunkId id, const ReuseOracle* oracle);
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void FenceFreed(
+  void MergeFreed(ChunkId id);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void ConditionOfFree(
       Chunk& c, std::uintptr_t stream, std::uintptr_t allocated_on,
       std::uint64_t stamp);
   ABSL_ATTRIBUTE_NOINLINE void FreeAmongStreams(ChunkId id,
                                                 std::uintptr_t stream,
-                                                std::uint64_t stamp,
-                                                const ReuseOracle* oracle);
-  // Deallocate with several streams: settles the free neighbours of the
-  // chunk being freed (still marked in use) before the merge decision.
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void ResolveNeighbours(
-      ChunkId id, const ReuseOracle& oracle);
-  enum class Usable { kYes, kNo, kStop };
-  // kStop: the oracle failed; the search ends (the caller reports it).
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD Usable MakeUsable(
-      ChunkId id, std::uintptr_t stream, ReuseOracle& oracle, bool may_wait);
-  // Gives free chunk `into` the union of its condition and `from`'s; `from`
-  // gives up its fence set. Pairs `oracle` knows complete are dropped.
-  // Inline: the cases of a single-stream workload.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void AbsorbFence(Chunk& into, Chunk& from,
-                                                const ReuseOracle* oracle) {
-    if (from.fence == Fence::kClean) return;
-    if (into.fence == Fence::kClean) {
-      into.fence = from.fence;
-      into.stream = from.stream;
-      into.free_stamp = from.free_stamp;
-      into.fence_set = from.fence_set;
-      from.fence_set = kNoFenceSet;
-      return;
+                                                std::uint64_t stamp);
+  // Gives free chunk `into` (of `into_bytes`, whatever its record says) the
+  // merged condition of itself and its free neighbour `from` (`into_left`:
+  // `into` lies before `from`); `from` gives up its condition. Inline: the
+  // cases of a single-stream workload.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void JoinCond(Chunk& into,
+                                             std::uint64_t into_bytes,
+                                             Chunk& from, bool into_left) {
+    if (from.cond == Cond::kClean && into.cond == Cond::kClean) return;
+    if (!multi_stream_) {
+      if (from.cond == Cond::kClean) return;
+      if (into.cond == Cond::kClean) {
+        SetCond(into, CondOf(from));
+        from.cond = Cond::kClean;
+        from.cond_id = kNoCond;
+        return;
+      }
+      if (into.cond == Cond::kStream && from.cond == Cond::kStream &&
+          into.stream == from.stream) {
+        if (from.free_stamp > into.free_stamp) {
+          into.free_stamp = from.free_stamp;
+        }
+        return;
+      }
     }
-    if (into.fence == Fence::kStream && from.fence == Fence::kStream &&
-        into.stream == from.stream) {
-      if (from.free_stamp > into.free_stamp) into.free_stamp = from.free_stamp;
-      return;
-    }
-    AbsorbMixedFence(into, from, oracle);
+    JoinCondSlow(into, into_bytes, from, into_left);
   }
-  // The rest: conditions on several streams.
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void AbsorbMixedFence(
-      Chunk& into, Chunk& from, const ReuseOracle* oracle);
-  // Queues free chunk `id` on each stream of its condition (PendingFrees).
-  void QueuePending(ChunkId id);
-  // Whether a PendingFrees entry of `stream` still names a fenced free chunk
-  // whose condition names `stream`.
-  bool StillPending(std::uintptr_t stream, ChunkId id) const;
-  // Rewrites a kSet condition with 0 or 1 pairs as kClean or kStream.
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void NormalizeFence(Chunk& c);
-  // Drops the chunk's fence set, if any.
-  void ReleaseFenceSet(Chunk& c) {
-    if (ABSL_PREDICT_FALSE(c.fence_set != kNoFenceSet)) DeleteFenceSet(c);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void JoinCondSlow(
+      Chunk& into, std::uint64_t into_bytes, Chunk& from, bool into_left);
+  // Releases the chunk's set or map, if any (its condition becomes clean).
+  void ReleaseCond(Chunk& c) {
+    if (ABSL_PREDICT_FALSE(c.cond_id != kNoCond)) ReleaseCondSlow(c);
+    c.cond = Cond::kClean;
   }
-  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void DeleteFenceSet(Chunk& c);
+  ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD void ReleaseCondSlow(Chunk& c);
+  // Settles free chunk `c`'s condition; returns whether it changed.
+  bool SettleChunk(Chunk& c, const ReuseOracle& oracle) {
+    if (c.cond == Cond::kClean) return false;
+    ChunkCond cond = CondOf(c);
+    if (!conds_.Settle(cond, oracle)) return false;
+    SetCond(c, cond);
+    return true;
+  }
 
   BfcConfig config_;
   // config_.large_page, or "never" when it is 0.
@@ -549,9 +551,7 @@ class BfcCore {
   ChunkTable chunks_;
   FreeBins bins_;
   AddressMap in_use_;  // in-use chunk address -> id
-  FenceSets fences_;
-  // Fenced free chunks by stream, once several streams were seen.
-  PendingFrees pending_;
+  ConditionTable conds_;
   absl::InlinedVector<std::uintptr_t, 2> last_free_others_;
   std::vector<Region> regions_;
   std::vector<RegionId> free_region_ids_;

@@ -23,21 +23,17 @@ BfcAllocator::BfcAllocator(ResolvedOptions resolved,
                       resolved_.options.max_internal_fragmentation,
                       resolved_.large_page}),
       stream_order_(backend_.get(), resolved_.options.cross_stream_reuse),
-      oracle_(backend_->info().capabilities.streams
+      oracle_(stream_order_.streams()
                   ? static_cast<ReuseOracle*>(&stream_order_)
                   : &no_streams_),
       // The top bit is the released streams' (no stream handle has it).
-      stream_mask_(backend_->info().capabilities.streams
-                       ? ~StreamOrder::kReleasedBit
-                       : 0),
+      stream_mask_(stream_order_.streams() ? ~StreamOrder::kReleasedBit : 0),
       known_only_(*oracle_),
       pools_(core_.config(),
              RoundUpToMultiple(kSlabUnit, resolved_.min_block_size)),
       tags_(core_.config(), resolved_.granularity, *backend_, history_.get()),
       fronts_(resolved_.front_cache, core_, stream_order_, oracle_),
-      source_(MakeSource()) {
-  stream_order_.BindSearches(&core_.counters().num_allocs);
-}
+      source_(MakeSource()) {}
 
 BfcAllocator::~BfcAllocator() {
   LockGuard lock(&mu_);
@@ -56,7 +52,7 @@ BfcAllocator::~BfcAllocator() {
   // blocks, and here the host waits for the work on the blocks of private
   // pools and tags (their streams are the pools' users, which the core's
   // chunks do not name).
-  if (pools_on_ && resolved_.expandable && oracle_ == &stream_order_) {
+  if (pools_on_ && resolved_.expandable && stream_order_.streams()) {
     std::vector<std::uintptr_t> streams;
     for (const PrivatePools* pools : {&pools_, &tags_.pools()}) {
       for (PoolId id : pools->Ids()) {
@@ -112,10 +108,11 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   }
   if (StreamFront* f = fronts_.For(stream)) fronts_.Release(*f);
   // Without streams (all map to one) or never seen: nothing names it.
-  if (stream_mask_ == 0 || (core_.StreamReferences(stream) == 0 &&
-                            pools_.StreamReferences(stream) == 0 &&
-                            tags_.pools().StreamReferences(stream) == 0 &&
-                            !stream_order_.Knows(stream))) {
+  if (!stream_order_.streams() ||
+      (core_.StreamReferences(stream) == 0 &&
+       pools_.StreamReferences(stream) == 0 &&
+       tags_.pools().StreamReferences(stream) == 0 &&
+       !shared_.NamesStream(stream) && !stream_order_.Knows(stream))) {
     RememberReleased(stream);
     return absl::OkStatus();
   }
@@ -131,6 +128,9 @@ absl::Status BfcAllocator::ReleaseStream(Stream given) {
   core_.RenameStream(stream, key);
   pools_.RenameStream(stream, key);
   tags_.pools().RenameStream(stream, key);
+  // Blocks freed on it and held for importers are released on its key
+  // (answered by its last event), never on the stream itself.
+  shared_.RenameStream(stream, key);
   RememberReleased(stream);
   MaybeValidate();
   return absl::OkStatus();
@@ -219,8 +219,11 @@ absl::Status BfcAllocator::Trim() {
   // No routed stream captures now: Trim may wait for work as usual.
   const CaptureOff capture_off(capturing_);
   if (fronts_.on()) fronts_.Fold();
-  if (shared_.any_held()) ReleaseHeld();
+  // A held block whose release fails stays held; Trim says so.
+  const absl::Status held =
+      shared_.any_held() ? TryReleaseHeld() : absl::OkStatus();
   absl::Status status = ReleaseAllFree();
+  status.Update(held);
   MaybeValidate();
   return status;
 }
@@ -251,6 +254,8 @@ absl::Status BfcAllocator::SetLimit(std::uint64_t bytes) {
     }
     const CaptureOff capture_off(capturing_);
     if (fronts_.on()) fronts_.Fold();
+    // Blocks held for importers that all closed them go first.
+    if (shared_.any_held()) ReleaseHeld();
     GPUALLOC_RETURN_IF_ERROR(ReleaseAllFree());
     MaybeValidate();
     if (Physical() > limit) {
@@ -325,7 +330,7 @@ Stats BfcAllocator::StatsLocked() const {
   // Regions, or with expandable regions granule mappings, made and undone.
   s.backend_allocs = source_->backend_allocs();
   s.backend_frees = source_->backend_frees();
-  s.events_recorded = stream_order_.events_recorded();
+  s.events_recorded = stream_order_.markers_recorded();
   s.stream_waits = stream_order_.stream_waits();
   s.host_waits = stream_order_.host_waits();
   if (pools_on_) {

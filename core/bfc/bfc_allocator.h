@@ -33,15 +33,11 @@
 #include "core/report/history.h"
 #include "core/report/oom_message.h"
 #include "core/status_macros.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 #include "gpualloc/core/allocator.h"
 #include "gpualloc/core/backend.h"
 
 namespace gpualloc::core {
-
-// The oracle of a backend without streams: its work runs in call order, so
-// memory freed "on" any stream is free for every stream.
-using NoStreams = AllCompleteOracle;
 
 class BfcAllocator final : public Allocator, private SlabSource {
  public:
@@ -178,9 +174,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
     }
     const bool fronts = fronts_.on();
     if (fronts) fronts_.Fold();
-    std::optional<DeviceAddress> address =
-        core_.Allocate(size, bytes, align, stream.handle, oracle_);
-    ResolveAdvanced();
+    if (ABSL_PREDICT_FALSE(core_.multi_stream())) BeginSearch(stream.handle);
+    std::optional<DeviceAddress> address = core_.Allocate(
+        size, bytes, align, stream.handle, oracle_, first_search_);
     if (!address.has_value()) {
       if (stream_order_.has_error()) return EventFailure(bytes, given);
       absl::StatusOr<DeviceAddress> grown = AllocateSlow({.requested = bytes,
@@ -223,16 +219,14 @@ class BfcAllocator final : public Allocator, private SlabSource {
   ABSL_ATTRIBUTE_NOINLINE void EvictFromFront(StreamFront& f)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // --- core/bfc/bfc_allocator_slow_path.cc
-  // -------------------------------------- Memory whose stream work the stream
-  // order learned complete merges back.
-  void ResolveAdvanced() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (ABSL_PREDICT_TRUE(!stream_order_.has_advanced())) return;
-    ResolveAdvancedSlow();
-  }
-  ABSL_ATTRIBUTE_NOINLINE void ResolveAdvancedSlow()
+  // --- core/bfc/bfc_allocator_slow_path.cc ---------------------------------
+  // Before a search with several streams: a new search for the stream
+  // order, and its markers and questions on the budget (not while a graph
+  // is captured).
+  ABSL_ATTRIBUTE_NOINLINE void BeginSearch(std::uintptr_t stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A free among several streams: now and then an event
+  // A free among several streams: the freeing stream (and the other streams
+  // the block's condition names) are noted for a marker
   // (StreamOrder::NoteFree).
   ABSL_ATTRIBUTE_NOINLINE void NoteFreeAmongStreams(std::uintptr_t stream,
                                                     std::uint64_t bytes)
@@ -247,7 +241,8 @@ class BfcAllocator final : public Allocator, private SlabSource {
       const AllocationRequest& request, bool* event_failed,
       BfcCore::Search search = BfcCore::Search::kAll)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Several streams, before growing: settle what completed, then retry.
+  // Several streams, before growing: ask what completed, settle, retry;
+  // then, as the policy says, make the stream wait for the best fit.
   std::optional<DeviceAddress> SettleAndRetry(const AllocationRequest& request,
                                               bool* event_failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -325,8 +320,13 @@ class BfcAllocator final : public Allocator, private SlabSource {
   std::uint64_t BlockSize(DeviceAddress address) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees, on their free's stream, the exported blocks held for importers
-  // that no importer has open anymore.
-  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // that no importer has open anymore; a block whose free fails stays held
+  // and is tried again at the next call (TryReleaseHeld returns the first
+  // such error, ReleaseHeld leaves it for that call).
+  absl::Status TryReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    (void)TryReleaseHeld();
+  }
   // DeallocateWithPools without the export check.
   absl::Status FreeBlock(DeviceAddress address, Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -336,9 +336,9 @@ class BfcAllocator final : public Allocator, private SlabSource {
   ReuseOracle* Oracle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ABSL_PREDICT_FALSE(capturing_) ? &known_only_ : oracle_;
   }
-  // Whether the slow path may record, query and wait for events.
+  // Whether the slow path may record markers, ask about them and wait.
   bool MayAsk() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return oracle_ == &stream_order_ && !capturing_;
+    return stream_order_.streams() && !capturing_;
   }
   // Reserved from the device: regions less memory asleep, plus pending_bytes.
   std::uint64_t Physical() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -377,17 +377,25 @@ class BfcAllocator final : public Allocator, private SlabSource {
   bool pools_on_ ABSL_GUARDED_BY(mu_) = false;
   BfcCore core_ ABSL_GUARDED_BY(mu_);
   StreamOrder stream_order_ ABSL_GUARDED_BY(mu_);
-  NoStreams no_streams_;
+  // The oracle of a backend without streams: its work runs in call order, so
+  // memory freed "on" any stream is free for every stream.
+  AllComplete no_streams_;
   ReuseOracle* const oracle_;  // &stream_order_ or &no_streams_
   // All ones with streams, 0 without (Key).
   const std::uintptr_t stream_mask_;
+  // How the core's first search for a request looks past a best fit the
+  // stream may not use at once: kBestFit with the best_fit policy.
+  const BfcCore::Search first_search_ =
+      resolved_.options.cross_stream_reuse == CrossStreamReuse::kBestFit
+          ? BfcCore::Search::kBestFit
+          : BfcCore::Search::kFast;
   std::uint64_t num_ooms_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const OutOfMemoryHandler> oom_handler_ ABSL_GUARDED_BY(mu_);
   std::uint64_t streams_released_ ABSL_GUARDED_BY(mu_) = 0;
   // The handles ReleaseStream was given, newest last (RememberReleased).
   std::deque<std::uintptr_t> released_handles_ ABSL_GUARDED_BY(mu_);
   // The oracle during a graph capture: *oracle_'s known answers only.
-  KnownOnlyOracle known_only_ ABSL_GUARDED_BY(mu_);
+  KnownOnly known_only_ ABSL_GUARDED_BY(mu_);
   PrivatePools pools_ ABSL_GUARDED_BY(mu_);
   TaggedMemory tags_ ABSL_GUARDED_BY(mu_);
   // The tags' SlabSource (TakeTagSlab; the rest as for private pools).

@@ -17,11 +17,24 @@ std::uint64_t BfcAllocator::BlockSize(DeviceAddress address) const {
   return core_.AllocatedSize(address);
 }
 
-void BfcAllocator::ReleaseHeld() {
-  for (const auto& [address, stream] : shared_.TakeReleasable()) {
-    // Allocated until now, so the free cannot fail.
-    (void)FreeBlock(address, Stream(stream));
+absl::Status BfcAllocator::TryReleaseHeld() {
+  absl::Status status;
+  for (const auto& [address, stream] : shared_.Releasable()) {
+    // A free that fails (a tag's memory asleep) leaves the block held: it
+    // comes back at the next call.
+    const absl::Status freed = FreeBlock(address, Stream(stream));
+    if (freed.ok()) {
+      shared_.Drop(address);
+    } else {
+      status.Update(absl::Status(
+          freed.code(),
+          absl::StrFormat("releasing the block at %#x held for importers "
+                          "(they all closed it; it stays held and is "
+                          "released at a later call): %s",
+                          address, freed.message())));
+    }
   }
+  return status;
 }
 
 absl::StatusOr<std::string> BfcAllocator::Export(void* ptr) {

@@ -62,7 +62,7 @@ absl::Status BfcAllocator::ReleasePool(PoolId pool, Stream last_use) {
 // names it again (NamesStream: a chunk, a pool's users or routes, a tag or
 // the stream order), since the program may have destroyed it.
 void BfcAllocator::RememberReleased(std::uintptr_t stream) {
-  if (stream_mask_ == 0) return;  // one stream: nothing is ever recorded on it
+  if (!stream_order_.streams()) return;  // nothing is ever recorded on one
   if (std::find(released_handles_.begin(), released_handles_.end(), stream) !=
       released_handles_.end()) {
     return;
@@ -77,7 +77,8 @@ bool BfcAllocator::NamesStream(std::uintptr_t stream) const {
   return core_.StreamReferences(stream) != 0 ||
          pools_.StreamReferences(stream) != 0 ||
          tags_.pools().StreamReferences(stream) != 0 ||
-         pools_.IsRouted(stream) || stream_order_.Knows(stream);
+         pools_.IsRouted(stream) || shared_.NamesStream(stream) ||
+         stream_order_.Knows(stream);
 }
 
 // A capture may begin on a routed stream at any moment (PyTorch calls
@@ -162,9 +163,22 @@ absl::Status BfcAllocator::DeallocateWithPools(void* ptr, Stream stream) {
           ptr));
     }
     // Held while an importer has it open (the lifetime rule of Export).
-    if (shared_.HoldOnFree(address, Key(stream).handle)) {
-      MaybeValidate();
-      return absl::OkStatus();
+    switch (shared_.Free(address, Key(stream).handle)) {
+      case SharedBlocks::OnFree::kHeld:
+        MaybeValidate();
+        return absl::OkStatus();
+      case SharedBlocks::OnFree::kRetired: {
+        if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();
+        const absl::Status freed = FreeBlock(address, stream);
+        if (freed.ok()) {
+          shared_.Drop(address);
+        } else {
+          shared_.Reopen(address);  // still allocated, still exported
+        }
+        return freed;
+      }
+      case SharedBlocks::OnFree::kNotExported:
+        break;
     }
   }
   if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();

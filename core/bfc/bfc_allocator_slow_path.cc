@@ -23,11 +23,9 @@ absl::Status BfcAllocator::RejectTooLargeLocked(std::size_t bytes,
       absl::ResourceExhaustedError(absl::StrFormat(
           "out of memory: Allocate(%d bytes) can never succeed: it exceeds "
           "the "
-          "allocator's limit of %d bytes (%s) on %s. Hint: raise "
-          "memory_fraction "
-          "(now %g) or set memory_limit.",
+          "allocator's limit of %d bytes (%s) on %s. Hint: %s.",
           bytes, resolved_.limit, FormatBytes(resolved_.limit),
-          backend_->info().name, resolved_.options.memory_fraction)),
+          backend_->info().name, RaiseLimitHint(resolved_))),
       StatsLocked(), pending);
 }
 
@@ -39,9 +37,10 @@ absl::Status BfcAllocator::Exhausted(std::uint64_t bytes, absl::Status error,
                          &num_ooms_);
 }
 
-void BfcAllocator::ResolveAdvancedSlow() {
-  for (std::uintptr_t stream : stream_order_.TakeAdvanced()) {
-    core_.ResolveCompleted(stream_order_, stream);
+void BfcAllocator::BeginSearch(std::uintptr_t stream) {
+  stream_order_.NewSearch();
+  if (MayAsk() && !StreamOrder::IsReleasedKey(stream)) {
+    stream_order_.BeforeAllocate(stream);
   }
 }
 
@@ -51,13 +50,12 @@ void BfcAllocator::NoteFreeAmongStreams(std::uintptr_t stream,
   const std::uint64_t reserved = core_.counters().bytes_reserved;
   stream_order_.NoteFree(stream, bytes, reserved, /*earns=*/true);
   // A block handed over (or used on streams RecordStream named) waits for
-  // those streams' work too: it counts as freed there as well.
+  // those streams' work too: they want a marker as well.
   for (std::uintptr_t other : core_.last_free_others()) {
     if (!StreamOrder::IsReleasedKey(other)) {
       stream_order_.NoteFree(other, bytes, reserved, /*earns=*/false);
     }
   }
-  ResolveAdvanced();
 }
 
 // Returns every free region or granule to the device (Trim, garbage
@@ -84,21 +82,19 @@ std::optional<DeviceAddress> BfcAllocator::Retry(
       core_.Allocate(request.chunk_size, request.requested, request.alignment,
                      request.stream.handle, Oracle(), search);
   *event_failed = !a.has_value() && stream_order_.has_error();
-  ResolveAdvanced();
   return a;
 }
 
-// Several streams, before growing: ask the device (without waiting) how
-// far the other streams whose frees fence memory have come, merge the
-// pieces whose work completed, look at every fitting chunk, then at runs of
-// neighbouring chunks. Growth is never the answer to work nobody asked
-// about.
+// Several streams, before growing: ask the device (without waiting) how far
+// the other streams whose frees hold free memory have come, and look at
+// every fitting chunk (settling what completed); then, with the
+// before_growth policy, make the stream wait on the device for the best
+// fit's freeing work rather than grow. Growth is never the answer to work
+// nobody asked about.
 std::optional<DeviceAddress> BfcAllocator::SettleAndRetry(
     const AllocationRequest& request, bool* event_failed) {
   *event_failed = false;
-  if (oracle_ != &stream_order_ || !core_.multi_stream()) {
-    return std::nullopt;
-  }
+  if (!stream_order_.streams() || !core_.multi_stream()) return std::nullopt;
   for (const StreamStamp& p :
        core_.PendingConditions(stream_order_, request.stream.handle)) {
     if (capturing_) break;  // known answers only
@@ -107,17 +103,16 @@ std::optional<DeviceAddress> BfcAllocator::SettleAndRetry(
       return std::nullopt;
     }
   }
-  core_.Settle(stream_order_);
-  ResolveAdvanced();  // (Settle merged it all: this empties the queues)
   if (std::optional<DeviceAddress> a = Retry(request, event_failed)) {
     return a;
   }
   if (*event_failed) return std::nullopt;
-  // Pieces of different streams' frees that the stream may all use, next
-  // to each other.
-  return core_.AllocateAcross(request.chunk_size, request.requested,
-                              request.alignment, request.stream.handle,
-                              &stream_order_);
+  if (stream_order_.policy() != CrossStreamReuse::kBeforeGrowth || !MayAsk() ||
+      !stream_order_.MayWaitBeforeGrowth() ||
+      StreamOrder::IsReleasedKey(request.stream.handle)) {
+    return std::nullopt;
+  }
+  return Retry(request, event_failed, BfcCore::Search::kMayWait);
 }
 
 // Out of fitting free chunks: grow (or preallocate), then wait for the work
@@ -165,7 +160,16 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
     why = source_->Grow(request.needed, stream);
   }
   if (why.ok()) {
-    if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
+    // Growth counted the free ends other streams' work may still use when
+    // the stream may wait for them (expandable regions): so may the retry.
+    const BfcCore::Search after_growth =
+        core_.multi_stream() && MayAsk() &&
+                stream_order_.MayWaitBeforeGrowth() &&
+                !StreamOrder::IsReleasedKey(stream.handle)
+            ? BfcCore::Search::kMayWait
+            : BfcCore::Search::kAll;
+    if (std::optional<DeviceAddress> a =
+            Retry(request, &event_failed, after_growth))
       return *a;
     if (event_failed) return EventFailure(bytes, stream);
     why = absl::ResourceExhaustedError("no free chunk fits even after growing");
@@ -173,9 +177,8 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
   if (!absl::IsResourceExhausted(why)) return why;  // a driver error, not OOM
 
   // Memory other streams freed may be waiting for their work to finish:
-  // first what a stream wait makes usable (when policy says so) or a query
-  // finds complete, in one chunk or across neighbours, then waiting on the
-  // host.
+  // first what a stream wait makes usable (when the policy says so) or a
+  // query finds complete, then waiting on the host.
   // (Never for a private pool's block: its key is no stream to wait.)
   if (MayAsk() && core_.multi_stream() &&
       !StreamOrder::IsReleasedKey(stream.handle)) {
@@ -183,12 +186,6 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
             Retry(request, &event_failed, BfcCore::Search::kMayWait))
       return *a;
     if (event_failed) return EventFailure(bytes, stream);
-    std::optional<DeviceAddress> across =
-        core_.AllocateAcross(request.chunk_size, bytes, request.alignment,
-                             stream.handle, &stream_order_, /*ask=*/true);
-    ResolveAdvanced();
-    if (across.has_value()) return *across;
-    if (stream_order_.has_error()) return EventFailure(bytes, stream);
   }
   if (MayAsk()) {
     const std::vector<std::uintptr_t> pending =
@@ -196,18 +193,11 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
     if (!pending.empty()) {
       absl::Status waited = stream_order_.WaitForAll(pending);
       if (!waited.ok()) return EventFailure(bytes, stream, waited);
-      // What the wait completed may merge now.
+      // What the wait completed settles now.
       if (core_.multi_stream()) core_.Settle(stream_order_);
       if (std::optional<DeviceAddress> a = Retry(request, &event_failed))
         return *a;
       if (event_failed) return EventFailure(bytes, stream);
-    }
-    // The stream's own pieces next to memory now clean.
-    if (core_.multi_stream()) {
-      if (std::optional<DeviceAddress> a =
-              core_.AllocateAcross(request.chunk_size, bytes, request.alignment,
-                                   stream.handle, &stream_order_))
-        return *a;
     }
   }
 
@@ -230,8 +220,6 @@ absl::StatusOr<DeviceAddress> BfcAllocator::AllocateSlow(
       why = grown;
     }
   }
-  // The next Allocate asks afresh (no allocation ended this search).
-  stream_order_.NewSearch();
   if (capturing_) {
     why = absl::ResourceExhaustedError(absl::StrFormat(
         "%s; a graph capture is underway, during which the allocator "
@@ -259,7 +247,7 @@ absl::Status BfcAllocator::OutOfMemory(const AllocationRequest& request,
                                        PendingOutOfMemory* pending) {
   const Stats s = StatsLocked();
   return Exhausted(request.requested,
-                   BfcOutOfMemoryError(backend_->info(), resolved_.options,
+                   BfcOutOfMemoryError(backend_->info(), resolved_,
                                        request.requested, request.chunk_size,
                                        why.message(), s, core_.FreeBytes()),
                    s, pending);

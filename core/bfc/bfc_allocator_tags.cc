@@ -133,6 +133,24 @@ absl::Status BfcAllocator::ReleaseAllFree() {
 absl::StatusOr<SleepReport> BfcAllocator::Sleep(Tag tag, bool backup) {
   LockGuard lock(&mu_);
   GPUALLOC_RETURN_IF_ERROR(CheckSleepable("Sleep", tag, backup));
+  // Memory shared with other processes stays theirs: a block of the tag
+  // exported (or freed and held for its importers) keeps the tag awake.
+  if (!shared_.empty()) {
+    if (shared_.any_held()) ReleaseHeld();
+    const PrivatePools& tagged = tags_.pools();
+    if (const auto shared = shared_.FindExport([&](DeviceAddress a) {
+          return tagged.Owns(a) && tagged.PoolOf(a) == tag;
+        })) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "Sleep(tag %d): the tag's block at %#x is exported to other "
+          "processes (Export), and sleeping would give its memory back "
+          "under them; %s. Nothing changed",
+          tag, shared->first,
+          shared->second ? "it is freed and held for importers that still "
+                           "have it open: let every importer close it first"
+                         : "free it and let every importer close it first"));
+    }
+  }
   // No routed stream captures (CheckSleepable): wait as usual.
   const CaptureOff capture_off(capturing_);
   GPUALLOC_ASSIGN_OR_RETURN(

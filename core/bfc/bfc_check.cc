@@ -82,12 +82,7 @@ std::vector<StreamStamp> BfcCore::PendingConditions(
          id = chunks_[id].next) {
       const Chunk& c = chunks_[id];
       if (c.in_use) continue;
-      if (c.fence == Fence::kStream) note(c.stream, c.free_stamp);
-      if (c.fence == Fence::kSet) {
-        for (const StreamStamp& s : fences_.Get(c.fence_set)) {
-          note(s.stream, s.stamp);
-        }
-      }
+      conds_.ForEachPair(CondOf(c), 0, UINT64_MAX, note);
     }
   }
   return pending;
@@ -111,7 +106,7 @@ class BfcChecker {
     GPUALLOC_RETURN_IF_ERROR(BinsExact());
     GPUALLOC_RETURN_IF_ERROR(InUseMapExact());
     GPUALLOC_RETURN_IF_ERROR(CountersExact());
-    GPUALLOC_RETURN_IF_ERROR(FenceSetsExact());
+    GPUALLOC_RETURN_IF_ERROR(ConditionIdsExact());
     return NoChunkLeaked();
   }
 
@@ -133,7 +128,7 @@ class BfcChecker {
         GPUALLOC_RETURN_IF_ERROR(FreeChunkBinned(id, c));
       }
       GPUALLOC_RETURN_IF_ERROR(ChunkInUseMapAgrees(id, c));
-      GPUALLOC_RETURN_IF_ERROR(ChunkFenceValid(id, c));
+      GPUALLOC_RETURN_IF_ERROR(ChunkConditionValid(id, c));
       Tally(c);
       prev_free = !c.in_use;
       expected = c.address + c.size;
@@ -144,10 +139,11 @@ class BfcChecker {
 
   void Tally(const Chunk& c) {
     if (!c.in_use) {
-      fence_sets_ += c.fence == Fence::kSet;
+      sets_named_ += c.cond == Cond::kSet;
+      maps_named_ += c.cond == Cond::kMap;
       ++free_chunks_;
     } else {
-      fence_sets_ += c.fence_set != kNoFenceSet;
+      sets_named_ += c.cond_id != kNoCond;
       in_use_ += c.size;
       requested_ += c.requested;
       ++in_use_chunks_;
@@ -241,18 +237,16 @@ class BfcChecker {
     return absl::OkStatus();
   }
 
-  // I4: no two mergeable free neighbours.
+  // I4: no two free neighbours.
   absl::Status FreeChunkMerged(bool prev_free, ChunkId prev, ChunkId id,
                                const Chunk& c) const {
-    if (prev_free && core_.Mergeable(core_.chunks_[prev], c)) {
-      return Broken(
-          "I4", absl::StrFormat(
-                    "free chunks %d and %d at %#x are "
-                    "neighbours and did not merge%s",
-                    prev, id, c.address,
-                    core_.multi_stream_
-                        ? absl::StrCat(" (both: ", core_.ConditionText(c), ")")
-                        : ""));
+    if (prev_free) {
+      return Broken("I4",
+                    absl::StrFormat("free chunks %d and %d at %#x are "
+                                    "neighbours and did not merge (%s, %s)",
+                                    prev, id, c.address,
+                                    core_.ConditionText(core_.chunks_[prev]),
+                                    core_.ConditionText(c)));
     }
     return absl::OkStatus();
   }
@@ -295,27 +289,35 @@ class BfcChecker {
     return absl::OkStatus();
   }
 
-  // I9: a chunk's fence set is live, and a free chunk has one exactly when
-  // its fence kind says so (and it is not empty).
-  absl::Status ChunkFenceValid(ChunkId id, const Chunk& c) const {
-    const auto& fences = core_.fences_;
-    if (!c.in_use) {
-      const bool wants_set = c.fence == Fence::kSet;
-      if (wants_set != (c.fence_set != kNoFenceSet) ||
-          (wants_set &&
-           (!fences.IsLive(c.fence_set) || fences.Get(c.fence_set).empty()))) {
-        return Broken(
-            "I9", absl::StrFormat("free chunk %d at %#x: fence kind %d with "
-                                  "fence set %d (live %d)",
-                                  id, c.address, static_cast<int>(c.fence),
-                                  c.fence_set, fences.IsLive(c.fence_set)));
+  // I9: a chunk names a live set or map exactly when its condition's kind
+  // says so, and a map is well formed.
+  absl::Status ChunkConditionValid(ChunkId id, const Chunk& c) const {
+    const ConditionTable& conds = core_.conds_;
+    if (c.in_use) {
+      if (c.cond_id != kNoCond && !conds.IsLiveSet(c.cond_id)) {
+        return Broken("I9", absl::StrFormat("in-use chunk %d at %#x names "
+                                            "dead set %d",
+                                            id, c.address, c.cond_id));
       }
       return absl::OkStatus();
     }
-    if (c.fence_set != kNoFenceSet && !fences.IsLive(c.fence_set)) {
-      return Broken("I9", absl::StrFormat("in-use chunk %d at %#x names "
-                                          "dead fence set %d",
-                                          id, c.address, c.fence_set));
+    const bool wants_id = c.cond == Cond::kSet || c.cond == Cond::kMap;
+    bool ok = wants_id == (c.cond_id != kNoCond);
+    if (ok && c.cond == Cond::kSet) {
+      ok = conds.IsLiveSet(c.cond_id) && conds.Pairs(c.cond_id).size() >= 2;
+    }
+    if (!ok) {
+      return Broken("I9", absl::StrFormat("free chunk %d at %#x: condition "
+                                          "kind %d with id %d",
+                                          id, c.address,
+                                          static_cast<int>(c.cond), c.cond_id));
+    }
+    if (c.cond == Cond::kMap) {
+      const std::string problem = conds.CheckMap(BfcCore::CondOf(c), c.size);
+      if (!problem.empty()) {
+        return Broken("I9", absl::StrFormat("free chunk %d at %#x: %s", id,
+                                            c.address, problem));
+      }
     }
     return absl::OkStatus();
   }
@@ -361,12 +363,18 @@ class BfcChecker {
     return absl::OkStatus();
   }
 
-  // I9: every live fence set is named by exactly one chunk.
-  absl::Status FenceSetsExact() const {
-    if (fence_sets_ != core_.fences_.live_count()) {
+  // I9: every live set and map is named exactly once.
+  absl::Status ConditionIdsExact() const {
+    const ConditionTable& conds = core_.conds_;
+    std::uint64_t in_maps = 0;
+    conds.ForEachIdInMaps([&](CondId) { ++in_maps; });
+    if (sets_named_ + in_maps != conds.live_sets() ||
+        maps_named_ != conds.live_maps()) {
       return Broken("I9",
-                    absl::StrFormat("%d live fence sets but chunks name %d",
-                                    core_.fences_.live_count(), fence_sets_));
+                    absl::StrFormat("%d live sets and %d live maps, but chunks "
+                                    "name %d sets and %d maps and maps %d sets",
+                                    conds.live_sets(), conds.live_maps(),
+                                    sets_named_, maps_named_, in_maps));
     }
     return absl::OkStatus();
   }
@@ -386,7 +394,8 @@ class BfcChecker {
   // What the walk has seen so far.
   DeviceAddress previous_end_ = 0;
   std::uint64_t reserved_ = 0, in_use_ = 0, requested_ = 0, free_chunks_ = 0,
-                in_use_chunks_ = 0, reachable_ = 0, fence_sets_ = 0;
+                in_use_chunks_ = 0, reachable_ = 0, sets_named_ = 0,
+                maps_named_ = 0;
 };
 
 absl::Status BfcCore::Validate() const { return BfcChecker(*this).Run(); }
@@ -399,9 +408,22 @@ void BfcCore::AppendSnapshot(std::vector<RegionSnapshot>* regions) const {
     rs.size = r.size;
     for (ChunkId id = r.first; id != kNoChunk; id = chunks_[id].next) {
       const Chunk& c = chunks_[id];
+      if (c.cond == Cond::kMap) {
+        // A free chunk merged from frees under different conditions: one
+        // entry per part, so that a picture shows what each part waits for
+        // (the stream of a one-pair part; 0 for clean parts and sets).
+        DeviceAddress at = c.address;
+        for (const CondPart& part : conds_.Parts(CondOf(c))) {
+          rs.chunks.push_back(ChunkSnapshot{
+              at, part.bytes, 0, false,
+              part.cond.kind == Cond::kStream ? part.cond.stream : 0});
+          at += part.bytes;
+        }
+        continue;
+      }
       rs.chunks.push_back(
           ChunkSnapshot{c.address, c.size, c.in_use ? c.requested : 0, c.in_use,
-                        c.in_use || c.fence == Fence::kStream ? c.stream : 0});
+                        c.in_use || c.cond == Cond::kStream ? c.stream : 0});
     }
     regions->push_back(std::move(rs));
   }
@@ -412,8 +434,8 @@ std::size_t BfcCore::MetadataBytes() const {
       FreeBins::MemoryBytes();  // nodes live in the chunk table
   const std::size_t map = in_use_.MemoryBytes();
   return sizeof(*this) + chunks_.MemoryBytes() + bins + map +
-         fences_.MemoryBytes() + pending_.MemoryBytes() +
-         regions_.capacity() * sizeof(Region) + region_index_.size() * 64;
+         conds_.MemoryBytes() + regions_.capacity() * sizeof(Region) +
+         region_index_.size() * 64;
 }
 
 }  // namespace gpualloc::core

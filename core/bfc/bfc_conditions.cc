@@ -1,87 +1,89 @@
 // SPDX-License-Identifier: Apache-2.0
-// core/bfc/bfc_conditions.cc: BfcCore's stream conditions: fence sets, making a
-// chunk usable on another stream, the switch to several streams, the pending
-// frees and their resolution, the merges a resolved condition allows, and
-// stream renames (the allocate and free paths: core/bfc/bfc.cc).
-#include <string>
+// core/bfc/bfc_conditions.cc: BfcCore and the streams: what another stream
+// may use (the search past a best fit it may not use at once), merged
+// conditions, settling, the switch to several streams and stream renames
+// (the allocate and free paths: core/bfc/bfc.cc; the algebra of conditions:
+// core/streams/condition.h).
+#include <algorithm>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "absl/container/inlined_vector.h"
 #include "core/bfc/bfc.h"
 
 namespace gpualloc::core {
 
-void BfcCore::DeleteFenceSet(Chunk& c) {
-  fences_.Delete(c.fence_set);
-  c.fence_set = kNoFenceSet;
-}
-
-void BfcCore::NormalizeFence(Chunk& c) {
-  if (c.fence != Fence::kSet) return;
-  const absl::Span<const StreamStamp> pairs = fences_.Get(c.fence_set);
-  if (pairs.size() > 1) return;
-  if (pairs.empty()) {
-    c.fence = Fence::kClean;
+void BfcCore::ReleaseCondSlow(Chunk& c) {
+  if (c.in_use) {
+    // RecordStream's set of streams.
+    ChunkCond set{Cond::kSet, c.cond_id, 0, 0};
+    conds_.Release(set);
+  } else {
+    ChunkCond cond = CondOf(c);
+    conds_.Release(cond);
     c.stream = 0;
     c.free_stamp = 0;
-  } else {
-    c.fence = Fence::kStream;
-    c.stream = pairs[0].stream;
-    c.free_stamp = pairs[0].stamp;
   }
-  ReleaseFenceSet(c);
+  c.cond_id = kNoCond;
 }
 
-void BfcCore::AbsorbMixedFence(Chunk& into, Chunk& from,
-                               const ReuseOracle* oracle) {
-  // Different streams: the union of both conditions, in a set.
-  if (into.fence == Fence::kStream) {
-    into.fence_set = fences_.New();
-    fences_.Add(into.fence_set, into.stream, into.free_stamp);
-    into.fence = Fence::kSet;
-    into.stream = 0;
-    into.free_stamp = 0;
-  }
-  if (from.fence == Fence::kStream) {
-    fences_.Add(into.fence_set, from.stream, from.free_stamp);
-  } else {
-    for (const StreamStamp& s : fences_.Get(from.fence_set)) {
-      fences_.Add(into.fence_set, s.stream, s.stamp);
-    }
-    ReleaseFenceSet(from);
-  }
-  if (oracle != nullptr) {
-    fences_.Filter(into.fence_set, [oracle](const StreamStamp& s) {
-      return !oracle->KnownComplete(s.stream, s.stamp);
-    });
-  }
-  NormalizeFence(into);
+void BfcCore::JoinCondSlow(Chunk& into, std::uint64_t into_bytes, Chunk& from,
+                           bool into_left) {
+  const ChunkCond a = CondOf(into);
+  const ChunkCond b = CondOf(from);
+  const ChunkCond joined =
+      into_left ? conds_.Join(a, into_bytes, b, from.size, !multi_stream_)
+                : conds_.Join(b, from.size, a, into_bytes, !multi_stream_);
+  SetCond(into, joined);
+  from.cond = Cond::kClean;
+  from.cond_id = kNoCond;
 }
 
-BfcCore::Usable BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
-                                    ReuseOracle& oracle, bool may_wait) {
+BfcCore::Placement BfcCore::UsableWithoutAsking(ChunkId id, std::uint64_t size,
+                                                std::uint64_t alignment,
+                                                std::uintptr_t stream,
+                                                const ReuseOracle& oracle,
+                                                std::uint64_t* run) {
   Chunk& c = chunks_[id];
-  if (c.fence == Fence::kStream) {
-    switch (oracle.Prepare(c.stream, c.free_stamp, stream, may_wait)) {
-      case ReuseOracle::Verdict::kReady:
-        c.fence = Fence::kClean;
-        c.stream = 0;
-        c.free_stamp = 0;
-        return Usable::kYes;
-      case ReuseOracle::Verdict::kWaited:
-        return Usable::kYes;
-      case ReuseOracle::Verdict::kBlocked:
-        return Usable::kNo;
-      case ReuseOracle::Verdict::kError:
-        return Usable::kStop;
+  SettleChunk(c, oracle);
+  if (c.cond != Cond::kMap) {
+    if (!UsableOn(c, stream) &&
+        !conds_.UsableNow(CondOf(c), 0, c.size, stream, oracle)) {
+      return Placement{};
     }
+    *run = c.size;
+    return PlaceAtStart(id, size, alignment);
   }
-  GPUALLOC_DCHECK(c.fence == Fence::kSet);
-  for (const StreamStamp& s : fences_.Get(c.fence_set)) {
-    if (s.stream == stream) continue;
-    switch (oracle.Prepare(s.stream, s.stamp, stream, may_wait)) {
+  // A map: the tightest run of parts the stream may use (its own frees,
+  // clean memory, memory whose work is known complete), as if those runs
+  // were chunks of their own.
+  const std::uint64_t a = PlacementAlignment(c, size, alignment);
+  const std::optional<ConditionTable::Window> w = conds_.BestUsableWindow(
+      CondOf(c), c.address, c.size, size, a, stream, oracle);
+  if (!w.has_value()) return Placement{};
+  *run = w->run;
+  return Placement{id, c.address + w->offset};
+}
+
+BfcCore::Usable BfcCore::MakeUsable(const Placement& p, std::uint64_t size,
+                                    std::uintptr_t stream, ReuseOracle& oracle,
+                                    ReuseOracle::Ask ask) {
+  const Chunk& c = chunks_[p.id];
+  // The pairs the placement's bytes overlap that are not known ordered
+  // before `stream`'s next work, each stream once (its largest stamp).
+  absl::InlinedVector<StreamStamp, 4> pairs;
+  conds_.ForEachPair(CondOf(c), p.start - c.address, size,
+                     [&](std::uintptr_t s, std::uint64_t stamp) {
+                       if (oracle.KnownOrdered(stream, s, stamp)) return;
+                       for (StreamStamp& q : pairs) {
+                         if (q.stream == s) {
+                           q.stamp = std::max(q.stamp, stamp);
+                           return;
+                         }
+                       }
+                       pairs.push_back(StreamStamp{s, stamp});
+                     });
+  for (const StreamStamp& q : pairs) {
+    switch (oracle.Prepare(q.stream, q.stamp, stream, ask)) {
       case ReuseOracle::Verdict::kReady:
       case ReuseOracle::Verdict::kWaited:
         break;
@@ -92,62 +94,84 @@ BfcCore::Usable BfcCore::MakeUsable(ChunkId id, std::uintptr_t stream,
     }
   }
   // What completed no longer constrains the rest of the chunk.
-  fences_.Filter(c.fence_set, [&oracle](const StreamStamp& s) {
-    return !oracle.KnownComplete(s.stream, s.stamp);
-  });
-  NormalizeFence(c);
+  if (!pairs.empty()) SettleChunk(chunks_[p.id], oracle);
   return Usable::kYes;
 }
 
-bool BfcCore::KnownUsable(const Chunk& c, std::uintptr_t stream,
-                          const ReuseOracle& oracle) const {
-  switch (c.fence) {
-    case Fence::kClean:
-      return true;
-    case Fence::kStream:
-      return c.stream == stream || oracle.KnownComplete(c.stream, c.free_stamp);
-    case Fence::kSet:
-      for (const StreamStamp& s : fences_.Get(c.fence_set)) {
-        if (s.stream != stream && !oracle.KnownComplete(s.stream, s.stamp)) {
-          return false;
-        }
+BfcCore::Placement BfcCore::FindUsable(ChunkId first, std::uint64_t size,
+                                       std::uint64_t alignment,
+                                       std::uintptr_t stream,
+                                       ReuseOracle* oracle, Search search) {
+  if (oracle == nullptr) {
+    // Nobody can vouch for other streams' work: only memory the stream may
+    // use by its condition alone.
+    for (ChunkId id = first, n = 0;
+         id != kNoChunk &&
+         (search != Search::kFast || n < kMaxCrossStreamCandidates);
+         id = bins_.NextFit(id), ++n) {
+      if (UsableOn(chunks_[id], stream)) {
+        return PlaceAtStart(id, size, alignment);
       }
-      return true;
+    }
+    return Placement{};
   }
-  return false;
-}
-
-ChunkId BfcCore::FindUsable(ChunkId first, std::uintptr_t stream,
-                            ReuseOracle* oracle, Search search) {
+  if (search == Search::kBestFit) {
+    // The best fit whichever stream freed it, made usable by a wait where
+    // its freeing work is not known complete.
+    const Placement p = PlaceAtStart(first, size, alignment);
+    switch (MakeUsable(p, size, stream, *oracle, ReuseOracle::Ask::kWait)) {
+      case Usable::kYes:
+        return p;
+      case Usable::kStop:
+        return Placement{};
+      case Usable::kNo:
+        break;  // the oracle may not wait now: as kFast
+    }
+    search = Search::kFast;
+  }
   const bool search_all = search != Search::kFast;
-  // First a chunk `stream` may use without a device call: best fit among
-  // those, and no event recorded or queried while one exists.
+  // First a placement `stream` may use without a device call: the best fit
+  // among the free memory it may use (whole chunks, or runs of parts of
+  // merged ones), and nothing recorded, queried or waited for while one
+  // exists. Candidates come in size order: once a chunk is no smaller than
+  // the best run found, none after it holds a tighter one.
+  Placement best;
+  std::uint64_t best_run = UINT64_MAX;
   for (ChunkId id = first, n = 0;
-       id != kNoChunk && (search_all || n < kMaxCrossStreamCandidates);
+       id != kNoChunk && (search_all || n < kMaxCrossStreamCandidates) &&
+       chunks_[id].size < best_run;
        id = bins_.NextFit(id), ++n) {
-    const Chunk& c = chunks_[id];
-    if (UsableOn(c, stream)) return id;
-    if (oracle != nullptr && KnownUsable(c, stream, *oracle)) {
-      return Resolve(id, *oracle);
+    std::uint64_t run = 0;
+    const Placement p =
+        UsableWithoutAsking(id, size, alignment, stream, *oracle, &run);
+    if (p.id != kNoChunk && run < best_run) {
+      best = p;
+      best_run = run;
     }
   }
-  // Without an oracle nobody can vouch for other streams' work.
-  if (oracle == nullptr) return kNoChunk;
-  // Then ask about the candidates in best-fit order.
+  if (best.id != kNoChunk) return best;
+  // Then ask about the candidates' placements in best-fit order: questions
+  // (on the oracle's budget in the hot path), except with kMayWait, when
+  // the best fit the oracle can make usable is taken (a wait where its work
+  // is still running).
+  const ReuseOracle::Ask ask =
+      search == Search::kFast  ? ReuseOracle::Ask::kIfCheap
+      : search == Search::kAll ? ReuseOracle::Ask::kQuery
+                               : ReuseOracle::Ask::kWait;
   for (ChunkId id = first, n = 0;
        id != kNoChunk && n < kMaxCrossStreamCandidates;
        id = bins_.NextFit(id), ++n) {
-    switch (MakeUsable(id, stream, *oracle, search == Search::kMayWait)) {
+    const Placement p = PlaceAtStart(id, size, alignment);
+    switch (MakeUsable(p, size, stream, *oracle, ask)) {
       case Usable::kYes:
-        // Its condition may have shrunk: it may merge now (I4).
-        return MergeNeighbours(id);
+        return p;
       case Usable::kNo:
         break;
       case Usable::kStop:
-        return kNoChunk;
+        return Placement{};
     }
   }
-  return kNoChunk;
+  return Placement{};
 }
 
 void BfcCore::NoteNewStream(std::uintptr_t stream) {
@@ -157,143 +181,39 @@ void BfcCore::NoteNewStream(std::uintptr_t stream) {
     return;
   }
   multi_stream_ = true;
-  UnfenceAboveHighWater();
-  // From now on conditions keep chunks apart: every fenced free chunk is
-  // queued, so that it merges once its work is known complete.
-  for (const auto& [base, rid] : region_index_) {
-    for (ChunkId id = regions_[rid].first; id != kNoChunk;
-         id = chunks_[id].next) {
-      if (!chunks_[id].in_use && chunks_[id].fence != Fence::kClean) {
-        QueuePending(id);
-      }
-    }
-  }
+  CleanAboveHighWater();
 }
 
-void BfcCore::QueuePending(ChunkId id) {
-  const Chunk& c = chunks_[id];
-  auto still = [this](std::uintptr_t stream) {
-    return [this, stream](const PendingFrees::Entry& e) {
-      return StillPending(stream, e.id);
-    };
-  };
-  if (c.fence == Fence::kStream) {
-    pending_.Push(c.stream, id, c.free_stamp, still(c.stream));
-  } else if (c.fence == Fence::kSet) {
-    for (const StreamStamp& p : fences_.Get(c.fence_set)) {
-      pending_.Push(p.stream, id, p.stamp, still(p.stream));
-    }
-  }
-}
-
-bool BfcCore::StillPending(std::uintptr_t stream, ChunkId id) const {
-  if (!chunks_.IsLive(id)) return false;
-  const Chunk& c = chunks_[id];
-  if (c.in_use) return false;
-  switch (c.fence) {
-    case Fence::kClean:
-      return false;
-    case Fence::kStream:
-      return c.stream == stream;
-    case Fence::kSet:
-      for (const StreamStamp& p : fences_.Get(c.fence_set)) {
-        if (p.stream == stream) return true;
-      }
-      return false;
-  }
-  return false;
-}
-
-std::size_t BfcCore::ResolveCompleted(const ReuseOracle& oracle,
-                                      std::uintptr_t stream) {
-  return pending_.PopCompleted(
-      stream,
-      [&](std::uint64_t stamp) { return oracle.KnownComplete(stream, stamp); },
-      [&](const PendingFrees::Entry& e) {
-        if (!StillPending(stream, e.id)) return;  // a stale hint
-        // Nothing completed: a later free of this record under this stream
-        // queued its own entry. Otherwise what is left of the condition
-        // waits on entries queued when it was made (a merge joins only equal
-        // conditions, so the surviving record has them too).
-        if (DropComplete(chunks_[e.id], oracle)) MergeNeighbours(e.id);
-      });
-}
-
-void BfcCore::UnfenceAboveHighWater() {
-  std::vector<ChunkId> above;
+void BfcCore::CleanAboveHighWater() {
   for (const auto& [base, rid] : region_index_) {
     if (base + regions_[rid].size <= high_water_) continue;
     for (ChunkId id = regions_[rid].first; id != kNoChunk;
          id = chunks_[id].next) {
-      const Chunk& c = chunks_[id];
-      if (!c.in_use && c.fence != Fence::kClean &&
-          c.address + c.size > high_water_) {
-        above.push_back(id);
+      Chunk& c = chunks_[id];
+      if (c.in_use || c.cond == Cond::kClean ||
+          c.address + c.size <= high_water_) {
+        continue;
       }
-    }
-  }
-  for (ChunkId id : above) {
-    if (chunks_[id].address < high_water_) {
-      // The part below keeps the condition (a new record, `id` keeps the
-      // rest in the bins).
-      InsertFree(SplitFront(id, high_water_ - chunks_[id].address,
-                            /*copy_fence=*/true));
-    }
-    Chunk& c = chunks_[id];
-    ReleaseFenceSet(c);
-    c.fence = Fence::kClean;
-    c.stream = 0;
-    c.free_stamp = 0;
-  }
-}
-
-std::string BfcCore::ConditionText(const Chunk& c) const {
-  switch (c.fence) {
-    case Fence::kClean:
-      return "clean";
-    case Fence::kStream:
-      return absl::StrFormat("{stream %#x at stamp %d}", c.stream,
-                             c.free_stamp);
-    case Fence::kSet: {
-      std::vector<std::string> pairs;
-      for (const StreamStamp& p : fences_.Get(c.fence_set)) {
-        pairs.push_back(
-            absl::StrFormat("stream %#x at stamp %d", p.stream, p.stamp));
+      if (c.address >= high_water_) {
+        ReleaseCond(c);
+        continue;
       }
-      return absl::StrCat("{", absl::StrJoin(pairs, ", "), "}");
+      // The part below keeps the condition, the part above is clean.
+      const std::uint64_t below = high_water_ - c.address;
+      auto [front, back] = conds_.Split(CondOf(c), c.size, below);
+      conds_.Release(back);
+      SetCond(c, conds_.Join(front, below, ChunkCond(), c.size - below,
+                             /*solo=*/false));
     }
   }
-  return "?";
-}
-
-bool BfcCore::SameCondition(const Chunk& a, const Chunk& b) const {
-  if (a.fence != b.fence) return false;
-  switch (a.fence) {
-    case Fence::kClean:
-      return true;
-    case Fence::kStream:
-      return a.stream == b.stream && a.free_stamp == b.free_stamp;
-    case Fence::kSet: {
-      const absl::Span<const StreamStamp> x = fences_.Get(a.fence_set);
-      const absl::Span<const StreamStamp> y = fences_.Get(b.fence_set);
-      if (x.size() != y.size()) return false;
-      for (const StreamStamp& p : x) {
-        bool found = false;
-        for (const StreamStamp& q : y)
-          found |= p.stream == q.stream && p.stamp == q.stamp;
-        if (!found) return false;
-      }
-      return true;
-    }
-  }
-  return false;
 }
 
 ChunkId BfcCore::MergeNeighbours(ChunkId id) {
   // Free `right` into free `left` (its left neighbour); left survives.
   auto merge = [this](ChunkId left, ChunkId right) {
     const std::uint64_t size = chunks_[left].size + chunks_[right].size;
-    AbsorbFence(chunks_[left], chunks_[right], nullptr);
+    JoinCond(chunks_[left], chunks_[left].size, chunks_[right],
+             /*into_left=*/true);
     RemoveFree(right);
     Unlink(right);
     // Out of the bins and back rather than Rekey (see JoinRegions).
@@ -301,84 +221,26 @@ ChunkId BfcCore::MergeNeighbours(ChunkId id) {
     chunks_[left].size = size;
     InsertFree(left);
   };
-  auto mergeable = [this](ChunkId left, ChunkId right) {
+  auto free_pair = [this](ChunkId left, ChunkId right) {
     return left != kNoChunk && right != kNoChunk && !chunks_[left].in_use &&
-           !chunks_[right].in_use && Mergeable(chunks_[left], chunks_[right]);
+           !chunks_[right].in_use;
   };
-  for (;;) {
-    bool merged = false;
-    if (mergeable(id, chunks_[id].next)) {
-      merge(id, chunks_[id].next);
-      merged = true;
-    }
-    const ChunkId prev = chunks_[id].prev;
-    if (mergeable(prev, id)) {
-      merge(prev, id);
-      id = prev;
-      merged = true;
-    }
-    if (!merged) return id;
+  if (free_pair(id, chunks_[id].next)) merge(id, chunks_[id].next);
+  const ChunkId prev = chunks_[id].prev;
+  if (free_pair(prev, id)) {
+    merge(prev, id);
+    id = prev;
   }
-}
-
-bool BfcCore::DropComplete(Chunk& c, const ReuseOracle& oracle) {
-  switch (c.fence) {
-    case Fence::kClean:
-      return false;
-    case Fence::kStream:
-      if (!oracle.KnownComplete(c.stream, c.free_stamp)) return false;
-      c.fence = Fence::kClean;
-      c.stream = 0;
-      c.free_stamp = 0;
-      return true;
-    case Fence::kSet: {
-      const std::size_t before = fences_.Get(c.fence_set).size();
-      fences_.Filter(c.fence_set, [&oracle](const StreamStamp& s) {
-        return !oracle.KnownComplete(s.stream, s.stamp);
-      });
-      const bool changed = fences_.Get(c.fence_set).size() != before;
-      NormalizeFence(c);
-      return changed;
-    }
-  }
-  return false;
-}
-
-ChunkId BfcCore::Resolve(ChunkId id, const ReuseOracle& oracle) {
-  if (!DropComplete(chunks_[id], oracle)) return id;
-  return MergeNeighbours(id);
-}
-
-void BfcCore::ResolveNeighbours(ChunkId id, const ReuseOracle& oracle) {
-  // `id` is still marked in use, so nothing merges into it here.
-  auto resolve = [&](ChunkId n) {
-    if (n != kNoChunk && !chunks_[n].in_use &&
-        chunks_[n].fence != Fence::kClean &&
-        !SameCondition(chunks_[n], chunks_[id])) {
-      Resolve(n, oracle);
-    }
-  };
-  resolve(chunks_[id].prev);
-  resolve(chunks_[id].next);
+  return id;
 }
 
 std::size_t BfcCore::Settle(const ReuseOracle& oracle) {
-  std::vector<ChunkId> fenced;
+  std::size_t changed = 0;
   for (const auto& [base, rid] : region_index_) {
     for (ChunkId id = regions_[rid].first; id != kNoChunk;
          id = chunks_[id].next) {
-      const Chunk& c = chunks_[id];
-      if (!c.in_use && c.fence != Fence::kClean) fenced.push_back(id);
-    }
-  }
-  std::size_t changed = 0;
-  for (ChunkId id : fenced) {
-    // Merges only delete records (none is created here): an id merged away
-    // is dead, never reused.
-    if (!chunks_.IsLive(id) || chunks_[id].in_use) continue;
-    if (DropComplete(chunks_[id], oracle)) {
-      ++changed;
-      MergeNeighbours(id);
+      Chunk& c = chunks_[id];
+      if (!c.in_use) changed += SettleChunk(c, oracle);
     }
   }
   return changed;
@@ -388,7 +250,8 @@ bool BfcCore::RegionUsableBy(RegionId id, std::uintptr_t stream,
                              const ReuseOracle& oracle) const {
   GPUALLOC_DCHECK(IsRegionFree(id));
   const Chunk& c = chunks_[regions_[id].first];
-  return UsableOn(c, stream) || KnownUsable(c, stream, oracle);
+  return UsableOn(c, stream) ||
+         conds_.UsableNow(CondOf(c), 0, c.size, stream, oracle);
 }
 
 template <typename Visit>
@@ -397,27 +260,48 @@ void BfcCore::ForEachStreamField(Visit visit) {
     for (ChunkId id = regions_[rid].first; id != kNoChunk;
          id = chunks_[id].next) {
       Chunk& c = chunks_[id];
-      // In use: the allocation stream, and the RecordStream streams; free:
-      // the condition's streams.
-      if (c.in_use || c.fence == Fence::kStream) visit(c.stream);
-      if ((c.in_use || c.fence == Fence::kSet) && c.fence_set != kNoFenceSet) {
-        fences_.ForEachStream(c.fence_set, visit);
+      if (c.in_use) {
+        // The allocation stream, and the RecordStream streams.
+        visit(c.stream);
+        if (c.cond_id != kNoCond) {
+          ChunkCond set{Cond::kSet, c.cond_id, 0, 0};
+          conds_.ForEachStreamField(set, visit);
+        }
+        continue;
       }
+      ChunkCond cond = CondOf(c);
+      conds_.RenameStreams(cond, visit);
+      SetCond(c, cond);
     }
   }
 }
 
 std::uint64_t BfcCore::StreamReferences(std::uintptr_t stream) const {
   std::uint64_t n = 0;
-  const_cast<BfcCore*>(this)->ForEachStreamField(
-      [&](std::uintptr_t& s) { n += s == stream; });
+  for (const auto& [base, rid] : region_index_) {
+    for (ChunkId id = regions_[rid].first; id != kNoChunk;
+         id = chunks_[id].next) {
+      const Chunk& c = chunks_[id];
+      if (c.in_use) {
+        n += c.stream == stream;
+        if (c.cond_id != kNoCond) {
+          for (const StreamStamp& p : conds_.Pairs(c.cond_id)) {
+            n += p.stream == stream;
+          }
+        }
+        continue;
+      }
+      conds_.ForEachPair(
+          CondOf(c), 0, UINT64_MAX,
+          [&](std::uintptr_t s, std::uint64_t) { n += s == stream; });
+    }
+  }
   return n;
 }
 
 void BfcCore::RenameStream(std::uintptr_t stream, std::uintptr_t key) {
-  // The one-stream rules take every fenced chunk for the solo stream's.
+  // The one-stream rules take every condition for the solo stream's.
   NoteStream(key);
-  pending_.Rename(stream, key);
   ForEachStreamField([&](std::uintptr_t& s) {
     if (s == stream) s = key;
   });

@@ -40,17 +40,6 @@ RegionId BfcCore::AddRegion(DeviceAddress base, std::uint64_t size) {
   return id;
 }
 
-ChunkId BfcCore::NewFreeLike(ChunkId from, DeviceAddress address,
-                             std::uint64_t size, RegionId region) {
-  const ChunkId id = chunks_.New();  // may move the table: index afresh
-  Chunk& c = chunks_[id];
-  c.address = address;
-  c.size = size;
-  c.region = region;
-  CopyCondition(from, id);
-  return id;
-}
-
 RegionId BfcCore::JoinRegions(RegionId left, RegionId right,
                               const ReuseOracle* oracle) {
   Region& l = regions_[left];
@@ -71,22 +60,13 @@ RegionId BfcCore::JoinRegions(RegionId left, RegionId right,
 
   Chunk& a = chunks_[seam_left];
   Chunk& b = chunks_[seam_right];
-  if (multi_stream_ && !a.in_use && !b.in_use) {
-    // Several streams: drop what is known complete on both sides, then merge
-    // whatever may merge now (each side also with its other neighbour).
+  if (!a.in_use && !b.in_use) {
     if (oracle != nullptr) {
-      DropComplete(a, *oracle);
-      DropComplete(b, *oracle);
+      SettleChunk(a, *oracle);
+      SettleChunk(b, *oracle);
     }
-    // The left seam chunk may itself have merged away (into its own left
-    // neighbour) by now: merge it only while it lives and is free.
-    MergeNeighbours(seam_right);
-    if (chunks_.IsLive(seam_left) && !chunks_[seam_left].in_use) {
-      MergeNeighbours(seam_left);
-    }
-  } else if (!a.in_use && !b.in_use) {
     const std::uint64_t merged = a.size + b.size;
-    AbsorbFence(a, b, oracle);
+    JoinCond(a, a.size, b, /*into_left=*/true);
     RemoveFree(seam_right);
     Unlink(seam_right);
     // Out of the bins and back rather than Rekey: this cold path must not
@@ -125,13 +105,13 @@ void BfcCore::AllocateAt(DeviceAddress address, std::uint64_t size,
   if (chunks_[id].address < address) {
     // The part before stays free, with the chunk's condition.
     InsertFree(SplitFront(id, address - chunks_[id].address,
-                          /*copy_fence=*/true));
+                          /*keep_free=*/true));
   }
   if (chunks_[id].size > size) {
-    id = SplitFront(id, size, /*copy_fence=*/false);
+    id = SplitFront(id, size, /*keep_free=*/false);
   } else {
     RemoveFree(id);
-    ReleaseFenceSet(chunks_[id]);
+    ReleaseCond(chunks_[id]);
   }
   TakeChunk(id, requested, stream);
 }
@@ -151,17 +131,30 @@ void BfcCore::CarveFree(DeviceAddress address, std::uint64_t bytes) {
   const DeviceAddress chunk_start = c.address;
   const DeviceAddress chunk_end = c.address + c.size;
 
-  // The pieces of the chunk left on either side of the hole.
-  ChunkId front = kNoChunk, back = kNoChunk;
+  // The pieces of the chunk left on either side of the hole, each with its
+  // part of the condition.
+  ChunkCond rest = CondOf(c);
+  std::uint64_t rest_bytes = c.size;
+  ChunkCond front_cond, back_cond;
   if (chunk_start < address) {
-    front = NewFreeLike(id, chunk_start, address - chunk_start, rid);
+    auto [f, r] = conds_.Split(rest, rest_bytes, address - chunk_start);
+    front_cond = f;
+    rest = r;
+    rest_bytes -= address - chunk_start;
   }
   if (end < chunk_end) {
-    back = NewFreeLike(id, end, chunk_end - end, rid);
+    auto [hole, b] = conds_.Split(rest, rest_bytes, bytes);
+    back_cond = b;
+    rest = hole;
   }
+  conds_.Release(rest);
   RemoveFree(id);
-  ReleaseFenceSet(chunks_[id]);
   chunks_.Delete(id);
+  ChunkId front = kNoChunk, back = kNoChunk;
+  if (chunk_start < address) {
+    front = NewFree(chunk_start, address - chunk_start, rid, front_cond);
+  }
+  if (end < chunk_end) back = NewFree(end, chunk_end - end, rid, back_cond);
 
   // The part before the hole keeps the region id; the part after gets a new
   // one unless nothing is before the hole.
@@ -207,16 +200,32 @@ void BfcCore::CarveFree(DeviceAddress address, std::uint64_t bytes) {
   counters_.bytes_reserved -= bytes;
 }
 
-RegionEdges BfcCore::region_edges(RegionId id) const {
+RegionEdges BfcCore::region_edges(RegionId id, std::uintptr_t stream,
+                                  const ReuseOracle& oracle, bool all) const {
   const Region& r = regions_[id];
-  // Fresh memory is clean: with several streams it merges only with ends
-  // that are clean too.
-  auto joins = [this](const Chunk& c) {
-    return !c.in_use && (!multi_stream_ || c.fence == Fence::kClean);
-  };
   RegionEdges e;
-  if (joins(chunks_[r.first])) e.free_head = chunks_[r.first].size;
-  if (joins(chunks_[r.last])) e.free_tail = chunks_[r.last].size;
+  const Chunk& head = chunks_[r.first];
+  const Chunk& tail = chunks_[r.last];
+  if (all) {
+    if (!head.in_use) e.free_head = head.size;
+    if (!tail.in_use) e.free_tail = tail.size;
+    return e;
+  }
+  // Only the bytes at each end the stream may use now: fresh memory mapped
+  // next to memory another stream's work may still use makes one chunk, and
+  // the growth must not count on bytes the stream cannot take.
+  if (!head.in_use) {
+    e.free_head =
+        UsableOn(head, stream)
+            ? head.size
+            : conds_.UsablePrefix(CondOf(head), head.size, stream, oracle);
+  }
+  if (!tail.in_use) {
+    e.free_tail =
+        UsableOn(tail, stream)
+            ? tail.size
+            : conds_.UsableSuffix(CondOf(tail), tail.size, stream, oracle);
+  }
   return e;
 }
 
@@ -254,13 +263,12 @@ void BfcCore::ForEachConditionIn(DeviceAddress address, std::uint64_t bytes,
     if (c.address + c.size <= address) continue;
     if (c.in_use) {
       on_in_use(c.stream);
-    } else if (c.fence == Fence::kStream) {
-      on_condition(c.stream, c.free_stamp);
-    } else if (c.fence == Fence::kSet) {
-      for (const StreamStamp& pair : fences_.Get(c.fence_set)) {
-        on_condition(pair.stream, pair.stamp);
-      }
+      continue;
     }
+    // The parts of the chunk within the range.
+    const DeviceAddress from = std::max(address, c.address);
+    const DeviceAddress to = std::min(end, c.address + c.size);
+    conds_.ForEachPair(CondOf(c), from - c.address, to - from, on_condition);
   }
 }
 
@@ -331,7 +339,7 @@ void BfcCore::RemoveRegion(RegionId id) {
                   IsRegionFree(id));
   Region& r = regions_[id];
   RemoveFree(r.first);
-  ReleaseFenceSet(chunks_[r.first]);
+  ReleaseCond(chunks_[r.first]);
   chunks_.Delete(r.first);
   region_index_.erase(r.base);
   counters_.bytes_reserved -= r.size;

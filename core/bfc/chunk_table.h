@@ -16,28 +16,13 @@
 
 #include "core/layer.h"
 #include "core/status_macros.h"
+#include "core/streams/condition.h"
 
 namespace gpualloc::core {
 
 using ChunkId = std::uint32_t;
 using RegionId = std::uint32_t;
-using FenceSetId = std::uint32_t;
 inline constexpr ChunkId kNoChunk = UINT32_MAX;
-inline constexpr FenceSetId kNoFenceSet = UINT32_MAX;
-
-// When a free chunk may be handed to a stream (docs/DESIGN.md,
-// "Stream-ordered frees"; core/fences.h).
-enum class Fence : std::uint8_t {
-  // Never used, or every use is known to have completed: any stream, at once.
-  kClean,
-  // Freed on Chunk::stream at Chunk::free_stamp: that stream at once, any
-  // other once the stream's work up to the free has completed.
-  kStream,
-  // Several (stream, stamp) conditions, in FenceSets under Chunk::fence_set:
-  // a merge of chunks freed on different streams, or a free of memory that
-  // RecordStream said other streams use too.
-  kSet,
-};
 
 // One 64-byte cache line per record: a chunk is read whole (its key, links
 // and state), and an unaligned 56-byte record straddles two lines 7 times in 8
@@ -48,10 +33,10 @@ struct alignas(64) Chunk {
   std::uint64_t size = 0;
   union {
     std::uint64_t requested = 0;  // in use: bytes as asked
-    std::uint64_t free_stamp;     // free with Fence::kStream: the free's stamp
+    std::uint64_t free_stamp;     // free under Cond::kStream: its stamp
   };
-  // In use: the stream Allocate named. Free: the stream Deallocate named
-  // (Fence::kStream), else 0.
+  // In use: the stream Allocate named. Free under Cond::kStream: the
+  // condition's stream, else 0.
   std::uintptr_t stream = 0;
   ChunkId prev = kNoChunk;  // neighbours in address order within the region
   ChunkId next = kNoChunk;
@@ -60,11 +45,11 @@ struct alignas(64) Chunk {
   ChunkId parent = kNoChunk;
   RegionId region = 0;
   bool in_use = false;
-  bool live = false;            // false while the record sits on the free list
-  Fence fence = Fence::kClean;  // free chunks only
-  // Free with Fence::kSet: its conditions. In use: the streams RecordStream
-  // added (their stamps unused), or kNoFenceSet.
-  FenceSetId fence_set = kNoFenceSet;
+  bool live = false;         // false while the record sits on the free list
+  Cond cond = Cond::kClean;  // free chunks only (core/streams/condition.h)
+  // Free under Cond::kSet or kMap: the table's set or map. In use: the set of
+  // streams RecordStream added (their stamps unused), or kNoCond.
+  CondId cond_id = kNoCond;
 };
 static_assert(sizeof(Chunk) == 64, "a chunk record is one cache line");
 

@@ -176,6 +176,9 @@ class FrontCache {
   std::uint64_t hits() const { return hits_; }
   std::uint64_t misses() const { return misses_; }
   std::uint64_t evictions() const { return evictions_; }
+  // Operations of this front so far (takes and puts): whether it was used
+  // since an earlier reading.
+  std::uint64_t clock() const { return clock_; }
   void CountMiss() { ++misses_; }
   // Visits every owned block: f(address, size, cached).
   template <typename F>

@@ -313,9 +313,9 @@ std::vector<PoolId> PrivatePools::Ids() const {
 
 void PrivatePools::ReturnFree(Pool& pool, SlabSource& slabs) {
   BfcCore& core = *pool.core;
-  // A released pool's free pieces merge whatever streams freed them: the
-  // blocks go back fenced by all of those streams.
-  if (core.multi_stream()) core.Settle(AllCompleteOracle());
+  // A released pool's free memory goes back whatever streams freed it, with
+  // every stream that used the pool named at its free (ReturnSlab).
+  if (core.multi_stream()) core.Settle(AllComplete());
   for (RegionId region : core.FreeRegions()) {
     const DeviceAddress base = core.region_base(region);
     const DeviceAddress end = base + core.region_size(region);

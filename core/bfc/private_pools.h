@@ -42,30 +42,12 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/bfc/bfc.h"
-#include "core/fences.h"
 #include "core/layer.h"
+#include "core/streams/oracle.h"
 #include "gpualloc/core/allocator.h"
 #include "gpualloc/core/backend.h"
 
 namespace gpualloc::core {
-
-// The oracle while a graph capture is underway: what is already known, and
-// no device call (no event recorded, queried or waited for on any stream).
-class KnownOnlyOracle final : public ReuseOracle {
- public:
-  explicit KnownOnlyOracle(const ReuseOracle& known) : known_(known) {}
-  bool KnownComplete(std::uintptr_t stream,
-                     std::uint64_t stamp) const override {
-    return known_.KnownComplete(stream, stamp);
-  }
-  Verdict Prepare(std::uintptr_t, std::uint64_t, std::uintptr_t,
-                  bool) override {
-    return Verdict::kBlocked;
-  }
-
- private:
-  const ReuseOracle& known_;
-};
 
 // The calling thread's capture mode set to relaxed for the scope's device
 // calls, while a graph capture is underway (PyTorch does the same around

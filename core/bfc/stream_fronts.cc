@@ -44,19 +44,45 @@ StreamFront* StreamFronts::Make(std::uintptr_t stream) {
          slots_[slot]->stream.load(std::memory_order_relaxed) != kFreeFront) {
     ++slot;
   }
-  if (slot == kMaxFronts) return nullptr;
+  if (slot == kMaxFronts) {
+    // Every slot serves a stream: an idle one's goes to this stream.
+    slot = IdleSlot();
+    if (slot < 0) return nullptr;
+    Release(*slots_[slot]);
+  }
   ++live_;
   if (slot == n) {
     slots_[n] = std::make_unique<StreamFront>(kFreeFront, 0, kMaxAge);
   }
   StreamFront& f = *slots_[slot];
-  // The slot is free (empty since Free): it serves `stream` from the store
-  // on; a thread on another stream scanning it meanwhile looks for neither
-  // key.
-  f.stream.store(stream, std::memory_order_release);
+  {
+    // The slot is free (empty since Free): it serves `stream` from the
+    // store on; a thread on another stream scanning it meanwhile looks for
+    // neither key.
+    LockGuard front_lock(&f.mu);
+    f.stream.store(stream, std::memory_order_release);
+    seen_clock_[slot] = f.cache.clock();
+  }
   if (slot == n) num_.store(n + 1, std::memory_order_release);
   ShareBudget();
   return &f;
+}
+
+int StreamFronts::IdleSlot() {
+  const int n = num_.load(std::memory_order_relaxed);
+  for (int step = 0; step < n; ++step) {
+    const int i = hand_;
+    hand_ = (hand_ + 1) % n;
+    StreamFront& f = *slots_[i];
+    std::uint64_t clock;
+    {
+      LockGuard front_lock(&f.mu);
+      clock = f.cache.clock();
+    }
+    if (clock == seen_clock_[i]) return i;
+    seen_clock_[i] = clock;
+  }
+  return -1;
 }
 
 void StreamFronts::Release(StreamFront& f) {
@@ -73,8 +99,8 @@ void StreamFronts::Free(StreamFront& f) {
   {
     LockGuard front_lock(&f.mu);
     f.cache.Recycle();
+    f.stream.store(kFreeFront, std::memory_order_release);
   }
-  f.stream.store(kFreeFront, std::memory_order_release);
   --live_;
   ShareBudget();
 }

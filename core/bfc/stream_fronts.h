@@ -4,11 +4,18 @@
 // its own, their slots, budgets and statistics, and the blocks they give back
 // to the BFC core (docs/DESIGN.md, "Front caches").
 //
-// Slots. One per stream alive (at most kMaxFronts at once; further streams go
-// to the core directly). A slot is made under the facade's lock and published
-// by num_; it is never destroyed before the allocator: Release empties its
-// front and frees the slot (its key becomes kFreeFront), and the next
-// stream's front reuses it. Lock order: the facade's lock, then a front's mu.
+// Slots. One per stream in use (at most kMaxFronts at once). A slot is made
+// under the facade's lock and published by num_; it is never destroyed
+// before the allocator: Release empties its front and frees the slot (its
+// key becomes kFreeFront), and the next stream's front reuses it. When every
+// slot serves a stream, a new stream takes the slot of one whose front saw
+// no operation since the last sweep of the slots looked at it (a clock
+// sweep: least recently used, roughly), which gives its blocks back as
+// Release does; when every front was used since, the new stream goes to the
+// core directly until one is idle. A slot's key changes only under the
+// front's lock, and Take and Put check it once they hold that lock: a
+// thread that found the slot just before it changed hands goes to the core.
+// Lock order: the facade's lock, then a front's mu.
 //
 // Figures. The core counts a cached block as in use; each front keeps, under
 // its own lock, what it changes on top of the core's counters C (minus its
@@ -54,7 +61,7 @@
 #include "core/bfc/front_cache.h"
 #include "core/layer.h"
 #include "core/lock.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 #include "gpualloc/core/allocator.h"
 
 namespace gpualloc::core {
@@ -162,6 +169,11 @@ class StreamFronts {
     StreamFront* f = For(stream);
     if (f == nullptr) return std::nullopt;
     LockGuard front_lock(&f->mu);
+    // (The slot may have gone to another stream since For.)
+    if (ABSL_PREDICT_FALSE(f->stream.load(std::memory_order_relaxed) !=
+                           stream)) {
+      return std::nullopt;
+    }
     std::optional<std::uint64_t> hit = f->cache.Take(size, requested);
     if (hit.has_value()) {
       f->Raise(static_cast<std::int64_t>(size),
@@ -183,6 +195,11 @@ class StreamFronts {
     if (freed.front == nullptr) return freed;
     StreamFront& f = *freed.front;
     LockGuard front_lock(&f.mu);
+    if (ABSL_PREDICT_FALSE(f.stream.load(std::memory_order_relaxed) !=
+                           stream)) {
+      freed.front = nullptr;  // the slot went to another stream since For
+      return freed;
+    }
     const FrontCache::Put_ p = f.cache.Put(address);
     freed.put = p.result;
     if (freed.put == FrontCache::PutResult::kCached) {
@@ -197,7 +214,8 @@ class StreamFronts {
                                                          const StreamFront& f);
 
   // --- Under the facade's lock ----------------------------------------------
-  // The stream's front, made if a slot is free or left (else null).
+  // The stream's front, made if a slot is free or a stream's front is idle
+  // (its slot is taken over), else null.
   StreamFront* Make(std::uintptr_t stream);
   // The stream is released: its front gives up every block (cached ones to
   // the core, live ones to the core's bookkeeping) and its slot is freed.
@@ -303,6 +321,9 @@ class StreamFronts {
   void ShareBudget();
   // Frees the slot of `f`, emptied by Clear (its stream is released).
   void Free(StreamFront& f);
+  // The slot of a front idle since the sweep last looked at it, or -1
+  // (at most one sweep of the slots per call).
+  int IdleSlot();
   // `f` gives up every block: cached ones to the core, live ones to the
   // core's bookkeeping (their frees go there).
   void Clear(StreamFront& f);
@@ -321,6 +342,10 @@ class StreamFronts {
   ReuseOracle* const oracle_;
   std::atomic<bool> on_;
   std::array<std::unique_ptr<StreamFront>, kMaxFronts> slots_;
+  // The sweep: each slot's front clock when it last looked, and where it
+  // looks next.
+  std::array<std::uint64_t, kMaxFronts> seen_clock_{};
+  int hand_ = 0;
   // Slots made (free ones included), and of them those serving a stream.
   std::atomic<int> num_{0};
   int live_ = 0;

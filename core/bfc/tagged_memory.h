@@ -31,7 +31,7 @@
 #include "core/layer.h"
 #include "core/regions/region_source.h"
 #include "core/report/history.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 #include "gpualloc/core/allocator.h"
 #include "gpualloc/core/backend.h"
 

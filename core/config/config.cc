@@ -71,6 +71,7 @@ using config_internal::CheckFractionAliases;
 using config_internal::CheckUnknownVariables;
 using config_internal::Closest;
 using config_internal::EnvironmentSettings;
+using config_internal::kCrossStreamKey;
 using config_internal::KeyDescriptor;
 using config_internal::kFractionKey;
 using config_internal::kGranularityKey;
@@ -270,9 +271,10 @@ absl::Status MergeKey(std::size_t i, const ProgramSettings& program,
   return absl::OkStatus();
 }
 
-// PyTorch's conventions (grow on demand, up to the whole device, where
-// nobody set otherwise), then the limit as one setting with two spellings: a
-// fraction from a higher level beats a limit from a lower one.
+// PyTorch's conventions (grow on demand, up to the whole device, no stream
+// waits with memory to spare, where nobody set otherwise), then the limit as
+// one setting with two spellings: a fraction from a higher level beats a limit
+// from a lower one.
 void ApplyDefaultsAndLimit(Conventions conventions, Merged& merged) {
   if (conventions == Conventions::kPytorch) {
     if (merged.origin[kPreallocateKey] == ValueOrigin::kDefault) {
@@ -282,6 +284,13 @@ void ApplyDefaultsAndLimit(Conventions conventions, Merged& merged) {
     if (merged.origin[kFractionKey] == ValueOrigin::kDefault) {
       merged.values.memory_fraction = 1.0;
       merged.source[kFractionKey] = "default (PyTorch's)";
+    }
+    // PyTorch's allocator never hands a stream memory another stream's work
+    // may still use: no dependency between a user's streams appears unless
+    // memory runs short.
+    if (merged.origin[kCrossStreamKey] == ValueOrigin::kDefault) {
+      merged.values.cross_stream_reuse = CrossStreamReuse::kStreamWait;
+      merged.source[kCrossStreamKey] = "default (PyTorch's)";
     }
   }
   auto rank = [](ValueOrigin v) {

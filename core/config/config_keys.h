@@ -388,7 +388,7 @@ inline constexpr std::array kKeys = {
     Describe<&O::cross_stream_reuse, kKeyword<config_internal::kCrossStream>,
              &Config::options, &Options::cross_stream_reuse>(
         "cross_stream", "GPUALLOC_CROSS_STREAM", {},
-        "when_complete|stream_wait", ReadBy(kBfcMode)),
+        "when_complete|stream_wait|before_growth|best_fit", ReadBy(kBfcMode)),
     Describe<&O::growth_policy, kKeyword<config_internal::kGrowth>,
              &Config::options, &Options::growth_policy>(
         "growth", "GPUALLOC_GROWTH", {}, "exact|doubling", ReadBy(kBfcMode)),
@@ -440,9 +440,10 @@ inline constexpr std::size_t kLimitKey = KeyIndex("mem_limit");
 inline constexpr std::size_t kGranularityKey = KeyIndex("granularity");
 inline constexpr std::size_t kMinBlockKey = KeyIndex("min_block");
 inline constexpr std::size_t kPreallocateKey = KeyIndex("preallocate");
+inline constexpr std::size_t kCrossStreamKey = KeyIndex("cross_stream");
 static_assert(kFractionKey < kKeys.size() && kLimitKey < kKeys.size() &&
               kGranularityKey < kKeys.size() && kMinBlockKey < kKeys.size() &&
-              kPreallocateKey < kKeys.size());
+              kPreallocateKey < kKeys.size() && kCrossStreamKey < kKeys.size());
 
 // Per key of kKeys: a text, e.g. the value as written.
 using PerKey = std::array<std::string, kKeys.size()>;

@@ -24,11 +24,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/report/quote.h"
 #include "core/status_macros.h"
 #include "gpualloc/arch/profiles.h"
 #include "gpualloc/core/config.h"
@@ -77,14 +77,8 @@ namespace config_internal {
 
 // Control characters and quotes as C escapes. Long text is cut, as trace
 // errors cut long lines, so that one bad value cannot flood a terminal: the
-// first kMaxEcho bytes, "...", and the whole length.
-constexpr std::size_t kMaxEcho = 80;
-std::string Quoted(absl::string_view text) {
-  if (text.size() <= kMaxEcho)
-    return absl::StrCat("\"", absl::CEscape(text), "\"");
-  return absl::StrCat("\"", absl::CEscape(text.substr(0, kMaxEcho)), "...\" (",
-                      text.size(), " bytes)");
-}
+// first 80 bytes, "...", and the whole length (core/report/quote.h).
+std::string Quoted(absl::string_view text) { return core::QuoteInput(text); }
 
 absl::Status Bad(const Where& where, absl::string_view value,
                  absl::string_view why) {
@@ -462,15 +456,17 @@ absl::StatusOr<std::vector<PytorchEntry>> SplitPytorchConf(
       return error(entry, "empty key before ':' (expected key:value)");
     }
     if (e.value.empty()) {
-      return error(entry, absl::StrCat("empty value for ", e.key,
-                                       " (expected key:value; remove the "
-                                       "entry to leave it out)"));
+      return error(entry,
+                   absl::StrCat("empty value for ", core::ClipInput(e.key),
+                                " (expected key:value; remove the "
+                                "entry to leave it out)"));
     }
     for (const PytorchEntry& seen : entries) {
       if (seen.key == e.key) {
-        return error(entry, absl::StrCat("duplicate key \"", e.key,
-                                         "\" (first set by entry ", seen.entry,
-                                         "); set it once"));
+        return error(entry,
+                     absl::StrCat("duplicate key ", core::QuoteInput(e.key),
+                                  " (first set by entry ", seen.entry,
+                                  "); set it once"));
       }
     }
     entries.push_back(std::move(e));

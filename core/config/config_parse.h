@@ -125,9 +125,11 @@ inline constexpr std::array<std::pair<absl::string_view, Tristate>, 5>
                    {"auto", Tristate::kAuto},
                    {"1", Tristate::kOn},
                    {"0", Tristate::kOff}}};
-inline constexpr std::array<std::pair<absl::string_view, CrossStreamReuse>, 2>
+inline constexpr std::array<std::pair<absl::string_view, CrossStreamReuse>, 4>
     kCrossStream = {{{"when_complete", CrossStreamReuse::kWhenComplete},
-                     {"stream_wait", CrossStreamReuse::kStreamWait}}};
+                     {"stream_wait", CrossStreamReuse::kStreamWait},
+                     {"before_growth", CrossStreamReuse::kBeforeGrowth},
+                     {"best_fit", CrossStreamReuse::kBestFit}}};
 inline constexpr std::array<std::pair<absl::string_view, GrowthPolicy>, 2>
     kGrowth = {{{"exact", GrowthPolicy::kExact},
                 {"doubling", GrowthPolicy::kDoubling}}};

@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "core/config/config_keys.h"
 #include "core/config/config_parse.h"
+#include "core/report/quote.h"
 #include "core/status_macros.h"
 #include "gpualloc/core/config.h"
 
@@ -87,7 +88,7 @@ absl::Status CheckUnknownVariables(const EnvLookup& env,
   for (const std::string& name : names) {
     const std::optional<std::string> value = env(name);
     const std::string as_set =
-        absl::StrCat(name, "=", Quoted(value.value_or("")));
+        absl::StrCat(core::ClipInput(name), "=", Quoted(value.value_or("")));
     if (absl::StartsWith(name, kJaxPrefix)) {
       if (std::find(jax.begin(), jax.end(), name) != jax.end()) {
         for (const config_internal::JaxVariable& v :
@@ -152,7 +153,9 @@ absl::StatusOr<PytorchSettings> ReadPytorch(const EnvLookup& env) {
       config_internal::SplitPytorchConf(text, out.variable));
   const auto& keys = config_internal::PytorchKeys();
   for (const config_internal::PytorchEntry& e : entries) {
-    const std::string entry = absl::StrCat(e.key, ":", e.value);
+    // (Cut in the warnings, as any input they show.)
+    const std::string entry =
+        core::ClipInput(absl::StrCat(e.key, ":", e.value));
     const auto known =
         std::find_if(keys.begin(), keys.end(),
                      [&](const auto& k) { return k.name == e.key; });

@@ -22,6 +22,7 @@
 #include "core/bfc/size_class.h"
 #include "core/config/key_modes.h"
 #include "core/report/format_bytes.h"
+#include "core/report/quote.h"
 #include "core/status_macros.h"
 
 namespace gpualloc::core {
@@ -45,7 +46,7 @@ constexpr FieldInfo kFields[] = {
     {"arch", "arch", "\"auto\""},
     {"garbage_collection", "gc", "true"},
     {"gc_threshold", "gc_threshold", "0"},
-    {"cross_stream_reuse", "cross_stream", "CrossStreamReuse::kStreamWait"},
+    {"cross_stream_reuse", "cross_stream", "CrossStreamReuse::kBeforeGrowth"},
     {"growth_policy", "growth", "GrowthPolicy::kExact"},
     {"growth_granularity", "granularity", "0"},
     {"min_block_size", "min_block", "0"},
@@ -284,7 +285,7 @@ absl::StatusOr<const ArchProfile*> ResolveProfile(const Options& options,
   }
   auto found = FindArchProfile(options.arch);
   if (!found.ok()) {
-    return Problem({Own("arch", absl::StrCat("\"", options.arch, "\""))},
+    return Problem({Own("arch", QuoteInput(options.arch))},
                    absl::StrCat("{0}: ", found.status().message(),
                                 "; set {name0} to \"auto\" or a profile "
                                 "name, or {reset0}"));

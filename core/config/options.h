@@ -37,6 +37,9 @@ struct ResolvedOptions {
   bool expandable = false;
   // Big-page placement threshold and alignment; 0 for none.
   std::uint64_t large_page = 0;
+  // The pinned host memory pool's allocator (CreateHostAllocator): its limit
+  // is the host_memory_limit setting, which its out-of-memory hints name.
+  bool host_pool = false;
 };
 
 // InvalidArgument naming the offending field and value; the device is only

@@ -14,8 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/config/options.h"
 #include "core/host/host_memory_backend.h"
 #include "core/lock.h"
+#include "core/modes/modes.h"
 #include "core/status_macros.h"
 
 namespace gpualloc {
@@ -94,6 +96,12 @@ HostAllocator::~HostAllocator() {
     spare_events_.insert(spare_events_.end(), uses.events.begin(),
                          uses.events.end());
   }
+  // Blocks whose wait failed still hold their events: destroyed too (an
+  // event may be destroyed while its work runs, as in CUDA).
+  for (auto& [ptr, events] : held_) {
+    spare_events_.insert(spare_events_.end(), events.begin(), events.end());
+  }
+  held_.clear();
   for (EventHandle e : spare_events_) (void)device_->DestroyEvent(e);
 }
 
@@ -162,7 +170,11 @@ absl::StatusOr<void*> HostAllocator::Allocate(std::size_t bytes, Stream stream,
     core::LockGuard lock(&mu_);
     any_held = !held_.empty();
   }
-  if (any_held) GPUALLOC_RETURN_IF_ERROR(Settle(/*wait=*/false));
+  // Opportunistic: a held block whose event the device could not be asked
+  // about stays held and is asked about again next time; the request does
+  // not fail for it (the wait below, when memory runs out, reports a
+  // failure that persists).
+  if (any_held) (void)Settle(/*wait=*/false);
   absl::StatusOr<void*> ptr = bfc_->Allocate(bytes, kHostStream, alignment);
   if (!ptr.ok() && absl::IsResourceExhausted(ptr.status())) {
     {
@@ -176,11 +188,9 @@ absl::StatusOr<void*> HostAllocator::Allocate(std::size_t bytes, Stream stream,
     }
   }
   if (ptr.ok() || !absl::IsResourceExhausted(ptr.status())) return ptr;
+  // (Its hint names host_memory_limit, the pool's setting.)
   return absl::ResourceExhaustedError(absl::StrCat(
-      ptr.status().message(),
-      " (the host pool of pinned memory: its limit is CreateHostAllocator's "
-      "Options::memory_limit, configuration key host_memory_limit, "
-      "variable GPUALLOC_HOST_MEMORY_LIMIT)"));
+      ptr.status().message(), " (the host pool of pinned memory)"));
 }
 
 absl::Status HostAllocator::RecordStream(void* ptr, Stream stream) {
@@ -346,6 +356,19 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateHostAllocator(
         "CreateHostAllocator: Options.expandable on: pinned host memory has "
         "no virtual memory; the host pool uses separate regions");
   }
+  // The pool grows by whole regions: a limit above the largest whole number
+  // of them (2^64 less part of one region) cannot be honoured.
+  constexpr std::uint64_t kLargestLimit =
+      UINT64_MAX / kHostRegionBytes * kHostRegionBytes;
+  if (options.memory_limit > kLargestLimit) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CreateHostAllocator: a limit of %d bytes (Options::memory_limit, "
+        "configuration key host_memory_limit, variable "
+        "GPUALLOC_HOST_MEMORY_LIMIT) is above %d, the largest whole number "
+        "of the pool's %d-byte regions; set host_memory_limit to at most "
+        "that, or leave it unset for the machine's physical memory",
+        options.memory_limit, kLargestLimit, kHostRegionBytes));
+  }
   Options host = options;
   host.preallocate = false;
   host.expandable = Tristate::kOff;
@@ -360,8 +383,15 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateHostAllocator(
   std::shared_ptr<Backend> device = backend;
   auto adapter = std::make_shared<core::HostMemoryBackend>(std::move(backend),
                                                            host.memory_limit);
+  // Its out-of-memory hints name host_memory_limit (ResolvedOptions).
+  absl::StatusOr<core::ResolvedOptions> resolved =
+      core::ResolveOptions(host, adapter->info());
+  if (resolved.ok()) resolved->host_pool = true;
   absl::StatusOr<std::unique_ptr<Allocator>> bfc =
-      CreateAllocator(host, std::move(adapter));
+      resolved.ok()
+          ? core::CreateResolvedAllocator(*std::move(resolved),
+                                          std::move(adapter))
+          : absl::StatusOr<std::unique_ptr<Allocator>>(resolved.status());
   if (!bfc.ok()) {
     return absl::Status(
         bfc.status().code(),

@@ -39,9 +39,13 @@ DeviceInfo HostInfo(const DeviceInfo& device, std::uint64_t limit) {
   info.profile_reason = device.profile_reason;
   info.ordinal = device.ordinal;
   const std::uint64_t total = std::max(DefaultHostMemoryLimit(), limit);
-  // A whole number of regions, and never below the limit asked for.
-  info.total_bytes =
-      (total + kHostRegionBytes - 1) / kHostRegionBytes * kHostRegionBytes;
+  // A whole number of regions, and never below the limit asked for (a limit
+  // within a region of 2^64 is rounded down instead: nothing overflows).
+  const std::uint64_t regions =
+      total / kHostRegionBytes + (total % kHostRegionBytes != 0 ? 1 : 0);
+  info.total_bytes = regions > UINT64_MAX / kHostRegionBytes
+                         ? UINT64_MAX / kHostRegionBytes * kHostRegionBytes
+                         : regions * kHostRegionBytes;
   info.min_granularity = page;
   info.recommended_granularity = kHostRegionBytes;
   info.allocation_alignment = page;

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,9 +33,30 @@ void* MapPage(int fd) {
   return page == MAP_FAILED ? nullptr : page;
 }
 
+absl::Status Stale(absl::string_view why) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Import: the description is stale: ", why,
+      "; ask the exporter for a description of a block it has now"));
+}
+
 }  // namespace
 
-absl::StatusOr<CounterPage> CounterPage::Create() {
+absl::StatusOr<ExportToken> NewExportToken() {
+  ExportToken token;
+  std::size_t have = 0;
+  while (have < token.size()) {
+    const ssize_t got = getrandom(token.data() + have, token.size() - have, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat(
+          "Export: getrandom for the export's token: ", std::strerror(errno)));
+    }
+    have += static_cast<std::size_t>(got);
+  }
+  return token;
+}
+
+absl::StatusOr<CounterPage> CounterPage::Create(const ExportToken& token) {
   CounterPage page;
   page.fd_ = memfd_create("gpualloc-importers", MFD_CLOEXEC);
   if (page.fd_ < 0) return SystemError("memfd_create", errno);
@@ -46,10 +68,12 @@ absl::StatusOr<CounterPage> CounterPage::Create() {
   std::memcpy(page.page_, &kMagic, sizeof(kMagic));
   const std::uint32_t slots = kSlots;
   std::memcpy(static_cast<char*>(page.page_) + 8, &slots, sizeof(slots));
+  page.Reopen(token);
   return page;
 }
 
-absl::StatusOr<CounterPage> CounterPage::Open(int fd) {
+absl::StatusOr<CounterPage> CounterPage::Open(int fd,
+                                              const ExportToken& token) {
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<std::uint64_t>(st.st_size) != kBytes) {
@@ -66,6 +90,11 @@ absl::StatusOr<CounterPage> CounterPage::Open(int fd) {
     return absl::InvalidArgumentError(
         "Import: the description's counter descriptor is not an importers' "
         "counter page (wrong magic number: the description is stale)");
+  }
+  if (!page.TokenIs(token)) {
+    return Stale(
+        "the exporter no longer exports the block it names (its counter page "
+        "holds another export's token, or none)");
   }
   return page;
 }
@@ -89,15 +118,46 @@ void CounterPage::Reset() {
 }
 
 std::int32_t* CounterPage::slots() const {
-  return reinterpret_cast<std::int32_t*>(static_cast<char*>(page_) + 16);
+  return reinterpret_cast<std::int32_t*>(static_cast<char*>(page_) +
+                                         kHeaderBytes);
+}
+std::uint32_t* CounterPage::state() const {
+  return reinterpret_cast<std::uint32_t*>(static_cast<char*>(page_) + 12);
+}
+std::uint8_t* CounterPage::token() const {
+  return reinterpret_cast<std::uint8_t*>(static_cast<char*>(page_) + 16);
 }
 
-absl::StatusOr<std::uint32_t> CounterPage::Register(pid_t pid) {
+bool CounterPage::TokenIs(const ExportToken& want) const {
+  std::uint8_t* t = token();
+  std::uint8_t differ = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    differ |= __atomic_load_n(&t[i], __ATOMIC_ACQUIRE) ^ want[i];
+  }
+  return differ == 0;
+}
+
+bool CounterPage::retired() const {
+  return __atomic_load_n(state(), __ATOMIC_ACQUIRE) == kRetired;
+}
+
+absl::StatusOr<std::uint32_t> CounterPage::Register(pid_t pid,
+                                                    const ExportToken& token) {
   std::int32_t* s = slots();
   for (std::uint32_t i = 0; i < kSlots; ++i) {
     std::int32_t expected = 0;
     if (__atomic_compare_exchange_n(&s[i], &expected, pid, false,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                                    __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+      // The slot is visible before the state is read (TryRetire stores the
+      // state before it reads the slots).
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      if (__atomic_load_n(state(), __ATOMIC_SEQ_CST) != kOpen ||
+          !TokenIs(token)) {
+        Unregister(i, pid);
+        return Stale(
+            "the exporter has freed the block it names, and no importer has "
+            "it open");
+      }
       return i;
     }
   }
@@ -117,7 +177,7 @@ std::uint32_t CounterPage::Live() {
   std::int32_t* s = slots();
   std::uint32_t live = 0;
   for (std::uint32_t i = 0; i < kSlots; ++i) {
-    std::int32_t pid = __atomic_load_n(&s[i], __ATOMIC_ACQUIRE);
+    std::int32_t pid = __atomic_load_n(&s[i], __ATOMIC_SEQ_CST);
     if (pid == 0) continue;
     if (kill(pid, 0) != 0 && errno == ESRCH) {
       __atomic_compare_exchange_n(&s[i], &pid, 0, false, __ATOMIC_ACQ_REL,
@@ -127,6 +187,34 @@ std::uint32_t CounterPage::Live() {
     ++live;
   }
   return live;
+}
+
+bool CounterPage::TryRetire() {
+  if (retired()) return true;
+  __atomic_store_n(state(), kClosing, __ATOMIC_SEQ_CST);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (Live() != 0) {
+    __atomic_store_n(state(), kOpen, __ATOMIC_SEQ_CST);
+    return false;
+  }
+  Retire();
+  return true;
+}
+
+void CounterPage::Retire() {
+  std::uint8_t* t = token();
+  for (std::size_t i = 0; i < sizeof(ExportToken); ++i) {
+    __atomic_store_n(&t[i], std::uint8_t{0}, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(state(), kRetired, __ATOMIC_SEQ_CST);
+}
+
+void CounterPage::Reopen(const ExportToken& token) {
+  std::uint8_t* t = this->token();
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    __atomic_store_n(&t[i], token[i], __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(state(), kOpen, __ATOMIC_SEQ_CST);
 }
 
 }  // namespace gpualloc::core

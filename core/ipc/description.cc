@@ -13,8 +13,9 @@ namespace gpualloc::core {
 namespace {
 
 // The fixed header: magic, version, kind, reserved, mapping count, pid,
-// bytes, offset, counter descriptor, ordinal, backend name.
-constexpr std::size_t kHeaderBytes = 8 + 2 + 1 + 1 + 4 + 8 + 8 + 8 + 4 + 4 + 16;
+// bytes, offset, counter descriptor, ordinal, backend name, token.
+constexpr std::size_t kHeaderBytes =
+    8 + 2 + 1 + 1 + 4 + 8 + 8 + 8 + 4 + 4 + 16 + 16;
 constexpr std::size_t kMappingBytes = 4 + 4 + 8;
 constexpr std::size_t kChecksumBytes = 8;
 
@@ -78,6 +79,7 @@ std::string EncodeDescription(const BlockDescription& d) {
   std::memcpy(name, d.backend.data(),
               std::min<std::size_t>(15, d.backend.size()));
   out.append(name, sizeof(name));
+  out.append(reinterpret_cast<const char*>(d.token.data()), d.token.size());
   if (d.kind == SharedKind::kIpcHandle) {
     out.append(reinterpret_cast<const char*>(d.handle.bytes),
                IpcHandle::kBytes);
@@ -146,6 +148,7 @@ absl::StatusOr<BlockDescription> DecodeDescription(absl::string_view bytes) {
   d.ordinal = static_cast<std::uint32_t>(r.Get(4));
   const absl::string_view name = r.Take(16);
   d.backend = std::string(name.substr(0, name.find('\0')));
+  std::memcpy(d.token.data(), r.Take(d.token.size()).data(), d.token.size());
   if (d.kind == SharedKind::kIpcHandle) {
     std::memcpy(d.handle.bytes, r.Take(IpcHandle::kBytes).data(),
                 IpcHandle::kBytes);
@@ -159,16 +162,18 @@ absl::StatusOr<BlockDescription> DecodeDescription(absl::string_view bytes) {
     m.fd = static_cast<std::int32_t>(r.Get(4));
     (void)r.Get(4);
     m.bytes = r.Get(8);
-    if (m.fd < 0 || m.bytes == 0) {
+    if (m.fd < 0 || m.bytes == 0 || m.bytes > UINT64_MAX - described) {
       return Bad(absl::StrFormat("mapping %d has descriptor %d and %d bytes", i,
                                  m.fd, m.bytes));
     }
     described += m.bytes;
     d.mappings.push_back(m);
   }
-  if (d.pid == 0 || d.bytes == 0 || d.counter_fd < 0) {
-    return Bad(absl::StrFormat("pid %d, %d bytes, counter descriptor %d", d.pid,
-                               d.bytes, d.counter_fd));
+  if (d.pid == 0 || d.bytes == 0 || d.counter_fd < 0 ||
+      d.bytes > UINT64_MAX - d.offset) {
+    return Bad(
+        absl::StrFormat("pid %d, %d bytes at offset %d, counter descriptor %d",
+                        d.pid, d.bytes, d.offset, d.counter_fd));
   }
   if (d.kind == SharedKind::kMappings &&
       (d.offset >= described || d.bytes > described - d.offset)) {

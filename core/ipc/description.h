@@ -15,12 +15,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/ipc/counter_page.h"
 #include "core/layer.h"
 #include "gpualloc/core/backend.h"
 
 namespace gpualloc::core {
 
-inline constexpr std::uint16_t kDescriptionVersion = 1;
+inline constexpr std::uint16_t kDescriptionVersion = 2;
 inline constexpr char kDescriptionMagic[8] = {'g', 'p', 'u', 'a',
                                               'l', 'i', 'p', 'c'};
 // A description names at most this many mappings (a block of a few GiB over
@@ -47,6 +48,8 @@ struct BlockDescription {
                                  // mapping
   std::int32_t counter_fd = -1;  // the exporter's descriptor of the page
                                  // counting importers
+  ExportToken token{};           // the export's (its counter page holds it
+                                 // while the export is live)
   IpcHandle handle;              // kIpcHandle
   std::vector<DescribedMapping> mappings;  // kMappings, in address order
 };
@@ -55,7 +58,7 @@ std::string EncodeDescription(const BlockDescription& description);
 // InvalidArgument naming what is wrong: too short, not a description (magic),
 // another version, an unknown kind, a length that does not match, a bad
 // checksum (garbled), impossible values (no bytes, an offset past the
-// memory described, negative descriptors).
+// memory described, negative descriptors, a block past 2^64).
 absl::StatusOr<BlockDescription> DecodeDescription(absl::string_view bytes);
 
 }  // namespace gpualloc::core

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 #ifndef SYS_pidfd_open
@@ -25,9 +26,17 @@ absl::StatusOr<int> FetchDescriptor(absl::string_view call, pid_t pid, int fd) {
   if (pid == getpid()) {
     const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (copy < 0) {
-      return absl::InvalidArgumentError(
+      const int error = errno;
+      const std::string message =
           absl::StrFormat("%s: descriptor %d of this process: %s", call, fd,
-                          std::strerror(errno)));
+                          std::strerror(error));
+      if (error == EBADF) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            message,
+            " (the exporter has no such descriptor: the description is "
+            "stale)"));
+      }
+      return absl::InvalidArgumentError(message);
     }
     return copy;
   }

@@ -19,8 +19,9 @@ namespace gpualloc::core {
 // this process owned by the caller: a duplicate when `pid` is this process,
 // else pidfd_open + pidfd_getfd. FailedPrecondition naming `call`, the pid,
 // the descriptor and what the kernel said (no such process: the exporter
-// exited; no permission: ptrace rules); InvalidArgument for a descriptor
-// this process does not have.
+// exited; no permission: ptrace rules; no such descriptor: the description
+// is stale), in this process too; InvalidArgument for other errors of a
+// descriptor of this process.
 absl::StatusOr<int> FetchDescriptor(absl::string_view call, pid_t pid, int fd);
 
 }  // namespace gpualloc::core

@@ -7,6 +7,7 @@
 
 #include <iterator>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -47,10 +48,14 @@ struct Descriptors {
 
 SharedBlocks::~SharedBlocks() {
   for (auto& [ptr, imported] : imports_) {
-    (void)Unmap(imported);
-    imported.counter.Unregister(imported.slot, getpid());
+    UnmapAll(imported);
+    for (std::uint32_t slot : imported.slots) {
+      imported.counter.Unregister(slot, getpid());
+    }
   }
+  Mop();
   for (auto& [ptr, exported] : exports_) {
+    exported.counter.Retire();
     for (int fd : exported.fds) (void)close(fd);
   }
 }
@@ -118,7 +123,10 @@ absl::StatusOr<std::string> SharedBlocks::Export(DeviceAddress ptr,
   d.offset = ptr - holders.pieces.front().first;
   Descriptors fds;
   GPUALLOC_RETURN_IF_ERROR(ExportPieces(holders, &d, &fds.fds));
-  absl::StatusOr<CounterPage> counter = CounterPage::Create();
+  absl::StatusOr<ExportToken> token = NewExportToken();
+  if (!token.ok()) return token.status();
+  d.token = *token;
+  absl::StatusOr<CounterPage> counter = CounterPage::Create(*token);
   if (!counter.ok()) return counter.status();
   d.counter_fd = counter->fd();
   Exported exported;
@@ -126,6 +134,7 @@ absl::StatusOr<std::string> SharedBlocks::Export(DeviceAddress ptr,
   exported.bytes = bytes;
   exported.fds = std::exchange(fds.fds, {});
   exported.counter = *std::move(counter);
+  exported.token = *token;
   const std::string description = exported.description;
   exports_.emplace(ptr, std::move(exported));
   bytes_exported_ += bytes;
@@ -135,44 +144,122 @@ absl::StatusOr<std::string> SharedBlocks::Export(DeviceAddress ptr,
 absl::btree_map<DeviceAddress, SharedBlocks::Exported>::iterator
 SharedBlocks::Drop(absl::btree_map<DeviceAddress, Exported>::iterator it) {
   (it->second.held ? bytes_held_ : bytes_exported_) -= it->second.bytes;
+  it->second.counter.Retire();
   for (int fd : it->second.fds) (void)close(fd);
   return exports_.erase(it);  // (a btree's erase moves the others)
 }
 
-bool SharedBlocks::HoldOnFree(DeviceAddress ptr, std::uintptr_t stream) {
+SharedBlocks::OnFree SharedBlocks::Free(DeviceAddress ptr,
+                                        std::uintptr_t stream) {
   auto it = exports_.find(ptr);
-  if (it == exports_.end()) return false;
-  if (it->second.counter.Live() == 0) {
-    Drop(it);
-    return false;
-  }
+  if (it == exports_.end()) return OnFree::kNotExported;
+  if (it->second.counter.TryRetire()) return OnFree::kRetired;
   it->second.held = true;
   it->second.stream = stream;
   bytes_exported_ -= it->second.bytes;
   bytes_held_ += it->second.bytes;
-  return true;
+  return OnFree::kHeld;
+}
+
+void SharedBlocks::Drop(DeviceAddress ptr) {
+  auto it = exports_.find(ptr);
+  if (it != exports_.end()) Drop(it);
+}
+
+void SharedBlocks::Reopen(DeviceAddress ptr) {
+  auto it = exports_.find(ptr);
+  if (it == exports_.end() || it->second.held) return;
+  it->second.counter.Reopen(it->second.token);
 }
 
 std::vector<std::pair<DeviceAddress, std::uintptr_t>>
-SharedBlocks::TakeReleasable() {
+SharedBlocks::Releasable() {
   std::vector<std::pair<DeviceAddress, std::uintptr_t>> released;
   if (bytes_held_ == 0) return released;
-  for (auto it = exports_.begin(); it != exports_.end();) {
-    if (it->second.held && it->second.counter.Live() == 0) {
-      released.emplace_back(it->first, it->second.stream);
-      it = Drop(it);
-    } else {
-      ++it;
-    }
+  for (auto& [ptr, e] : exports_) {
+    if (e.held && e.counter.TryRetire()) released.emplace_back(ptr, e.stream);
   }
   return released;
+}
+
+bool SharedBlocks::NamesStream(std::uintptr_t stream) const {
+  if (bytes_held_ == 0) return false;
+  for (const auto& [ptr, e] : exports_) {
+    if (e.held && e.stream == stream) return true;
+  }
+  return false;
+}
+
+void SharedBlocks::RenameStream(std::uintptr_t stream, std::uintptr_t key) {
+  if (bytes_held_ == 0) return;
+  for (auto& [ptr, e] : exports_) {
+    if (e.held && e.stream == stream) e.stream = key;
+  }
+}
+
+bool SharedBlocks::Clean(Leftover& l) {
+  if (l.opened != 0) {
+    if (!backend_.CloseIpcHandle(l.opened).ok()) return false;
+    l.opened = 0;
+  }
+  if (l.mapped != 0) {
+    if (!backend_.Unmap(l.reserved, l.mapped).ok()) return false;
+    l.mapped = 0;
+  }
+  for (auto it = l.handles.begin(); it != l.handles.end();) {
+    it = backend_.ReleasePhysical(*it).ok() ? l.handles.erase(it) : it + 1;
+  }
+  if (!l.handles.empty()) return false;
+  if (l.reserved != 0) {
+    if (!backend_.FreeAddress(l.reserved, l.span).ok()) return false;
+    l.reserved = 0;
+  }
+  return true;
+}
+
+void SharedBlocks::Mop() {
+  for (auto it = leftovers_.begin(); it != leftovers_.end();) {
+    it = Clean(*it) ? leftovers_.erase(it) : it + 1;
+  }
 }
 
 absl::StatusOr<DeviceAddress> SharedBlocks::MapImported(
     const BlockDescription& d, std::uint64_t* span) {
   if (d.kind == SharedKind::kIpcHandle) {
     *span = 0;
-    return backend_.OpenIpcHandle(d.handle);
+    absl::StatusOr<DeviceAddress> opened = backend_.OpenIpcHandle(d.handle);
+    if (!opened.ok()) return opened.status();
+    // The block must lie inside what the handle opened: a description is
+    // only checksummed, and an edited one must not reach past it.
+    absl::StatusOr<Backend::AddressRange> range =
+        backend_.GetAddressRange(*opened);
+    absl::Status refused;
+    if (!range.ok()) {
+      refused = absl::Status(
+          range.status().code(),
+          absl::StrCat("Import: GetAddressRange of what the IPC handle "
+                       "opened (the block's bounds cannot be checked): ",
+                       range.status().message()));
+    } else {
+      const std::uint64_t from = *opened - range->base;
+      const std::uint64_t room = range->base <= *opened && from < range->bytes
+                                     ? range->bytes - from
+                                     : 0;
+      if (d.offset >= room || d.bytes > room - d.offset) {
+        refused = absl::InvalidArgumentError(absl::StrFormat(
+            "Import: the description is not valid: its block [%d, +%d) runs "
+            "past the %d bytes of the allocation its IPC handle opened (an "
+            "edited description)",
+            d.offset, d.bytes, room));
+      }
+    }
+    if (!refused.ok()) {
+      Leftover l;
+      l.opened = *opened;
+      if (!Clean(l)) leftovers_.push_back(std::move(l));
+      return refused;
+    }
+    return *opened;
   }
   Descriptors fds;
   std::uint64_t total = 0;
@@ -185,7 +272,9 @@ absl::StatusOr<DeviceAddress> SharedBlocks::MapImported(
   }
   absl::StatusOr<DeviceAddress> base = backend_.ReserveAddress(total, 0);
   if (!base.ok()) return base.status();
-  std::uint64_t mapped = 0;
+  Leftover undo;
+  undo.reserved = *base;
+  undo.span = total;
   absl::Status status;
   for (std::size_t i = 0; i < d.mappings.size() && status.ok(); ++i) {
     const std::uint64_t bytes = d.mappings[i].bytes;
@@ -195,16 +284,18 @@ absl::StatusOr<DeviceAddress> SharedBlocks::MapImported(
       status = handle.status();
       break;
     }
-    status = backend_.Map(*base + mapped, bytes, *handle);
+    status = backend_.Map(*base + undo.mapped, bytes, *handle);
+    if (status.ok()) undo.mapped += bytes;
     // The mapping keeps the memory (PyTorch releases right after mapping).
     const absl::Status released = backend_.ReleasePhysical(*handle);
-    if (status.ok()) mapped += bytes;
-    if (status.ok()) status = released;
+    if (!released.ok()) {
+      undo.handles.push_back(*handle);  // released on the way out
+      status.Update(released);
+    }
   }
   if (status.ok()) status = backend_.SetAccess(*base, total);
   if (!status.ok()) {
-    if (mapped != 0) (void)backend_.Unmap(*base, mapped);
-    (void)backend_.FreeAddress(*base, total);
+    if (!Clean(undo)) leftovers_.push_back(std::move(undo));
     return status;
   }
   *span = total;
@@ -213,6 +304,7 @@ absl::StatusOr<DeviceAddress> SharedBlocks::MapImported(
 
 absl::StatusOr<ImportedBlock> SharedBlocks::Import(
     absl::string_view description) {
+  Mop();
   absl::StatusOr<BlockDescription> d = DecodeDescription(description);
   if (!d.ok()) return d.status();
   if (d->backend != backend_.info().backend) {
@@ -229,43 +321,75 @@ absl::StatusOr<ImportedBlock> SharedBlocks::Import(
           ptr));
     }
   }
+  // The counter page first: its token says that the description is the
+  // export's and that the export is live, and the slot keeps it live while
+  // the rest of what the description names is fetched.
   absl::StatusOr<int> counter_fd =
       FetchDescriptor("Import: the importers' counter page",
                       static_cast<pid_t>(d->pid), d->counter_fd);
   if (!counter_fd.ok()) return counter_fd.status();
   Descriptors owned;
   owned.fds.push_back(*counter_fd);
-  absl::StatusOr<CounterPage> counter = CounterPage::Open(*counter_fd);
+  absl::StatusOr<CounterPage> counter =
+      CounterPage::Open(*counter_fd, d->token);
   if (!counter.ok()) return counter.status();
-  absl::StatusOr<std::uint32_t> slot = counter->Register(getpid());
+  absl::StatusOr<std::uint32_t> slot = counter->Register(getpid(), d->token);
   if (!slot.ok()) return slot.status();
-  Imported imported;
-  imported.kind = d->kind;
-  imported.bytes = d->bytes;
-  absl::StatusOr<DeviceAddress> base = MapImported(*d, &imported.span);
+  std::uint64_t span = 0;
+  absl::StatusOr<DeviceAddress> base = MapImported(*d, &span);
   if (!base.ok()) {
     counter->Unregister(*slot, getpid());
     return base.status();
   }
-  imported.base = *base;
-  imported.counter = *std::move(counter);
-  imported.slot = *slot;
   const DeviceAddress ptr = *base + d->offset;
+  const ImportedBlock block{
+      reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), d->bytes};
+  if (auto it = imports_.find(ptr); it != imports_.end()) {
+    // The handle was open here already (the driver gave the same address
+    // and counts the open): one more import of the same block.
+    Imported& same = it->second;
+    if (same.kind == d->kind && same.base == *base && same.bytes == d->bytes &&
+        same.token == d->token && !same.unmapped) {
+      same.slots.push_back(*slot);
+      return block;
+    }
+    Leftover l;
+    l.opened = d->kind == SharedKind::kIpcHandle ? *base : 0;
+    if (!Clean(l)) leftovers_.push_back(std::move(l));
+    counter->Unregister(*slot, getpid());
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Import: the block opens at %#x, where another import of %d bytes "
+        "is (close it first)",
+        ptr, same.bytes));
+  }
+  Imported imported;
+  imported.kind = d->kind;
+  imported.base = *base;
+  imported.span = span;
+  imported.bytes = d->bytes;
+  imported.token = d->token;
+  imported.counter = *std::move(counter);
+  imported.slots.push_back(*slot);
   imports_.emplace(ptr, std::move(imported));
   bytes_imported_ += d->bytes;
-  return ImportedBlock{
-      reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), d->bytes};
+  return block;
 }
 
-absl::Status SharedBlocks::Unmap(const Imported& imported) {
+void SharedBlocks::UnmapAll(Imported& imported) {
   if (imported.kind == SharedKind::kIpcHandle) {
-    return backend_.CloseIpcHandle(imported.base);
+    for (std::size_t i = 0; i < imported.slots.size(); ++i) {
+      (void)backend_.CloseIpcHandle(imported.base);
+    }
+    return;
   }
-  GPUALLOC_RETURN_IF_ERROR(backend_.Unmap(imported.base, imported.span));
-  return backend_.FreeAddress(imported.base, imported.span);
+  if (!imported.unmapped) {
+    (void)backend_.Unmap(imported.base, imported.span);
+  }
+  (void)backend_.FreeAddress(imported.base, imported.span);
 }
 
 absl::Status SharedBlocks::CloseImport(DeviceAddress ptr) {
+  Mop();
   auto it = imports_.find(ptr);
   if (it == imports_.end()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -273,9 +397,28 @@ absl::Status SharedBlocks::CloseImport(DeviceAddress ptr) {
         "already",
         ptr));
   }
-  GPUALLOC_RETURN_IF_ERROR(Unmap(it->second));
-  it->second.counter.Unregister(it->second.slot, getpid());
-  bytes_imported_ -= it->second.bytes;
+  Imported& imported = it->second;
+  if (imported.kind == SharedKind::kIpcHandle) {
+    // One open per import: the driver unmaps at the last close.
+    GPUALLOC_RETURN_IF_ERROR(backend_.CloseIpcHandle(imported.base));
+    imported.counter.Unregister(imported.slots.back(), getpid());
+    imported.slots.pop_back();
+    if (!imported.slots.empty()) return absl::OkStatus();
+  } else {
+    if (!imported.unmapped) {
+      GPUALLOC_RETURN_IF_ERROR(backend_.Unmap(imported.base, imported.span));
+      imported.unmapped = true;
+    }
+    // A failure leaves the reservation for the next CloseImport, which
+    // makes only this call; the import stays open (counted, its slot held)
+    // until one succeeds.
+    GPUALLOC_RETURN_IF_ERROR(
+        backend_.FreeAddress(imported.base, imported.span));
+    for (std::uint32_t slot : imported.slots) {
+      imported.counter.Unregister(slot, getpid());
+    }
+  }
+  bytes_imported_ -= imported.bytes;
   imports_.erase(it);
   return absl::OkStatus();
 }

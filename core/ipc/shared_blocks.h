@@ -11,16 +11,32 @@
 // base (the backend allocation). Of expandable regions: one ExportMapping
 // per whole mapping the block overlaps (the descriptors stay open, named in
 // the description, until the block is released). Either way one counter
-// page (core/ipc/counter_page.h). Import: pidfd_getfd of the counter page
-// and of each descriptor, then OpenIpcHandle, or ReserveAddress,
-// ImportPhysical + Map + ReleasePhysical per mapping, and one SetAccess.
-// CloseImport undoes it: CloseIpcHandle, or Unmap + FreeAddress.
+// page (core/ipc/counter_page.h) holding the export's random token, which
+// the description carries too. Import: pidfd_getfd of the counter page (its
+// token must match, and the export must be live: a slot is registered
+// before anything else the description names is trusted), then of each
+// descriptor; then OpenIpcHandle (and GetAddressRange: the block must lie
+// inside what was opened), or ReserveAddress, ImportPhysical + Map +
+// ReleasePhysical per mapping, and one SetAccess. CloseImport undoes it:
+// CloseIpcHandle, or Unmap + FreeAddress (a failed FreeAddress is retried
+// by the next CloseImport, without a second Unmap).
+//
+// An IPC handle opened twice in one process (two imports of one description,
+// or of two blocks of one region) gives the same address, as CUDA does, and
+// the driver counts the opens: each import makes one OpenIpcHandle and its
+// close one CloseIpcHandle, and an imported pointer is counted once however
+// often it was imported (its closes are counted down).
+//
+// Whatever a failed Import could not undo (a handle whose release failed, a
+// mapping or reservation that stayed) is kept and retried at every later
+// Import and CloseImport and at destruction: nothing leaks.
 //
 // Thread safety: none; the facade's lock guards it.
 #ifndef GPUALLOC_CORE_IPC_SHARED_BLOCKS_H_
 #define GPUALLOC_CORE_IPC_SHARED_BLOCKS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,7 +66,8 @@ class SharedBlocks {
  public:
   explicit SharedBlocks(Backend* backend) : backend_(*backend) {}
   // Closes every import (backend calls; errors ignored) and every
-  // descriptor and page the exports hold.
+  // descriptor and page the exports hold (their tokens cleared first: no
+  // import starts from them afterwards).
   ~SharedBlocks();
   SharedBlocks(const SharedBlocks&) = delete;
   SharedBlocks& operator=(const SharedBlocks&) = delete;
@@ -69,17 +86,39 @@ class SharedBlocks {
     auto it = exports_.find(ptr);
     return it != exports_.end() && it->second.held;
   }
-  // The exporter frees the block at `ptr`. true: an importer still has it
-  // open, so it is held (the caller keeps it allocated); false: nobody has
-  // it (or it was never exported), its export is dropped and the caller
-  // frees it.
-  // `stream`: the free's, kept for the release.
-  bool HoldOnFree(DeviceAddress ptr, std::uintptr_t stream);
+
+  // The exporter frees the block at `ptr` (`stream`: the free's, kept for
+  // the release).
+  enum class OnFree {
+    kNotExported,  // the caller frees it
+    kHeld,         // an importer has it open: the caller keeps it allocated
+    // Nobody has it open and no import can start from now on: the caller
+    // frees it, then Drop (freed) or Reopen (the free failed: the block is
+    // live and exported as before).
+    kRetired,
+  };
+  OnFree Free(DeviceAddress ptr, std::uintptr_t stream);
+  void Drop(DeviceAddress ptr);
+  void Reopen(DeviceAddress ptr);
   // The held blocks no importer has open anymore (importers that exited
-  // count as closed), with their free's stream: their exports are dropped,
-  // and the caller frees them.
-  std::vector<std::pair<DeviceAddress, std::uintptr_t>> TakeReleasable();
+  // count as closed), with their free's stream, retired (no import starts
+  // from them): the caller frees each and Drops the ones freed; a block
+  // whose free failed stays held and comes back at the next call.
+  std::vector<std::pair<DeviceAddress, std::uintptr_t>> Releasable();
   bool any_held() const { return bytes_held_ != 0; }
+  // ReleaseStream: held blocks freed on `stream` are released on `key`
+  // instead (the stream may be destroyed), and whether any was.
+  bool NamesStream(std::uintptr_t stream) const;
+  void RenameStream(std::uintptr_t stream, std::uintptr_t key);
+  // The first exported block (live or held) for which `pred(ptr)` is true,
+  // and whether it is held.
+  template <typename Pred>
+  std::optional<std::pair<DeviceAddress, bool>> FindExport(Pred pred) const {
+    for (const auto& [ptr, e] : exports_) {
+      if (pred(ptr)) return std::make_pair(ptr, e.held);
+    }
+    return std::nullopt;
+  }
 
   absl::StatusOr<ImportedBlock> Import(absl::string_view description);
   absl::Status CloseImport(DeviceAddress ptr);
@@ -99,6 +138,7 @@ class SharedBlocks {
     std::uint64_t bytes = 0;
     std::vector<int> fds;  // ExportMapping's descriptors, kept open
     CounterPage counter;
+    ExportToken token{};
     bool held = false;          // freed by the exporter, open in an importer
     std::uintptr_t stream = 0;  // held: the free's stream
   };
@@ -107,15 +147,34 @@ class SharedBlocks {
     DeviceAddress base = 0;   // OpenIpcHandle's address, or the reservation
     std::uint64_t span = 0;   // kMappings: the reservation's size
     std::uint64_t bytes = 0;  // the block's
+    ExportToken token{};
     CounterPage counter;
-    std::uint32_t slot = 0;
+    // One slot per Import of this pointer not yet closed (kIpcHandle: each
+    // made one OpenIpcHandle).
+    std::vector<std::uint32_t> slots;
+    // kMappings: Unmap done, FreeAddress failed (the next CloseImport
+    // makes only the FreeAddress; the import stays open until it works).
+    bool unmapped = false;
+  };
+  // What a failed Import could not undo, retried later (Mop).
+  struct Leftover {
+    DeviceAddress opened = 0;    // kIpcHandle: still to close
+    DeviceAddress reserved = 0;  // kMappings: the reservation still to free
+    std::uint64_t span = 0;
+    std::uint64_t mapped = 0;             // of it still mapped, from its start
+    std::vector<PhysicalHandle> handles;  // still to release
   };
   absl::Status ExportPieces(const BlockHolders& holders, BlockDescription* d,
                             std::vector<int>* fds);
+  // Maps what `d` names; what it cannot undo on failure goes to leftovers_.
   absl::StatusOr<DeviceAddress> MapImported(const BlockDescription& d,
                                             std::uint64_t* span);
-  // Undoes an import's backend calls.
-  absl::Status Unmap(const Imported& imported);
+  // Undoes what it can of `l`: whether all of it is done.
+  bool Clean(Leftover& l);
+  // Cleans every leftover it can.
+  void Mop();
+  // Undoes an import's backend calls (for the destructor).
+  void UnmapAll(Imported& imported);
   // Drops an export; returns the iterator after it.
   absl::btree_map<DeviceAddress, Exported>::iterator Drop(
       absl::btree_map<DeviceAddress, Exported>::iterator it);
@@ -123,6 +182,7 @@ class SharedBlocks {
   Backend& backend_;
   absl::btree_map<DeviceAddress, Exported> exports_;
   absl::btree_map<DeviceAddress, Imported> imports_;
+  std::vector<Leftover> leftovers_;
   std::uint64_t bytes_exported_ = 0;
   std::uint64_t bytes_held_ = 0;
   std::uint64_t bytes_imported_ = 0;
@@ -140,7 +200,14 @@ absl::Status SharedBlocks::Validate(InUse in_use) const {
           ptr, e.bytes, in_use(ptr)));
     }
   }
-  for (const auto& [ptr, i] : imports_) imported += i.bytes;
+  for (const auto& [ptr, i] : imports_) {
+    imported += i.bytes;
+    if (i.slots.empty()) {
+      return absl::InternalError(absl::StrFormat(
+          "invariant X3 broken: the import at %#x holds no importer slot",
+          ptr));
+    }
+  }
   if (exported != bytes_exported_ || held != bytes_held_ ||
       imported != bytes_imported_) {
     return absl::InternalError(absl::StrFormat(

@@ -46,18 +46,25 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateAllocator(
   }
   GPUALLOC_ASSIGN_OR_RETURN(core::ResolvedOptions resolved,
                             core::ResolveOptions(options, backend->info()));
-  switch (options.mode) {
+  return core::CreateResolvedAllocator(std::move(resolved), std::move(backend));
+}
+
+namespace core {
+
+absl::StatusOr<std::unique_ptr<Allocator>> CreateResolvedAllocator(
+    ResolvedOptions resolved, std::shared_ptr<Backend> backend) {
+  switch (resolved.options.mode) {
     case AllocatorMode::kBfc:
       break;
     case AllocatorMode::kPlatform:
-      return core::CreatePlatformAllocator(std::move(resolved),
-                                           std::move(backend));
+      return CreatePlatformAllocator(std::move(resolved), std::move(backend));
     case AllocatorMode::kAsync:
-      return core::CreateAsyncAllocator(std::move(resolved),
-                                        std::move(backend));
+      return CreateAsyncAllocator(std::move(resolved), std::move(backend));
   }
   return std::unique_ptr<Allocator>(
-      new core::BfcAllocator(std::move(resolved), std::move(backend)));
+      new BfcAllocator(std::move(resolved), std::move(backend)));
 }
+
+}  // namespace core
 
 }  // namespace gpualloc

@@ -26,7 +26,7 @@
 #include "core/modes/non_caching_allocator.h"
 #include "core/report/oom_message.h"
 #include "core/status_macros.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 
 namespace gpualloc::core {
 
@@ -55,9 +55,12 @@ AsyncAllocator::~AsyncAllocator() {
     live.emplace_back(
         address, Stream(StreamOrder::IsReleasedKey(a.stream) ? 0 : a.stream));
   });
+  // A free the pool refuses is tried once more (nothing could free it
+  // later), and so are frees deferred since.
   for (const auto& [address, stream] : live) {
-    (void)FreeLocked(address, stream);
+    if (!FreeLocked(address, stream).ok()) (void)FreeLocked(address, stream);
   }
+  if (!deferred_.empty()) RetryDeferredLocked();
   // No event is in use outside a call, so every one is idle here, or a
   // released stream's last.
   for (EventHandle event : idle_events_) (void)backend_->DestroyEvent(event);
@@ -90,11 +93,9 @@ absl::StatusOr<void*> AsyncAllocator::AllocateOnce(
   if (live_.counters().bytes_held + deferred_bytes_ + facts.device > Limit()) {
     return OutOfMemory(
         facts, pending, "the limit is reached",
-        absl::StrFormat(
-            "the live allocations fill the limit; free memory earlier, "
-            "raise memory_fraction (now %g) or memory_limit, or lower the "
-            "batch size",
-            resolved_.options.memory_fraction));
+        absl::StrFormat("the live allocations fill the limit; free memory "
+                        "earlier, %s, or lower the batch size",
+                        RaiseLimitHint(resolved_)));
   }
   // The pool's reserved memory stays within the limit too. While what it
   // may hold after this request (reserved_bound_ plus a new segment) fits,
@@ -254,8 +255,31 @@ absl::Status AsyncAllocator::SetLimit(std::uint64_t bytes) {
           limit, usage_.reserved, Limit()));
     }
   }
+  // The pool keeps up to the limit cached at synchronization points (its
+  // release threshold, CreateAsyncAllocator): the new limit from now on.
+  if (limit != Limit()) {
+    absl::Status configured = backend_->ConfigurePool(PoolOptionsFor(limit));
+    if (!configured.ok()) {
+      return absl::Status(
+          configured.code(),
+          absl::StrFormat("SetLimit(%d bytes): setting the pool's release "
+                          "threshold: %s; the limit stays %d",
+                          limit, configured.message(), Limit()));
+    }
+  }
   limit_.store(limit, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+PoolOptions AsyncAllocator::PoolOptionsFor(std::uint64_t limit) {
+  PoolOptions pool;
+  // Keep up to the limit cached at synchronization points: the allocator's
+  // limit already bounds what the pool holds in use.
+  pool.release_threshold = limit;
+  pool.reuse = PoolReuse{/*follow_event_dependencies=*/true,
+                         /*opportunistic=*/true,
+                         /*internal_dependencies=*/true};
+  return pool;
 }
 
 std::uint64_t AsyncAllocator::SaturatingAdd(std::uint64_t a, std::uint64_t b) {
@@ -331,8 +355,8 @@ absl::Status AsyncAllocator::OverLimit(const OutOfMemoryFacts& facts,
           "segments, or freed on streams whose work has not completed",
           usage_.reserved, growth),
       resolved_.options.garbage_collection
-          ? "free memory earlier, raise memory_fraction or memory_limit, or "
-            "lower the batch size"
+          ? absl::StrFormat("free memory earlier, %s, or lower the batch size",
+                            RaiseLimitHint(resolved_))
           : "garbage collection is off (gc=false), so the allocator does "
             "not wait for pending frees: synchronize the streams that "
             "freed memory, turn gc on, free memory earlier or raise the "
@@ -422,14 +446,8 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncAllocator(
         "allocator=bfc",
         info.backend, info.ordinal, info.name));
   }
-  PoolOptions pool;
-  // Keep up to the limit cached at synchronization points: the allocator's
-  // limit already bounds what the pool holds in use.
-  pool.release_threshold = resolved.limit;
-  pool.reuse = PoolReuse{/*follow_event_dependencies=*/true,
-                         /*opportunistic=*/true,
-                         /*internal_dependencies=*/true};
-  absl::Status configured = backend->ConfigurePool(pool);
+  absl::Status configured =
+      backend->ConfigurePool(AsyncAllocator::PoolOptionsFor(resolved.limit));
   if (!configured.ok()) {
     return absl::Status(
         configured.code(),

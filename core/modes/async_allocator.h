@@ -119,7 +119,13 @@ class AsyncAllocator final : public NonCachingAllocator {
   // synchronizes it, and nothing is ever recorded on `stream` again.
   absl::Status ReleaseStream(Stream stream) override;
 
+  // Also makes the new limit the pool's release threshold.
   absl::Status SetLimit(std::uint64_t bytes) override;
+
+  // The pool's configuration for `limit`: the limit as its release
+  // threshold (what it keeps cached at synchronization points), and every
+  // reuse rule on.
+  static PoolOptions PoolOptionsFor(std::uint64_t limit);
 
  private:
   static constexpr absl::string_view kMode = "async";

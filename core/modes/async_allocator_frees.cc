@@ -15,7 +15,7 @@
 #include "core/lock.h"
 #include "core/modes/async_allocator.h"
 #include "core/status_macros.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 
 namespace gpualloc::core {
 

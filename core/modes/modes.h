@@ -27,6 +27,11 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreatePlatformAllocator(
 absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncAllocator(
     ResolvedOptions resolved, std::shared_ptr<Backend> backend);
 
+// CreateAllocator with the options resolved already (the host pool sets
+// ResolvedOptions::host_pool first).
+absl::StatusOr<std::unique_ptr<Allocator>> CreateResolvedAllocator(
+    ResolvedOptions resolved, std::shared_ptr<Backend> backend);
+
 }  // namespace gpualloc::core
 
 #endif  // GPUALLOC_CORE_MODES_H_

@@ -41,9 +41,8 @@ Stats NonCachingAllocator::CommonStatsLocked() const {
 absl::Status NonCachingAllocator::RejectTooLarge(const OutOfMemoryFacts& facts,
                                                  PendingOutOfMemory* pending) {
   LockGuard lock(&mu_);
-  return NoteOutOfMemory(
-      TooLargeError(backend_->info(), resolved_.options, facts), oom_handler_,
-      StatsLocked(), pending, &num_ooms_);
+  return NoteOutOfMemory(TooLargeError(backend_->info(), resolved_, facts),
+                         oom_handler_, StatsLocked(), pending, &num_ooms_);
 }
 
 absl::Status NonCachingAllocator::OutOfMemory(OutOfMemoryFacts facts,

@@ -82,15 +82,18 @@ class PlatformAllocator final : public NonCachingAllocator {
 
     LockGuard lock(&mu_);
     const LiveCounters& k = live_.counters();
+    // Blocks held for importers that all closed them go back first.
+    if (k.bytes_held + facts.device > Limit() && shared_.any_held()) {
+      ReleaseHeld();
+    }
     if (k.bytes_held + facts.device > Limit()) {
       return OutOfMemory(
           facts, pending, "the limit is reached",
           absl::StrFormat(
               "the platform allocator caches nothing, so the live "
-              "allocations alone fill the limit; free memory earlier, raise "
-              "memory_fraction (now %g) or memory_limit, or lower the batch "
-              "size",
-              resolved_.options.memory_fraction));
+              "allocations alone fill the limit; free memory earlier, %s, or "
+              "lower the batch size",
+              RaiseLimitHint(resolved_)));
     }
     absl::StatusOr<DeviceAddress> base = backend_->Allocate(facts.device);
     if (!base.ok()) {
@@ -136,7 +139,22 @@ class PlatformAllocator final : public NonCachingAllocator {
             address));
       }
       // Held while an importer has it open (the lifetime rule of Export).
-      if (shared_.HoldOnFree(address, 0)) return absl::OkStatus();
+      switch (shared_.Free(address, 0)) {
+        case SharedBlocks::OnFree::kHeld:
+          return absl::OkStatus();
+        case SharedBlocks::OnFree::kRetired: {
+          if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();
+          const absl::Status freed = FreeLocked(address);
+          if (freed.ok()) {
+            shared_.Drop(address);
+          } else {
+            shared_.Reopen(address);  // still allocated, still exported
+          }
+          return freed;
+        }
+        case SharedBlocks::OnFree::kNotExported:
+          break;
+      }
     }
     if (ABSL_PREDICT_FALSE(shared_.any_held())) ReleaseHeld();
     return FreeLocked(address);
@@ -170,11 +188,28 @@ class PlatformAllocator final : public NonCachingAllocator {
   }
 
  private:
-  // Frees the held exported blocks no importer has open anymore.
-  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const auto& [address, stream] : shared_.TakeReleasable()) {
-      (void)FreeLocked(address);
+  // Frees the held exported blocks no importer has open anymore. A block
+  // the device refuses to free stays held and is tried again at the next
+  // call; TryReleaseHeld returns the first such error.
+  absl::Status TryReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status status;
+    for (const auto& [address, stream] : shared_.Releasable()) {
+      const absl::Status freed = FreeLocked(address);
+      if (freed.ok()) {
+        shared_.Drop(address);
+      } else {
+        status.Update(absl::Status(
+            freed.code(),
+            absl::StrFormat("releasing the block at %#x held for importers "
+                            "(they all closed it; it stays held and is "
+                            "released at a later call): %s",
+                            address, freed.message())));
+      }
     }
+    return status;
+  }
+  void ReleaseHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    (void)TryReleaseHeld();
   }
 
   absl::Status FreeLocked(DeviceAddress address)
@@ -232,10 +267,11 @@ class PlatformAllocator final : public NonCachingAllocator {
     return s;
   }
 
-  // Nothing is cached, so nothing can be returned.
+  // Nothing is cached: only blocks held for importers that all closed
+  // them can be returned.
   absl::Status Trim() override {
     LockGuard lock(&mu_);
-    if (shared_.any_held()) ReleaseHeld();
+    if (shared_.any_held()) return TryReleaseHeld();
     return absl::OkStatus();
   }
 
@@ -244,6 +280,9 @@ class PlatformAllocator final : public NonCachingAllocator {
         const std::uint64_t limit,
         NewLimit(bytes, resolved_.granularity, backend_->info()));
     LockGuard lock(&mu_);
+    if (live_.counters().bytes_held > limit && shared_.any_held()) {
+      ReleaseHeld();
+    }
     const std::uint64_t held = live_.counters().bytes_held;
     if (held > limit) return LiveAboveNewLimit(limit, held, kMode);
     limit_.store(limit, std::memory_order_relaxed);

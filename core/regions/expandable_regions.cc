@@ -92,8 +92,8 @@ class ExpandableRegions final : public RegionSource {
     // again at the next Trim; what stays counts against the limit below).
     if (!c_.capturing) (void)space_.RetryPending();
     const std::optional<GrowthPlan> plan =
-        PlanGrowth(Extents(/*free_ends=*/true), space_.base(), space_.size(),
-                   needed, space_.unit());
+        PlanGrowth(Extents(/*free_ends=*/true, stream), space_.base(),
+                   space_.size(), needed, space_.unit());
     if (!plan.has_value()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "no hole of the reserved range of %d bytes can take %d more bytes",
@@ -249,13 +249,19 @@ class ExpandableRegions final : public RegionSource {
   // The core's regions (with their free ends when `free_ends`) and the
   // refused memory still mapped (no free end: nothing may use it), in
   // address order, for PlanGrowth.
-  std::vector<Extent> Extents(bool free_ends) const {
+  std::vector<Extent> Extents(bool free_ends, Stream stream = Stream()) const {
     std::vector<Extent> extents;
     for (DeviceAddress base : c_.core.RegionBases()) {
       const RegionId id = *c_.core.RegionAt(base);
       Extent e{base, c_.core.region_size(id), 0, 0};
       if (free_ends) {
-        const RegionEdges edges = c_.core.region_edges(id);
+        // When the stream may wait rather than grow (never during a
+        // capture), the whole free end: the allocation waits for what its
+        // work may still use.
+        const RegionEdges edges = c_.core.region_edges(
+            id, stream.handle, c_.oracle,
+            !c_.capturing && c_.stream_order.MayWaitBeforeGrowth() &&
+                !StreamOrder::IsReleasedKey(stream.handle));
         e.free_head = edges.free_head;
         e.free_tail = edges.free_tail;
       }

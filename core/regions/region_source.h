@@ -31,7 +31,7 @@
 #include "core/config/options.h"
 #include "core/layer.h"
 #include "core/report/history.h"
-#include "core/stream_order.h"
+#include "core/streams/stream_order.h"
 #include "gpualloc/core/backend.h"
 
 namespace gpualloc::core {
@@ -52,7 +52,7 @@ struct RegionContext {
   // The allocation history (Options::history), null when off: regions made
   // and undone are recorded there.
   History* history = nullptr;
-  bool streams() const { return &oracle == &stream_order; }
+  bool streams() const { return stream_order.streams(); }
 };
 
 class RegionSource {

@@ -3,6 +3,7 @@
 // per-thread contexts.
 #include "core/report/history.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -82,7 +83,15 @@ std::string ContextString(std::uint32_t id) {
   return id <= t.texts.size() ? t.texts[id - 1] : std::string();
 }
 
-History::History(std::uint64_t capacity) : entries_(capacity) {}
+History::History(std::uint64_t capacity) : capacity_(capacity) {}
+
+std::uint64_t History::bytes_held() const {
+  std::uint64_t entries = 0;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    entries += std::min(kChunkEntries, capacity_ - c * kChunkEntries);
+  }
+  return entries * sizeof(Entry);
+}
 
 std::uint64_t History::NowNs() {
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
@@ -93,33 +102,38 @@ std::uint64_t History::NowNs() {
 void History::Record(HistoryAction action, std::uint64_t address,
                      std::uint64_t size, std::uintptr_t stream,
                      std::uint64_t time_ns) {
-  Entry& e = entries_[next_];
+  if (next_ % kChunkEntries == 0 && next_ / kChunkEntries == chunks_.size()) {
+    // The ring's first pass reaches a chunk not made yet.
+    chunks_.push_back(
+        std::make_unique<Entry[]>(std::min(kChunkEntries, capacity_ - next_)));
+  }
+  Entry& e = At(next_);
   e.address = address;
   e.size = size;
   e.time_ns = time_ns;
   e.stream = stream;
   e.context = current_context;
   e.action = action;
-  if (++next_ == entries_.size()) next_ = 0;
+  if (++next_ == capacity_) next_ = 0;
   ++recorded_;
 }
 
 void History::AppendTo(Snapshot* s) const {
   const std::uint64_t kept = recorded_ - dropped();
   // The oldest kept entry: index 0 until the ring has wrapped, then next_.
-  std::uint64_t i = recorded_ > entries_.size() ? next_ : 0;
+  std::uint64_t i = recorded_ > capacity_ ? next_ : 0;
   std::uint32_t last_id = 0;
   std::string last_text;
   s->history.reserve(s->history.size() + kept);
   for (std::uint64_t n = 0; n < kept; ++n) {
-    const Entry& e = entries_[i];
+    const Entry& e = At(i);
     if (e.context != last_id) {  // runs of one context look it up once
       last_id = e.context;
       last_text = ContextString(e.context);
     }
     s->history.push_back(HistoryEvent{e.action, e.address, e.size, e.stream,
                                       e.time_ns, last_text});
-    if (++i == entries_.size()) i = 0;
+    if (++i == capacity_) i = 0;
   }
   s->history_recorded = recorded_;
   s->history_dropped = dropped();

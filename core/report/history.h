@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // core/report/history.h: the allocation history (Options::history): a ring
-// buffer of allocator events made once at creation, and the per-thread context
-// (SetThreadContext) stored with each event.
+// buffer of allocator events, and the per-thread context (SetThreadContext)
+// stored with each event. The ring grows as it first fills, by chunks of
+// kChunkEntries events (160 KiB), up to its capacity, so that a large
+// capacity costs memory only once that many events were recorded (16777216
+// events take 640 MiB when full).
 //
 // Recording an event costs a clock read, a thread-local read and one store
-// of 40 bytes: no allocation, no lock of its own (the facade's lock is held).
+// of 40 bytes, no lock of its own (the facade's lock is held), and one
+// allocation of a chunk every kChunkEntries events until the ring is full.
 // Contexts are interned when set (a process-wide table behind a mutex that
 // only the setter and GetSnapshot take), so an event keeps a 32-bit id.
 //
@@ -46,11 +50,15 @@ class History {
   // counts.
   void AppendTo(Snapshot* s) const;
 
-  std::uint64_t capacity() const { return entries_.size(); }
+  static constexpr std::uint64_t kChunkEntries = 4096;
+
+  std::uint64_t capacity() const { return capacity_; }
   std::uint64_t recorded() const { return recorded_; }
   std::uint64_t dropped() const {
-    return recorded_ > entries_.size() ? recorded_ - entries_.size() : 0;
+    return recorded_ > capacity_ ? recorded_ - capacity_ : 0;
   }
+  // Host memory the ring holds now.
+  std::uint64_t bytes_held() const;
 
  private:
   struct Entry {
@@ -61,7 +69,12 @@ class History {
     std::uint32_t context;
     HistoryAction action;
   };
-  std::vector<Entry> entries_;
+  Entry& At(std::uint64_t i) const {
+    return chunks_[i / kChunkEntries][i % kChunkEntries];
+  }
+  const std::uint64_t capacity_;
+  // Entry i is in chunks_[i / kChunkEntries]; the last chunk may be short.
+  std::vector<std::unique_ptr<Entry[]>> chunks_;
   std::uint64_t next_ = 0;  // index of the next entry written
   std::uint64_t recorded_ = 0;
 };

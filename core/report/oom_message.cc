@@ -39,14 +39,31 @@ absl::Status OutOfMemoryError(const DeviceInfo& device, const Options& options,
       FormatBytes(facts.limit), facts.in_use, facts.reserved, hint));
 }
 
-absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
+std::string RaiseLimitHint(const ResolvedOptions& resolved) {
+  const Options& o = resolved.options;
+  if (resolved.host_pool) {
+    return absl::StrFormat(
+        "raise host_memory_limit (GPUALLOC_HOST_MEMORY_LIMIT, now %s)",
+        FormatBytes(o.memory_limit));
+  }
+  if (o.memory_limit != 0) {
+    return absl::StrFormat("raise mem_limit (GPUALLOC_MEM_LIMIT, now %s)",
+                           FormatBytes(o.memory_limit));
+  }
+  return absl::StrFormat(
+      "raise mem_fraction (GPUALLOC_MEM_FRACTION, now %g) or set mem_limit "
+      "(GPUALLOC_MEM_LIMIT)",
+      o.memory_fraction);
+}
+
+absl::Status TooLargeError(const DeviceInfo& device,
+                           const ResolvedOptions& resolved,
                            const OutOfMemoryFacts& facts) {
   return absl::ResourceExhaustedError(absl::StrFormat(
       "out of memory: %s can never succeed: it exceeds the allocator's limit "
-      "of %d bytes (%s) on %s. Hint: raise memory_fraction (now %g) or set "
-      "memory_limit.",
+      "of %d bytes (%s) on %s. Hint: %s.",
       Request(facts), facts.limit, FormatBytes(facts.limit),
-      Where(device, options, facts.mode), options.memory_fraction));
+      Where(device, resolved.options, facts.mode), RaiseLimitHint(resolved)));
 }
 
 namespace {
@@ -104,9 +121,11 @@ absl::StatusOr<void*> CallOutOfMemoryHandler(
 }
 
 absl::Status BfcOutOfMemoryError(const DeviceInfo& device,
-                                 const Options& options, std::uint64_t bytes,
-                                 std::uint64_t size, absl::string_view why,
-                                 const Stats& s, std::uint64_t free_bytes) {
+                                 const ResolvedOptions& resolved,
+                                 std::uint64_t bytes, std::uint64_t size,
+                                 absl::string_view why, const Stats& s,
+                                 std::uint64_t free_bytes) {
+  const Options& options = resolved.options;
   std::string hint;
   if (free_bytes >= size) {
     hint = absl::StrFormat(
@@ -123,10 +142,8 @@ absl::Status BfcOutOfMemoryError(const DeviceInfo& device,
         "the device refused more memory (other processes may hold it); lower "
         "the limit or free device memory elsewhere";
   } else {
-    hint = absl::StrFormat(
-        "the limit is reached; raise memory_fraction (now %g) or "
-        "memory_limit, or lower the batch size",
-        options.memory_fraction);
+    hint = absl::StrFormat("the limit is reached; %s, or lower the batch size",
+                           RaiseLimitHint(resolved));
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
       "out of memory: Allocate(%d bytes, rounded to %d) on %s%s: %s. limit "

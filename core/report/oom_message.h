@@ -8,12 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/base/optimization.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/config/options.h"
 #include "core/layer.h"
 #include "gpualloc/core/allocator.h"
 #include "gpualloc/core/backend.h"
@@ -31,13 +33,20 @@ struct OutOfMemoryFacts {
   std::uint64_t reserved = 0;
 };
 
+// How to raise the limit, naming the setting the user sets and its value
+// now: "raise mem_fraction (GPUALLOC_MEM_FRACTION, now 0.75) or set mem_limit
+// (GPUALLOC_MEM_LIMIT)", "raise mem_limit (GPUALLOC_MEM_LIMIT, now 64.00 MiB)"
+// when a limit was set, "raise host_memory_limit (...)" for the host pool.
+std::string RaiseLimitHint(const ResolvedOptions& resolved);
+
 // ResourceExhausted: "out of memory: Allocate(...) on DEVICE (NAME, MODE
 // allocator): WHY. limit, in use, reserved. Hint: HINT".
 absl::Status OutOfMemoryError(const DeviceInfo& device, const Options& options,
                               const OutOfMemoryFacts& facts,
                               absl::string_view why, absl::string_view hint);
 // ResourceExhausted for a request larger than the limit itself.
-absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
+absl::Status TooLargeError(const DeviceInfo& device,
+                           const ResolvedOptions& resolved,
                            const OutOfMemoryFacts& facts);
 
 // The BFC mode's report: "out of memory: Allocate(BYTES, rounded to SIZE) on
@@ -45,9 +54,10 @@ absl::Status TooLargeError(const DeviceInfo& device, const Options& options,
 // fragmentation. Hint: ..." with the hint chosen by what ran out (pieces,
 // the device, the limit). `free_bytes`: reserved but not in use.
 absl::Status BfcOutOfMemoryError(const DeviceInfo& device,
-                                 const Options& options, std::uint64_t bytes,
-                                 std::uint64_t size, absl::string_view why,
-                                 const Stats& s, std::uint64_t free_bytes);
+                                 const ResolvedOptions& resolved,
+                                 std::uint64_t bytes, std::uint64_t size,
+                                 absl::string_view why, const Stats& s,
+                                 std::uint64_t free_bytes);
 
 // The out-of-memory handler. A mode keeps the handler as a
 //   std::shared_ptr<const OutOfMemoryHandler> oom_handler_

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/report/quote.h"
 #include "core/report/snapshot_json_format.h"
 #include "gpualloc/core/snapshot_json.h"
 #include "gpualloc/core/stats_fields.h"
@@ -27,6 +28,8 @@
 namespace gpualloc {
 namespace {
 
+using core::ClipInput;
+using core::QuoteInput;
 using snapshot_json_internal::kFormat;
 using snapshot_json_internal::kVersion;
 
@@ -271,7 +274,7 @@ absl::StatusOr<std::uint64_t> Unsigned(const JsonValue& v,
   if (ec != std::errc() || ptr != t.data() + t.size()) {
     return FieldError(
         path.empty() ? std::string(key) : absl::StrCat(path, ".", key),
-        absl::StrCat("an unsigned 64-bit integer, got ", t));
+        absl::StrCat("an unsigned 64-bit integer, got ", ClipInput(t)));
   }
   return value;
 }
@@ -287,7 +290,7 @@ absl::StatusOr<double> Fraction(const JsonValue& v, absl::string_view path,
   if (ec != std::errc() || ptr != t.data() + t.size() ||
       !std::isfinite(value)) {
     return FieldError(absl::StrCat(path, ".", key),
-                      absl::StrCat("a finite number, got ", t));
+                      absl::StrCat("a finite number, got ", ClipInput(t)));
   }
   return value;
 }
@@ -380,9 +383,9 @@ absl::StatusOr<std::vector<RegionSnapshot>> ParseRegions(
       if (state->text == "in_use") {
         chunk.in_use = true;
       } else if (state->text != "free") {
-        return FieldError(
-            absl::StrCat(cpath, ".state"),
-            absl::StrCat("\"in_use\" or \"free\", got \"", state->text, "\""));
+        return FieldError(absl::StrCat(cpath, ".state"),
+                          absl::StrCat("\"in_use\" or \"free\", got ",
+                                       QuoteInput(state->text)));
       }
       region.chunks.push_back(chunk);
     }
@@ -465,8 +468,8 @@ absl::Status ParseHistory(const JsonValue& doc, Snapshot& snapshot) {
     }
     if (a > static_cast<int>(HistoryAction::kOom)) {
       return FieldError(absl::StrCat(path, ".action"),
-                        absl::StrCat("an action such as \"alloc\", got \"",
-                                     action->text, "\""));
+                        absl::StrCat("an action such as \"alloc\", got ",
+                                     QuoteInput(action->text)));
     }
     e.action = static_cast<HistoryAction>(a);
     GPUALLOC_JSON_ASSIGN(e.address, Unsigned(v, path, "address"));
@@ -496,8 +499,8 @@ absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
   GPUALLOC_JSON_ASSIGN(
       format, Member(*doc, "", "format", JsonValue::Kind::kString, "a string"));
   if (format->text != kFormat) {
-    return FieldError("format", absl::StrCat("\"", kFormat, "\", got \"",
-                                             format->text, "\""));
+    return FieldError("format", absl::StrCat("\"", kFormat, "\", got ",
+                                             QuoteInput(format->text)));
   }
   std::uint64_t version = 0;
   GPUALLOC_JSON_ASSIGN(version, Unsigned(*doc, "", "version"));
@@ -538,8 +541,8 @@ absl::StatusOr<Snapshot> SnapshotFromJson(absl::string_view json) {
       snapshot.region_kind = RegionKind::kExpandable;
     } else if (kind->text != RegionKindName(RegionKind::kSeparate)) {
       return FieldError("region_kind",
-                        absl::StrCat("\"separate\" or \"expandable\", got \"",
-                                     kind->text, "\""));
+                        absl::StrCat("\"separate\" or \"expandable\", got ",
+                                     QuoteInput(kind->text)));
     }
   } else {
     // An older document: only expandable regions map and unmap.

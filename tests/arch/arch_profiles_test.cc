@@ -123,6 +123,12 @@ TEST(ArchProfilesTest, EveryProfileIsConsistent) {
     EXPECT_EQ(absl::AsciiStrToLower(p.name), p.name);
     EXPECT_FALSE(p.description.empty());
     EXPECT_FALSE(p.sources.empty());
+    // Completion counters have figures and say where they come from.
+    EXPECT_FALSE(p.costs.counter_sources.empty());
+    EXPECT_GT(p.costs.write_counter.call_ns, 0u);
+    EXPECT_GT(p.costs.wait_counter.call_ns, 0u);
+    EXPECT_GT(p.costs.create_counters.call_ns, 0u);
+    EXPECT_GT(p.costs.destroy_counters.call_ns, 0u);
     EXPECT_NE(p.vendor, Vendor::kUnknown);
     const bool generic = absl::StartsWith(p.name, "generic-");
     EXPECT_EQ(generic, p.arch_ids.empty());

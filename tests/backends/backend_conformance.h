@@ -40,6 +40,13 @@ namespace gpualloc::testing {
 struct BackendFactory {
   std::string name;  // test-name suffix: letters, digits and underscores
   std::function<absl::StatusOr<std::shared_ptr<Backend>>()> make;
+  // Optional, for a backend that models device work (the simulator, a fake
+  // driver): hold_work makes the work queued on `stream` so far, or a piece
+  // it queues, stay pending until release_work completes it. The counter
+  // cases use them to check that a write waits for its stream's earlier
+  // work; without them those cases skip.
+  std::function<void(Backend&, Stream)> hold_work = nullptr;
+  std::function<void(Backend&, Stream)> release_work = nullptr;
 };
 
 inline void PrintTo(const BackendFactory& factory, std::ostream* os) {
@@ -1030,7 +1037,9 @@ TEST_P(BackendConformanceTest, HostCopyEdgeCases) {
 
 }  // namespace gpualloc::testing
 
-// Sharing memory with other processes: the cases of their own file.
+// Sharing memory with other processes, and completion counters: the cases
+// of their own files.
+#include "tests/backends/backend_conformance_counters.h"
 #include "tests/backends/backend_conformance_sharing.h"
 
 #endif  // GPUALLOC_TESTS_BACKEND_CONFORMANCE_H_

@@ -84,16 +84,31 @@ TEST(CudaEntryPointsTest, ResolvesEveryBaseNameForTheCompiledVersion) {
     // Base names, never the header's versioned spellings.
     EXPECT_THAT(r.symbol, ::testing::Not(HasSubstr("_v"))) << r.symbol;
   }
-  for (const char* expected :
-       {"cuMemAlloc", "cuMemFree", "cuMemGetInfo", "cuDeviceTotalMem",
-        "cuEventDestroy", "cuDevicePrimaryCtxRelease", "cuMemCreate",
-        "cuMemMap", "cuMemSetAccess", "cuMemAllocFromPoolAsync",
-        "cuMemFreeAsync", "cuGetErrorName", "cuStreamIsCapturing",
-        "cuThreadExchangeStreamCaptureMode", "cuIpcOpenMemHandle",
-        "cuMemExportToShareableHandle", "cuMemHostAlloc"}) {
+  for (const char* expected : {"cuMemAlloc",
+                               "cuMemFree",
+                               "cuMemGetInfo",
+                               "cuDeviceTotalMem",
+                               "cuEventDestroy",
+                               "cuDevicePrimaryCtxRelease",
+                               "cuMemCreate",
+                               "cuMemMap",
+                               "cuMemSetAccess",
+                               "cuMemAllocFromPoolAsync",
+                               "cuMemFreeAsync",
+                               "cuGetErrorName",
+                               "cuStreamIsCapturing",
+                               "cuThreadExchangeStreamCaptureMode",
+                               "cuIpcOpenMemHandle",
+                               "cuMemGetAddressRange",
+                               "cuMemExportToShareableHandle",
+                               "cuMemHostAlloc",
+                               "cuMemHostGetDevicePointer",
+                               "cuStreamWriteValue64",
+                               "cuStreamWaitValue64"}) {
     EXPECT_TRUE(names.contains(expected)) << expected;
   }
-  EXPECT_EQ(names.size(), 48u);
+  EXPECT_EQ(names.size(), 52u);
+  EXPECT_TRUE((*api)->has_counters());
 }
 
 TEST(CudaEntryPointsTest, ANewerDriverIsAskedForTheCompiledVersion) {

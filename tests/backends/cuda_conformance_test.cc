@@ -33,8 +33,25 @@ absl::StatusOr<std::shared_ptr<Backend>> Over(
 }
 
 BackendFactory Fake(std::string name, FakeCudaOptions options) {
-  return BackendFactory{std::move(name), [options] {
-                          return Over(FakeCudaDriver::Create(options)->Api());
+  // The fake the factory made last, for the hooks that hold and release its
+  // work (the counter cases).
+  auto made = std::make_shared<std::weak_ptr<FakeCudaDriver>>();
+  return BackendFactory{std::move(name),
+                        [options, made] {
+                          std::shared_ptr<FakeCudaDriver> fake =
+                              FakeCudaDriver::Create(options);
+                          *made = fake;
+                          return Over(fake->Api());
+                        },
+                        [made](Backend&, Stream) {
+                          if (auto fake = made->lock())
+                            fake->SetWorkPending(true);
+                        },
+                        [made](Backend&, Stream) {
+                          if (auto fake = made->lock()) {
+                            fake->CompletePendingWork();
+                            fake->SetWorkPending(false);
+                          }
                         }};
 }
 
@@ -53,6 +70,7 @@ FakeCudaOptions NoVmmNoPoolsA100() {
   o.total_bytes = std::uint64_t{512} << 20;
   o.vmm_supported = false;
   o.pools_supported = false;
+  o.stream_mem_ops_64 = false;  // no completion counters either
   return o;
 }
 

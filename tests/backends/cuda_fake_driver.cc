@@ -102,6 +102,29 @@ void FakeCudaDriver::SetWorkPending(bool pending) {
   state_->work_pending = pending;
 }
 
+void FakeCudaDriver::CompletePendingWork() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, e] : state_->events) e.done = true;
+  fake_internal::LandCounterWrites(*state_, [](const auto&) { return true; });
+}
+
+std::size_t FakeCudaDriver::pending_counter_writes() const {
+  absl::MutexLock lock(&mu_);
+  return state_->pending_writes.size();
+}
+std::size_t FakeCudaDriver::live_mapped_host_blocks() const {
+  absl::MutexLock lock(&mu_);
+  return state_->mapped_host.size();
+}
+unsigned int FakeCudaDriver::last_write_flags() const {
+  absl::MutexLock lock(&mu_);
+  return state_->last_write_flags;
+}
+unsigned int FakeCudaDriver::last_wait_flags() const {
+  absl::MutexLock lock(&mu_);
+  return state_->last_wait_flags;
+}
+
 void FakeCudaDriver::SetProcess(int process) {
   absl::MutexLock lock(&mu_);
   state_->process = process;
@@ -310,6 +333,19 @@ CUresult FakeDeviceGetAttribute(int* value, CUdevice_attribute attribute,
       }
       *value = o.posix_fd_supported;
       return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+      *value = o.can_map_host_memory;
+      return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+      // A driver older than CUDA 11.7 does not know the attribute.
+      if (o.driver_version < 11070) return CUDA_ERROR_INVALID_VALUE;
+      [[fallthrough]];
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
+      if (o.stream_mem_ops_attribute_result != CUDA_SUCCESS) {
+        return o.stream_mem_ops_attribute_result;
+      }
+      *value = o.stream_mem_ops_64;
+      return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -382,6 +418,7 @@ CUresult FakeMemFree(CUdeviceptr ptr) {
   s.bytes.Drop({FakeRegionKind::kAllocation, ptr});
   // cuMemFree synchronizes the device.
   for (auto& [id, e] : s.events) e.done = true;
+  fake_internal::LandCounterWrites(s, [](const auto&) { return true; });
   return CUDA_SUCCESS;
 }
 
@@ -401,13 +438,15 @@ CUresult FakeEventDestroy(CUevent event) {
              : CUDA_ERROR_INVALID_HANDLE;
 }
 
-CUresult FakeEventRecord(CUevent event, CUstream) {
+CUresult FakeEventRecord(CUevent event, CUstream stream) {
   FAKE_ENTER("cuEventRecord");
   FAKE_NEED_CONTEXT();
   auto it = s.events.find(reinterpret_cast<std::uintptr_t>(event));
   if (it == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
   it->second.recorded = true;
   it->second.done = !s.work_pending;
+  it->second.stream = reinterpret_cast<std::uintptr_t>(stream);
+  it->second.seq = ++s.seq;
   return CUDA_SUCCESS;
 }
 
@@ -423,6 +462,13 @@ CUresult FakeEventSynchronize(CUevent event) {
   auto it = s.events.find(reinterpret_cast<std::uintptr_t>(event));
   if (it == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
   it->second.done = true;
+  // The counter writes queued on its stream before it have landed too.
+  if (it->second.recorded) {
+    const FakeCudaDriver::State::Event& e = it->second;
+    fake_internal::LandCounterWrites(s, [&](const auto& w) {
+      return w.stream == e.stream && w.seq < e.seq;
+    });
+  }
   return CUDA_SUCCESS;
 }
 

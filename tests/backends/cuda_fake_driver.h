@@ -13,8 +13,13 @@
 // refused with CUDA_ERROR_INVALID_CONTEXT as the real driver does), physical
 // memory exported as real file descriptors (memfds, so a test can check who
 // owns and closes them; importing one gives a handle sharing the exporter's
-// memory and bytes) and page-locked host memory (real, malloc'd, page
-// aligned). Fake addresses are numbers only;
+// memory and bytes), page-locked host memory (real, malloc'd, page
+// aligned, filled with 0xa5 as real memory is not zeroed) and the stream
+// memory operations of completion counters (a mapped block has a device
+// address of its own; cuStreamWriteValue64 stores into the host memory
+// behind it at once, or, while work is pending, when that work completes;
+// cuStreamWaitValue64 checks its arguments only). Fake addresses are numbers
+// only;
 // the bytes cuMemcpyHtoD writes behind them are kept per allocation, pool
 // block or physical handle (fake_device_bytes.h) for cuMemcpyDtoH to read.
 //
@@ -64,6 +69,12 @@ struct FakeCudaOptions {
   CUresult posix_fd_attribute_result = CUDA_SUCCESS;
   // cuMemHostAlloc answers out of memory above this many bytes.
   std::uint64_t host_bytes = std::uint64_t{64} << 30;
+  // CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, and
+  // CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (and its _V1, or the
+  // error reading either answers).
+  bool can_map_host_memory = true;
+  bool stream_mem_ops_64 = true;
+  CUresult stream_mem_ops_attribute_result = CUDA_SUCCESS;
 };
 
 class FakeCudaDriver {
@@ -90,8 +101,23 @@ class FakeCudaDriver {
   // Every call of `function` returns `result` until StopFailing(function).
   void FailAlways(const std::string& function, CUresult result);
   void StopFailing(const std::string& function);
-  // While true, recorded events stay not ready until synchronized.
+  // While true, recorded events stay not ready until synchronized, and
+  // counter writes (cuStreamWriteValue64) wait, queued, for the work before
+  // them: they land when an event recorded after them on their stream is
+  // synchronized, when the device synchronizes (cuMemFree, cuMemFreeHost) or
+  // at CompletePendingWork.
   void SetWorkPending(bool pending);
+  // Everything pending completes: every recorded event is ready and every
+  // queued counter write lands, in queue order.
+  void CompletePendingWork();
+  // Counter writes queued and not landed.
+  std::size_t pending_counter_writes() const;
+  // cuMemHostAlloc blocks mapped for the device (DEVICEMAP) and not freed.
+  std::size_t live_mapped_host_blocks() const;
+  // The flags of the last cuStreamWriteValue64 and cuStreamWaitValue64 (~0u
+  // before one).
+  unsigned int last_write_flags() const;
+  unsigned int last_wait_flags() const;
   // What cuStreamIsCapturing answers for `stream` (NONE until set). The
   // capture mode cuThreadExchangeStreamCaptureMode exchanges is per thread,
   // as in the driver.

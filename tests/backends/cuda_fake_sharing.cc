@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/backends/cuda_fake_sharing.cc: the fake CUDA driver's IPC handles,
-// shareable handles (memfd descriptors) and page-locked host memory.
+// shareable handles (memfd descriptors), page-locked host memory and the
+// stream memory operations of completion counters.
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -91,9 +92,18 @@ CUresult FakeIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle,
   if (ipc.process == s.process) return CUDA_ERROR_INVALID_CONTEXT;
   auto it = s.allocations.find(ipc.base);
   if (it == s.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  // Opened here already: the same address, one more open.
+  for (auto& [at, opened] : s.opened) {
+    if (opened.process == s.process && opened.source == ipc.base &&
+        opened.source_offset == ipc.offset) {
+      ++opened.opens;
+      *pdptr = at;
+      return CUDA_SUCCESS;
+    }
+  }
   const std::uint64_t bytes = it->second - ipc.offset;
   const CUdeviceptr at = s.NewAddress(bytes, o.min_granularity);
-  s.opened[at] = {bytes, ipc.base, ipc.offset};
+  s.opened[at] = {bytes, ipc.base, ipc.offset, s.process, 1};
   *pdptr = at;
   return CUDA_SUCCESS;
 }
@@ -101,7 +111,37 @@ CUresult FakeIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle,
 CUresult FakeIpcCloseMemHandle(CUdeviceptr dptr) {
   FAKE_ENTER("cuIpcCloseMemHandle");
   FAKE_NEED_CONTEXT();
-  return s.opened.erase(dptr) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  auto it = s.opened.find(dptr);
+  if (it == s.opened.end()) return CUDA_ERROR_INVALID_VALUE;
+  // The memory is unmapped at the last close.
+  if (--it->second.opens == 0) s.opened.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// What holds `dptr`: a plain allocation, an opened one, a pool block or a
+// mapping (its start and size).
+CUresult FakeMemGetAddressRange(CUdeviceptr* pbase, size_t* psize,
+                                CUdeviceptr dptr) {
+  FAKE_ENTER("cuMemGetAddressRange");
+  FAKE_NEED_CONTEXT();
+  const auto find = [&](const auto& map, auto size) -> bool {
+    auto it = map.upper_bound(dptr);
+    if (it == map.begin()) return false;
+    --it;
+    if (dptr - it->first >= size(it->second)) return false;
+    if (pbase != nullptr) *pbase = it->first;
+    if (psize != nullptr) *psize = size(it->second);
+    return true;
+  };
+  const auto plain = [](std::uint64_t n) { return n; };
+  if (find(s.allocations, plain) || find(s.pool_blocks, plain) ||
+      find(s.opened,
+           [](const FakeCudaDriver::State::Opened& x) { return x.bytes; }) ||
+      find(s.mappings,
+           [](const FakeCudaDriver::State::Mapping& x) { return x.bytes; })) {
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult FakeMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
@@ -180,8 +220,14 @@ CUresult FakeMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   const std::uint64_t rounded = RoundUp(bytes, kHostPage);
   void* p = std::aligned_alloc(kHostPage, rounded);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
-  std::memset(p, 0, rounded);
+  // The driver does not zero page-locked memory.
+  std::memset(p, 0xa5, rounded);
   s.host_blocks[p] = rounded;
+  if ((flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0) {
+    s.mapped_host[p] = s.next_mapped;
+    s.mapped_device[s.next_mapped] = p;
+    s.next_mapped += rounded + kHostPage;
+  }
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -191,8 +237,69 @@ CUresult FakeMemFreeHost(void* p) {
   FAKE_NEED_CONTEXT();
   auto it = s.host_blocks.find(p);
   if (it == s.host_blocks.end()) return CUDA_ERROR_INVALID_VALUE;
+  // It waits for the device: whatever was pending completes first.
+  for (auto& [id, e] : s.events) e.done = true;
+  LandCounterWrites(s, [](const auto&) { return true; });
+  if (auto m = s.mapped_host.find(p); m != s.mapped_host.end()) {
+    s.mapped_device.erase(m->second);
+    s.mapped_host.erase(m);
+  }
   std::free(p);
   s.host_blocks.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult FakeMemHostGetDevicePointer(CUdeviceptr* dptr, void* p,
+                                     unsigned int flags) {
+  FAKE_ENTER("cuMemHostGetDevicePointer");
+  FAKE_NEED_CONTEXT();
+  if (dptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  // A pointer inside a block made with CU_MEMHOSTALLOC_DEVICEMAP.
+  auto it = s.host_blocks.upper_bound(p);
+  if (it == s.host_blocks.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  const auto offset = static_cast<std::uint64_t>(static_cast<char*>(p) -
+                                                 static_cast<char*>(it->first));
+  auto m = s.mapped_host.find(it->first);
+  if (offset >= it->second || m == s.mapped_host.end()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *dptr = m->second + offset;
+  return CUDA_SUCCESS;
+}
+
+CUresult FakeStreamWriteValue64(CUstream stream, CUdeviceptr addr,
+                                cuuint64_t value, unsigned int flags) {
+  FAKE_ENTER("cuStreamWriteValue64");
+  FAKE_NEED_CONTEXT();
+  if ((flags & ~static_cast<unsigned int>(
+                   CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::uint64_t* at = s.MappedSlot(addr);
+  if (at == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  s.last_write_flags = flags;
+  if (s.work_pending) {
+    s.pending_writes.push_back(
+        {reinterpret_cast<std::uintptr_t>(stream), ++s.seq, at, value});
+  } else {
+    __atomic_store_n(at, value, __ATOMIC_RELEASE);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult FakeStreamWaitValue64(CUstream, CUdeviceptr addr, cuuint64_t,
+                               unsigned int flags) {
+  FAKE_ENTER("cuStreamWaitValue64");
+  FAKE_NEED_CONTEXT();
+  constexpr unsigned int kKnown =
+      CU_STREAM_WAIT_VALUE_GEQ | CU_STREAM_WAIT_VALUE_EQ |
+      CU_STREAM_WAIT_VALUE_AND | CU_STREAM_WAIT_VALUE_NOR |
+      CU_STREAM_WAIT_VALUE_FLUSH;
+  if ((flags & ~kKnown) != 0 || s.MappedSlot(addr) == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  s.last_wait_flags = flags;
   return CUDA_SUCCESS;
 }
 
@@ -207,6 +314,8 @@ void AddSharingEntryPoints(std::map<std::string, void*>* table) {
       reinterpret_cast<void*>(&FakeIpcOpenMemHandle);
   (*table)["cuIpcCloseMemHandle"] =
       reinterpret_cast<void*>(&FakeIpcCloseMemHandle);
+  (*table)["cuMemGetAddressRange"] =
+      reinterpret_cast<void*>(&FakeMemGetAddressRange);
   (*table)["cuMemRetainAllocationHandle"] =
       reinterpret_cast<void*>(&FakeMemRetainAllocationHandle);
   (*table)["cuMemExportToShareableHandle"] =
@@ -215,6 +324,12 @@ void AddSharingEntryPoints(std::map<std::string, void*>* table) {
       reinterpret_cast<void*>(&FakeMemImportFromShareableHandle);
   (*table)["cuMemHostAlloc"] = reinterpret_cast<void*>(&FakeMemHostAlloc);
   (*table)["cuMemFreeHost"] = reinterpret_cast<void*>(&FakeMemFreeHost);
+  (*table)["cuMemHostGetDevicePointer"] =
+      reinterpret_cast<void*>(&FakeMemHostGetDevicePointer);
+  (*table)["cuStreamWriteValue64"] =
+      reinterpret_cast<void*>(&FakeStreamWriteValue64);
+  (*table)["cuStreamWaitValue64"] =
+      reinterpret_cast<void*>(&FakeStreamWaitValue64);
 }
 
 }  // namespace fake_internal

@@ -2,7 +2,8 @@
 // tests/backends/cuda_fake_state.h: the fake CUDA driver's model, shared by
 // its sources (cuda_fake_driver.cc: devices, contexts, plain memory, events,
 // virtual memory, the pool, copies; cuda_fake_sharing.cc: IPC handles,
-// shareable handles, host memory). Only those two include it.
+// shareable handles, host memory, completion counters). Only those two
+// include it.
 #ifndef GPUALLOC_TESTS_BACKENDS_CUDA_FAKE_STATE_H_
 #define GPUALLOC_TESTS_BACKENDS_CUDA_FAKE_STATE_H_
 
@@ -28,6 +29,10 @@ using gpualloc::testing::FakeRegionKind;
 
 inline constexpr CUdeviceptr kAddressBase = 0x7f0000000000;
 inline constexpr CUdeviceptr kReserveBase = 0x200000000000;
+// Where mapped host blocks (CU_MEMHOSTALLOC_DEVICEMAP) appear to the device:
+// an address of its own, not the host pointer, so that a backend handing the
+// host pointer to a stream call is caught.
+inline constexpr CUdeviceptr kMappedHostBase = 0x600000000000;
 
 inline std::uint64_t RoundUp(std::uint64_t x, std::uint64_t to) {
   return (x + to - 1) / to * to;
@@ -56,6 +61,10 @@ struct FakeCudaDriver::State {
   struct Event {
     bool recorded = false;
     bool done = true;
+    // Where and when it was last recorded (`seq` orders records and counter
+    // writes).
+    std::uintptr_t stream = 0;
+    std::uint64_t seq = 0;
   };
   std::map<std::uintptr_t, Event> events;
   std::uintptr_t next_event = 0xe0000;
@@ -100,11 +109,15 @@ struct FakeCudaDriver::State {
   // The fake process making the calls now (SetProcess); IPC handles carry
   // the one that made them.
   int process = 0;
-  // Allocations opened through IPC handles: where their bytes live.
+  // Allocations opened through IPC handles: where their bytes live. A
+  // handle opened again by the same process gives the same address and
+  // counts the open, as the driver does; each close counts one down.
   struct Opened {
     std::uint64_t bytes = 0;
     CUdeviceptr source = 0;  // the exporter's allocation
     std::uint64_t source_offset = 0;
+    int process = 0;  // the process that opened it
+    int opens = 1;
   };
   std::map<CUdeviceptr, Opened> opened;
   // Descriptors cuMemExportToShareableHandle made (memfds), by inode: the
@@ -113,6 +126,37 @@ struct FakeCudaDriver::State {
   // cuMemHostAlloc's blocks (real memory) and flags.
   std::map<void*, std::uint64_t> host_blocks;
   unsigned int last_host_flags = 0;
+  // The blocks made with CU_MEMHOSTALLOC_DEVICEMAP: their device address
+  // (cuMemHostGetDevicePointer), and back.
+  std::map<void*, CUdeviceptr> mapped_host;
+  std::map<CUdeviceptr, void*> mapped_device;
+  CUdeviceptr next_mapped = fake_internal::kMappedHostBase;
+  // cuStreamWriteValue64 writes made while work is pending (SetWorkPending),
+  // in queue order: they land at CompletePendingWork, at a synchronization
+  // of an event recorded after them on their stream, or when the device
+  // synchronizes (cuMemFree, cuMemFreeHost).
+  struct CounterWrite {
+    std::uintptr_t stream = 0;
+    std::uint64_t seq = 0;
+    std::uint64_t* at = nullptr;
+    std::uint64_t value = 0;
+  };
+  std::vector<CounterWrite> pending_writes;
+  std::uint64_t seq = 0;
+  // The flags of the last cuStreamWriteValue64 and cuStreamWaitValue64.
+  unsigned int last_write_flags = ~0u;
+  unsigned int last_wait_flags = ~0u;
+  // Where the device address `at` of a mapped host block points on the host
+  // (8 bytes, aligned), or null.
+  std::uint64_t* MappedSlot(CUdeviceptr at) const {
+    auto it = mapped_device.upper_bound(at);
+    if (it == mapped_device.begin() || at % 8 != 0) return nullptr;
+    --it;
+    const std::uint64_t bytes = host_blocks.at(it->second);
+    if (at + 8 > it->first + bytes) return nullptr;
+    return reinterpret_cast<std::uint64_t*>(static_cast<char*>(it->second) +
+                                            (at - it->first));
+  }
 
   CUdeviceptr NewAddress(std::uint64_t bytes, std::uint64_t granule) {
     const CUdeviceptr at = next_address;
@@ -165,6 +209,23 @@ struct FakeCudaDriver::State {
   }
   ~State();
 };
+
+namespace fake_internal {
+// Lands the queued counter writes `due` accepts, in queue order (the fake's
+// lock held).
+template <typename Due>
+void LandCounterWrites(FakeCudaDriver::State& s, Due due) {
+  std::vector<FakeCudaDriver::State::CounterWrite> kept;
+  for (const FakeCudaDriver::State::CounterWrite& w : s.pending_writes) {
+    if (due(w)) {
+      __atomic_store_n(w.at, w.value, __ATOMIC_RELEASE);
+    } else {
+      kept.push_back(w);
+    }
+  }
+  s.pending_writes = std::move(kept);
+}
+}  // namespace fake_internal
 
 }  // namespace gpualloc::cuda::testing
 

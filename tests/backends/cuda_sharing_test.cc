@@ -19,6 +19,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_driver.h"
 #include "gmock/gmock.h"
+#include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
 #include "tests/backends/cuda_fake_driver.h"
 
@@ -303,6 +304,124 @@ TEST(CudaIpcTest, TheDestructorClosesWhatIsStillOpen) {
   }
   EXPECT_EQ(fake->live_opened(), 0u);
   EXPECT_EQ(fake->used_bytes(), 0u);
+}
+
+TEST(CudaIpcTest, AHandleOpenedTwiceGivesTheSameAddressAndCountsTheOpens) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  auto b = MakeBackend(fake);
+  ASSERT_NE(b, nullptr);
+  absl::StatusOr<DeviceAddress> base = b->Allocate(4 * kMiB);
+  ASSERT_TRUE(base.ok());
+  absl::StatusOr<IpcHandle> handle = b->GetIpcHandle(*base);
+  ASSERT_TRUE(handle.ok());
+  fake->SetProcess(1);
+  absl::StatusOr<DeviceAddress> first = b->OpenIpcHandle(*handle);
+  absl::StatusOr<DeviceAddress> second = b->OpenIpcHandle(*handle);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(*first, *second);
+  EXPECT_EQ(fake->live_opened(), 1u);
+  absl::StatusOr<Backend::AddressRange> range = b->GetAddressRange(*first + 5);
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ(range->base, *first);
+  EXPECT_EQ(range->bytes, 4 * kMiB);
+  // The backend's books count the opens as the driver does: one close
+  // each, and the memory goes at the last.
+  EXPECT_TRUE(b->CloseIpcHandle(*first).ok());
+  EXPECT_EQ(fake->live_opened(), 1u);
+  EXPECT_TRUE(b->CloseIpcHandle(*second).ok());
+  EXPECT_EQ(fake->live_opened(), 0u);
+  const int closes = fake->count("cuIpcCloseMemHandle");
+  EXPECT_EQ(b->CloseIpcHandle(*first).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(fake->count("cuIpcCloseMemHandle"), closes);
+  fake->SetProcess(0);
+  EXPECT_TRUE(b->Free(*base).ok());
+}
+
+// Two imports of one description, and imports of two blocks of one region,
+// in one context: the driver hands out one address per allocation and
+// counts the opens, and so does the importer.
+TEST(CudaIpcTest, TwoImportsInOneContextShareTheOpenedAllocation) {
+  auto fake = FakeCudaDriver::Create(SmallDevice());
+  std::shared_ptr<CudaBackend> exporting = MakeBackend(fake);
+  fake->SetProcess(1);
+  std::shared_ptr<CudaBackend> importing = MakeBackend(fake);
+  fake->SetProcess(0);
+  ASSERT_NE(exporting, nullptr);
+  ASSERT_NE(importing, nullptr);
+  Options o;
+  o.expandable = Tristate::kOff;  // blocks shared through IPC handles
+  o.preallocate = false;
+  o.memory_limit = 256 * kMiB;
+  absl::StatusOr<std::unique_ptr<Allocator>> exporter =
+      CreateAllocator(o, exporting);
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  fake->SetProcess(1);
+  absl::StatusOr<std::unique_ptr<Allocator>> importer =
+      CreateAllocator(o, importing);
+  ASSERT_TRUE(importer.ok()) << importer.status();
+  fake->SetProcess(0);
+
+  // Two blocks of one region, each with its text.
+  absl::StatusOr<void*> a = (*exporter)->Allocate(256 * 1024);
+  absl::StatusOr<void*> b = (*exporter)->Allocate(256 * 1024);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ((*exporter)->GetStats().backend_allocs, 1u) << "one region";
+  const std::string text_a = "block a", text_b = "block b";
+  const auto at = [](void* p) {
+    return static_cast<DeviceAddress>(reinterpret_cast<std::uintptr_t>(p));
+  };
+  ASSERT_TRUE(exporting->CopyFromHost(at(*a), text_a.data(), 7).ok());
+  ASSERT_TRUE(exporting->CopyFromHost(at(*b), text_b.data(), 7).ok());
+  absl::StatusOr<std::string> da = (*exporter)->Export(*a);
+  absl::StatusOr<std::string> db = (*exporter)->Export(*b);
+  ASSERT_TRUE(da.ok() && db.ok());
+
+  fake->SetProcess(1);
+  absl::StatusOr<ImportedBlock> a1 = (*importer)->Import(*da);
+  absl::StatusOr<ImportedBlock> a2 = (*importer)->Import(*da);
+  absl::StatusOr<ImportedBlock> b1 = (*importer)->Import(*db);
+  ASSERT_TRUE(a1.ok()) << a1.status();
+  ASSERT_TRUE(a2.ok()) << a2.status();
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  EXPECT_EQ(a1->ptr, a2->ptr) << "the driver's address, twice";
+  EXPECT_NE(a1->ptr, b1->ptr);
+  EXPECT_EQ(fake->live_opened(), 1u) << "one allocation opened, 3 opens";
+  EXPECT_EQ((*importer)->GetStats().bytes_imported, a1->bytes + b1->bytes);
+  EXPECT_TRUE((*importer)->Validate().ok()) << (*importer)->Validate();
+  const auto read = [&](void* p) {
+    std::string back(7, '\0');
+    EXPECT_TRUE(importing->CopyToHost(back.data(), at(p), 7).ok());
+    return back;
+  };
+  EXPECT_EQ(read(a1->ptr), text_a);
+  EXPECT_EQ(read(b1->ptr), text_b);
+
+  // Each close gives back one open; the memory stays until the last.
+  ASSERT_TRUE((*importer)->CloseImport(a1->ptr).ok());
+  EXPECT_EQ((*importer)->GetStats().bytes_imported, a2->bytes + b1->bytes);
+  EXPECT_EQ(read(a2->ptr), text_a);
+  ASSERT_TRUE((*importer)->CloseImport(a2->ptr).ok());
+  EXPECT_EQ((*importer)->GetStats().bytes_imported, b1->bytes);
+  const absl::Status third = (*importer)->CloseImport(a1->ptr);
+  EXPECT_EQ(third.code(), absl::StatusCode::kInvalidArgument) << third;
+  EXPECT_EQ(read(b1->ptr), text_b) << "the other block is still mapped";
+  EXPECT_EQ(fake->live_opened(), 1u);
+  ASSERT_TRUE((*importer)->CloseImport(b1->ptr).ok());
+  EXPECT_EQ(fake->live_opened(), 0u);
+  EXPECT_EQ((*importer)->GetStats().bytes_imported, 0u);
+  EXPECT_TRUE((*importer)->Validate().ok());
+
+  // Every importer closed: the exporter frees both at once.
+  fake->SetProcess(0);
+  ASSERT_TRUE((*exporter)->Deallocate(*a).ok());
+  ASSERT_TRUE((*exporter)->Deallocate(*b).ok());
+  const Stats s = (*exporter)->GetStats();
+  EXPECT_EQ(s.bytes_held_for_importers, 0u);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  fake->SetProcess(1);
+  importer->reset();
+  fake->SetProcess(0);
 }
 
 // --- Mappings as file descriptors

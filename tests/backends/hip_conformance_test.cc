@@ -74,6 +74,7 @@ FakeHipConfig NoPools61() {
   c.gcn_arch_name = "gfx1100";
   c.name = "AMD Radeon PRO W7900";
   c.total_bytes = 48 * kFakeGiB;
+  c.stream_wait_value = 0;  // no completion counters either
   return c;
 }
 

@@ -25,7 +25,12 @@
 // switches the calling "process"; opening a handle in the process that made
 // it is refused, as CUDA does), exported memory is a real memfd descriptor
 // (importing it gives a handle sharing the exporter's memory and bytes), and
-// hipHostMalloc returns real, page-aligned host memory.
+// hipHostMalloc returns real, page-aligned host memory (filled with 0xa5, as
+// real memory is not zeroed). Completion counters: a block made with
+// hipHostMallocMapped has a device address of its own
+// (hipHostGetDevicePointer); hipStreamWriteValue64 stores into the host
+// memory behind it at once (the fake's streams finish their work at once),
+// hipStreamWaitValue64 checks its arguments.
 // The current device is per thread, as in HIP: every thread starts on device
 // 0, hipSetDevice moves only the calling thread, and each call is recorded
 // with the device current on its thread when it was made (DevicesOf), so tests
@@ -99,6 +104,14 @@ struct FakeHipConfig {
   bool has_host_memory = true;
   // hipHostMalloc answers out of memory above this many bytes.
   std::uint64_t host_bytes = 64 * kFakeGiB;
+  // hipHostGetDevicePointer, hipStreamWriteValue64 and hipStreamWaitValue64
+  // present; hipDeviceAttributeCanMapHostMemory and
+  // hipDeviceAttributeCanUseStreamWaitValue (or the error reading the
+  // latter answers).
+  bool has_counters = true;
+  int can_map_host_memory = 1;
+  int stream_wait_value = 1;
+  hipError_t stream_wait_value_error = hipSuccess;
 };
 
 // The three ROCm behaviours, on an MI300X.
@@ -190,6 +203,7 @@ class FakeHipRuntime {
       api->IpcGetMemHandle = &IpcGetMemHandle_;
       api->IpcOpenMemHandle = &IpcOpenMemHandle_;
       api->IpcCloseMemHandle = &IpcCloseMemHandle_;
+      api->MemGetAddressRange = &MemGetAddressRange_;
     }
     if (config_.has_shareable) {
       api->MemRetainAllocationHandle = &MemRetainAllocationHandle_;
@@ -199,6 +213,11 @@ class FakeHipRuntime {
     if (config_.has_host_memory) {
       api->HostMalloc = &HostMalloc_;
       api->HostFree = &HostFree_;
+    }
+    if (config_.has_counters) {
+      api->HostGetDevicePointer = &HostGetDevicePointer_;
+      api->StreamWriteValue64 = &StreamWriteValue64_;
+      api->StreamWaitValue64 = &StreamWaitValue64_;
     }
     return api;
   }
@@ -291,6 +310,21 @@ class FakeHipRuntime {
   unsigned last_host_flags() const {
     std::lock_guard<std::mutex> lock(mu_);
     return last_host_flags_;
+  }
+  // hipHostMalloc blocks mapped for the device and not freed.
+  std::size_t live_mapped_host_blocks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return mapped_host_.size();
+  }
+  // The flags and mask of the last hipStreamWaitValue64 (~0u / 0 before
+  // one).
+  unsigned last_wait_flags() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_wait_flags_;
+  }
+  std::uint64_t last_wait_mask() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_wait_mask_;
   }
 
   // What hipStreamIsCapturing answers for `stream` (None until set).
@@ -413,6 +447,16 @@ class FakeHipRuntime {
       if (f.config_.vmm_attribute_error != hipSuccess)
         return f.config_.vmm_attribute_error;
       *value = f.config_.vmm_attribute;
+      return hipSuccess;
+    }
+    if (a == hipDeviceAttributeCanMapHostMemory) {
+      *value = f.config_.can_map_host_memory;
+      return hipSuccess;
+    }
+    if (a == hipDeviceAttributeCanUseStreamWaitValue) {
+      if (f.config_.stream_wait_value_error != hipSuccess)
+        return f.config_.stream_wait_value_error;
+      *value = f.config_.stream_wait_value;
       return hipSuccess;
     }
     return hipErrorInvalidValue;
@@ -857,15 +901,26 @@ class FakeHipRuntime {
       memories_;  // bytes, refs
   bool last_create_exportable_ = false;
   int process_ = 0;
+  // An allocation opened through an IPC handle; opened again by the same
+  // process it gives the same address and counts the open, as the runtime
+  // does (each close counts one down).
   struct Opened {
     std::uint64_t bytes = 0;
     std::uint64_t source = 0;
     std::uint64_t source_offset = 0;
+    int process = 0;
+    int opens = 1;
   };
   std::map<std::uint64_t, Opened> opened_;
   std::map<std::uint64_t, std::uint64_t> exports_;  // memfd inode -> memory
   std::map<void*, std::uint64_t> host_blocks_;
   unsigned last_host_flags_ = 0;
+  // Blocks made with hipHostMallocMapped: their device address, and back.
+  std::map<void*, std::uint64_t> mapped_host_;
+  std::map<std::uint64_t, void*> mapped_device_;
+  std::uint64_t next_mapped_ = std::uint64_t{0x600000000000};
+  unsigned last_wait_flags_ = ~0u;
+  std::uint64_t last_wait_mask_ = 0;
   // The bytes behind the addresses, for hipMemcpy.
   FakeDeviceBytes bytes_;
 };

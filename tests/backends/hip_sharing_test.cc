@@ -161,6 +161,34 @@ TEST(HipIpcTest, OpensInAnotherProcessAndSeesTheBytes) {
   ASSERT_TRUE(b->Free(*base).ok());
 }
 
+// Opened twice in one process: the same address, the opens counted (one
+// close each); its range is the exporter's allocation.
+TEST(HipIpcTest, OpenedTwiceTheSameAddressWithItsRange) {
+  FakeHipRuntime fake(testing::Rocm61());
+  auto b = Make(fake);
+  ASSERT_NE(b, nullptr);
+  absl::StatusOr<DeviceAddress> base = b->Allocate(4 * kMiB);
+  ASSERT_TRUE(base.ok());
+  absl::StatusOr<IpcHandle> handle = b->GetIpcHandle(*base);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  fake.SetProcess(1);
+  absl::StatusOr<DeviceAddress> first = b->OpenIpcHandle(*handle);
+  absl::StatusOr<DeviceAddress> second = b->OpenIpcHandle(*handle);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(*first, *second);
+  absl::StatusOr<Backend::AddressRange> range = b->GetAddressRange(*first + 9);
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ(range->base, *first);
+  EXPECT_EQ(range->bytes, 4 * kMiB);
+  ASSERT_TRUE(b->CloseIpcHandle(*first).ok());
+  EXPECT_EQ(fake.live_opened(), 1u);
+  ASSERT_TRUE(b->CloseIpcHandle(*second).ok());
+  EXPECT_EQ(fake.live_opened(), 0u);
+  EXPECT_FALSE(b->GetAddressRange(*first).ok()) << "closed: nothing there";
+  fake.SetProcess(0);
+  ASSERT_TRUE(b->Free(*base).ok());
+}
+
 TEST(HipIpcTest, OnlyWhatAllocateReturnedAndErrorsNameTheCall) {
   FakeHipRuntime fake(testing::Rocm61());
   auto b = Make(fake);

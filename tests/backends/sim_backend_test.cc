@@ -101,6 +101,10 @@ TEST(SimOpNameTest, NamesEveryOp) {
   EXPECT_EQ(SimOpName(SimOp::kCloseIpcHandle), "close_ipc_handle");
   EXPECT_EQ(SimOpName(SimOp::kExportMapping), "export_mapping");
   EXPECT_EQ(SimOpName(SimOp::kImportPhysical), "import_physical");
+  EXPECT_EQ(SimOpName(SimOp::kCreateCounters), "create_counters");
+  EXPECT_EQ(SimOpName(SimOp::kDestroyCounters), "destroy_counters");
+  EXPECT_EQ(SimOpName(SimOp::kWriteCounter), "write_counter");
+  EXPECT_EQ(SimOpName(SimOp::kWaitCounter), "wait_counter");
   EXPECT_EQ(SimOpName(SimOp::kCount), "invalid");
   // Every op has a name of its own.
   for (int i = 0; i < kNumSimOps; ++i) {
@@ -129,6 +133,7 @@ TEST(SimBackendTest, DefaultsDescribeAnH200) {
   EXPECT_TRUE(d.capabilities.virtual_memory);
   EXPECT_TRUE(d.capabilities.streams);
   EXPECT_TRUE(d.capabilities.stream_ordered_pools);
+  EXPECT_TRUE(d.capabilities.completion_counters);
   EXPECT_FALSE(d.capabilities.host_accessible);
   EXPECT_EQ(d.driver_version, "gpualloc-sim");
   absl::StatusOr<std::uint64_t> free = sim->FreeBytes();

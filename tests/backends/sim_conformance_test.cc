@@ -20,11 +20,18 @@ namespace {
 
 BackendFactory Sim(std::string name, SimOptions options) {
   return BackendFactory{
-      std::move(name), [options]() -> absl::StatusOr<std::shared_ptr<Backend>> {
+      std::move(name),
+      [options]() -> absl::StatusOr<std::shared_ptr<Backend>> {
         absl::StatusOr<std::shared_ptr<SimBackend>> sim =
             SimBackend::Create(options);
         if (!sim.ok()) return sim.status();
         return std::shared_ptr<Backend>(*std::move(sim));
+      },
+      // A piece of work that touches nothing stays pending until the stream
+      // is completed (on the modeled clock too: nothing moves the clock).
+      [](Backend& b, Stream s) { static_cast<SimBackend&>(b).Use(s, 0, 0); },
+      [](Backend& b, Stream s) {
+        static_cast<SimBackend&>(b).CompleteStream(s);
       }};
 }
 
@@ -91,6 +98,14 @@ SimOptions NoPoolModeledH100() {
   return o;
 }
 
+SimOptions NoCountersModeledMi300x() {
+  SimOptions o;
+  o.profile = "mi300x";
+  o.completion_counters = false;
+  o.clock = SimClock::kModeled;
+  return o;
+}
+
 SimOptions NoSharingH100() {
   SimOptions o;
   o.profile = "h100";
@@ -109,7 +124,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Sim("host_backed_mi300x", HostBackedMi300x()),
                       Sim("no_vmm_h200", NoVmmH200()),
                       Sim("no_vmm_host_backed_mi250x", NoVmmHostBackedMi250x()),
-                      Sim("no_sharing_h100", NoSharingH100())),
+                      Sim("no_sharing_h100", NoSharingH100()),
+                      Sim("no_counters_modeled_mi300x",
+                          NoCountersModeledMi300x())),
     BackendFactoryName);
 
 }  // namespace

@@ -18,6 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "backends/sim/call_ledger.h"
+#include "backends/sim/streams.h"
 #include "gpualloc/backends/sim_backend.h"
 #include "gpualloc/core/backend.h"
 #include "gtest/gtest.h"
@@ -1236,6 +1238,40 @@ TEST(SimStreamsThreadTest, ThreadsOnTheirOwnStreamsShareOneDevice) {
     EXPECT_EQ(sim->calls(SimOp::kPoolAllocate),
               std::uint64_t{kThreads} * kRounds);
   }
+}
+
+// Thousands of streams, each ordered after the one 8 before it (a handover
+// chain): the clocks stay short (their completed entries dropped), so each
+// ordering costs the same however many streams came before; what no host
+// synchronization saw stays unseen until one does.
+TEST(SimStreamsScale, AChainAcrossThousandsOfStreamsKeepsClocksShort) {
+  DeviceInfo info;
+  info.name = "scale test";
+  sim::Streams streams(info, SimClock::kManual, 1000);
+  constexpr int kStreams = 20000;
+  for (int i = 1; i <= kStreams; ++i) {
+    const Stream s(static_cast<std::uintptr_t>(i));
+    streams.Use(s, 0x100000 + std::uint64_t{4096} * i, 4096, 0, true);
+    if (i > 8) streams.OrderStreams(s, Stream(i - 8));
+    if (i % 16 == 0) streams.CompleteAll();
+  }
+  std::size_t longest = 0;
+  for (int i = 1; i <= kStreams; ++i) {
+    longest = std::max(
+        longest,
+        streams.GetStream(static_cast<std::uintptr_t>(i)).clock.size());
+  }
+  EXPECT_LE(longest, sim::Streams::kCompactAbove + 2);
+  // Complete, but no synchronization saw it: a captured clock of the last
+  // stream is not observed until the device synchronizes.
+  const sim::Event e = streams.Capture(kStreams);
+  streams.CompleteAll();
+  EXPECT_TRUE(streams.Completed(e.clock));
+  EXPECT_FALSE(streams.Observed(e.clock));
+  const sim::CallLedger ledger{sim::CostModel{}};
+  (void)streams.SynchronizeDevice(ledger);
+  EXPECT_TRUE(streams.Observed(e.clock));
+  EXPECT_EQ(streams.pending_work(), 0u);
 }
 
 }  // namespace

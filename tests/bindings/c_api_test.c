@@ -845,6 +845,15 @@ static void TestExportImport(void) {
                GPUALLOC_INVALID_ARGUMENT);
   CHECK(q == NULL);
   CHECK_ERROR_MENTIONS("description");
+  /* Any length is an answer, none a crash: one no description has. */
+  q = description;
+  CHECK_STATUS(gpualloc_import(importer, 0, description, SIZE_MAX, &q, &bytes),
+               GPUALLOC_INVALID_ARGUMENT);
+  CHECK(q == NULL);
+  CHECK_ERROR_MENTIONS("longer than any description");
+  CHECK_STATUS(
+      gpualloc_import(importer, 0, description, (size_t)1 << 40, &q, &bytes),
+      GPUALLOC_INVALID_ARGUMENT);
   gpualloc_destroy(importer);
   gpualloc_destroy(exporter);
 }

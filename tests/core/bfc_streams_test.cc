@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/core/bfc_streams_test.cc: the BFC core across streams, with a scripted
 // ReuseOracle: same-stream reuse at once, other streams only as the oracle
-// allows, RecordStream, merges that keep the strictest condition, the
-// candidate walk, and invariant I9 after every operation; random sequences
-// against the shared shadow model (tests/core/shadow_model.h).
+// allows, RecordStream, merges that keep each part's condition, the
+// best_fit search, the candidate walk, and invariant I9 after every
+// operation; random sequences against the shared shadow model
+// (tests/core/shadow_model.h).
 #include <map>
 #include <random>
 #include <set>
@@ -36,14 +37,17 @@ class ScriptedOracle final : public ReuseOracle {
     return it != complete_below.end() && stamp < it->second;
   }
   Verdict Prepare(std::uintptr_t from, std::uint64_t stamp, std::uintptr_t to,
-                  bool may_wait) override {
+                  Ask ask) override {
     calls.emplace_back(from, stamp, to);
     if (KnownComplete(from, stamp)) return Verdict::kReady;
-    return wait && may_wait ? Verdict::kWaited : Verdict::kBlocked;
+    return wait && ask == Ask::kWait ? Verdict::kWaited : Verdict::kBlocked;
   }
 
   std::map<std::uintptr_t, std::uint64_t> complete_below;
   bool wait = false;
+  // What `to` was made to wait for (Prepare with `wait`): (to, from) ->
+  // stamp bound.
+  std::map<std::pair<std::uintptr_t, std::uintptr_t>, std::uint64_t> waited;
   std::vector<std::tuple<std::uintptr_t, std::uint64_t, std::uintptr_t>> calls;
 };
 
@@ -159,7 +163,7 @@ TEST_F(BfcStreamsTest, RecordStreamOfTheFreeingStreamAddsNothing) {
   FillTail();
   ASSERT_TRUE(core_.RecordStream(a, kS1).ok());
   Free(a, kS1, 0);
-  EXPECT_EQ(core_.num_fence_sets(), 0u);  // one stream: no set
+  EXPECT_EQ(core_.num_condition_sets(), 0u);  // one stream: no set
   EXPECT_EQ(Alloc(4096, kS1), a);
   EXPECT_TRUE(oracle_.calls.empty());
 }
@@ -174,82 +178,56 @@ TEST_F(BfcStreamsTest, RecordStreamOnBadPointersNamesThem) {
   EXPECT_TRUE(absl::IsFailedPrecondition(freed)) << freed;
   absl::Status stray = core_.RecordStream(0x1234, kS2);
   EXPECT_TRUE(absl::IsInvalidArgument(stray)) << stray;
-  EXPECT_EQ(core_.num_fence_sets(), 0u);
+  EXPECT_EQ(core_.num_condition_sets(), 0u);
 }
 
-TEST_F(BfcStreamsTest, PiecesFreedOnDifferentStreamsStayApart) {
+// Free neighbours merge whatever stream freed them, each part keeping its
+// condition: each stream takes its own part at once, and bytes over another
+// stream's part wait for that stream's work.
+TEST_F(BfcStreamsTest, PiecesFreedOnDifferentStreamsMergeKeepingTheirParts) {
   const DeviceAddress a = *Alloc(4096, kS1);
   const DeviceAddress b = *Alloc(4096, kS2);
   const DeviceAddress guard = *Alloc(256, kS3);
   FillTail();
   Free(a, kS1, 2);
-  Free(b, kS2, 3);  // next to a, but each keeps its own condition
-  EXPECT_EQ(core_.num_fence_sets(), 0u);
-  EXPECT_EQ(core_.num_free_chunks(), 2u);
-  // Each stream reuses its own piece at once, without asking.
+  Free(b, kS2, 3);  // next to a: one chunk, two parts
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
+  EXPECT_EQ(core_.num_condition_maps(), 1u);
+  EXPECT_EQ(core_.LargestFreeBlock(), 8192u);
+  // Each stream reuses its own part at once, without asking.
   EXPECT_EQ(Alloc(4096, kS2), b);
   EXPECT_EQ(Alloc(4096, kS1), a);
   EXPECT_TRUE(oracle_.calls.empty());
+  EXPECT_EQ(core_.num_condition_maps(), 0u);
   Free(a, kS1, 4);
   Free(b, kS2, 5);
-  // Nobody gets 8 KiB while either piece's work may run.
+  // Nobody gets 8 KiB while either part's work may run.
   EXPECT_FALSE(Alloc(8192, kS3).has_value());
   oracle_.complete_below[kS1] = 5;
   oracle_.complete_below[kS2] = 6;
-  // Once both are known complete, Settle merges them into one clean chunk.
-  EXPECT_EQ(core_.Settle(oracle_), 2u);
+  // Once both are known complete, settling leaves one clean chunk.
+  EXPECT_EQ(core_.Settle(oracle_), 1u);
   ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-  EXPECT_EQ(core_.num_free_chunks(), 1u);
-  oracle_.complete_below.clear();
-  EXPECT_EQ(Alloc(8192, kS3), a);
-  (void)guard;
-}
-
-// Pieces merge as soon as their work is learned complete, stream by stream,
-// without an allocation or a free touching them: ResolveCompleted finds them
-// in the per-stream queues. A handed-over block waits for both streams.
-TEST_F(BfcStreamsTest, PiecesMergeOnceTheirWorkIsLearnedComplete) {
-  const DeviceAddress a = *Alloc(4096, kS1);
-  const DeviceAddress b = *Alloc(4096, kS2);
-  const DeviceAddress c = *Alloc(4096, kS1);
-  const DeviceAddress guard = *Alloc(256, kS3);
-  FillTail();
-  Free(a, kS1, 2);
-  Free(b, kS2, 3);
-  Free(c, kS2, 4);  // handed over: {s1@4, s2@4}
-  EXPECT_EQ(core_.num_free_chunks(), 3u);
-  EXPECT_GT(core_.num_pending_entries(), 0u);
-  // Only s1 is known complete: a merges with nothing yet (b still waits for
-  // s2), and c still waits for s2 too.
-  oracle_.complete_below[kS1] = 10;
-  core_.ResolveCompleted(oracle_, kS1);
-  ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-  EXPECT_EQ(core_.num_free_chunks(), 3u);
-  // s2 too: everything is clean and one chunk, with no operation in between.
-  oracle_.complete_below[kS2] = 10;
-  core_.ResolveCompleted(oracle_, kS2);
-  ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-  EXPECT_EQ(core_.num_free_chunks(), 1u);
-  EXPECT_EQ(core_.LargestFreeBlock(), 3 * 4096u);
-  EXPECT_EQ(core_.num_pending_entries(), 0u);
+  EXPECT_EQ(core_.num_condition_maps(), 0u);
   oracle_.complete_below.clear();
   oracle_.calls.clear();
-  EXPECT_EQ(Alloc(3 * 4096, kS3), a);  // clean: nobody asked
+  EXPECT_EQ(Alloc(8192, kS3), a);
   EXPECT_TRUE(oracle_.calls.empty());
   (void)guard;
 }
 
-// Two frees of one stream with different stamps stay apart: merging would
-// give the older bytes the later stamp, and other streams would wait for the
-// later free's work before using them.
-TEST_F(BfcStreamsTest, FreesOfOneStreamWithDifferentStampsStayApart) {
+// Two frees of one stream with different stamps keep their own parts:
+// giving the older bytes the later stamp would make other streams wait for
+// the later free's work before using them.
+TEST_F(BfcStreamsTest, FreesOfOneStreamWithDifferentStampsKeepTheirParts) {
   const DeviceAddress a = *Alloc(4096, kS1);
   const DeviceAddress b = *Alloc(4096, kS1);
+  ASSERT_TRUE(Alloc(256, kS2).has_value());  // a second stream was seen
   FillTail();
   Free(a, kS1, 2);
   Free(b, kS1, 9);
-  EXPECT_EQ(core_.num_fence_sets(), 0u);
-  EXPECT_EQ(core_.num_free_chunks(), 2u);
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
+  EXPECT_EQ(core_.num_condition_maps(), 1u);
   GPUALLOC_ASSERT_OK(core_.Validate());
   oracle_.complete_below[kS1] = 9;  // the first free done, the second not
   EXPECT_EQ(Alloc(4096, kS2), a);   // known complete: no question asked
@@ -258,7 +236,6 @@ TEST_F(BfcStreamsTest, FreesOfOneStreamWithDifferentStampsStayApart) {
   ASSERT_FALSE(oracle_.calls.empty());
   EXPECT_EQ(oracle_.calls.back(), std::make_tuple(kS1, std::uint64_t{9}, kS2));
 }
-
 TEST_F(BfcStreamsTest, FreesOfOneStreamWithOneStampMerge) {
   const DeviceAddress a = *Alloc(4096, kS1);
   const DeviceAddress c = *Alloc(4096, kS1);
@@ -271,25 +248,7 @@ TEST_F(BfcStreamsTest, FreesOfOneStreamWithOneStampMerge) {
   GPUALLOC_ASSERT_OK(core_.Validate());
 }
 
-// A merge drops the pairs the oracle knows complete; the merged condition
-// may then equal the next chunk out's, which must merge too (I4). Found by
-// gpualloc-soak once released streams' conditions became complete at once.
-TEST_F(BfcStreamsTest, AMergeThatDropsCompletePairsMergesOnward) {
-  const DeviceAddress a = *Alloc(4096, kS1);
-  const DeviceAddress b = *Alloc(4096, kS1);
-  const DeviceAddress c = *Alloc(4096, kS1);
-  FillTail();
-  GPUALLOC_ASSERT_OK(core_.RecordStream(a, kS2));
-  GPUALLOC_ASSERT_OK(core_.RecordStream(b, kS2));
-  Free(c, kS1, 5);  // {s1@5}
-  Free(b, kS1, 5);  // {s1@5, s2@5}: not c's condition
-  EXPECT_EQ(core_.num_free_chunks(), 2u);
-  oracle_.complete_below[kS2] = 6;  // s2's part is done
-  Free(a, kS1, 5);  // {s1@5, s2@5}: merges with b, dropping s2@5, then c
-  EXPECT_EQ(core_.num_free_chunks(), 1u);
-}
-
-TEST_F(BfcStreamsTest, FreeNextToPiecesKnownCompleteMergesThemFirst) {
+TEST_F(BfcStreamsTest, FreeNextToPiecesKnownCompleteMergesWithThem) {
   const DeviceAddress a = *Alloc(4096, kS1);
   const DeviceAddress b = *Alloc(4096, kS2);
   const DeviceAddress c = *Alloc(4096, kS3);
@@ -297,17 +256,14 @@ TEST_F(BfcStreamsTest, FreeNextToPiecesKnownCompleteMergesThemFirst) {
   Free(a, kS1, 2);
   Free(c, kS1, 2);
   oracle_.complete_below[kS1] = 3;
-  // Freeing b: both neighbours are known complete and become one clean
-  // chunk around b, which keeps its own condition (s2's).
+  // Freeing b: one chunk around it; b keeps its own condition (s2's).
   Free(b, kS2, 3);
-  EXPECT_EQ(core_.num_free_chunks(), 3u);
-  oracle_.complete_below.clear();
-  EXPECT_EQ(Alloc(4096, kS3), a);  // clean: no question asked
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
+  EXPECT_EQ(Alloc(4096, kS3), a);  // known complete: no question asked
   EXPECT_EQ(Alloc(4096, kS2), b);  // its own
   EXPECT_EQ(Alloc(4096, kS3), c);
   EXPECT_TRUE(oracle_.calls.empty());
 }
-
 TEST_F(BfcStreamsTest, OneStreamMergesAsAnyBfcUntilASecondAppears) {
   const DeviceAddress a = *Alloc(4096, kS1);
   const DeviceAddress b = *Alloc(4096, kS1);
@@ -323,32 +279,32 @@ TEST_F(BfcStreamsTest, OneStreamMergesAsAnyBfcUntilASecondAppears) {
   EXPECT_EQ(Alloc(4096, kS1), a);
 }
 
-TEST_F(BfcStreamsTest, RunsOfUsablePiecesServeWhatNoneHoldsAlone) {
-  const DeviceAddress a = *Alloc(4096, kS1);
-  const DeviceAddress b = *Alloc(4096, kS3);
-  const DeviceAddress c = *Alloc(4096, kS2);
-  const DeviceAddress d = *Alloc(4096, kS3);
+// The best_fit search takes the best fit whatever stream freed it, making
+// the stream wait where its work is not known complete; the kFast search
+// would look past it for memory usable at once.
+TEST_F(BfcStreamsTest, BestFitSearchWaitsForTheBestFit) {
+  const DeviceAddress small = *Alloc(4096, kS1);
+  const DeviceAddress g1 = *Alloc(256, kS3);
+  const DeviceAddress big = *Alloc(8192, kS2);
+  const DeviceAddress g2 = *Alloc(256, kS3);
   FillTail();
-  Free(a, kS1, 1);
-  Free(c, kS2, 1);
-  Free(b, kS3, 1);  // a (s1) | b (s3) | c (s2) | d in use
-  oracle_.complete_below[kS3] = 2;
-  // s1 may use a (its own) and b (complete), not c: 8 KiB from a.
-  EXPECT_FALSE(core_.AllocateAcross(12288, 12288, 256, kS1, &oracle_));
-  auto across = core_.AllocateAcross(6144, 6144, 256, kS1, &oracle_);
-  ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-  EXPECT_EQ(across, a);
-  // The rest of b stays free with its own condition (s3's): s1 may not have
-  // it without asking, s3 may.
-  oracle_.complete_below.clear();
-  EXPECT_EQ(Alloc(2048, kS3), a + 6144);
-  EXPECT_EQ(Alloc(4096, kS2), c);
+  Free(small, kS1, 1);
+  Free(big, kS2, 1);
+  oracle_.wait = true;
+  const auto fast =
+      core_.Allocate(4096, 4096, 256, kS2, &oracle_, BfcCore::Search::kFast);
+  EXPECT_EQ(fast, big);  // its own, at once
   EXPECT_TRUE(oracle_.calls.empty());
-  EXPECT_TRUE(core_.Deallocate(*across, kS1, 3, &oracle_).ok());
+  Free(big, kS2, 2);
+  const auto best =
+      core_.Allocate(4096, 4096, 256, kS2, &oracle_, BfcCore::Search::kBestFit);
+  EXPECT_EQ(best, small);  // s1's, after a wait
+  ASSERT_EQ(oracle_.calls.size(), 1u);
+  EXPECT_EQ(oracle_.calls[0], std::make_tuple(kS1, std::uint64_t{1}, kS2));
   ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-  (void)d;
+  (void)g1;
+  (void)g2;
 }
-
 TEST_F(BfcStreamsTest, TwoStreamsTakingTurnsKeepTheirOwnBlocks) {
   // The pattern of a compute and a copy stream: allocate, free, on s1 and
   // s2 in turn, with work never observed complete.
@@ -374,9 +330,9 @@ TEST_F(BfcStreamsTest, JoinMergesAcrossTheSeamAndOnToTheLeft) {
   const DeviceAddress x = *Alloc(kMiB, kS2);
   const DeviceAddress y = *Alloc(kMiB, kS1);
   Free(x, kS2, 1);
-  oracle_.complete_below[kS2] = 2;  // x's work is done: it turns clean
-  Free(y, kS1, 2);                  // y stays s1's, apart from x
-  EXPECT_EQ(core_.num_free_chunks(), 2u);
+  oracle_.complete_below[kS2] = 2;  // x's work is done
+  Free(y, kS1, 2);                  // one chunk: x's part and y's (s1's)
+  EXPECT_EQ(core_.num_free_chunks(), 1u);
   oracle_.complete_below[kS1] = 3;
   const RegionId added = core_.AddRegion(kBase + 2 * kMiB, 2 * kMiB);
   core_.JoinRegions(*core_.RegionAt(kBase), added, &oracle_);
@@ -385,16 +341,20 @@ TEST_F(BfcStreamsTest, JoinMergesAcrossTheSeamAndOnToTheLeft) {
   EXPECT_EQ(core_.LargestFreeBlock(), 4 * kMiB);
 }
 
-TEST_F(BfcStreamsTest, FreshMemoryJoinedToAFencedChunkStaysClean) {
+TEST_F(BfcStreamsTest, FreshMemoryJoinedToAFreedChunkStaysClean) {
   const DeviceAddress a = *Alloc(2 * kMiB, kS1);
   EXPECT_FALSE(Alloc(256, kS2).has_value());  // several streams now
   Free(a, kS1, 1);                            // the whole region is s1's
-  // Fresh memory right after the region: joined, not merged into s1's
-  // chunk, and usable by s2 at once.
+  // Fresh memory right after the region: one chunk with s1's, the fresh part
+  // clean and usable by any stream at once.
   const RegionId added = core_.AddRegion(kBase + 2 * kMiB, 2 * kMiB);
   core_.JoinRegions(*core_.RegionAt(kBase), added, &oracle_);
   ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-  EXPECT_EQ(core_.region_edges(*core_.RegionAt(kBase)).free_tail, 2 * kMiB);
+  // s3 may use the fresh bytes at the end, not s1's in front of them.
+  EXPECT_EQ(core_.region_edges(*core_.RegionAt(kBase), kS3, oracle_).free_tail,
+            4 * kMiB - 2 * kMiB);
+  EXPECT_EQ(core_.region_edges(*core_.RegionAt(kBase), kS1, oracle_).free_tail,
+            4 * kMiB);
   oracle_.calls.clear();
   EXPECT_EQ(Alloc(2 * kMiB, kS3), kBase + 2 * kMiB);
   EXPECT_TRUE(oracle_.calls.empty());
@@ -458,7 +418,7 @@ TEST_F(BfcStreamsTest, AlignmentPaddingKeepsTheCondition) {
   FillTail();
   ASSERT_TRUE(core_.RecordStream(a, kS2).ok());
   Free(a, kS1, 1);  // fenced by s1 and s2: a set
-  EXPECT_EQ(core_.num_fence_sets(), 1u);
+  EXPECT_EQ(core_.num_condition_sets(), 1u);
   oracle_.wait = true;
   // Aligned inside the chunk: the padding in front stays free and keeps
   // both conditions (a second fence set).
@@ -466,7 +426,7 @@ TEST_F(BfcStreamsTest, AlignmentPaddingKeepsTheCondition) {
                           BfcCore::Search::kMayWait);
   ASSERT_TRUE(c.has_value());
   ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-  EXPECT_EQ(core_.num_fence_sets(), 2u);
+  EXPECT_EQ(core_.num_condition_sets(), 2u);
   (void)guard;
 }
 
@@ -495,17 +455,12 @@ TEST_F(BfcStreamsTest, RandomMultiStreamSequencesKeepInvariantsAndOrder) {
       const std::uintptr_t s = streams[rng() % 3];
       oracle_.wait = rng() % 2 == 0;
       oracle_.calls.clear();
-      auto a = core_.Allocate(
-          size, size, 256, s, &oracle_,
-          oracle_.wait ? BfcCore::Search::kMayWait : BfcCore::Search::kFast);
+      const BfcCore::Search search =
+          oracle_.wait ? (rng() % 2 == 0 ? BfcCore::Search::kMayWait
+                                         : BfcCore::Search::kBestFit)
+                       : BfcCore::Search::kFast;
+      auto a = core_.Allocate(size, size, 256, s, &oracle_, search);
       ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-      if (!a.has_value()) {
-        // The slow path: runs of pieces usable now, or (as when growing
-        // cannot help) made usable by asking the oracle.
-        a = core_.AllocateAcross(size, size, 256, s, &oracle_,
-                                 /*ask=*/rng() % 2 == 0);
-        ASSERT_TRUE(core_.Validate().ok()) << core_.Validate();
-      }
       if (!a.has_value()) continue;
       // Every freed range it overlaps on another stream was complete, or the
       // oracle was asked about that stream (and said ready or waited). The

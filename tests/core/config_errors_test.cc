@@ -398,5 +398,44 @@ TEST(ConfigErrorsTest, OptionsBuiltByAProgramNameTheFields) {
                         "bytes, or set Options.memory_limit to 0"));
 }
 
+// Warnings and errors quote at most about 80 bytes of what the user wrote,
+// and its length: a 100 KB entry or name does not flood the terminal.
+TEST(ConfigErrorsTest, LongInputIsQuotedCut) {
+  const std::string huge(100'000, 'k');
+  const auto bounded = [&](const std::string& line) {
+    EXPECT_LT(line.size(), 600u) << line.substr(0, 600);
+    EXPECT_THAT(line, HasSubstr("bytes)"));
+  };
+  // An unknown PyTorch key: a warning line.
+  absl::StatusOr<Config> c = ResolveConfig(
+      "", MapEnvironment({{"PYTORCH_CUDA_ALLOC_CONF", huge + ":1"}}));
+  ASSERT_TRUE(c.ok()) << c.status().message().substr(0, 300);
+  ASSERT_EQ(c->warnings.size(), 1u);
+  bounded(c->warnings[0]);
+  EXPECT_THAT(c->warnings[0], HasSubstr("(100002 bytes)"));
+  // A duplicate key and an empty value: errors.
+  for (const std::string& conf : {huge + ":1," + huge + ":2", huge + ":"}) {
+    c = ResolveConfig("", MapEnvironment({{"PYTORCH_ALLOC_CONF", conf}}));
+    ASSERT_FALSE(c.ok());
+    bounded(std::string(c.status().message()));
+  }
+  // An unknown GPUALLOC_* variable with a long name and value.
+  c = ResolveConfig("", MapEnvironment({{"GPUALLOC_" + huge, huge}}));
+  ASSERT_FALSE(c.ok());
+  bounded(std::string(c.status().message()));
+  // An unknown key and an unknown profile in the configuration string.
+  c = ResolveConfig(huge + "=1", MapEnvironment({}));
+  ASSERT_FALSE(c.ok());
+  bounded(std::string(c.status().message()));
+  c = ResolveConfig("backend=sim,arch=" + huge, MapEnvironment({}));
+  if (c.ok()) {
+    auto r = DeviceRegistry::Create(*c);
+    ASSERT_FALSE(r.ok());
+    bounded(std::string(r.status().message()));
+  } else {
+    bounded(std::string(c.status().message()));
+  }
+}
+
 }  // namespace
 }  // namespace gpualloc

@@ -70,7 +70,7 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(c->options.expandable, Tristate::kAuto);
   EXPECT_EQ(c->options.arch, "auto");
   EXPECT_TRUE(c->options.garbage_collection);
-  EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kStreamWait);
+  EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kBeforeGrowth);
   EXPECT_EQ(c->options.name, "");
   EXPECT_EQ(c->options.growth_policy, defaults.growth_policy);
   EXPECT_EQ(c->backend, BackendKind::kAuto);
@@ -96,7 +96,7 @@ TEST(ConfigTest, DefaultsAreJaxs) {
   EXPECT_EQ(c->options.gc_threshold, 0);
   EXPECT_EQ(SettingOf(*c, "backend").value, "auto");
   EXPECT_EQ(SettingOf(*c, "device_memory").value, "unset");
-  EXPECT_EQ(SettingOf(*c, "cross_stream").value, "stream_wait");
+  EXPECT_EQ(SettingOf(*c, "cross_stream").value, "before_growth");
   EXPECT_EQ(SettingOf(*c, "growth").value, "exact");
   EXPECT_EQ(SettingOf(*c, "granularity").value, "profile");
   EXPECT_EQ(SettingOf(*c, "min_block").value, "profile");
@@ -847,7 +847,7 @@ TEST(ConfigTest, SettingsOriginsAndSources) {
       {"gc_threshold", "0", ValueOrigin::kDefault, "default"},
       {"backend", "auto", ValueOrigin::kDefault, "default"},
       {"device_memory", "unset", ValueOrigin::kDefault, "default"},
-      {"cross_stream", "stream_wait", ValueOrigin::kDefault, "default"},
+      {"cross_stream", "before_growth", ValueOrigin::kDefault, "default"},
       {"growth", "exact", ValueOrigin::kDefault, "default"},
       {"granularity", "profile", ValueOrigin::kDefault, "default"},
       {"min_block", "profile", ValueOrigin::kDefault, "default"},
@@ -1581,14 +1581,21 @@ TEST(ConfigTest, PytorchConventionsChangeOnlyTheDefaults) {
   EXPECT_EQ(SettingOf(*c, "preallocate").source, "default (PyTorch's)");
   EXPECT_EQ(SettingOf(*c, "mem_fraction").value, "1");
   EXPECT_EQ(SettingOf(*c, "mem_fraction").source, "default (PyTorch's)");
+  // PyTorch's allocator never makes one of a user's streams wait for
+  // another: no stream waits with memory to spare.
+  EXPECT_EQ(c->options.cross_stream_reuse, CrossStreamReuse::kStreamWait);
+  EXPECT_EQ(SettingOf(*c, "cross_stream").value, "stream_wait");
+  EXPECT_EQ(SettingOf(*c, "cross_stream").source, "default (PyTorch's)");
   // The rest is as with JAX's conventions.
   auto jax = ResolveConfig("", MapEnvironment({}));
   ASSERT_TRUE(jax.ok()) << jax.status();
   EXPECT_TRUE(jax->options.preallocate);
   EXPECT_EQ(jax->options.memory_fraction, 0.75);
+  EXPECT_EQ(jax->options.cross_stream_reuse, CrossStreamReuse::kBeforeGrowth);
   for (std::size_t i = 0; i < c->settings.size(); ++i) {
     if (c->settings[i].key == "preallocate" ||
-        c->settings[i].key == "mem_fraction") {
+        c->settings[i].key == "mem_fraction" ||
+        c->settings[i].key == "cross_stream") {
       continue;
     }
     EXPECT_EQ(c->settings[i].value, jax->settings[i].value)

@@ -262,6 +262,28 @@ TEST(FrontCaches, EveryStreamOfAStreamPerRequestProgramGetsHits) {
   EXPECT_EQ(sim->hazards(), 0u);
 }
 
+// A program that uses stream after stream without releasing them (each
+// stream's work done, its cached blocks given back by a Trim): every
+// stream's work gets a front, the slot of an idle one, and hits; not only
+// the first 16 streams'.
+TEST(FrontCaches, StreamsInUseGetTheSlotsOfIdleOnes) {
+  auto sim = MakeSim(256 * kMiB);
+  auto a = MakeAllocator(FrontOptions(), sim);
+  ASSERT_NE(a, nullptr);
+  for (int i = 0; i < 24; ++i) {
+    const Stream s(0x100 + i);
+    const std::uint64_t hits = a->GetStats().front_cache_hits;
+    for (int k = 0; k < 4; ++k) Step(*a, s);
+    EXPECT_GT(a->GetStats().front_cache_hits, hits) << "stream " << i;
+    GPUALLOC_ASSERT_OK(a->Trim());
+    GPUALLOC_ASSERT_OK(a->Validate());
+  }
+  const Stats s = a->GetStats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.bytes_requested, 0u);
+  EXPECT_EQ(sim->hazards(), 0u);
+}
+
 // Blocks of `bytes` freed on `s` in a loop: the bytes its front then holds.
 std::uint64_t CachedAfterLoop(Allocator& a, Stream s, std::uint64_t bytes) {
   for (int i = 0; i < 4; ++i) {

@@ -4,6 +4,7 @@
 #include "core/report/history.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,50 @@ TEST(HistoryRing, KeepsTheLastEntriesOldestFirstAndCountsDrops) {
   EXPECT_EQ(s.history_recorded, 5u);
   EXPECT_EQ(s.history_dropped, 2u);
   EXPECT_LE(s.history[0].time_ns, s.history[2].time_ns);
+}
+
+// A large capacity costs memory as the ring fills, not at creation; a
+// capacity that is no whole number of chunks wraps at its end.
+TEST(HistoryRing, GrowsAsItFills) {
+  core::History big(kMaxHistory);
+  EXPECT_EQ(big.bytes_held(), 0u);
+  big.Record(HistoryAction::kAlloc, 256, 1, 0);
+  EXPECT_GT(big.bytes_held(), 0u);
+  EXPECT_LE(big.bytes_held(), 256u * 1024);
+  core::History h(5000);
+  for (std::uint64_t i = 1; i <= 12000; ++i) {
+    h.Record(HistoryAction::kAlloc, i, i, 0);
+  }
+  Snapshot s;
+  h.AppendTo(&s);
+  ASSERT_EQ(s.history.size(), 5000u);
+  for (std::uint64_t n = 0; n < 5000; ++n) {
+    ASSERT_EQ(s.history[n].address, 7001 + n) << n;
+  }
+  EXPECT_EQ(s.history_dropped, 7000u);
+}
+
+// The largest history, set and never used: the allocator does not make it
+// up front (it took 640 MiB at creation).
+TEST(AllocatorHistory, TheLargestHistoryCostsNothingUntilUsed) {
+  const auto resident = [] {
+    long pages = 0, rss = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+      std::fclose(f);
+    }
+    return static_cast<std::uint64_t>(rss) * 4096;
+  };
+  const std::uint64_t before = resident();
+  Options o;
+  o.history = kMaxHistory;
+  auto a = CreateAllocator(o, MakeSim(std::uint64_t{1} << 30));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto p = (*a)->Allocate(1000);
+  ASSERT_TRUE(p.ok());
+  EXPECT_LT(resident(), before + 64 * testing::kMiB);
+  GPUALLOC_EXPECT_OK((*a)->Deallocate(*p));
+  EXPECT_GE((*a)->GetSnapshot().history.size(), 3u);
 }
 
 TEST(HistoryRing, NotYetFull) {

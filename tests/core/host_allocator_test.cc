@@ -264,7 +264,14 @@ TEST(HostAllocator, LimitAndOutOfMemory) {
   auto big = pool->Allocate(9 * kMiB);
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(big.status().message(), HasSubstr("host pool"));
-  EXPECT_THAT(big.status().message(), HasSubstr("host_memory_limit"));
+  // Its hint names its own setting, with its value.
+  EXPECT_THAT(big.status().message(),
+              HasSubstr("raise host_memory_limit (GPUALLOC_HOST_MEMORY_LIMIT, "
+                        "now 8.00 MiB)"));
+  EXPECT_THAT(big.status().message(),
+              ::testing::Not(HasSubstr("mem_fraction")));
+  EXPECT_THAT(big.status().message(),
+              ::testing::Not(HasSubstr("memory_fraction")));
   EXPECT_EQ(pool->GetStats().num_ooms, 1u);
   EXPECT_EQ(sim->calls(SimOp::kHostAllocate), 0u);
   // Above the machine's memory: the limit asked for is taken as is.
@@ -306,6 +313,71 @@ TEST(HostAllocator, AtTheLimitTheHostWaitsForHeldBlocks) {
   EXPECT_EQ(pool->RecordStream(*b, kCopy).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(pool->Validate().ok());
+}
+
+// A query of an unrelated held block's event that fails once leaves that
+// block held (asked again later); the allocation is served.
+TEST(HostAllocator, AFailedQueryOfAHeldBlockDoesNotFailAllocate) {
+  auto sim = MakeSim();
+  auto pool = MakePool(sim);
+  ASSERT_NE(pool, nullptr);
+  auto a = pool->Allocate(kMiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool->RecordStream(*a, kCopy).ok());
+  sim->Use(kCopy, reinterpret_cast<DeviceAddress>(*a), kMiB);
+  ASSERT_TRUE(pool->Deallocate(*a).ok());  // held for the copy
+  sim->FailNthCall(SimOp::kQueryEvent, 1);
+  auto b = pool->Allocate(2 * kMiB);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(sim->failed_calls(SimOp::kQueryEvent), 1u);
+  sim->CompleteAll();
+  auto c = pool->Allocate(kMiB);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(*c, *a) << "asked again, complete, reused";
+  EXPECT_EQ(sim->hazards(), 0u);
+  EXPECT_TRUE(pool->Validate().ok());
+}
+
+// Destroyed while a held block's wait fails: its event is destroyed anyway.
+TEST(HostAllocator, DestroyedWhileAWaitFailsLeaksNoEvent) {
+  auto sim = MakeSim();
+  auto pool = MakePool(sim);
+  ASSERT_NE(pool, nullptr);
+  auto a = pool->Allocate(kMiB);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool->RecordStream(*a, kCopy).ok());
+  sim->Use(kCopy, reinterpret_cast<DeviceAddress>(*a), kMiB);
+  ASSERT_TRUE(pool->Deallocate(*a).ok());
+  EXPECT_EQ(sim->live_events(), 1u);
+  sim->FailNthCall(SimOp::kSynchronizeEvent, 1);
+  pool.reset();
+  EXPECT_EQ(sim->failed_calls(SimOp::kSynchronizeEvent), 1u);
+  EXPECT_EQ(sim->live_events(), 0u);
+  EXPECT_EQ(sim->host_bytes_allocated(), 0u);
+}
+
+// A limit within a region of 2^64 cannot be rounded up to whole regions:
+// refused naming the setting, not wrapped to nothing.
+TEST(HostAllocator, ALimitNearTwoToTheSixtyFourIsRefusedByName) {
+  auto sim = MakeSim();
+  constexpr std::uint64_t kLargest =
+      UINT64_MAX / kHostRegionBytes * kHostRegionBytes;
+  for (std::uint64_t limit : {UINT64_MAX, kLargest + 1}) {
+    Options o;
+    o.memory_limit = limit;
+    auto p = CreateHostAllocator(o, sim);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(p.status().message(), HasSubstr("host_memory_limit"));
+    EXPECT_THAT(p.status().message(), HasSubstr(std::to_string(kLargest)));
+  }
+  Options o;
+  o.memory_limit = kLargest;
+  auto p = CreateHostAllocator(o, sim);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->GetStats().bytes_limit, kLargest);
+  auto block = (*p)->Allocate(kMiB);
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_TRUE((*p)->Deallocate(*block).ok());
 }
 
 TEST(HostAllocator, ReleaseStreamRecordsItsLastEventThere) {

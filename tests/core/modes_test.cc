@@ -1040,6 +1040,92 @@ TEST(AsyncSimTest, PendingFreesAreWaitedForBeforeThePoolPassesTheLimit) {
   }
 }
 
+// The pool keeps what the limit allows cached at synchronization points:
+// SetLimit moves its release threshold with the limit.
+TEST(AsyncSimTest, SetLimitMovesThePoolsReleaseThreshold) {
+  auto sim = MakePoolSim(kGiB);
+  auto a = MakeAsync(sim, 64 * kMiB);
+  ASSERT_NE(a, nullptr);
+  GPUALLOC_ASSERT_OK(a->SetLimit(512 * kMiB));
+  EXPECT_EQ(sim->calls(SimOp::kConfigurePool), 2u);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) {
+    auto p = a->Allocate(32 * kMiB, Stream(1));
+    GPUALLOC_ASSERT_OK(p);
+    blocks.push_back(*p);
+  }
+  for (void* p : blocks) GPUALLOC_ASSERT_OK(a->Deallocate(p, Stream(1)));
+  // A synchronization point: the pool trims to its release threshold.
+  auto e = sim->CreateEvent();
+  GPUALLOC_ASSERT_OK(e);
+  GPUALLOC_ASSERT_OK(sim->RecordEvent(*e, Stream(1)));
+  GPUALLOC_ASSERT_OK(sim->SynchronizeEvent(*e));
+  GPUALLOC_ASSERT_OK(sim->DestroyEvent(*e));
+  auto usage = sim->GetPoolUsage();
+  GPUALLOC_ASSERT_OK(usage);
+  EXPECT_EQ(usage->reserved, 256 * kMiB) << "trimmed to the old limit";
+  // Lower again: trimmed at once, and the threshold follows.
+  GPUALLOC_ASSERT_OK(a->SetLimit(64 * kMiB));
+  EXPECT_EQ(sim->calls(SimOp::kConfigurePool), 3u);
+  GPUALLOC_EXPECT_OK(a->Validate());
+}
+
+// The destructor gives live blocks back to the pool; one the pool refuses
+// is tried again, so nothing stays allocated there.
+TEST(AsyncSimTest, TheDestructorRetriesARefusedPoolFree) {
+  auto sim = MakePoolSim(kGiB);
+  {
+    auto a = MakeAsync(sim, 64 * kMiB);
+    ASSERT_NE(a, nullptr);
+    GPUALLOC_ASSERT_OK(a->Allocate(8 * kMiB, Stream(1)));
+    sim->FailNthCall(SimOp::kPoolFree, 1);
+  }
+  EXPECT_EQ(sim->failed_calls(SimOp::kPoolFree), 1u);
+  auto usage = sim->GetPoolUsage();
+  GPUALLOC_ASSERT_OK(usage);
+  EXPECT_EQ(usage->used, 0u) << "a live block stayed allocated in the pool";
+}
+
+// Out-of-memory hints name the setting the user sets, its variable and its
+// value now: mem_limit when one was set (never the fraction then), else
+// mem_fraction; never a C++ field.
+TEST(OutOfMemoryHints, NameTheSettingAndItsValue) {
+  for (AllocatorMode mode :
+       {AllocatorMode::kBfc, AllocatorMode::kPlatform, AllocatorMode::kAsync}) {
+    SCOPED_TRACE(std::string(AllocatorModeName(mode)));
+    auto sim = MakePoolSim(kGiB);
+    Options o = Mode(mode, 64 * kMiB);
+    o.preallocate = false;
+    auto a = MakeAllocator(o, sim);
+    ASSERT_NE(a, nullptr);
+    auto too_large = a->Allocate(128 * kMiB);
+    auto first = a->Allocate(40 * kMiB);
+    GPUALLOC_ASSERT_OK(first);
+    auto at_limit = a->Allocate(40 * kMiB);
+    for (const absl::Status& s : {too_large.status(), at_limit.status()}) {
+      ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      EXPECT_TRUE(Mentions(s, "raise mem_limit (GPUALLOC_MEM_LIMIT, now 64"))
+          << s;
+      for (const char* wrong :
+           {"0.75", "memory_fraction", "memory_limit", "mem_fraction"}) {
+        EXPECT_FALSE(Mentions(s, wrong)) << wrong << " in " << s;
+      }
+    }
+    GPUALLOC_ASSERT_OK(a->Deallocate(*first));
+
+    Options f = Mode(mode);
+    f.memory_fraction = 0.5;
+    auto b = MakeAllocator(f, sim);
+    ASSERT_NE(b, nullptr);
+    auto huge = b->Allocate(kGiB);
+    ASSERT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE(Mentions(huge.status(),
+                         "raise mem_fraction (GPUALLOC_MEM_FRACTION, now 0.5) "
+                         "or set mem_limit (GPUALLOC_MEM_LIMIT)"))
+        << huge.status();
+  }
+}
+
 // A pool whose free memory lies in pieces of partly used segments cannot
 // hold a request that needs a new segment, and trimming cannot return those
 // pieces: out of memory, since the pool would pass the limit, and nothing

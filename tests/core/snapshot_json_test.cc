@@ -309,6 +309,15 @@ TEST(SnapshotJsonTest, ErrorsNameTheFieldOrOffset) {
       {replace("\"requested\":", "\"requested\":18446744073709551616,\"r\":"),
        "regions[0].chunks[0].requested: expected an unsigned 64-bit integer"},
       {std::string(100, '[') + std::string(100, ']'), "less nesting"},
+      // Long values are quoted cut, with their length.
+      {replace("gpualloc-snapshot", std::string(5'000'000, 'x')),
+       "xxx...\" (5000000 bytes)"},
+      {replace("\"state\":\"free\"",
+               "\"state\":\"" + std::string(100'000, 'b') + "\""),
+       "(100000 bytes)"},
+      {replace("\"requested\":",
+               "\"requested\":" + std::string(5000, '9') + ",\"r\":"),
+       "(5000 bytes)"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Snapshot> s = SnapshotFromJson(c.json);
@@ -316,6 +325,7 @@ TEST(SnapshotJsonTest, ErrorsNameTheFieldOrOffset) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(s.status().message(), HasSubstr(c.message))
         << c.json.substr(0, 200);
+    EXPECT_LT(s.status().message().size(), 400u) << c.json.substr(0, 200);
   }
 }
 

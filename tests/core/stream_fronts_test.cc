@@ -10,8 +10,8 @@
 #include <optional>
 
 #include "core/bfc/bfc.h"
-#include "core/fences.h"
-#include "core/stream_order.h"
+#include "core/streams/oracle.h"
+#include "core/streams/stream_order.h"
 #include "gmock/gmock.h"
 #include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
@@ -54,7 +54,7 @@ class StreamFrontsTest : public ::testing::Test {
   std::shared_ptr<SimBackend> sim_ = testing::MakeSim(64 * kMiB);
   BfcCore core_{BfcConfig{256, 0}};
   StreamOrder order_{sim_.get(), CrossStreamReuse::kWhenComplete};
-  AllCompleteOracle oracle_;
+  AllComplete oracle_;
   StreamFronts fronts_{kBudget, core_, order_, &oracle_};
 };
 
@@ -158,10 +158,40 @@ TEST_F(StreamFrontsTest, AtMostkMaxFrontsServeAtOnce) {
   for (int i = 0; i < StreamFronts::kMaxFronts; ++i) {
     EXPECT_NE(fronts_.Make(kStream + i), nullptr);
   }
+  // Every front used since it was made: the next stream has none.
+  for (int i = 0; i < StreamFronts::kMaxFronts; ++i) {
+    EXPECT_FALSE(fronts_.Take(kStream + i, 1024, 1024).has_value());
+  }
   EXPECT_EQ(fronts_.Make(kStream + StreamFronts::kMaxFronts), nullptr);
   GPUALLOC_EXPECT_OK(fronts_.Validate());  // FC6: even shares
   fronts_.Release(*fronts_.For(kStream));
   EXPECT_NE(fronts_.Make(kStream + StreamFronts::kMaxFronts), nullptr);
+}
+
+// Slots go to the streams in use: a front idle since the last sweep of the
+// slots gives its slot (and its blocks) to a new stream; fronts in use keep
+// theirs.
+TEST_F(StreamFrontsTest, AnIdleFrontsSlotGoesToANewStream) {
+  constexpr int kN = StreamFronts::kMaxFronts;
+  const DeviceAddress cached = Adopted(1024);  // kStream's front holds it
+  for (int i = 1; i < kN; ++i) EXPECT_NE(fronts_.Make(kStream + i), nullptr);
+  for (int i = 0; i < kN; ++i) (void)fronts_.Take(kStream + i, 4096, 4096);
+  const std::uintptr_t late = kStream + 1000;
+  // Each front was used since the sweep last looked (it had not yet).
+  EXPECT_EQ(fronts_.Make(late), nullptr);
+  // Now every stream but kStream is used again.
+  for (int i = 1; i < kN; ++i) (void)fronts_.Take(kStream + i, 4096, 4096);
+  StreamFront* f = fronts_.Make(late);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(fronts_.For(late), f);
+  EXPECT_EQ(fronts_.For(kStream), nullptr);
+  for (int i = 1; i < kN; ++i) EXPECT_NE(fronts_.For(kStream + i), nullptr);
+  // kStream's cached block went back to the core.
+  EXPECT_FALSE(core_.FindInUse(cached).has_value());
+  GPUALLOC_EXPECT_OK(fronts_.Validate());
+  // A thread of kStream that found the slot before it changed hands gets
+  // nothing from the new stream's front.
+  EXPECT_FALSE(fronts_.Take(kStream, 1024, 1024).has_value());
 }
 
 TEST_F(StreamFrontsTest, LeaveHandsALiveBlockToTheCore) {

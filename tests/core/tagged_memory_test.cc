@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/bfc/private_pools.h"
-#include "core/fences.h"
 #include "core/regions/region_source.h"
+#include "core/streams/oracle.h"
 #include "gmock/gmock.h"
 #include "gpualloc/core/allocator.h"
 #include "gtest/gtest.h"
@@ -127,7 +127,7 @@ class TaggedMemoryTest : public ::testing::Test {
   std::shared_ptr<SimBackend> sim_ = testing::MakeSim(64 * kMiB);
   StandInSource source_;
   StandInSlabs slabs_;
-  AllCompleteOracle oracle_;
+  AllComplete oracle_;
   TaggedMemory tags_{BfcConfig{256, 0}, kSlab, *sim_, /*history=*/nullptr};
 };
 

@@ -134,6 +134,11 @@ TEST(CliTest, LoneDashAsAFlag) {
   Fixture f(Syntax{.lone_dash_is_flag = true});
   f.WithPositional();
   EXPECT_EQ(Message(f.parser.Parse({"-"})), "unknown argument \"-\"");
+  // A long argument is quoted cut, with its length.
+  const std::string huge(5000000, 'x');
+  const std::string m = Message(f.parser.Parse({"-" + huge}));
+  EXPECT_LT(m.size(), 200u);
+  EXPECT_NE(m.find("(5000001 bytes)"), std::string::npos) << m;
   EXPECT_TRUE(f.parser.Parse({""}).ok());
   EXPECT_THAT(f.positional, ElementsAre(""));
 }

@@ -75,6 +75,8 @@ TEST(InfoTest, PrintsDeviceProfileAndConfiguration) {
   EXPECT_THAT(run.out, ::testing::ContainsRegex(
                            "ipc handles: (yes|no), shareable handles: "
                            "(yes|no), host memory: (yes|no)"));
+  // Completion counters: the simulator has them.
+  EXPECT_THAT(run.out, HasSubstr(", completion counters: yes"));
   EXPECT_THAT(run.out, HasSubstr("80000000000 B (74.51 GiB)"));
   EXPECT_THAT(run.out, HasSubstr("Architecture profile"));
   EXPECT_THAT(run.out, HasSubstr("h100 (NVIDIA H100 80GB HBM3)"));

@@ -27,8 +27,11 @@ using ::testing::HasSubstr;
 
 constexpr absl::string_view kHeader = "seq,action,addr_or_id,size,stream\n";
 constexpr std::uint64_t kMiB = 1 << 20;
-// A small simulated device, so that out-of-memory paths are reachable.
-constexpr absl::string_view kSmallDevice = "arch=h100,device_memory=1GiB";
+// A small simulated device, so that out-of-memory paths are reachable; the
+// limit is the whole device (the models run under the limit gpualloc would
+// use, 75% of it by default).
+constexpr absl::string_view kSmallDevice =
+    "arch=h100,device_memory=1GiB,mem_fraction=1";
 
 std::string TraceDir() { return GPUALLOC_TRACE_DIR; }
 
@@ -133,13 +136,14 @@ TEST(PyTorchModel, PoolsPerStream) {
 // cached segment goes back, and the request is retried.
 TEST(PyTorchModel, OutOfMemoryReleasesCachedSegmentsAndRetries) {
   // Two 400 MiB segments fill most of 1 GiB; the second is freed on
-  // another stream (pending), then 500 MiB needs both back.
+  // another stream (pending), then 500 MiB needs both back: a host wait for
+  // the event, and one for the cudaFree calls, which synchronize the device.
   ReplayResult r = ReplayModel(Make({A(0, 400 * kMiB, 0), A(1, 400 * kMiB, 0),
                                      F(0, 0), F(1, 1), A(2, 500 * kMiB, 0)}),
                                "pytorch", kSmallDevice, /*complete_every=*/0);
   EXPECT_EQ(r.ooms, 0u);
   EXPECT_EQ(r.backend_frees, 2u);
-  EXPECT_EQ(r.host_waits, 1u);
+  EXPECT_EQ(r.host_waits, 2u);
   EXPECT_EQ(r.hazards, 0u);
   // Nothing left to give back: a refusal, counted.
   r = ReplayModel(Make({A(0, 600 * kMiB), A(1, 600 * kMiB)}), "pytorch",
@@ -275,6 +279,9 @@ TEST(PyTorchModel, ExpandableSegmentsUnmapOnlyOutOfMemory) {
   EXPECT_EQ(r.ooms, 0u);
   EXPECT_EQ(r.backend_frees, 20u);  // the freed 400 MiB: 20 pages
   EXPECT_EQ(r.final_bytes_reserved, 900 * kMiB);
+  // The unmap waited for the segment's stream (cudaStreamSynchronize).
+  EXPECT_EQ(r.host_waits, 1u);
+  EXPECT_EQ(r.hazards, 0u);
   // Nothing is unmapped while memory lasts.
   r = ReplayModel(Make({A(0, 400 * kMiB), F(0), A(1, 100 * kMiB)}),
                   "pytorch-expandable", kSmallDevice);
@@ -312,6 +319,7 @@ TEST(TfModel, FreeRegionsGoBackAsLastResort) {
   EXPECT_EQ(r.backend_allocs, 3u);
   EXPECT_EQ(r.backend_frees, 1u);
   EXPECT_EQ(r.final_bytes_reserved, 1024 * kMiB);
+  EXPECT_EQ(r.host_waits, 1u);  // cuMemFree synchronizes the device
 }
 
 TEST(AsyncModel, EveryAllocationIsAPoolCall) {
@@ -352,6 +360,165 @@ TEST(AsyncModel, ReuseRulesDecideCrossStreamReuse) {
     EXPECT_EQ(*a == *b, rules) << "reuse rules " << rules;
     ASSERT_TRUE((*m)->Deallocate(*b, Stream(1)).ok());
   }
+}
+
+// The driver's pool makes a stream wait for another stream's free
+// (cudaMemPoolReuseAllowInternalDependencies) rather than grow: the async
+// model's row counts those waits, which the driver itself never reports.
+TEST(AsyncModel, CountsTheStreamWaitsItsPoolInserts) {
+  // Stream 0's 1 MiB, freed while its work is pending (nothing completes),
+  // merges with the rest of its 2 MiB segment; stream 1's request can only
+  // have that block, after a wait.
+  const Trace t = Make({A(0, kMiB, 0), F(0, 0), A(1, kMiB, 1)});
+  ReplayResult r = ReplayModel(t, "async", "arch=h100", /*complete_every=*/0);
+  EXPECT_EQ(r.stream_waits, 1u);
+  EXPECT_EQ(r.peak_bytes_reserved, 2 * kMiB);  // no second segment
+  EXPECT_EQ(r.hazards, 0u);
+  EXPECT_EQ(r.frees, 1u);
+  EXPECT_THAT(ToJson(r), HasSubstr("\"stream_waits_per_100_frees\":100,"));
+  // Completed first (every op): no dependency, no wait.
+  r = ReplayModel(t, "async", "arch=h100", /*complete_every=*/1);
+  EXPECT_EQ(r.stream_waits, 0u);
+}
+
+// Under a limit (the configuration's, as gpualloc resolves it), PyTorch's
+// model gives its cached segments back when a new one would pass it (the
+// cudaFree calls synchronize the device: a host wait), then retries.
+TEST(PyTorchModel, LimitReleasesCachedSegmentsAndRetries) {
+  const Trace t = Make({A(0, 30 * kMiB), F(0), A(1, 40 * kMiB)});
+  ReplayResult r = ReplayModel(t, "pytorch", "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.stats.bytes_limit, 64 * kMiB);
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.backend_frees, 1u);
+  EXPECT_EQ(r.host_waits, 1u);
+  EXPECT_EQ(r.peak_bytes_reserved, 40 * kMiB);
+  // With room under the limit, the cached segment stays.
+  r = ReplayModel(t, "pytorch", "arch=h100,mem_limit=80MiB");
+  EXPECT_EQ(r.backend_frees, 0u);
+  EXPECT_EQ(r.host_waits, 0u);
+  EXPECT_EQ(r.peak_bytes_reserved, 70 * kMiB);
+  // mem_fraction resolves as gpualloc's does: 0.5 of 1 GiB.
+  r = ReplayModel(Make({A(0, 300 * kMiB), A(1, 300 * kMiB)}), "pytorch",
+                  "arch=h100,device_memory=1GiB,mem_fraction=0.5");
+  EXPECT_EQ(r.stats.bytes_limit, 512 * kMiB);
+  EXPECT_EQ(r.ooms, 1u);
+}
+
+// When even an empty cache leaves no room under the limit: out of memory.
+TEST(PyTorchModel, LimitOutOfMemoryWhenNothingCachedFits) {
+  ReplayResult r = ReplayModel(Make({A(0, 30 * kMiB), A(1, 40 * kMiB)}),
+                               "pytorch", "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.ooms, 1u);
+  EXPECT_EQ(r.peak_bytes_reserved, 30 * kMiB);
+  EXPECT_EQ(r.backend_frees, 0u);
+  EXPECT_EQ(r.host_waits, 0u);  // nothing to free: no cudaFree
+}
+
+// Expandable segments under a limit: the check is PyTorch's (the segment
+// size get_allocation_size gives, not the pages mapped), and the release
+// unmaps the free pages after synchronizing their segment's stream.
+TEST(PyTorchModel, ExpandableLimitUnmapsAfterAStreamSync) {
+  // Stream 0's 30 MiB maps two 20 MiB pages; stream 1's 40 MiB would bring
+  // 40 + 40 MiB over 64 MiB: stream 0's free pages go back first.
+  ReplayResult r =
+      ReplayModel(Make({A(0, 30 * kMiB, 0), F(0, 0), A(1, 40 * kMiB, 1)}),
+                  "pytorch-expandable", "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.backend_frees, 2u);  // two pages
+  EXPECT_EQ(r.host_waits, 1u);     // the stream synchronized once
+  EXPECT_EQ(r.peak_bytes_reserved, 40 * kMiB);
+  EXPECT_EQ(r.hazards, 0u);
+  // 50 MiB (a 50 MiB segment by get_allocation_size) beside 20 MiB mapped
+  // for 5 MiB passes 64 MiB though its pages (60 MiB) would not.
+  r = ReplayModel(Make({A(0, 5 * kMiB, 0), A(1, 50 * kMiB, 0)}),
+                  "pytorch-expandable", "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.ooms, 1u);
+}
+
+// TensorFlow's BFC under a limit: regions grow only within it, and out of
+// memory its garbage collection gives back regions with nothing in use.
+TEST(TfModel, LimitBoundsRegionsAndGarbageCollects) {
+  ReplayResult r =
+      ReplayModel(Make({A(0, 30 * kMiB), A(1, 30 * kMiB), A(2, 10 * kMiB)}),
+                  "tf", "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.ooms, 1u);  // two 32 MiB regions fill the limit
+  EXPECT_EQ(r.peak_bytes_reserved, 64 * kMiB);
+  // A 32 MiB region freed, 60 MiB does not fit beside it: it goes back (a
+  // host wait: cuMemFree synchronizes) and a 64 MiB region comes.
+  r = ReplayModel(Make({A(0, 30 * kMiB), F(0), A(1, 60 * kMiB)}), "tf",
+                  "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.backend_frees, 1u);
+  EXPECT_EQ(r.host_waits, 1u);
+  EXPECT_EQ(r.peak_bytes_reserved, 64 * kMiB);
+}
+
+// The async model under a limit, as PyTorch's cudaMallocAsync backend
+// applies a memory fraction: the bytes allocated (not the pool's reserve)
+// may not pass it, checked before any pool call.
+TEST(AsyncModel, LimitCountsBytesAllocated) {
+  ReplayResult r = ReplayModel(Make({A(0, 40 * kMiB), A(1, 30 * kMiB)}),
+                               "async", "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.ooms, 1u);
+  EXPECT_EQ(r.backend_allocs, 1u);  // the refused one made no pool call
+  // 40 MiB freed stays in the pool; 50 MiB allocated is within the limit
+  // though the pool then holds 90 MiB.
+  r = ReplayModel(Make({A(0, 40 * kMiB), F(0), A(1, 50 * kMiB)}), "async",
+                  "arch=h100,mem_limit=64MiB");
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.peak_bytes_reserved, 90 * kMiB);
+}
+
+// A failed pool allocation: the allocating stream is synchronized (a host
+// wait), the pool trimmed, and the allocation retried once.
+TEST(AsyncModel, OutOfMemorySynchronizesTrimsAndRetries) {
+  // 600 MiB freed while its work is pending cannot go back without a wait;
+  // 700 MiB needs its memory. (Stream 1's small block makes the trace one
+  // of several streams, whose work completes only when waited for.)
+  ReplayResult r = ReplayModel(
+      Make({A(2, kMiB, 1), A(0, 600 * kMiB, 0), F(0, 0), A(1, 700 * kMiB, 0)}),
+      "async", kSmallDevice, /*complete_every=*/0);
+  EXPECT_EQ(r.ooms, 0u);
+  EXPECT_EQ(r.host_waits, 1u);
+  EXPECT_EQ(r.hazards, 0u);
+  // Synchronizing the allocating stream does not complete another
+  // stream's free: out of memory, as in PyTorch.
+  r = ReplayModel(Make({A(0, 600 * kMiB, 0), F(0, 0), A(1, 700 * kMiB, 1)}),
+                  "async", kSmallDevice, /*complete_every=*/0);
+  EXPECT_EQ(r.ooms, 1u);
+}
+
+// Completion calls: every event record and query the model made, from the
+// simulator's ledger, in the JSON with their rate per 100 frees, per pass
+// too.
+TEST(ReferenceReplay, CountsCompletionCalls) {
+  // The free on stream 1 records an event (record_stream); the next
+  // allocation's process_events queries it (pending: nothing completes).
+  const Trace t = Make({A(0, 4 * kMiB, 0), F(0, 1), A(1, 4 * kMiB, 0)});
+  ReplayResult r = ReplayModel(t, "pytorch", "", /*complete_every=*/0);
+  EXPECT_EQ(r.events_recorded, 1u);
+  EXPECT_EQ(r.completion_calls, 2u);
+  EXPECT_EQ(r.frees, 1u);
+  const std::string json = ToJson(r);
+  EXPECT_THAT(json, HasSubstr("\"completion_calls\":2,"));
+  EXPECT_THAT(json, HasSubstr("\"completion_calls_per_100_frees\":200,"));
+  ReplayOptions o;
+  o.reference = "pytorch";
+  o.complete_every = 0;
+  o.repeat = 2;
+  absl::StatusOr<ReplayResult> twice = Replay(t, "", o);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  ASSERT_EQ(twice->repetitions.size(), 2u);
+  std::uint64_t sum = 0, frees = 0;
+  for (const ReplayRepetition& p : twice->repetitions) {
+    EXPECT_GT(p.completion_calls, 0u);
+    EXPECT_EQ(p.frees, 2u);  // the trace's free and the drain's
+    sum += p.completion_calls;
+    frees += p.frees;
+  }
+  EXPECT_EQ(sum, twice->completion_calls);
+  EXPECT_EQ(frees, twice->frees);
+  EXPECT_THAT(ToJson(*twice), HasSubstr("\"completion_calls_per_100_frees\":"));
 }
 
 TEST(ReferenceReplay, JsonNamesTheReferenceAndKeepsRepeat) {

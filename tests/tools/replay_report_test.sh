@@ -37,7 +37,7 @@ grep -Eq '^  bfc-expandable +0\.[0-9]{3}x to 0\.[0-9]{3}x PyTorch' "$out" ||
   "$traces/gen-serve.csv" >"$out"
 header=$(grep '^  config ' "$out") || fail "no header row (multi-stream)"
 for column in 'no-wait bound' 'peak reserved' 'one-stream peak' 'pass 1 peak' \
-  'pass 2 peak'; do
+  'pass 2 peak' 'waits/100 frees' 'completion/100 frees'; do
   case "$header" in *"$column"*) ;; *) fail "no column $column" ;; esac
   grep -q "^  $column  " "$out" || fail "no legend line for $column"
 done

@@ -145,6 +145,40 @@ TEST(ReportTest, MultiStreamColumnsShowWhenTheyMatter) {
   EXPECT_THAT(report, HasSubstr("\n  hazards "));
 }
 
+// Beside the stream waits: stream waits and completion calls per 100
+// frees, of the last pass when repeating (marked like the other costs).
+TEST(ReportTest, PerFreeColumnsShowWithTheStreamColumns) {
+  std::vector<ReplayResult> results = Results();
+  results[1].progress_model = "ops";
+  results[1].frees = 400;
+  results[1].stream_waits = 6;
+  results[1].completion_calls = 50;
+  std::string report = FormatReplayReport(results, ReportOptions());
+  std::vector<std::string> columns = HeaderColumns(report);
+  ASSERT_THAT(columns, ::testing::Contains("waits/100 frees"));
+  ASSERT_THAT(columns, ::testing::Contains("completion/100 frees"));
+  // regions on trace a: 6 and 50 per 400 frees.
+  EXPECT_THAT(report,
+              ::testing::ContainsRegex("\n  regions[^\n]* 1\\.50 +12\\.50 "));
+  EXPECT_THAT(report, HasSubstr("\n  completion/100 frees  calls made to "
+                                "learn whether work completed"));
+  // Repeating: the last pass's.
+  results[1].repetitions.resize(2);
+  results[1].repetitions[1].frees = 200;
+  results[1].repetitions[1].completion_calls = 2;
+  ReportOptions options;
+  options.repeat = 2;
+  report = FormatReplayReport(results, options);
+  columns = HeaderColumns(report);
+  EXPECT_THAT(columns, ::testing::Contains("completion/100 frees*"));
+  EXPECT_THAT(report,
+              ::testing::ContainsRegex("\n  regions[^\n]* 0\\.00 +1\\.00 "));
+  // One stream and no completion calls: left out.
+  report = FormatReplayReport(Results(), ReportOptions());
+  EXPECT_THAT(HeaderColumns(report),
+              Not(::testing::Contains("completion/100 frees")));
+}
+
 TEST(ReportTest, ComparisonWithPyTorchIsComputedFromTheResults) {
   const std::map<std::string, std::uint64_t> baseline = {{"a", kGiB},
                                                          {"b", 2 * kGiB}};

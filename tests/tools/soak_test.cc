@@ -83,6 +83,18 @@ TEST_P(SoakTest, PassesEveryCheck) {
     EXPECT_GT(r->cross_frees, 0u);
     EXPECT_GT(r->streams_released, 0u);
   }
+  // Every mode but async shares blocks with a second process: exports,
+  // imports and closes, blocks held for importers, stale descriptions
+  // refused.
+  if (c.mode != "async") {
+    EXPECT_GT(r->exports, 0u);
+    EXPECT_GT(r->imports, 0u);
+    EXPECT_GT(r->closes, 0u);
+    EXPECT_GT(r->held, 0u);
+    EXPECT_GT(r->stale_refused, 0u);
+  } else {
+    EXPECT_EQ(r->exports, 0u);
+  }
   RecordProperty("ooms", static_cast<int>(r->ooms));
   RecordProperty("faults", static_cast<int>(r->faults_injected));
   RecordProperty("peak_live", static_cast<int>(r->peak_live));

@@ -289,6 +289,16 @@ class InconsistentJson(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr.decode())
         self.assertTrue(wrote)
 
+    def test_a_long_string_is_quoted_cut(self):
+        # One line of bounded length for a 5 MB value, not the value.
+        def long_format(doc):
+            doc["format"] = "x" * 5000000
+        self.refused(long_format, "format", "(5000000 bytes)")
+        doc = json.loads(json.dumps(self.doc))
+        doc["format"] = "x" * 5000000
+        r, _ = self.run_tool(doc)
+        self.assertLess(len(r.stderr), 1000)
+
     def test_chunks_that_leave_a_gap(self):
         def gap(doc):
             c = doc["regions"][0]["chunks"]

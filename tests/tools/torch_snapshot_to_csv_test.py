@@ -251,6 +251,52 @@ class SizesOutOfRange(TempDirCase):
             "of range")
 
 
+class HostileInput(TempDirCase):
+    """What a crafted pickle can ask for stays bounded, and every refusal is
+    one line."""
+
+    check_error = Malformed.check_error
+
+    def test_shared_references_cannot_amplify_the_output(self):
+        # A few kilobytes naming one segment of 2000 blocks 2000 times: four
+        # million blocks (and as many prelude rows) from one object each.
+        blk = {"size": 512, "requested_size": 64, "state": "active_allocated"}
+        seg = {"device": 0, "address": 0x1000, "stream": 0,
+               "blocks": [blk] * 2000}
+        data = pickle.dumps({
+            "device_traces": [[{"action": "alloc", "addr": 0x1000, "size": 64,
+                                "stream": 0}]],
+            "segments": [seg] * 2000,
+        })
+        self.assertLess(len(data), 16384)
+        self.check_error("amplified.pickle", data,
+                         "references the same ones again and again")
+
+    def test_shared_events_within_the_bound_convert(self):
+        # Repeated references below one per byte: converted, output bounded.
+        ev = {"action": "free_requested", "addr": 0x1000, "size": 64,
+              "stream": 0}
+        data = pickle.dumps({"device_traces": [[ev] * 1000], "segments": []})
+        path = self.write("repeated.pickle", data)
+        r = run_tool(path)
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertLess(len(r.stdout), 64 * len(data))
+
+    def test_a_size_of_5000_digits_is_one_line(self):
+        self.check_error("digits.pickle", pickle.dumps({
+            "device_traces": [[{"action": "alloc", "addr": 0x1000,
+                                "size": 10 ** 5000, "stream": 0}]],
+            "segments": []}),
+            "size of 5001 digits is out of range")
+
+    def test_an_address_of_5000_digits_is_one_line(self):
+        self.check_error("address.pickle", pickle.dumps({
+            "device_traces": [[{"action": "alloc", "addr": 10 ** 5000,
+                                "size": -1, "stream": 0}]],
+            "segments": []}),
+            "(alloc at an address of 5001 digits): size -1 is out of range")
+
+
 class InstalledCommand(TempDirCase):
     """meson install puts the script into bindir as gpualloc-torch-snapshot-to-csv,
     executable, and it runs by its shebang under that name."""

@@ -2,6 +2,7 @@
 // tools/replay/reference.cc: the reference models by name.
 #include "tools/replay/reference.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,16 +53,24 @@ std::string ReferenceLabel(absl::string_view name) {
 }
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreateReference(
-    absl::string_view name, std::shared_ptr<Backend> backend) {
+    absl::string_view name, std::shared_ptr<Backend> backend,
+    std::uint64_t memory_limit) {
   absl::Status s = CheckReferenceName(name);
   if (!s.ok()) return s;
   if (name == "pytorch" || name == "pytorch-expandable") {
     PyTorchModelOptions o;
     o.expandable_segments = name == "pytorch-expandable";
+    o.memory_limit = memory_limit;
     return CreatePyTorchModel(o, std::move(backend));
   }
-  if (name == "tf") return CreateTfModel(TfModelOptions(), std::move(backend));
-  return CreateAsyncModel(AsyncModelOptions(), std::move(backend));
+  if (name == "tf") {
+    TfModelOptions o;
+    o.memory_limit = memory_limit;
+    return CreateTfModel(o, std::move(backend));
+  }
+  AsyncModelOptions o;
+  o.memory_limit = memory_limit;
+  return CreateAsyncModel(o, std::move(backend));
 }
 
 }  // namespace gpualloc::replay

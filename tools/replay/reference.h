@@ -63,6 +63,11 @@ struct TfModelOptions {
 struct AsyncModelOptions {
   std::uint64_t release_threshold = UINT64_MAX;
   PoolReuse reuse;
+  // set_per_process_memory_fraction, in bytes; 0: none. As PyTorch's
+  // cudaMallocAsync backend applies it: an allocation that would bring the
+  // bytes allocated (live requests, not the pool's reserve) above it is out
+  // of memory at once, without a pool call.
+  std::uint64_t memory_limit = 0;
 };
 
 absl::StatusOr<std::unique_ptr<Allocator>> CreatePyTorchModel(
@@ -75,10 +80,13 @@ absl::StatusOr<std::unique_ptr<Allocator>> CreateAsyncModel(
 // The names gpualloc-replay --reference takes: "pytorch",
 // "pytorch-expandable" (expandable_segments:True), "tf", "async".
 const std::vector<std::string>& ReferenceNames();
-// The model `name` names, with its defaults; an unknown name is
-// InvalidArgument listing the known ones.
+// The model `name` names, with its defaults but for the memory limit:
+// `memory_limit` bytes (0: none, the device's capacity bounds it), which
+// each model applies by its own project's rule (the options' memory_limit
+// above). An unknown name is InvalidArgument listing the known ones.
 absl::StatusOr<std::unique_ptr<Allocator>> CreateReference(
-    absl::string_view name, std::shared_ptr<Backend> backend);
+    absl::string_view name, std::shared_ptr<Backend> backend,
+    std::uint64_t memory_limit = 0);
 absl::Status CheckReferenceName(absl::string_view name);
 // "pytorch,tf" split and checked (empty parts refused).
 absl::StatusOr<std::vector<std::string>> ParseReferenceList(

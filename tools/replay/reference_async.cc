@@ -8,18 +8,34 @@
 // cudaMemPoolReuseAllowOpportunistic and
 // cudaMemPoolReuseAllowInternalDependencies); this model is the caller's
 // side: every allocation a pool allocation on its stream, every free a
-// cudaFreeAsync on the freeing stream, and out of memory one trim of the
-// pool (emptyCache: cudaMemPoolTrimTo(0)) and one retry. What it leaves
-// out: docs/REFERENCE.md, "Reference models".
+// cudaFreeAsync on the freeing stream, and, when the pool cannot grow, the
+// allocating stream synchronized, the pool trimmed (cudaMemPoolTrimTo(0))
+// and one retry; a memory fraction (set_per_process_memory_fraction)
+// refuses an allocation that would bring the bytes allocated above it. What
+// it leaves out: docs/REFERENCE.md, "Reference models".
+//
+// Checked against PyTorch's main branch (version.txt 2.15.0a0), whose
+// mallocAsync has the synchronize-trim-retry at a failed cudaMallocAsync;
+// earlier 2.x releases have the same memory-fraction check and no retry.
+//
+// What it counts: the stream waits the driver's pool inserts (its
+// cudaMemPoolReuseAllowInternalDependencies), which a real driver does not
+// report: the simulator's (SimBackend::pool_stream_waits), 0 on another
+// backend; a host wait per stream synchronization before a trim (the
+// backend interface has no stream synchronize: an event recorded on the
+// stream and synchronized stands for cudaStreamSynchronize, so each also
+// counts one event record among the replay's completion calls).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "gpualloc/backends/sim_backend.h"
 #include "gpualloc/core/allocator.h"
 #include "gpualloc/core/backend.h"
 #include "tools/replay/reference.h"
@@ -31,8 +47,12 @@ namespace {
 class AsyncModel final : public ReferenceModel {
  public:
   AsyncModel(const AsyncModelOptions& o, std::shared_ptr<Backend> backend)
-      : ReferenceModel("async", std::move(backend)), o_(o) {
-    stats_.bytes_limit = backend_->info().total_bytes;
+      : ReferenceModel("async", std::move(backend)),
+        o_(o),
+        sim_(std::dynamic_pointer_cast<SimBackend>(backend_)) {
+    stats_.bytes_limit =
+        o.memory_limit != 0 ? o.memory_limit : backend_->info().total_bytes;
+    if (sim_ != nullptr) pool_waits_seen_ = sim_->pool_stream_waits();
   }
 
   absl::Status Configure() {
@@ -46,16 +66,31 @@ class AsyncModel final : public ReferenceModel {
     for (auto& [ptr, entry] : live_) {
       (void)backend_->PoolFree(ptr, Stream(entry.stream));
     }
+    if (sync_event_.has_value()) (void)backend_->DestroyEvent(*sync_event_);
   }
 
+  // mallocAsync.
   absl::StatusOr<void*> Allocate(std::size_t bytes, Stream stream, std::size_t,
                                  Tag) override {
+    // setMemoryFraction: pytorch_used_bytes + size above the limit is out of
+    // memory before any pool call (the pool's reserve is not counted).
+    if (o_.memory_limit != 0 && stats_.bytes_in_use + bytes > o_.memory_limit) {
+      return OutOfMemory(
+          bytes, absl::StrCat("the bytes allocated would pass the memory "
+                              "limit of ",
+                              o_.memory_limit,
+                              " bytes (set_per_process_memory_fraction)"));
+    }
     // cudaMallocAsync refuses 0 bytes; PyTorch asks for 1 then.
     const std::uint64_t size = std::max<std::size_t>(bytes, 1);
     absl::StatusOr<DeviceAddress> p = backend_->PoolAllocate(size, stream);
     if (absl::IsResourceExhausted(p.status())) {
-      // Out of memory: the pool's unused memory goes back, then one retry.
-      absl::Status s = TrimTo(0);
+      // A failed cudaMallocAsync: the stream is synchronized (the trim
+      // releases only memory whose frees have completed), the pool's unused
+      // memory goes back, then one retry.
+      absl::Status s = SynchronizeStream(stream);
+      if (!s.ok()) return s;
+      s = TrimTo(0);
       if (!s.ok()) return s;
       p = backend_->PoolAllocate(size, stream);
     }
@@ -114,11 +149,36 @@ class AsyncModel final : public ReferenceModel {
     return backend_->PoolTrim(keep);
   }
 
+  // cudaStreamSynchronize(stream): the host waits for the stream's work. The
+  // backend interface has none, so an event (made once) is recorded on the
+  // stream and synchronized.
+  absl::Status SynchronizeStream(Stream stream) {
+    if (!sync_event_.has_value()) {
+      absl::StatusOr<EventHandle> e = backend_->CreateEvent();
+      if (!e.ok()) return e.status();
+      sync_event_ = *e;
+    }
+    absl::Status s = backend_->RecordEvent(*sync_event_, stream);
+    if (!s.ok()) return s;
+    s = backend_->SynchronizeEvent(*sync_event_);
+    if (!s.ok()) return s;
+    ++stats_.host_waits;
+    return absl::OkStatus();
+  }
+
   // The pool's reserved bytes (cudaMemPoolAttrReservedMemCurrent and
   // ...High): read when the figures are wanted, and before a trim; reserved
   // memory grows only in allocations, so the pool's high-water mark is the
   // peak whenever it rose since the last reset.
   void Refresh() const {
+    // The stream waits the pool inserted since the last reading (a reset of
+    // the simulator's counters starts them again from 0).
+    if (sim_ != nullptr) {
+      const std::uint64_t waits = sim_->pool_stream_waits();
+      stats_.stream_waits +=
+          waits >= pool_waits_seen_ ? waits - pool_waits_seen_ : waits;
+      pool_waits_seen_ = waits;
+    }
     absl::StatusOr<PoolUsage> u = backend_->GetPoolUsage();
     if (!u.ok()) return;
     stats_.bytes_reserved = u->reserved;
@@ -136,6 +196,11 @@ class AsyncModel final : public ReferenceModel {
     std::uintptr_t stream = 0;
   };
   const AsyncModelOptions o_;
+  // The simulator, for the stream waits its pool inserts; null on a vendor
+  // backend (the driver does not report them).
+  const std::shared_ptr<SimBackend> sim_;
+  mutable std::uint64_t pool_waits_seen_ = 0;
+  std::optional<EventHandle> sync_event_;
   absl::flat_hash_map<DeviceAddress, Entry> live_;
   mutable std::uint64_t pool_peak_ = 0;
   std::uint64_t pool_peak_at_reset_ = 0;

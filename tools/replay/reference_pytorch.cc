@@ -5,6 +5,23 @@
 // that file it follows. What it leaves out: docs/REFERENCE.md,
 // "Reference models".
 //
+// Version: the rules were checked against PyTorch's main branch
+// (version.txt 2.15.0a0; malloc, alloc_block,
+// release_available_cached_blocks, release_cached_blocks,
+// garbage_collect_cached_blocks, unmapHandles) and an earlier 2.x version of
+// the file (with set_fraction), whose stages at the limit are the same.
+// Under set_per_process_memory_fraction (PyTorchModelOptions::memory_limit)
+// a new segment that would bring the reserved bytes above the limit fails
+// like a refused cudaMalloc, and malloc goes through its stages:
+// garbage_collect_cached_blocks (with garbage_collection_threshold),
+// alloc_block, release_available_cached_blocks (with max_split_size) and
+// alloc_block, release_cached_blocks and alloc_block, then out of memory.
+// Host waits counted: each event synchronized
+// (synchronize_and_free_events), each release step whose cudaFree calls
+// synchronized the device (one per step: the first cudaFree waits for the
+// queued work, the rest find none), and with expandable segments each
+// unmap's cudaStreamSynchronize.
+//
 // This file: the allocation and free paths, their size rules and the
 // events; the blocks and the class: reference_pytorch.h.
 #include "tools/replay/reference_pytorch.h"
@@ -14,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -82,24 +100,32 @@ absl::StatusOr<void*> PyTorchModel::Allocate(std::size_t bytes, Stream stream,
     // and alloc_block once more (the retry). Expandable segments map the
     // request's pages instead of a segment of get_allocation_size.
     if (GcEnabled()) GarbageCollectCachedBlocks();
-    const std::uint64_t want = o_.expandable_segments ? size : alloc_size;
-    absl::StatusOr<Block*> b = AllocBlock(want, stream.handle, small);
+    absl::StatusOr<Block*> b =
+        AllocBlock(alloc_size, size, stream.handle, small);
     if (!b.ok()) return b.status();
     if (*b == nullptr &&
         ReleaseAvailableCachedBlocks(pool, stream.handle, size)) {
-      b = AllocBlock(want, stream.handle, small);
+      b = AllocBlock(alloc_size, size, stream.handle, small);
       if (!b.ok()) return b.status();
     }
     if (*b == nullptr) {
       s = ReleaseCachedBlocks();
       if (!s.ok()) return s;
-      b = AllocBlock(want, stream.handle, small);
+      b = AllocBlock(alloc_size, size, stream.handle, small);
       if (!b.ok()) return b.status();
     }
     if (*b == nullptr) {
-      return OutOfMemory(bytes,
-                         "cudaMalloc of a new segment failed after every "
-                         "cached segment was released");
+      return OutOfMemory(
+          bytes,
+          o_.memory_limit != 0
+              ? absl::StrCat("a new segment of ", alloc_size,
+                             " bytes would pass the memory limit of ",
+                             o_.memory_limit,
+                             " bytes (set_per_process_memory_fraction), or "
+                             "the device refused it, after every cached "
+                             "segment was released")
+              : std::string("cudaMalloc of a new segment failed after "
+                            "every cached segment was released"));
     }
     block = *b;
   }
@@ -282,17 +308,22 @@ Block* PyTorchModel::GetFreeBlock(BlockPool& pool, std::uintptr_t stream,
   return b;
 }
 
-// alloc_block: a new segment from cudaMalloc (nullptr when the device or
-// set_per_process_memory_fraction refuses it).
-absl::StatusOr<Block*> PyTorchModel::AllocBlock(std::uint64_t size,
+// alloc_block: a new segment of `alloc_size` (get_allocation_size) from
+// cudaMalloc, or with expandable segments the pages `size` needs (nullptr
+// when the device or set_per_process_memory_fraction refuses it). The limit
+// is checked against alloc_size in both cases, as PyTorch does.
+absl::StatusOr<Block*> PyTorchModel::AllocBlock(std::uint64_t alloc_size,
+                                                std::uint64_t size,
                                                 std::uintptr_t stream,
                                                 bool small) {
-  if (o_.memory_limit != 0 && stats_.bytes_reserved + size > o_.memory_limit) {
+  if (o_.memory_limit != 0 &&
+      stats_.bytes_reserved + alloc_size > o_.memory_limit) {
     return nullptr;
   }
   if (o_.expandable_segments) {
     return TryAllocateExpandableBlock(stream, small, size);
   }
+  size = alloc_size;
   absl::StatusOr<DeviceAddress> p = backend_->Allocate(size);
   if (!p.ok()) {
     if (absl::IsResourceExhausted(p.status())) return nullptr;

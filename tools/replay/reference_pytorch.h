@@ -113,7 +113,8 @@ class PyTorchModel final : public ReferenceModel {
   bool ShouldSplit(const Block& block, std::uint64_t size) const;
   Block* GetFreeBlock(BlockPool& pool, std::uintptr_t stream,
                       std::uint64_t size);
-  absl::StatusOr<Block*> AllocBlock(std::uint64_t size, std::uintptr_t stream,
+  absl::StatusOr<Block*> AllocBlock(std::uint64_t alloc_size,
+                                    std::uint64_t size, std::uintptr_t stream,
                                     bool small);
   void FreeBlock(Block* block);
   absl::Status ProcessEvents();
@@ -132,7 +133,13 @@ class PyTorchModel final : public ReferenceModel {
 
   // Releasing cached blocks and garbage collection
   // (reference_pytorch_release.cc).
-  void ReleaseBlocks(BlockPool& pool);
+  // The number of segments freed (cudaFree) and pages unmapped.
+  absl::StatusOr<std::uint64_t> ReleaseBlocks(BlockPool& pool);
+  // release_block: cudaFree of a cached whole segment.
+  void ReleaseBlock(BlockPool& pool, Block* b);
+  // cudaStreamSynchronize(stream) before an unmap (ExpandableSegment::
+  // unmapHandles): a host wait.
+  absl::Status SynchronizeStream(std::uintptr_t stream);
   bool ReleaseAvailableCachedBlocks(BlockPool& pool, std::uintptr_t stream,
                                     std::uint64_t size);
   absl::Status ReleaseCachedBlocks();
@@ -148,7 +155,7 @@ class PyTorchModel final : public ReferenceModel {
   absl::StatusOr<Block*> FindExpandableBlock(std::uintptr_t stream, bool small,
                                              std::uint64_t size);
   absl::StatusOr<Block*> MapBlock(Block* b, std::uint64_t size);
-  Block* UnmapBlock(BlockPool& pool, Block* b);
+  absl::StatusOr<Block*> UnmapBlock(BlockPool& pool, Block* b);
   void ReleaseExpandableSegment(Block* b);
 
   const PyTorchModelOptions o_;

@@ -143,15 +143,18 @@ absl::StatusOr<Block*> PyTorchModel::MapBlock(Block* b, std::uint64_t size) {
   return b;
 }
 
-// unmap_block: the whole pages inside the free block are unmapped; what
-// is left before and after them stays free and mapped. Returns the
-// unmapped block (merged with unmapped neighbours), or nullptr when the
-// block holds no whole page.
-Block* PyTorchModel::UnmapBlock(BlockPool& pool, Block* b) {
+// unmap_block: the whole pages inside the free block are unmapped, after
+// the segment's stream is synchronized (unmapHandles); what is left before
+// and after them stays free and mapped. Returns the unmapped block (merged
+// with unmapped neighbours), or nullptr when the block holds no whole page.
+absl::StatusOr<Block*> PyTorchModel::UnmapBlock(BlockPool& pool, Block* b) {
   Segment& seg = *b->seg;
   const std::uint64_t first = (b->ptr - seg.base + seg.page - 1) / seg.page;
   const std::uint64_t last = (b->ptr + b->size - seg.base) / seg.page;
   if (last <= first) return nullptr;
+  // The segment belongs to the block's stream.
+  absl::Status synced = SynchronizeStream(b->stream);
+  if (!synced.ok()) return synced;
   pool.erase(b);
   const std::uint64_t lo = seg.base + first * seg.page;
   const std::uint64_t hi = seg.base + last * seg.page;

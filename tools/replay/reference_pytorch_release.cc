@@ -9,14 +9,39 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "gpualloc/core/backend.h"
 #include "tools/replay/reference_pytorch.h"
 
 namespace gpualloc::replay::pytorch_internal {
 
-// release_block of every cached block that is a whole segment
-// (release_blocks: !prev && !next).
-void PyTorchModel::ReleaseBlocks(BlockPool& pool) {
+// release_block: cudaFree of a cached block that is a whole segment.
+void PyTorchModel::ReleaseBlock(BlockPool& pool, Block* b) {
+  pool.erase(b);
+  (void)backend_->Free(b->ptr);
+  OnReleased(b->size);
+  delete b;
+}
+
+// cudaStreamSynchronize(stream), as ExpandableSegment::unmapHandles makes
+// before unmapping (unmapping does not wait for the segment's stream): the
+// backend interface has no stream synchronize, so an event recorded on the
+// stream is synchronized. A host wait.
+absl::Status PyTorchModel::SynchronizeStream(std::uintptr_t stream) {
+  absl::StatusOr<EventHandle> e = GetEvent();
+  if (!e.ok()) return e.status();
+  absl::Status s = backend_->RecordEvent(*e, Stream(stream));
+  if (s.ok()) s = backend_->SynchronizeEvent(*e);
+  event_pool_.push_back(*e);
+  if (!s.ok()) return s;
+  ++stats_.host_waits;
+  return absl::OkStatus();
+}
+
+// release_blocks: release_block of every cached block that is a whole
+// segment (!prev && !next).
+absl::StatusOr<std::uint64_t> PyTorchModel::ReleaseBlocks(BlockPool& pool) {
+  std::uint64_t released = 0;
   // Expandable blocks: their whole pages are unmapped (unmap_block), and a
   // segment left as one unmapped block goes (release_expandable_segment).
   std::vector<Block*> to_unmap;
@@ -24,22 +49,24 @@ void PyTorchModel::ReleaseBlocks(BlockPool& pool) {
     if (b->seg != nullptr) to_unmap.push_back(b);
   }
   for (Block* b : to_unmap) {
-    Block* u = UnmapBlock(pool, b);
-    if (u != nullptr && u->prev == nullptr && u->next == nullptr) {
-      ReleaseExpandableSegment(u);
+    absl::StatusOr<Block*> u = UnmapBlock(pool, b);
+    if (!u.ok()) return u.status();
+    if (*u == nullptr) continue;
+    ++released;
+    if ((*u)->prev == nullptr && (*u)->next == nullptr) {
+      ReleaseExpandableSegment(*u);
     }
   }
   for (auto it = pool.begin(); it != pool.end();) {
     Block* b = *it;
+    ++it;
     if (b->seg != nullptr || b->prev != nullptr || b->next != nullptr) {
-      ++it;
       continue;
     }
-    it = pool.erase(it);
-    (void)backend_->Free(b->ptr);
-    OnReleased(b->size);
-    delete b;
+    ReleaseBlock(pool, b);
+    ++released;
   }
+  return released;
 }
 
 // release_available_cached_blocks: only with max_split_size: the
@@ -73,20 +100,24 @@ bool PyTorchModel::ReleaseAvailableCachedBlocks(BlockPool& pool,
   } else {
     release.push_back(*it);
   }
+  bool freed = false;
   for (Block* b : release) {
     // Oversize blocks are never split (should_split), so each is a
     // whole segment.
     if (b->prev != nullptr || b->next != nullptr) continue;
-    pool.erase(b);
-    (void)backend_->Free(b->ptr);
-    OnReleased(b->size);
-    delete b;
+    ReleaseBlock(pool, b);
+    freed = true;
   }
+  // cudaFree synchronizes the device.
+  if (freed) ++stats_.host_waits;
   return true;
 }
 
 // release_cached_blocks: synchronize_and_free_events (the host waits for
-// every outstanding event), then every unsplit cached block goes back.
+// every outstanding event), then every unsplit cached block goes back
+// (release_blocks): cudaFree synchronizes the device, one more host wait
+// when anything was freed (with expandable segments, each unmap's stream
+// synchronization is counted instead).
 absl::Status PyTorchModel::ReleaseCachedBlocks() {
   for (auto& [stream, q] : events_) {
     while (!q.empty()) {
@@ -99,15 +130,19 @@ absl::Status PyTorchModel::ReleaseCachedBlocks() {
       if (--block->event_count == 0) FreeBlock(block);
     }
   }
-  ReleaseBlocks(large_);
-  ReleaseBlocks(small_);
+  absl::StatusOr<std::uint64_t> large = ReleaseBlocks(large_);
+  if (!large.ok()) return large.status();
+  absl::StatusOr<std::uint64_t> small = ReleaseBlocks(small_);
+  if (!small.ok()) return small.status();
+  if (!o_.expandable_segments && *large + *small > 0) ++stats_.host_waits;
   return absl::OkStatus();
 }
 
 // garbage_collect_cached_blocks: above garbage_collection_threshold x the
 // limit, the unsplit cached large blocks at least as old as the average
-// go back, round after round, until enough is reclaimed (no
-// synchronization, unlike release_cached_blocks).
+// go back, round after round, until enough is reclaimed (no event
+// synchronization, unlike release_cached_blocks; its cudaFree calls still
+// synchronize the device: one host wait when any was made).
 void PyTorchModel::GarbageCollectCachedBlocks() {
   const auto threshold = static_cast<std::uint64_t>(
       o_.garbage_collection_threshold * static_cast<double>(o_.memory_limit));
@@ -129,6 +164,7 @@ void PyTorchModel::GarbageCollectCachedBlocks() {
   }
   std::uint64_t reclaimed = 0;
   bool freed = true;
+  bool any = false;
   while (reclaimed < target && freed && count > 0) {
     const double average = total_age / static_cast<double>(count);
     freed = false;
@@ -138,15 +174,14 @@ void PyTorchModel::GarbageCollectCachedBlocks() {
     }
     for (Block* b : old) {
       freed = true;
+      any = true;
       reclaimed += b->size;
       total_age -= age(b);
       --count;
-      large_.erase(b);
-      (void)backend_->Free(b->ptr);
-      OnReleased(b->size);
-      delete b;
+      ReleaseBlock(large_, b);
     }
   }
+  if (any) ++stats_.host_waits;
 }
 
 }  // namespace gpualloc::replay::pytorch_internal

@@ -286,7 +286,8 @@ class TfModel final : public ReferenceModel {
   }
 
   // DeallocateFreeRegions: every region with nothing in use goes back, when
-  // that could make room for the request.
+  // that could make room for the request. cuMemFree synchronizes the
+  // device: one host wait when any region went back.
   absl::StatusOr<bool> DeallocateFreeRegions(std::uint64_t rounded) {
     std::vector<std::uint64_t> free_regions;
     std::uint64_t free_bytes = 0;
@@ -310,6 +311,7 @@ class TfModel final : public ReferenceModel {
       OnReleased(it->second.second);
       regions_.erase(it);
     }
+    ++stats_.host_waits;
     return true;
   }
 

@@ -74,10 +74,27 @@ using replay_internal::MeasuredPass;
 using replay_internal::ReplayState;
 using replay_internal::UntimedPass;
 
-// `reference`: a reference model (reference.h) instead of gpualloc.
+// The limit gpualloc itself would use under `config` on its device
+// (mem_limit, else mem_fraction of the device's memory, as the allocator
+// resolves them): read from an allocator made on a backend of its own, so
+// that the device a replay runs on sees none of its calls.
+absl::StatusOr<std::uint64_t> GpuallocLimit(const Config& config,
+                                            SimClock clock) {
+  absl::StatusOr<std::shared_ptr<Backend>> backend =
+      CreateBackend(config, 0, clock);
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<std::unique_ptr<Allocator>> allocator =
+      CreateAllocator(config.options, *backend);
+  if (!allocator.ok()) return allocator.status();
+  return (*allocator)->GetStats().bytes_limit;
+}
+
+// `reference`: a reference model (reference.h) instead of gpualloc, under
+// `reference_limit` bytes.
 absl::StatusOr<Device> MakeDevice(const Config& config,
                                   SimClock clock = SimClock::kManual,
-                                  const std::string& reference = "") {
+                                  const std::string& reference = "",
+                                  std::uint64_t reference_limit = 0) {
   Device d;
   absl::StatusOr<std::shared_ptr<Backend>> backend =
       CreateBackend(config, 0, clock);
@@ -85,8 +102,9 @@ absl::StatusOr<Device> MakeDevice(const Config& config,
   d.backend = std::move(*backend);
   d.sim = std::dynamic_pointer_cast<SimBackend>(d.backend);
   absl::StatusOr<std::unique_ptr<Allocator>> allocator =
-      reference.empty() ? CreateAllocator(config.options, d.backend)
-                        : CreateReference(reference, d.backend);
+      reference.empty()
+          ? CreateAllocator(config.options, d.backend)
+          : CreateReference(reference, d.backend, reference_limit);
   if (!allocator.ok()) return allocator.status();
   d.allocator = std::move(*allocator);
   return d;
@@ -189,6 +207,7 @@ void SetTotals(const Counters& before, ReplayResult* result) {
   result->events_recorded = stats.events_recorded;
   result->host_waits = stats.host_waits;
   result->stream_waits = stats.stream_waits;
+  result->completion_calls = before.completion_calls;
   result->backend_calls = before.backend_calls;
   result->modeled_backend_ns = before.modeled_ns;
   result->hazards = before.hazards;
@@ -282,7 +301,15 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   // a larger trace) would otherwise pay inside the timed loop, the page
   // faults of the heap the simulator's and the allocator's tables grow into,
   // so that ns_per_op compares across configurations whatever their order.
-  absl::StatusOr<Device> first = MakeDevice(*config, clock, options.reference);
+  // A reference model runs under the limit gpualloc would have there.
+  std::uint64_t reference_limit = 0;
+  if (!options.reference.empty()) {
+    absl::StatusOr<std::uint64_t> limit = GpuallocLimit(*config, clock);
+    if (!limit.ok()) return limit.status();
+    reference_limit = *limit;
+  }
+  absl::StatusOr<Device> first =
+      MakeDevice(*config, clock, options.reference, reference_limit);
   if (!first.ok()) return first.status();
   result.device = DeviceName(*config, first->backend->info());
 
@@ -301,12 +328,14 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   first->sim.reset();
   first->backend.reset();
   WarmHeapHeadroom();
-  absl::StatusOr<Device> device = MakeDevice(*config, clock, options.reference);
+  absl::StatusOr<Device> device =
+      MakeDevice(*config, clock, options.reference, reference_limit);
   if (!device.ok()) return device.status();
   MeasuredPass measured(st, *device, options, result);
   if (absl::Status s = measured.Run(); !s.ok()) return s;
 
   result.ops = measured.calls();
+  result.frees = measured.frees();
   result.ns_per_op =
       measured.calls() == 0
           ? 0

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "gpualloc/backends/sim_backend.h"
 #include "gpualloc/core/allocator.h"
 #include "tools/layer.h"
 
@@ -146,15 +147,19 @@ struct ReplayOptions {
   std::function<void(std::uint64_t, std::uint64_t)> progress;
   // When set, a reference model (reference.h: "pytorch", "tf", "async")
   // replays instead of gpualloc, on the device the configuration string
-  // describes (the simulator's default device for ""); the configuration's
-  // allocator settings are not used, and the result's config is "".
+  // describes (the simulator's default device for ""), under the limit
+  // gpualloc would use there (the configuration's mem_limit or
+  // mem_fraction, resolved as the allocator resolves them), which the model
+  // applies by its own project's rule; the configuration's other allocator
+  // settings are not used, and the result's config is "".
   std::string reference;
 };
 
 // One pass of the measured replay: its own share of the whole run's counts
 // (they add up to the whole) and its own peaks.
 struct ReplayRepetition {
-  std::uint64_t ops = 0;  // Allocate + Deallocate calls, drain frees included
+  std::uint64_t ops = 0;    // Allocate + Deallocate calls, drain frees included
+  std::uint64_t frees = 0;  // the Deallocate calls among them
   std::uint64_t ooms = 0;
   std::uint64_t peak_bytes_in_use = 0;
   std::uint64_t peak_bytes_requested = 0;
@@ -166,8 +171,19 @@ struct ReplayRepetition {
   std::uint64_t events_recorded = 0;
   std::uint64_t host_waits = 0;
   std::uint64_t stream_waits = 0;
+  std::uint64_t completion_calls = 0;  // CompletionCalls (below)
   std::uint64_t hazards = 0;
 };
+
+// The calls the allocator (or model) made to learn whether work completed,
+// from the simulator's ledger: every call of an operation in
+// CompletionOps() (event records and event queries).
+std::uint64_t CompletionCalls(const SimBackend& sim);
+// The simulator's operations that exist to learn completion.
+const std::vector<SimOp>& CompletionOps();
+// 100 * n / frees, 0 without frees: the per-100-frees figures of the
+// JSON and the table.
+double Per100Frees(std::uint64_t n, std::uint64_t frees);
 
 // The host rows' replay (host_replay.cc), one way of serving them: through
 // the host allocator (CreateHostAllocator over the simulated device), or
@@ -213,7 +229,8 @@ struct ReplayResult {
   // The reference model that replayed (ReplayOptions::reference), "" for
   // gpualloc; its label is ReferenceLabel's.
   std::string reference;
-  std::uint64_t ops = 0;  // Allocate + Deallocate calls made
+  std::uint64_t ops = 0;    // Allocate + Deallocate calls made
+  std::uint64_t frees = 0;  // the Deallocate calls among them
   std::uint64_t ooms = 0;
   std::vector<std::uint64_t> failed_ids;
   std::uint64_t peak_bytes_in_use = 0;
@@ -230,6 +247,8 @@ struct ReplayResult {
   std::uint64_t events_recorded = 0;
   std::uint64_t host_waits = 0;    // the host blocked on an event
   std::uint64_t stream_waits = 0;  // a stream made to wait for another's free
+  // Event records and queries (CompletionCalls); 0 on a vendor backend.
+  std::uint64_t completion_calls = 0;
   std::uint64_t hazards = 0;
   // Wall time of the measured loop / ops, after an untimed pass over the
   // same trace (the warm-up; see replay.cc).

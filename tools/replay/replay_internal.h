@@ -139,6 +139,7 @@ class UntimedPass {
 // difference from the previous reading.
 struct Counters {
   std::uint64_t backend_calls = 0, modeled_ns = 0, hazards = 0;
+  std::uint64_t completion_calls = 0;
   Stats stats;
 };
 
@@ -155,6 +156,7 @@ class MeasuredPass {
   // nanoseconds (the simulator's work taken out).
   const Counters& last() const { return before_; }
   std::uint64_t calls() const { return calls_; }
+  std::uint64_t frees() const { return frees_; }
   std::uint64_t steps() const { return steps_; }
   double elapsed_ns() const { return elapsed_ns_; }
 
@@ -175,7 +177,9 @@ class MeasuredPass {
   HostClock host_;
   Counters before_;
   std::uint64_t calls_ = 0;
-  std::uint64_t steps_ = 0;  // ops and drain frees so far, for `every`
+  std::uint64_t frees_ = 0;
+  std::uint64_t pass_frees_ = 0;  // Deallocate calls of the pass underway
+  std::uint64_t steps_ = 0;       // ops and drain frees so far, for `every`
   double elapsed_ns_ = 0;
   // On multi-stream traces the simulator's own work inside the timed loop
   // (its uses, handovers and completions, with its race detector) is timed

@@ -40,6 +40,7 @@ std::string RepetitionJson(const ReplayRepetition& p) {
     AppendNumberField(&rep, k, v);
   };
   rnum("ops", p.ops);
+  rnum("frees", p.frees);
   rnum("ooms", p.ooms);
   rnum("peak_bytes_in_use", p.peak_bytes_in_use);
   rnum("peak_bytes_requested", p.peak_bytes_requested);
@@ -51,6 +52,11 @@ std::string RepetitionJson(const ReplayRepetition& p) {
   rnum("events_recorded", p.events_recorded);
   rnum("host_waits", p.host_waits);
   rnum("stream_waits", p.stream_waits);
+  rnum("completion_calls", p.completion_calls);
+  absl::StrAppend(&rep, ",\"stream_waits_per_100_frees\":",
+                  JsonDouble(Per100Frees(p.stream_waits, p.frees)),
+                  ",\"completion_calls_per_100_frees\":",
+                  JsonDouble(Per100Frees(p.completion_calls, p.frees)));
   rnum("hazards", p.hazards);
   rep.push_back('}');
   return rep;
@@ -127,6 +133,7 @@ std::string ToJson(const ReplayResult& r) {
   if (!r.reference.empty()) str("reference", r.reference);
   str("device", r.device);
   num("ops", r.ops);
+  num("frees", r.frees);
   num("ooms", r.ooms);
   key("failed_ids");
   out.push_back('[');
@@ -149,6 +156,10 @@ std::string ToJson(const ReplayResult& r) {
   num("events_recorded", r.events_recorded);
   num("host_waits", r.host_waits);
   num("stream_waits", r.stream_waits);
+  num("completion_calls", r.completion_calls);
+  dbl("stream_waits_per_100_frees", Per100Frees(r.stream_waits, r.frees));
+  dbl("completion_calls_per_100_frees",
+      Per100Frees(r.completion_calls, r.frees));
   num("hazards", r.hazards);
   dbl("ns_per_op", r.ns_per_op);
   num("timed_page_faults", r.timed_page_faults);

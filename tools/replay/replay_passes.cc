@@ -345,6 +345,36 @@ MeasuredPass::MeasuredPass(ReplayState& st, Device& device,
                           ? std::max<std::uint64_t>(1, progress_total_ / 100)
                           : 0) {}
 
+}  // namespace gpualloc::replay::replay_internal
+
+namespace gpualloc::replay {
+
+const std::vector<SimOp>& CompletionOps() {
+  // What exists to learn completion: one line per operation.
+  static const std::vector<SimOp>* ops = new std::vector<SimOp>{
+      SimOp::kRecordEvent,
+      SimOp::kQueryEvent,
+      SimOp::kWriteCounter,
+  };
+  return *ops;
+}
+
+std::uint64_t CompletionCalls(const SimBackend& sim) {
+  std::uint64_t calls = 0;
+  for (SimOp op : CompletionOps()) calls += sim.calls(op);
+  return calls;
+}
+
+double Per100Frees(std::uint64_t n, std::uint64_t frees) {
+  return frees == 0
+             ? 0
+             : 100.0 * static_cast<double>(n) / static_cast<double>(frees);
+}
+
+}  // namespace gpualloc::replay
+
+namespace gpualloc::replay::replay_internal {
+
 Counters MeasuredPass::ReadCounters() {
   Counters c;
   // GetStats first: on the async allocator it asks the device for the
@@ -356,6 +386,7 @@ Counters MeasuredPass::ReadCounters() {
     }
     c.modeled_ns = sim_->modeled_ns();
     c.hazards = sim_->hazards();
+    c.completion_calls = CompletionCalls(*sim_);
   }
   return c;
 }
@@ -420,7 +451,7 @@ absl::Status MeasuredPass::Ops(std::uint64_t k, std::uint64_t* pass_calls,
   SimBackend* const sim = sim_;
   void** const p_k = st_.ptrs.data() + k * na;
   std::uint8_t* const f_k = st_.failed.data() + k * na;
-  std::uint64_t calls = 0, ooms = 0;
+  std::uint64_t calls = 0, ooms = 0, frees = 0;
   std::uint64_t steps = steps_;
   for (std::uint64_t i = 0; i < n; ++i) {
     const TraceOp& op = ops[i];
@@ -448,6 +479,7 @@ absl::Status MeasuredPass::Ops(std::uint64_t k, std::uint64_t* pass_calls,
       }
     } else if (!f_k[op.id]) {
       ++calls;
+      ++frees;
       if (op.stream != alloc_stream[op.id]) {
         SimWork([&] { HandOver(st_, sim, op, op.id, p_k[op.id]); });
       }
@@ -465,6 +497,7 @@ absl::Status MeasuredPass::Ops(std::uint64_t k, std::uint64_t* pass_calls,
   }
   *pass_calls += calls;
   *pass_ooms += ooms;
+  pass_frees_ += frees;
   steps_ = steps;
   return absl::OkStatus();
 }
@@ -475,6 +508,7 @@ absl::Status MeasuredPass::Drain(std::uint64_t k, std::uint64_t* pass_calls) {
   for (std::uint64_t id = 0; id < st_.na; ++id) {
     if (p_k[id] == nullptr) continue;
     ++*pass_calls;
+    ++pass_frees_;
     absl::Status s =
         allocator_.Deallocate(p_k[id], Stream(st_.alloc_stream[id]));
     if (!s.ok()) return s;
@@ -493,6 +527,9 @@ void MeasuredPass::Record(std::uint64_t pass_calls, std::uint64_t pass_ooms) {
   const Counters& before = before_;
   ReplayRepetition rep;
   rep.ops = pass_calls;
+  rep.frees = pass_frees_;
+  frees_ += pass_frees_;
+  pass_frees_ = 0;
   rep.ooms = pass_ooms;
   rep.peak_bytes_in_use = now.stats.peak_bytes_in_use;
   rep.peak_bytes_requested = now.stats.peak_bytes_requested;
@@ -505,6 +542,7 @@ void MeasuredPass::Record(std::uint64_t pass_calls, std::uint64_t pass_ooms) {
       now.stats.events_recorded - before.stats.events_recorded;
   rep.host_waits = now.stats.host_waits - before.stats.host_waits;
   rep.stream_waits = now.stats.stream_waits - before.stats.stream_waits;
+  rep.completion_calls = now.completion_calls - before.completion_calls;
   rep.hazards = now.hazards - before.hazards;
   result_.repetitions.push_back(rep);
   before_ = now;

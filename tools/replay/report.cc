@@ -71,6 +71,12 @@ constexpr Definition kDefinitions[] = {
     {kColStreamWaits,
      "times a stream was made to wait for another stream's work, to reuse "
      "memory freed there"},
+    {kColStreamWaitsPer100Frees,
+     "stream waits per 100 frees (Deallocate calls), the driver pool's own "
+     "waits included in the\nasync model's row"},
+    {kColCompletionPer100Frees,
+     "calls made to learn whether work completed (event records and event "
+     "queries, the\nsimulator's count) per 100 frees"},
     {kColModeledMs,
      "the simulated device's time for the allocator's device calls (and host "
      "waits) by its\nprofile's cost model, in ms: a model, not a "
@@ -96,10 +102,12 @@ std::string Gib(std::uint64_t bytes) {
 ReplayRepetition CostOf(const ReplayResult& r, std::uint64_t repeat) {
   if (repeat > 1 && !r.repetitions.empty()) return r.repetitions.back();
   ReplayRepetition cost;
+  cost.frees = r.frees;
   cost.backend_allocs = r.backend_allocs;
   cost.backend_frees = r.backend_frees;
   cost.host_waits = r.host_waits;
   cost.stream_waits = r.stream_waits;
+  cost.completion_calls = r.completion_calls;
   cost.modeled_backend_ns = r.modeled_backend_ns;
   return cost;
 }
@@ -218,7 +226,8 @@ ReportColumns ChooseColumns(const std::vector<ReplayResult>& results,
   for (const ReplayResult& r : results) {
     const ReplayRepetition cost = CostOf(r, options.repeat);
     c.streams |= cost.host_waits != 0 || cost.stream_waits != 0 ||
-                 r.hazards != 0 || r.progress_model.size() > 0;
+                 cost.completion_calls != 0 || r.hazards != 0 ||
+                 r.progress_model.size() > 0;
   }
   for (const ReplayResult& r : results) {
     c.baseline |= BaselineOf(r, options) != nullptr;
@@ -244,6 +253,8 @@ ReportColumns ChooseColumns(const std::vector<ReplayResult>& results,
   if (c.streams) {
     columns.push_back(kColHostWaits);
     columns.push_back(kColStreamWaits);
+    columns.push_back(kColStreamWaitsPer100Frees);
+    columns.push_back(kColCompletionPer100Frees);
   }
   columns.push_back(kColModeledMs);
   if (c.streams) columns.push_back(kColHazards);
@@ -290,6 +301,10 @@ std::vector<std::string> ReportRow(const ReplayResult& r,
   if (c.streams) {
     row.push_back(absl::StrCat(cost.host_waits));
     row.push_back(absl::StrCat(cost.stream_waits));
+    row.push_back(
+        absl::StrFormat("%.2f", Per100Frees(cost.stream_waits, cost.frees)));
+    row.push_back(absl::StrFormat(
+        "%.2f", Per100Frees(cost.completion_calls, cost.frees)));
   }
   row.push_back(absl::StrFormat(
       "%.2f", static_cast<double>(cost.modeled_backend_ns) / 1e6));
@@ -329,7 +344,9 @@ std::string FormatReplayReport(const std::vector<ReplayResult>& results,
   std::vector<std::string> header = {"config"};
   for (absl::string_view col : c.columns) {
     const bool cost = col == kColBackendAllocsFrees || col == kColHostWaits ||
-                      col == kColStreamWaits || col == kColModeledMs;
+                      col == kColStreamWaits ||
+                      col == kColStreamWaitsPer100Frees ||
+                      col == kColCompletionPer100Frees || col == kColModeledMs;
     header.push_back(absl::StrCat(Shown(col, options), cost ? last : ""));
   }
   rows.push_back(header);

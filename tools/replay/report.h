@@ -35,6 +35,10 @@ inline constexpr absl::string_view kColFragAtPeak = "frag@peak";
 inline constexpr absl::string_view kColBackendAllocsFrees = "backend a/f";
 inline constexpr absl::string_view kColHostWaits = "host waits";
 inline constexpr absl::string_view kColStreamWaits = "stream waits";
+inline constexpr absl::string_view kColStreamWaitsPer100Frees =
+    "waits/100 frees";
+inline constexpr absl::string_view kColCompletionPer100Frees =
+    "completion/100 frees";
 inline constexpr absl::string_view kColModeledMs = "modeled ms";
 inline constexpr absl::string_view kColHazards = "hazards";
 inline constexpr absl::string_view kColNsPerOp = "ns/op";
@@ -63,8 +67,10 @@ struct ReportOptions {
 // The table: one heading line per trace (its name, PyTorch's peak reserved
 // with a baseline, and whether its streams were replayed as one), then a row
 // per configuration, in `results` order (consecutive results of one trace
-// share a heading). The host wait, stream wait and hazard columns are left
-// out when they are 0 on every row, which a line under the table says. The
+// share a heading). The host wait, stream wait (absolute and per 100
+// frees), completion calls per 100 frees and hazard columns are left out
+// when those figures are 0 on every row and no trace had several streams,
+// which a line under the table says. The
 // no-wait bound column is shown when a result has the bound (multi-stream
 // traces; "-" on the rows of others), the one-stream peak column when a
 // result has that figure, and with repeat > 1 the pass 1 and pass N peak

@@ -470,9 +470,10 @@ cli::Parser::ValueHandler WholeNumber(const std::string& flag,
   return [flag, into](const std::string& v) {
     std::uint64_t n = 0;
     if (!absl::SimpleAtoi(v, &n) || (n == 0 && flag != "--seed")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": expected a whole number",
-          flag == "--seed" ? "" : " of at least 1", ", got \"", v, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": expected a whole number",
+                       flag == "--seed" ? "" : " of at least 1", ", got ",
+                       gpualloc::cli::Quote(v)));
     }
     *into = n;
     return absl::OkStatus();

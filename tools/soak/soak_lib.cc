@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,6 +30,7 @@
 #include "gpualloc/core/backend.h"
 #include "gpualloc/core/config.h"
 #include "gpualloc/runtime/registry.h"
+#include "tools/cli.h"
 
 namespace gpualloc::soak {
 namespace {
@@ -68,13 +71,36 @@ struct Live {
   std::vector<Stream> users;  // every stream that queued work on it
 };
 
+int OpenDescriptors() {
+  int n = 0;
+  std::error_code error;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", error);
+       !error && it != std::filesystem::directory_iterator();
+       it.increment(error)) {
+    ++n;
+  }
+  return n;
+}
+
+// The process that imports: its device and allocator (null when the mode
+// does not share).
+struct Importer {
+  std::shared_ptr<SimBackend> sim;
+  std::unique_ptr<Allocator> allocator;
+};
+
 class SoakRun {
  public:
   SoakRun(const SoakMode& mode, const SoakOptions& options,
-          std::shared_ptr<SimBackend> sim, std::unique_ptr<Allocator> allocator)
+          std::shared_ptr<SimBackend> sim, std::unique_ptr<Allocator> allocator,
+          Importer importer, int descriptors)
       : options_(options),
         sim_(std::move(sim)),
         allocator_(std::move(allocator)),
+        isim_(std::move(importer.sim)),
+        importer_(std::move(importer.allocator)),
+        sharing_(importer_ != nullptr),
+        descriptors_at_start_(descriptors),
         rng_(MakeRng(options.seed, 0x50a4, options.streams)),
         fault_rng_(MakeRng(options.seed, 0xfa17, options.streams)),
         log2_max_(std::log2(static_cast<double>(options.max_size))) {
@@ -172,16 +198,27 @@ class SoakRun {
     std::uint64_t fires_at_call = 0;  // calls(op) once it has fired
   };
 
+  // One device's armed faults.
+  struct Faults {
+    ArmedFault armed[kNumSimOps];
+    int active = 0;
+  };
+
   // Counts the armed faults that have fired; `op` is the operation they
   // fired in, for messages.
   void CountFiredFaults(std::uint64_t op) {
-    for (int i = 0; i < kNumSimOps && active_faults_ > 0; ++i) {
-      ArmedFault& a = armed_[i];
-      if (a.active && sim_->calls(static_cast<SimOp>(i)) >= a.fires_at_call) {
+    CountFiredFaults(op, *sim_, faults_, "");
+    if (sharing_) CountFiredFaults(op, *isim_, ifaults_, "the importer's ");
+  }
+  void CountFiredFaults(std::uint64_t op, SimBackend& sim, Faults& faults,
+                        absl::string_view whose) {
+    for (int i = 0; i < kNumSimOps && faults.active > 0; ++i) {
+      ArmedFault& a = faults.armed[i];
+      if (a.active && sim.calls(static_cast<SimOp>(i)) >= a.fires_at_call) {
         ++result_.faults_injected;
         a.active = false;
-        --active_faults_;
-        last_fault_ = absl::StrFormat("%s in operation %d",
+        --faults.active;
+        last_fault_ = absl::StrFormat("%s%s in operation %d", whose,
                                       SimOpName(static_cast<SimOp>(i)), op);
       }
     }
@@ -190,18 +227,24 @@ class SoakRun {
   void ArmFault(std::uint64_t op) {
     if (options_.fault_ops.empty()) return;
     CountFiredFaults(op);
-    const SimOp call =
-        options_.fault_ops[fault_rng_() % options_.fault_ops.size()];
+    // With an importer, every other fault goes into its device.
+    const bool importer = sharing_ && fault_rng_() % 2 == 0;
+    static const std::vector<SimOp> kImporterOps = ImporterFaultOps();
+    const std::vector<SimOp>& ops =
+        importer ? kImporterOps : options_.fault_ops;
+    SimBackend& sim = importer ? *isim_ : *sim_;
+    Faults& faults = importer ? ifaults_ : faults_;
+    const SimOp call = ops[fault_rng_() % ops.size()];
     const std::uint64_t k = 1 + fault_rng_() % 3;
     const std::string message =
         absl::StrCat(kFaultMarker, " into ", SimOpName(call));
     const absl::Status status = fault_rng_() % 2 == 0
                                     ? absl::ResourceExhaustedError(message)
                                     : absl::InternalError(message);
-    sim_->FailNthCall(call, k, status);
-    ArmedFault& a = armed_[static_cast<int>(call)];
-    if (!a.active) ++active_faults_;
-    a = {true, sim_->calls(call) + k};
+    sim.FailNthCall(call, k, status);
+    ArmedFault& a = faults.armed[static_cast<int>(call)];
+    if (!a.active) ++faults.active;
+    a = {true, sim.calls(call) + k};
     ++result_.faults_armed;
   }
 
@@ -260,6 +303,7 @@ class SoakRun {
     if (multi && r < 10 && !live_.empty()) return RecordStreamOp(op);
     if (multi && r == 10 && Draw(8) == 0) return ReleaseStreamOp(op);
     if (r < (multi ? 15u : 5u)) return CompleteOp();
+    if (sharing_ && r < (multi ? 20u : 10u)) return SharingOp(op);
     const bool below = live_.size() < target_;
     if (live_.empty() || Draw(100) < (below ? 70u : 30u)) return AllocOp(op);
     return FreeOp(op);
@@ -337,6 +381,9 @@ class SoakRun {
         sim_->Use(stream, l.address, l.bytes);
       }
     }
+    const auto exported = exported_.find(l.address);
+    const std::uint64_t exported_before =
+        exported != exported_.end() ? allocator_->GetStats().bytes_exported : 0;
     absl::Status s =
         allocator_->Deallocate(reinterpret_cast<void*>(l.address), stream);
     // A free the device refused (platform mode's Free) changes nothing: the
@@ -344,11 +391,13 @@ class SoakRun {
     while (!s.ok() && IsInjected(s)) {
       ++result_.failed_by_fault;
       CountFiredFaults(op);
-      if (const std::uint64_t r = allocator_->GetStats().bytes_requested;
-          r != requested_) {
+      const Stats st = allocator_->GetStats();
+      if (!SettleHeld(op, st.bytes_held_for_importers)) return false;
+      if (st.bytes_requested != requested_ + HeldRequested()) {
         return Fail(op, absl::StrFormat("a refused Deallocate(%#x) changed "
                                         "bytes_requested to %d (expected %d)",
-                                        l.address, r, requested_));
+                                        l.address, st.bytes_requested,
+                                        requested_ + HeldRequested()));
       }
       s = allocator_->Deallocate(reinterpret_cast<void*>(l.address), stream);
     }
@@ -361,7 +410,204 @@ class SoakRun {
     ++result_.frees;
     blocks_.erase(l.address);
     requested_ -= l.bytes;
+    if (exported != exported_.end()) {
+      // Open in an importer: held, its chunk leaving bytes_exported.
+      // Otherwise the export is over and its description stale.
+      if (OpenImports(l.address) > 0) {
+        const std::uint64_t chunk =
+            exported_before - allocator_->GetStats().bytes_exported;
+        held_[l.address] = Held{l.bytes, chunk, exported->second};
+        ++result_.held;
+      } else {
+        Stale(exported->second);
+      }
+      exported_.erase(exported);
+    }
     return true;
+  }
+
+  // --- Sharing with another process ---------------------------------------
+
+  bool SharingOp(std::uint64_t op) {
+    const std::uint64_t r = Draw(20);
+    if (r < 7) return ExportOp(op);
+    if (r < 14) return ImportOp(op);
+    return CloseOp(op);
+  }
+
+  bool ExportOp(std::uint64_t op) {
+    if (live_.empty()) return true;
+    const Live& l = live_[Draw(live_.size())];
+    absl::StatusOr<std::string> d =
+        allocator_->Export(reinterpret_cast<void*>(l.address));
+    if (!d.ok()) {
+      if (IsInjected(d.status())) {
+        ++result_.failed_by_fault;
+        return true;
+      }
+      return Fail(op, absl::StrFormat("Export(%#x) of a live block failed: %s",
+                                      l.address, d.status().ToString()));
+    }
+    auto [it, inserted] = exported_.emplace(l.address, *d);
+    if (!inserted && it->second != *d) {
+      return Fail(op, absl::StrFormat("Export(%#x) again gave another "
+                                      "description",
+                                      l.address));
+    }
+    ++result_.exports;
+    return true;
+  }
+
+  bool ImportOp(std::uint64_t op) {
+    // Now and then a description whose export is over: refused.
+    if (!stale_.empty() && Draw(6) == 0) {
+      const std::string& d = stale_[Draw(stale_.size())];
+      absl::StatusOr<ImportedBlock> b = importer_->Import(d);
+      if (b.ok()) {
+        return Fail(op, absl::StrFormat("a description whose export was over "
+                                        "imported %d bytes at %p",
+                                        b->bytes, b->ptr));
+      }
+      if (IsInjected(b.status())) {
+        ++result_.failed_by_fault;
+        return true;
+      }
+      if (!absl::StrContains(b.status().message(), "stale")) {
+        return Fail(op, absl::StrCat("a stale description was refused for "
+                                     "another reason: ",
+                                     b.status().ToString()));
+      }
+      ++result_.stale_refused;
+      return true;
+    }
+    // A live export, or a held block some importer still has open.
+    const std::uint64_t n = exported_.size() + held_.size();
+    if (n == 0) return true;
+    std::uint64_t pick = Draw(n);
+    std::uint64_t source = 0;
+    const std::string* d = nullptr;
+    for (const auto& [address, description] : exported_) {
+      if (pick-- == 0) {
+        source = address;
+        d = &description;
+        break;
+      }
+    }
+    if (d == nullptr) {
+      for (const auto& [address, h] : held_) {
+        if (pick-- == 0) {
+          if (OpenImports(address) == 0) return true;  // releasable: over
+          source = address;
+          d = &h.description;
+          break;
+        }
+      }
+    }
+    absl::StatusOr<ImportedBlock> b = importer_->Import(*d);
+    if (!b.ok()) {
+      if (IsInjected(b.status())) {
+        ++result_.failed_by_fault;
+        return true;
+      }
+      return Fail(op, absl::StrFormat("Import of the block at %#x failed: %s",
+                                      source, b.status().ToString()));
+    }
+    const auto ptr =
+        static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(b->ptr));
+    if (imported_at_[ptr]++ == 0) imported_bytes_ += b->bytes;
+    imports_.push_back({ptr, b->bytes, source});
+    ++open_[source];
+    ++result_.imports;
+    return true;
+  }
+
+  bool CloseOp(std::uint64_t op) {
+    if (imports_.empty()) return true;
+    const std::size_t i = Draw(imports_.size());
+    const Import imp = imports_[i];
+    absl::Status s = importer_->CloseImport(reinterpret_cast<void*>(imp.ptr));
+    if (!s.ok()) {
+      if (IsInjected(s)) {  // still open: closed again later
+        ++result_.failed_by_fault;
+        return true;
+      }
+      return Fail(op, absl::StrFormat("CloseImport(%#x) failed: %s", imp.ptr,
+                                      s.ToString()));
+    }
+    imports_[i] = imports_.back();
+    imports_.pop_back();
+    if (--imported_at_[imp.ptr] == 0) {
+      imported_at_.erase(imp.ptr);
+      imported_bytes_ -= imp.bytes;
+    }
+    if (--open_[imp.source] == 0) open_.erase(imp.source);
+    ++result_.closes;
+    return true;
+  }
+
+  int OpenImports(std::uint64_t source) const {
+    const auto it = open_.find(source);
+    return it == open_.end() ? 0 : it->second;
+  }
+  std::uint64_t HeldRequested() const {
+    std::uint64_t n = 0;
+    for (const auto& [address, h] : held_) n += h.requested;
+    return n;
+  }
+  void Stale(const std::string& description) {
+    // The newest ones: their descriptor numbers are the likeliest reused.
+    if (stale_.size() == 64) stale_.erase(stale_.begin());
+    stale_.push_back(description);
+  }
+
+  // The held blocks the allocator released since (every importer had closed
+  // them), found from bytes_held_for_importers: gone from the shadow, their
+  // descriptions stale.
+  bool SettleHeld(std::uint64_t op, std::uint64_t held_now) {
+    if (held_.empty() && held_now == 0) return true;
+    std::uint64_t open_bytes = 0;
+    std::vector<std::map<std::uint64_t, Held>::iterator> closed;
+    for (auto it = held_.begin(); it != held_.end(); ++it) {
+      if (OpenImports(it->first) > 0) {
+        open_bytes += it->second.chunk;
+      } else {
+        closed.push_back(it);
+      }
+    }
+    // Find which of the closed ones are still held: all, none, or (a
+    // release that failed) the subset whose chunks add up.
+    std::uint64_t closed_bytes = 0;
+    for (const auto& it : closed) closed_bytes += it->second.chunk;
+    if (held_now == open_bytes + closed_bytes) return true;  // none released
+    const std::size_t n = held_now == open_bytes ? 0 : closed.size();
+    if (n > 16) {
+      return Fail(op, absl::StrFormat(
+                          "bytes_held_for_importers is %d: some of the %d held "
+                          "blocks every importer closed were released, too "
+                          "many to tell which",
+                          held_now, closed.size()));
+    }
+    for (std::uint64_t mask = (std::uint64_t{1} << n) - 1;; --mask) {
+      std::uint64_t sum = open_bytes;
+      for (std::size_t i = 0; i < n; ++i) {
+        if ((mask >> i) & 1) sum += closed[i]->second.chunk;
+      }
+      if (sum == held_now) {
+        for (std::size_t i = 0; i < closed.size(); ++i) {
+          if (i >= n || ((mask >> i) & 1) == 0) {
+            Stale(closed[i]->second.description);
+            held_.erase(closed[i]);
+          }
+        }
+        return true;
+      }
+      if (mask == 0) break;
+    }
+    return Fail(
+        op, absl::StrFormat("bytes_held_for_importers is %d, and the shadow's "
+                            "held blocks (%d, %d of them closed by every "
+                            "importer) add up to no such figure",
+                            held_now, held_.size(), closed.size()));
   }
 
   bool RecordStreamOp(std::uint64_t op) {
@@ -441,11 +687,37 @@ class SoakRun {
     const Stats stats = allocator_->GetStats();
     const bool reserved_fresh =
         sim_->failed_calls(SimOp::kGetPoolUsage) == usage_failures;
-    if (stats.bytes_requested != requested_) {
+    // Held blocks (freed, open in an importer) are still allocated there.
+    if (!SettleHeld(op, stats.bytes_held_for_importers)) return false;
+    if (stats.bytes_requested != requested_ + HeldRequested()) {
       return Fail(op, absl::StrFormat(
                           "bytes_requested is %d, the live blocks asked for %d "
-                          "(%d blocks)",
-                          stats.bytes_requested, requested_, live_.size()));
+                          "(%d blocks) and the held ones %d (%d blocks)",
+                          stats.bytes_requested, requested_, live_.size(),
+                          HeldRequested(), held_.size()));
+    }
+    if (sharing_) {
+      const Stats imported = importer_->GetStats();
+      if (imported.bytes_imported != imported_bytes_) {
+        return Fail(op, absl::StrFormat("the importer's bytes_imported is %d, "
+                                        "its open imports hold %d (%d)",
+                                        imported.bytes_imported,
+                                        imported_bytes_, imports_.size()));
+      }
+      if (validate) {
+        absl::Status v = importer_->Validate();
+        if (!v.ok()) {
+          return Fail(op,
+                      absl::StrCat("the importer's Validate: ", v.ToString()));
+        }
+        if (isim_->bytes_held() != imported.bytes_reserved) {
+          return Fail(op, absl::StrFormat(
+                              "the importer's device holds %d bytes, its "
+                              "allocator counts %d reserved (imported memory "
+                              "is the exporter's)",
+                              isim_->bytes_held(), imported.bytes_reserved));
+        }
+      }
     }
     if (stats.bytes_in_use < stats.bytes_requested) {
       return Fail(op,
@@ -483,8 +755,15 @@ class SoakRun {
     const std::uint64_t op = options_.ops;
     if (options_.current_op != nullptr) *options_.current_op = op;
     sim_->ClearFaults();
-    for (ArmedFault& a : armed_) a.active = false;
-    active_faults_ = 0;
+    faults_ = Faults{};
+    if (sharing_) {
+      isim_->ClearFaults();
+      ifaults_ = Faults{};
+      // Every import closed: the held blocks go back at the next call.
+      while (!imports_.empty()) {
+        if (!CloseOp(op)) return false;
+      }
+    }
     while (!live_.empty()) {
       const Live l = std::move(live_.back());
       live_.pop_back();
@@ -514,7 +793,25 @@ class SoakRun {
     }
     if (!Check(op, /*validate=*/true)) return false;
     stats = allocator_->GetStats();
+    if (stats.bytes_held_for_importers != 0 || !held_.empty()) {
+      return Fail(op, absl::StrFormat("every import closed and Trim made, but "
+                                      "%d bytes stay held for importers",
+                                      stats.bytes_held_for_importers));
+    }
     result_.events_recorded = stats.events_recorded;
+    if (sharing_) {
+      importer_.reset();
+      if (isim_->bytes_allocated() != 0 || isim_->physical_bytes() != 0 ||
+          isim_->mapped_bytes() != 0 || isim_->reserved_address_bytes() != 0) {
+        return Fail(
+            op, absl::StrFormat(
+                    "after destroying the importer its device still "
+                    "holds memory: allocated %d, physical %d, mapped "
+                    "%d, reserved address %d",
+                    isim_->bytes_allocated(), isim_->physical_bytes(),
+                    isim_->mapped_bytes(), isim_->reserved_address_bytes()));
+      }
+    }
     allocator_.reset();
     // The allocator is gone: the device must have all its memory back.
     absl::StatusOr<std::uint64_t> free_bytes = sim_->FreeBytes();
@@ -536,12 +833,24 @@ class SoakRun {
                                       "events are still alive",
                                       sim_->live_events()));
     }
+    // (The simulators live on with the run: their own descriptors count.)
+    if (const int fds = OpenDescriptors(); fds != descriptors_at_start_) {
+      return Fail(op, absl::StrFormat("the process has %d open descriptors, "
+                                      "%d when the run began (leaked or "
+                                      "closed twice)",
+                                      fds, descriptors_at_start_));
+    }
     return true;
   }
 
   const SoakOptions options_;
   std::shared_ptr<SimBackend> sim_;
   std::unique_ptr<Allocator> allocator_;
+  // The importing process (null unless the mode shares).
+  std::shared_ptr<SimBackend> isim_;
+  std::unique_ptr<Allocator> importer_;
+  const bool sharing_;
+  const int descriptors_at_start_;
   std::mt19937_64 rng_;
   std::mt19937_64 fault_rng_;
   const double log2_max_;
@@ -556,18 +865,50 @@ class SoakRun {
   bool filling_ = false;
   std::uint64_t target_ = 0;
   std::uint64_t phase_end_ = 0;
-  ArmedFault armed_[kNumSimOps];
-  int active_faults_ = 0;
+  Faults faults_;   // the exporter's device
+  Faults ifaults_;  // the importer's
+  // Sharing: live exported blocks (address -> description), freed ones held
+  // for importers, the importer's open imports, the opens per exported
+  // block, and descriptions whose export is over (the newest 64).
+  struct Held {
+    std::uint64_t requested = 0;
+    std::uint64_t chunk = 0;  // what it counts in bytes_held_for_importers
+    std::string description;
+  };
+  struct Import {
+    std::uint64_t ptr = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t source = 0;  // the exporter's block
+  };
+  std::map<std::uint64_t, std::string> exported_;
+  std::map<std::uint64_t, Held> held_;
+  std::vector<Import> imports_;
+  absl::flat_hash_map<std::uint64_t, int> open_;
+  absl::flat_hash_map<std::uint64_t, int> imported_at_;  // ptr -> imports
+  std::uint64_t imported_bytes_ = 0;
+  std::vector<std::string> stale_;
   std::string last_fault_;  // the latest fault that fired, for messages
 };
 
 }  // namespace
 
 std::vector<SimOp> DefaultFaultOps() {
-  return {SimOp::kAllocate,       SimOp::kPoolAllocate, SimOp::kMap,
-          SimOp::kCreatePhysical, SimOp::kCreateEvent,  SimOp::kRecordEvent,
-          SimOp::kQueryEvent,     SimOp::kSetAccess,    SimOp::kUnmap,
-          SimOp::kReleasePhysical};
+  return {SimOp::kAllocate,        SimOp::kPoolAllocate, SimOp::kMap,
+          SimOp::kCreatePhysical,  SimOp::kCreateEvent,  SimOp::kRecordEvent,
+          SimOp::kQueryEvent,      SimOp::kSetAccess,    SimOp::kUnmap,
+          SimOp::kReleasePhysical, SimOp::kGetIpcHandle, SimOp::kExportMapping};
+}
+
+std::vector<SimOp> ImporterFaultOps() {
+  return {SimOp::kOpenIpcHandle,
+          SimOp::kCloseIpcHandle,
+          SimOp::kImportPhysical,
+          SimOp::kReserveAddress,
+          SimOp::kMap,
+          SimOp::kSetAccess,
+          SimOp::kReleasePhysical,
+          SimOp::kUnmap,
+          SimOp::kFreeAddress};
 }
 
 absl::StatusOr<std::vector<SimOp>> ParseFaultOps(absl::string_view list) {
@@ -587,8 +928,8 @@ absl::StatusOr<std::vector<SimOp>> ParseFaultOps(absl::string_view list) {
         names.emplace_back(SimOpName(static_cast<SimOp>(i)));
       }
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown backend call \"", name,
-                       "\"; calls: ", absl::StrJoin(names, ", ")));
+          absl::StrCat("unknown backend call ", cli::Quote(name),
+                       "; calls: ", absl::StrJoin(names, ", ")));
     }
   }
   return ops;
@@ -617,8 +958,9 @@ absl::StatusOr<SoakMode> FindMode(absl::string_view name) {
     if (m.name == name) return m;
     names.push_back(m.name);
   }
-  return absl::NotFoundError(absl::StrCat(
-      "unknown mode \"", name, "\"; modes: ", absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("unknown mode ", cli::Quote(name),
+                   "; modes: ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<SoakResult> RunSoak(const SoakMode& mode,
@@ -640,17 +982,34 @@ absl::StatusOr<SoakResult> RunSoak(const SoakMode& mode,
   absl::StatusOr<Config> config =
       ResolveConfig(config_string, MapEnvironment({}));
   if (!config.ok()) return config.status();
-  absl::StatusOr<std::shared_ptr<Backend>> backend = CreateBackend(*config, 0);
-  if (!backend.ok()) return backend.status();
-  std::shared_ptr<SimBackend> sim =
-      std::dynamic_pointer_cast<SimBackend>(*backend);
-  if (sim == nullptr) {
-    return absl::InternalError("backend=sim did not give a simulator");
+  const int descriptors = OpenDescriptors();
+  const auto make = [&]() -> absl::StatusOr<Importer> {
+    absl::StatusOr<std::shared_ptr<Backend>> backend =
+        CreateBackend(*config, 0);
+    if (!backend.ok()) return backend.status();
+    Importer p;
+    p.sim = std::dynamic_pointer_cast<SimBackend>(*backend);
+    if (p.sim == nullptr) {
+      return absl::InternalError("backend=sim did not give a simulator");
+    }
+    absl::StatusOr<std::unique_ptr<Allocator>> allocator =
+        CreateAllocator(config->options, p.sim);
+    if (!allocator.ok()) return allocator.status();
+    p.allocator = *std::move(allocator);
+    return p;
+  };
+  absl::StatusOr<Importer> exporter = make();
+  if (!exporter.ok()) return exporter.status();
+  // A second simulated device and allocator stand for the process that
+  // imports (the async mode does not share: its pool owns its memory).
+  Importer importer;
+  if (config->options.mode != AllocatorMode::kAsync) {
+    absl::StatusOr<Importer> made = make();
+    if (!made.ok()) return made.status();
+    importer = *std::move(made);
   }
-  absl::StatusOr<std::unique_ptr<Allocator>> allocator =
-      CreateAllocator(config->options, sim);
-  if (!allocator.ok()) return allocator.status();
-  SoakRun run(mode, options, std::move(sim), std::move(*allocator));
+  SoakRun run(mode, options, std::move(exporter->sim),
+              std::move(exporter->allocator), std::move(importer), descriptors);
   return run.Run();
 }
 

@@ -8,15 +8,23 @@
 // several streams, extra users declared with RecordStream (ordered after the
 // earlier users by an event, as real code orders a reader after a writer),
 // work completing now and then, and frees that name another stream than the
-// allocation's. Backend calls fail now and then by the simulator's fault
-// injection. After every operation the shadow model checks that no returned
-// block overlaps another live one, that bytes_requested is the sum of the
-// live requests, and that the simulator saw no hazard and no access to
-// inaccessible memory; Validate() runs every validate_every operations, and
-// with it the device's held memory is compared with the allocator's
-// bytes_reserved (nothing lost, nothing uncounted). At the end every block
-// is freed, nothing may stay in use, and once the allocator is destroyed the
-// device must hold nothing.
+// allocation's. In the modes that share blocks with other processes (all but
+// async), live blocks are exported and imported by a second allocator on a
+// second simulated device (another process, as the simulator models one) and
+// the imports closed, so that freed blocks are held for their importers and
+// released once every importer closed them; descriptions of exports that
+// ended are imported too, and must be refused. Backend calls fail now and
+// then by the simulator's fault injection, on both devices. After every
+// operation the shadow model checks that no returned block overlaps another
+// live one, that bytes_requested is the sum of the live requests, and that the
+// simulator saw no hazard and no access to inaccessible memory; Validate() runs
+// every validate_every operations, and with it the device's held memory is
+// compared with the allocator's bytes_reserved (nothing lost, nothing
+// uncounted), and the blocks held for importers and the bytes imported with the
+// shadow's. At the end every import is closed and every block freed, nothing
+// may stay in use or held, and once the allocators are destroyed the devices
+// must hold nothing and the process must have as many open descriptors as
+// before.
 //
 // A run stops at its first violation and reports the operation index, so
 // that RunSoak with ops = index + 1 (same seed, mode and settings) replays
@@ -52,10 +60,16 @@ absl::StatusOr<SoakMode> FindMode(absl::string_view name);
 
 // The backend calls faults go into by default: growth (plain allocations,
 // pool allocations, physical memory, mappings), giving memory back
-// (unmappings, physical releases) and the events behind cross-stream reuse:
-// allocate, pool_allocate, map, create_physical, create_event,
-// record_event, query_event, set_access, unmap, release_physical.
+// (unmappings, physical releases), the events behind cross-stream reuse and
+// exports: allocate, pool_allocate, map, create_physical, create_event,
+// record_event, query_event, set_access, unmap, release_physical,
+// get_ipc_handle, export_mapping.
 std::vector<SimOp> DefaultFaultOps();
+// The importing device's calls faults go into (each armed fault goes into
+// one of the two devices): open_ipc_handle, close_ipc_handle,
+// import_physical, reserve_address, map, set_access, release_physical,
+// unmap, free_address.
+std::vector<SimOp> ImporterFaultOps();
 // "map,record_event" (SimOpName's names) to the operations; InvalidArgument
 // naming an unknown one.
 absl::StatusOr<std::vector<SimOp>> ParseFaultOps(absl::string_view list);
@@ -110,6 +124,14 @@ struct SoakResult {
   std::uint64_t completions = 0;
   std::uint64_t trims = 0;
   std::uint64_t ooms = 0;  // Allocate answered ResourceExhausted
+  // Sharing (modes that share): exports, imports and closes that worked,
+  // frees of blocks an importer still had open (held), and imports of
+  // descriptions whose export had ended (each refused).
+  std::uint64_t exports = 0;
+  std::uint64_t imports = 0;
+  std::uint64_t closes = 0;
+  std::uint64_t held = 0;
+  std::uint64_t stale_refused = 0;
   // Faults armed on the simulator, and those that fired (a later fault on
   // the same call replaces one that has not).
   std::uint64_t faults_armed = 0;

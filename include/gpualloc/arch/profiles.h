@@ -32,8 +32,9 @@ struct CallCost {
 };
 
 // The modeled costs that differ between vendors: the calls that allocate,
-// map and free device memory. The names are CUDA's; AMD rows give HIP's
-// equivalents (hipMalloc, hipMemCreate, hipMemMap...).
+// map and free device memory, and those of completion counters. The names are
+// CUDA's; AMD rows give HIP's equivalents (hipMalloc, hipMemCreate,
+// hipMemMap, hipStreamWriteValue64...).
 struct DriverCosts {
   CallCost allocate;          // cuMemAlloc (cudaMalloc)
   CallCost free;              // cuMemFree; the wait for the device is extra
@@ -44,7 +45,16 @@ struct DriverCosts {
   CallCost map;               // cuMemMap
   CallCost unmap;             // cuMemUnmap
   CallCost set_access;        // cuMemSetAccess
+  // Completion counters: a block of mapped page-locked host memory
+  // (cuMemHostAlloc + cuMemHostGetDevicePointer; cuMemFreeHost, whose wait
+  // for the device is extra), and the stream memory operations.
+  CallCost create_counters;   // cuMemHostAlloc(DEVICEMAP)
+  CallCost destroy_counters;  // cuMemFreeHost
+  CallCost write_counter;     // cuStreamWriteValue64
+  CallCost wait_counter;      // cuStreamWaitValue64
   absl::string_view sources;  // where the numbers come from
+  // Where the completion counters' numbers come from.
+  absl::string_view counter_sources;
 };
 
 struct ArchProfile {

@@ -18,7 +18,10 @@
 // with its modeled cost (per call plus per byte, by architecture profile, and
 // the pending work a host wait waits for); graph capture (a stream records
 // its work into a graph, launched later as often as the test likes), with
-// CUDA's capture rules checked and their violations counted.
+// CUDA's capture rules checked and their violations counted; and completion
+// counters in host memory the simulator owns, written by streams once their
+// earlier work completes (cuStreamWriteValue64) and waited for by streams
+// (cuStreamWaitValue64).
 //
 // Guarantees the allocator tests rely on: fake addresses are deterministic and
 // never reused (a stale pointer cannot alias a later allocation), and separate
@@ -82,6 +85,10 @@ enum class SimOp : int {
   kCloseIpcHandle,
   kExportMapping,
   kImportPhysical,
+  kCreateCounters,
+  kDestroyCounters,
+  kWriteCounter,
+  kWaitCounter,
   kCount
 };
 inline constexpr int kNumSimOps = static_cast<int>(SimOp::kCount);
@@ -171,6 +178,15 @@ struct SimOptions {
   // descriptor, release) and ImportPhysical 20 us (a new handle over another
   // process's memory); per call, the mapping calls that follow an import
   // (Map, SetAccess) cost what they always do.
+  // Completion counters take the profile's figures (ArchProfile::costs): a
+  // block costs what pinned host memory does (CreateCounters like
+  // HostAllocate, DestroyCounters like HostFree, per call plus per MiB of its
+  // 8 bytes per counter, and DestroyCounters synchronizes the device, a host
+  // wait); WriteCounter and WaitCounter cost what RecordEvent and
+  // StreamWaitEvent do (2 us each): estimates of the host's enqueue cost
+  // until tools/device-check.sh measures cuStreamWriteValue64 and
+  // cuStreamWaitValue64. Reading a counter is a load, not a call: it costs
+  // nothing.
   // A pool call that grows the pool by a segment also adds the kAllocate
   // cost of the segment's bytes, and one that returns a segment to the
   // device (a trim, or the release threshold applied at a synchronization
@@ -216,7 +232,11 @@ struct SimOptions {
       /*kOpenIpcHandle=*/100'000,
       /*kCloseIpcHandle=*/50'000,
       /*kExportMapping=*/10'000,
-      /*kImportPhysical=*/20'000};
+      /*kImportPhysical=*/20'000,
+      /*kCreateCounters=*/kProfileCost,
+      /*kDestroyCounters=*/kProfileCost,
+      /*kWriteCounter=*/kProfileCost,
+      /*kWaitCounter=*/kProfileCost};
   std::array<std::uint64_t, kNumSimOps> cost_ns_per_mib = {
       /*kAllocate=*/kProfileCost,
       /*kFree=*/kProfileCost,
@@ -249,7 +269,11 @@ struct SimOptions {
       /*kOpenIpcHandle=*/0,
       /*kCloseIpcHandle=*/0,
       /*kExportMapping=*/0,
-      /*kImportPhysical=*/0};
+      /*kImportPhysical=*/0,
+      /*kCreateCounters=*/kProfileCost,
+      /*kDestroyCounters=*/kProfileCost,
+      /*kWriteCounter=*/kProfileCost,
+      /*kWaitCounter=*/kProfileCost};
   // A copy whose host range is not pinned memory of this device (pageable
   // memory: staged through a pinned bounce buffer by the driver) costs this
   // per MiB instead of cost_ns_per_mib's link rate: about 25 GB/s, half the
@@ -285,6 +309,10 @@ struct SimOptions {
   // ImportPhysical, which also need virtual_memory).
   bool ipc_handles = true;
   bool shareable_handles = true;
+  // Completion counters (capabilities.completion_counters: CreateCounters,
+  // DestroyCounters, WriteCounter, WaitCounter; backends/sim/counters.h):
+  // needs streams, so with streams off the capability is off too.
+  bool completion_counters = true;
   SimClock clock = SimClock::kManual;
   // Duration of one piece of work (Use) when the caller gives none.
   std::uint64_t work_ns = 10'000;
@@ -341,6 +369,13 @@ class SimBackend final : public Backend {
   absl::Status PoolFree(DeviceAddress address, Stream stream) override;
   absl::Status PoolTrim(std::uint64_t keep_bytes) override;
   absl::StatusOr<PoolUsage> GetPoolUsage() override;
+  // Stream waits the pool inserted itself: PoolAllocate calls that handed a
+  // block to a stream only after making that stream wait for the block's
+  // free on another stream (internal_dependencies), since creation or the
+  // last ResetCounters. A real driver does this too and reports nothing, so
+  // it is the simulator's own figure, not a backend call, never counted in
+  // calls(); the replay's async model reports it as its stream waits.
+  std::uint64_t pool_stream_waits() const;
 
   // --- Virtual memory (SimOptions::virtual_memory) --------------------------
   // CUDA's rules, checked before anything changes; each broken rule is
@@ -466,6 +501,54 @@ class SimBackend final : public Backend {
   std::uint64_t pageable_copies() const;
   std::uint64_t pageable_copy_bytes() const;
 
+  // --- Completion counters (SimOptions::completion_counters) ----------------
+  // backends/sim/counters.h says how they are modeled. A block is real host
+  // memory the simulator owns, in fake and host-backed mode alike, so the
+  // caller reads `values` with acquire loads and no call, as on a device.
+  //   - WriteCounter captures the work queued on `stream` so far (as
+  //     RecordEvent does) and the value lands, a release store, once that
+  //     work has completed: at once on a stream with no pending work;
+  //     otherwise at the CompleteStream, CompleteAll, host wait (Free,
+  //     HostFree, SynchronizeEvent, DestroyCounters) or, on the modeled clock,
+  //     the AdvanceClock that completes it. Nothing else lands a write (a
+  //     read is not a call). Writes due together land in queue order (manual
+  //     clock) or in order of their ends (modeled clock), so a counter shows
+  //     the last of them.
+  //   - WaitCounter orders the work queued on `stream` from now on after the
+  //     work captured by the first queued write of a value >= `value` to the
+  //     counter, exactly as StreamWaitEvent orders it after an event recorded
+  //     there: the hazard detector sees the dependency, the manual clock's
+  //     CompleteStream completes it first, the modeled clock delays the
+  //     stream to its end. A counter holding such a value already needs no
+  //     ordering (the wait is judged when it is queued). No such write
+  //     queued: FailedPrecondition (on a device the stream would wait
+  //     forever), nothing changes.
+  //   - DestroyCounters synchronizes the device like HostFree (all queued
+  //     work completes, every queued write lands; a host wait in the cost),
+  //     then frees the block.
+  //   - Bad input (backends/common/counters.h) is InvalidArgument naming it
+  //     and changes nothing; a destroyed stream is FailedPrecondition as for
+  //     RecordEvent; writing or waiting on a capturing stream is a capture
+  //     violation, DestroyCounters during a capture a host wait, and
+  //     CreateCounters one of the calls that need kRelaxed.
+  // Counted, costed (SimOptions::cost_ns) and fault-injected like every call.
+  absl::StatusOr<CounterBlock> CreateCounters(std::size_t count) override;
+  absl::Status DestroyCounters(CounterHandle handle) override;
+  absl::Status WriteCounter(CounterHandle handle, std::size_t index,
+                            std::uint64_t value, Stream stream) override;
+  absl::Status WaitCounter(CounterHandle handle, std::size_t index,
+                           std::uint64_t value, Stream stream) override;
+  // Blocks created and not destroyed, and writes queued and not landed.
+  std::uint64_t live_counter_blocks() const;
+  std::uint64_t pending_counter_writes() const;
+
+  // --- Address ranges (with capabilities.ipc_handles) ----------------------
+  // The live plain allocation, or the range OpenIpcHandle opened, holding
+  // `address`: its start and size (the opened range's size is the
+  // exporter's allocation's). Anything else is InvalidArgument naming the
+  // address. A lookup: no call the ledger counts, costs or fails.
+  absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address) override;
+
   // --- Device work and the hazard detector ---------------------------------
   // Streams are created on first mention; every handle is an ordinary,
   // independent stream, 0 (the default stream) included: the legacy default
@@ -575,13 +658,16 @@ class SimBackend final : public Backend {
   // at least one stream captures:
   //   - RecordEvent on a capturing stream;
   //   - StreamWaitEvent whose waiting stream is capturing;
-  //   - a host wait: SynchronizeEvent (any event), Free and HostFree (they
-  //     synchronize the device, like cudaFree and cudaFreeHost), CopyToHost
-  //     and CopyFromHost (synchronous copies);
+  //   - WriteCounter and WaitCounter on a capturing stream (not a CUDA error:
+  //     CUDA would capture the write into the graph, where it would not say
+  //     when the work queued so far completed);
+  //   - a host wait: SynchronizeEvent (any event), Free, HostFree and
+  //     DestroyCounters (they synchronize the device, like cudaFree and
+  //     cudaFreeHost), CopyToHost and CopyFromHost (synchronous copies);
   //   - a call that allocates, maps or frees device memory (Allocate,
   //     ReserveAddress, FreeAddress, CreatePhysical, ReleasePhysical, Map,
-  //     Unmap, SetAccess, PoolAllocate, PoolFree, PoolTrim, HostAllocate)
-  //     from a thread whose capture mode is not kRelaxed.
+  //     Unmap, SetAccess, PoolAllocate, PoolFree, PoolTrim, HostAllocate,
+  //     CreateCounters) from a thread whose capture mode is not kRelaxed.
   // QueryEvent is allowed (CUDA allows querying events not recorded in the
   // capture, and recording one in it is already a violation). Each violation
   // is counted and logged, the call fails with FailedPrecondition naming the

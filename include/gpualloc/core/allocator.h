@@ -60,17 +60,28 @@ enum class AllocatorMode {
 };
 absl::string_view AllocatorModeName(AllocatorMode mode);
 
-// What BFC does with a free chunk whose last use was queued on another stream
-// and may still be running (docs/DESIGN.md, "Cross-stream policy").
+// What BFC does with free memory whose last use was queued on another stream
+// and may still be running (docs/DESIGN.md, "Cross-stream policy"). Waits are
+// always on the device (cuStreamWaitEvent): the host waits only when nothing
+// else can serve a request.
 enum class CrossStreamReuse {
-  // Hand it out only once an event shows the freeing work completed; until
-  // then look for other memory (and, out of memory, wait on the host).
+  // Hand it out only once the freeing work is known complete; until then
+  // look for other memory, grow, and out of memory wait on the host.
   kWhenComplete,
-  // The default. When memory is short (nothing else fits and growing cannot
-  // help), hand it out at once and make the new stream wait for the freeing
-  // work (no host blocking; the streams become ordered). Memory no pending
-  // work uses is preferred, so with memory to spare no stream waits.
+  // When memory is short (nothing else fits and growing cannot help), hand
+  // it out at once and make the new stream wait for the freeing work. With
+  // memory to spare no stream waits.
   kStreamWait,
+  // The default. Memory the stream may use at once first (best fit among
+  // it); when none fits, make the stream wait for the best fit's freeing
+  // work rather than grow (the driver's pool does the same with its internal
+  // dependencies, and RMM's pool with cudaStreamWaitEvent).
+  kBeforeGrowth,
+  // The best fit, whichever stream freed it, with a wait where its freeing
+  // work is not known complete: the memory a single stream would need, laid
+  // out the same way in every repetition of a step whatever the device's
+  // timing, for a wait at most cross-stream reuses of fresh memory.
+  kBestFit,
 };
 
 // A setting that can be forced on, forced off, or left to the device.
@@ -141,7 +152,7 @@ struct Options {
   // memory reserved. 0 turns them off; the history, private pools and tags
   // turn them off too (their paths see every operation).
   std::uint64_t front_cache = kDefaultFrontCache;
-  CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kStreamWait;
+  CrossStreamReuse cross_stream_reuse = CrossStreamReuse::kBeforeGrowth;
   // Expandable regions (bfc mode): one reserved address range of four times
   // the device's size, grown by mapping one physical handle per growth where
   // the request fits best (at the end of what is mapped, or in a hole), so
@@ -237,7 +248,9 @@ struct SleepReport {
   std::uint64_t bytes_backed_up = 0;  // copied to host memory (backup)
 };
 
-// Every region and chunk, in address order.
+// Every region and chunk, in address order. A free chunk whose parts were
+// freed under different stream conditions is listed part by part (free
+// neighbours, each with the stream its part waits for, or 0).
 struct ChunkSnapshot {
   std::uint64_t address = 0;
   std::uint64_t size = 0;

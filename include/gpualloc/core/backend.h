@@ -105,6 +105,12 @@ struct Capabilities {
   // Page-locked host memory the device copies to and from at full link speed
   // (cuMemHostAlloc / hipHostMalloc): HostAllocate, HostFree.
   bool host_memory = false;
+  // Streams write 64-bit values into host-visible memory once their earlier
+  // work has completed, and wait for such a value (cuStreamWriteValue64 /
+  // cuStreamWaitValue64 on mapped page-locked memory; hipStreamWriteValue64 /
+  // hipStreamWaitValue64): CreateCounters, DestroyCounters, WriteCounter,
+  // WaitCounter. Requires streams.
+  bool completion_counters = false;
 };
 
 // An IPC handle of one plain allocation (CUipcMemHandle / hipIpcMemHandle_t):
@@ -112,6 +118,17 @@ struct Capabilities {
 struct IpcHandle {
   static constexpr std::size_t kBytes = 64;
   std::uint8_t bytes[kBytes] = {};
+};
+
+// A block of completion counters (opaque; 0 is never a handle).
+using CounterHandle = std::uint64_t;
+struct CounterBlock {
+  CounterHandle handle = 0;
+  // `count` 64-bit counters in host memory that the device writes; the host
+  // reads them with acquire loads (std::atomic_ref<const std::uint64_t> or
+  // __atomic_load_n(..., __ATOMIC_ACQUIRE)), no call. All start at 0.
+  const std::uint64_t* values = nullptr;
+  std::size_t count = 0;
 };
 
 // A thread's stream-capture mode (CUstreamCaptureMode / hipStreamCaptureMode):
@@ -300,6 +317,55 @@ class Backend {
   // HostAllocate returned; anything else is InvalidArgument.
   virtual absl::StatusOr<void*> HostAllocate(std::uint64_t bytes);
   virtual absl::Status HostFree(void* ptr);
+
+  // --- Completion counters (capabilities.completion_counters) ---------------
+  // How the host learns that a stream's work has completed without a query
+  // call: the stream writes a value into host memory once its earlier work is
+  // done, and the host reads it with a plain (acquire) load. Events stay the
+  // fallback where a device lacks the capability.
+  //
+  // Bad input changes nothing and is InvalidArgument naming what was wrong: a
+  // handle CreateCounters did not return (or one destroyed already), an index
+  // >= the block's count, a count of 0 or above 65536, and a value of 2^63 or
+  // more (CUDA's wait compares (int64_t)(*addr - value) >= 0 and ROCm's
+  // compares signed values: only values below 2^63 compare as unsigned
+  // numbers on every device). The values are the caller's: the backend
+  // assumes no order between the values written to a counter.
+  //
+  // `count` counters, all 0, in host memory the device can write (mapped
+  // page-locked memory on a GPU). `values` stays valid until DestroyCounters.
+  virtual absl::StatusOr<CounterBlock> CreateCounters(std::size_t count);
+  // Frees the block. Call it once no write into the block is pending (after a
+  // host synchronization): cuMemFreeHost and hipHostFree wait for the device
+  // in practice, and the simulator models that, but no driver promises it.
+  virtual absl::Status DestroyCounters(CounterHandle handle);
+  // Queues on `stream` a write of `value` into counter `index`: it happens once
+  // the work queued on `stream` before it has completed (the stream's order).
+  virtual absl::Status WriteCounter(CounterHandle handle, std::size_t index,
+                                    std::uint64_t value, Stream stream);
+  // Queues on `stream` a wait: work queued on `stream` after it starts only
+  // once counter `index` holds a value >= `value`. REQUIRES that a
+  // WriteCounter of a value >= `value` to that counter was already queued
+  // (the allocator never waits for a value nobody will write); the simulator
+  // refuses otherwise with FailedPrecondition, unless the counter already
+  // holds such a value (then the wait orders nothing).
+  virtual absl::Status WaitCounter(CounterHandle handle, std::size_t index,
+                                   std::uint64_t value, Stream stream);
+
+  // --- Address ranges (with capabilities.ipc_handles) -----------------------
+  // The allocation holding `address` (cuMemGetAddressRange /
+  // hipMemGetAddressRange): its start and size, for any address inside what
+  // Allocate returned or what OpenIpcHandle opened (the allocation as this
+  // process sees it). Anything else is InvalidArgument. An importer checks
+  // with it that the block a description names lies inside the allocation
+  // its IPC handle opened. Every backend with ipc_handles answers it;
+  // without the capability (or an override) it is Unimplemented naming the
+  // backend.
+  struct AddressRange {
+    DeviceAddress base = 0;
+    std::uint64_t bytes = 0;
+  };
+  virtual absl::StatusOr<AddressRange> GetAddressRange(DeviceAddress address);
 
  protected:
   // Unimplemented naming this backend and the missing capability.

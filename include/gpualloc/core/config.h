@@ -40,7 +40,8 @@
 //                                        only)
 //   backend       GPUALLOC_BACKEND       auto|sim|cuda|hip
 //   device_memory GPUALLOC_DEVICE_MEMORY sim only: the device's size, e.g. 80GB
-//   cross_stream  GPUALLOC_CROSS_STREAM  when_complete|stream_wait
+//   cross_stream  GPUALLOC_CROSS_STREAM  when_complete|stream_wait|
+//                                        before_growth|best_fit
 //   growth        GPUALLOC_GROWTH        exact|doubling
 //                                        (Options::growth_policy)
 //   granularity   GPUALLOC_GRANULARITY   a size: region sizes are multiples
