@@ -13,24 +13,13 @@ Environment, from tests/meson.build:
 """
 import gc
 import os
-import subprocess
-import sys
-import unittest
+
+from adapter_cases import check, in_use_chunks
+import adapter_cases
 
 MiB = 1 << 20
 LIBRARY = os.environ.get("ADAPTER_LIBRARY") or None
 CONFIG = "backend=sim,device_memory=8GiB"
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
-def in_use_chunks():
-    from gpualloc import _native
-    return [c for r in _native.snapshot_json(0)["regions"]
-            for c in r["chunks"] if c["state"] == "in_use"]
 
 
 def case_allocate_free_stats():
@@ -132,30 +121,5 @@ def case_bad_setting():
         raise AssertionError("a misspelt key passed")
 
 
-CASES = {name[5:]: fn for name, fn in globals().items()
-         if name.startswith("case_")}
-
-
-class CupyAdapter(unittest.TestCase):
-    pass
-
-
-def _make(name):
-    def run(self):
-        r = subprocess.run([sys.executable, __file__, name],
-                           capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            self.fail(f"case {name} failed:\n{r.stdout}\n{r.stderr}")
-    return run
-
-
-for _name in CASES:
-    setattr(CupyAdapter, "test_" + _name, _make(_name))
-
-
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1] in CASES:
-        CASES[sys.argv[1]]()
-        print("ok:", sys.argv[1])
-    else:
-        unittest.main(verbosity=2)
+    adapter_cases.main(globals(), "CupyAdapter")

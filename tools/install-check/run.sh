@@ -129,7 +129,8 @@ standins="$root/tests/bindings"
 for rmm in rmm-25.08 rmm-26.06; do
   echo '#include "gpualloc/rmm.hpp"' |
     "${CXX:-c++}" -std=c++20 -fsyntax-only -x c++ - -I"$include_dir" \
-      -I"$standins/rmm_standin/$rmm" -I"$standins/rmm_standin/cccl"
+      -I"$standins/rmm_standin/$rmm" -I"$standins/rmm_standin/common" \
+      -I"$standins/rmm_standin/cccl"
 done
 printf '#include "gpualloc/onnxruntime.h"\n#include "gpualloc/adapters.h"\n' |
   "${CXX:-c++}" -std=c++20 -fsyntax-only -x c++ - -I"$include_dir" \

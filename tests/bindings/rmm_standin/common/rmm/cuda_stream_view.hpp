@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Stand-in for RMM 25.08's include/rmm/cuda_stream_view.hpp (and the
-// definitions of src/cuda_stream_view.cpp): a non-owning view of a
-// cudaStream_t, from one or from a cuda::stream_ref (not from the literal 0
-// or nullptr); the default is the default stream (0). No synchronize():
-// there is no device.
+// Stand-in for RMM's include/rmm/cuda_stream_view.hpp, the same in 25.08 and
+// 26.06 (and the definitions of src/cuda_stream_view.cpp): a non-owning view of
+// a cudaStream_t, from one or from a cuda::stream_ref (not from the literal 0
+// or nullptr); the default is the default stream (0). No synchronize(): there
+// is no device.
 #ifndef GPUALLOC_STANDIN_RMM_CUDA_STREAM_VIEW_HPP_
 #define GPUALLOC_STANDIN_RMM_CUDA_STREAM_VIEW_HPP_
 

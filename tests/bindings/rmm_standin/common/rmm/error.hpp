@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Stand-in for RMM 26.06's include/rmm/error.hpp: the exception types
-// (logic_error, cuda_error, bad_alloc with "std::bad_alloc: " before the
-// message, out_of_memory with "out_of_memory: " before it, out_of_range).
+// Stand-in for RMM's include/rmm/error.hpp, the same in 25.08 and 26.06: the
+// exception types (logic_error, cuda_error, bad_alloc with "std::bad_alloc: "
+// before the message, out_of_memory with "out_of_memory: " before it,
+// out_of_range).
 #ifndef GPUALLOC_STANDIN_RMM_ERROR_HPP_
 #define GPUALLOC_STANDIN_RMM_ERROR_HPP_
 
