@@ -42,7 +42,8 @@
 // the request, limit, in use, reserved and a hint). A failed Free (a pointer
 // this allocator did not hand out, a second free) changes nothing and is
 // written to stderr once. Create answers an OrtStatus naming the argument
-// that is wrong.
+// that is wrong; with a null `api` none can be made, so it answers nullptr
+// with *out null: check *out too.
 #ifndef GPUALLOC_ONNXRUNTIME_H_
 #define GPUALLOC_ONNXRUNTIME_H_
 
