@@ -6,7 +6,9 @@
 #   - the wheel's tag names the platform (not py3-none-any);
 #   - gpualloc.torch.library_path() lies inside the environment and loads
 #     with ctypes, and so does libgpualloc.so;
-#   - every Abseil library the two need resolves inside the package;
+#   - every Abseil library the two need resolves inside the package, and
+#     (where a mount namespace can be made) they load with the system's
+#     Abseil hidden;
 #   - the Python tests run against the installed copy (PYTHONPATH holds the
 #     runtimes' stand-ins only, not python/): the CuPy, Numba and ONNX
 #     Runtime adapters, and the PyTorch helper with the stand-in torch of
@@ -41,6 +43,21 @@ print(p)' "$lib")"
   outside="$(ldd "$path" | grep absl | grep -v "=> $site/gpualloc/" || true)"
   [[ -z "$outside" ]] || fail "$lib takes Abseil from outside the package: $outside"
 done
+# Where a mount namespace can be made (root, as on CI): both load with the
+# system's Abseil libraries hidden, as on a machine without them.
+if unshare -m true 2>/dev/null; then
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  unshare -m bash -c '
+    for f in /usr/lib/*/libabsl_*.so.* /usr/lib/libabsl_*.so.*; do
+      [[ -e "$f" ]] && mount --bind /dev/null "$f"
+    done
+    "$1" -c "
+import ctypes
+from gpualloc import _native
+for n in (\"libgpualloc_torch.so\", \"libgpualloc.so\"):
+    ctypes.CDLL(_native.library_path(n))"' _ "$work/v/bin/python" ||
+    fail "the wheel's libraries do not load with the system's Abseil hidden"
+fi
 "$work/v/bin/python" -c 'import gpualloc.torch as gt; print(gt.library_path())' |
   grep -q "^$work/v/" || fail "gpualloc.torch.library_path() is not inside the environment"
 
