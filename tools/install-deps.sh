@@ -13,9 +13,12 @@ set -euo pipefail
 
 # Required for the build, the tests, the benchmarks, CI's clang build and
 # format check, and the install check's CMake consumer (cmake; with it the
-# build also installs gpuallocConfigVersion.cmake).
+# build also installs gpuallocConfigVersion.cmake), and the wheel check's
+# `pip install .` (python3-mesonpy, python3-venv, python3-pip; objdump from
+# binutils names the Abseil libraries it bundles).
 required=(meson ninja-build pkg-config g++ clang clang-format libabsl-dev libgtest-dev
-          libgmock-dev libbenchmark-dev python3 cmake)
+          libgmock-dev libbenchmark-dev python3 cmake python3-mesonpy python3-venv
+          python3-pip binutils)
 # Optional: HIP headers (meson option hip=auto). Debian ships them for amd64 only,
 # so a missing candidate is a warning, not an error.
 optional=(libamdhip64-dev)

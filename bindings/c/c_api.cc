@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -62,6 +63,15 @@ static_assert(GPUALLOC_UNAUTHENTICATED ==
 LastErrorSlot& LastError() {
   thread_local LastErrorSlot slot;
   return slot;
+}
+
+void ReportToStderrOnce() noexcept {
+  static std::atomic<bool> reported{false};
+  if (reported.exchange(true)) return;
+  std::fprintf(stderr,
+               "%s\ngpualloc: (reported once; later failures of this kind "
+               "are in gpualloc_last_error())\n",
+               LastError().c_str());
 }
 
 void SetLastError(const char* function, absl::string_view message,

@@ -100,6 +100,12 @@ Stream StreamOf(void* stream);
 // handler set for every device.
 absl::StatusOr<Allocator*> AllocatorOf(gpualloc_t* handle, int device);
 
+// For an entry point whose runtime cannot be told of a failure (a free called
+// from the runtime's destructor, gpualloc/adapters.h): writes the calling
+// thread's last error to stderr, the first time in the process only (later
+// failures are in gpualloc_last_error()).
+void ReportToStderrOnce() noexcept;
+
 // `s` into the caller's gpualloc_stats_t, as far as its struct_size says
 // (c_api_report.cc).
 void CopyStats(const Stats& s, gpualloc_stats_t* out);

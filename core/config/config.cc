@@ -238,7 +238,10 @@ absl::Status MergeKey(std::size_t i, const ProgramSettings& program,
     }
     k.copy(env.aliases, merged.values);
     merged.origin[i] = ValueOrigin::kAlias;
-    merged.source[i] = env.alias_used[i];
+    merged.source[i] =
+        env.alias_note[i].empty()
+            ? env.alias_used[i]
+            : absl::StrCat(env.alias_used[i], " (", env.alias_note[i], ")");
     merged.set_by[i] = env.alias_used[i];
     merged.written[i] = env.alias_written[i];
     return absl::OkStatus();

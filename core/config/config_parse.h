@@ -139,13 +139,16 @@ inline constexpr std::array<std::pair<absl::string_view, MemoryKind>, 2>
 
 // JAX's XLA_PYTHON_CLIENT_ALLOCATOR values. "address" is XLA's synchronous
 // passthrough allocator (one device allocation per request, no caching):
-// what allocator=platform is.
-inline constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 5>
+// what allocator=platform is. "vmm" is XLA's allocator over CUDA's virtual
+// memory management: gpualloc's BFC over expandable regions (the variable
+// also sets expandable; config_variables.cc, kXlaVmm).
+inline constexpr std::array<std::pair<absl::string_view, AllocatorMode>, 6>
     kXlaModes = {{{"default", AllocatorMode::kBfc},
                   {"bfc", AllocatorMode::kBfc},
                   {"platform", AllocatorMode::kPlatform},
                   {"cuda_async", AllocatorMode::kAsync},
-                  {"address", AllocatorMode::kPlatform}}};
+                  {"address", AllocatorMode::kPlatform},
+                  {"vmm", AllocatorMode::kBfc}}};
 
 // ------------------------------------------------------------------ PyTorch
 

@@ -216,6 +216,34 @@ absl::Status CheckFractionAliases(const EnvLookup& env) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// XLA_PYTHON_CLIENT_ALLOCATOR=vmm is XLA's allocator over CUDA's virtual
+// memory management (GpuAllocatorConfig::Kind::kVmm): the allocator alias
+// reads it as bfc (kXlaModes), and here it also sets expandable, at the
+// level of the aliases, so that a GPUALLOC_* variable or the program still
+// wins over either.
+constexpr absl::string_view kXlaVmm = "vmm";
+constexpr absl::string_view kXlaVmmNote =
+    "XLA's VMM allocator: gpualloc's BFC over expandable regions";
+
+absl::Status ApplyXlaVmm(EnvironmentSettings& out) {
+  constexpr std::size_t kAllocator = KeyIndex("allocator");
+  constexpr std::size_t kExpandable = KeyIndex("expandable");
+  static_assert(kAllocator < kKeys.size() && kExpandable < kKeys.size());
+  if (out.alias_written[kAllocator] != kXlaVmm) return absl::OkStatus();
+  const std::string& variable = out.alias_used[kAllocator];
+  GPUALLOC_RETURN_IF_ERROR(kKeys[kExpandable].parse(
+      "true", Where{variable, ""}, /*alias=*/true, out.aliases));
+  out.alias_used[kExpandable] = variable;
+  out.alias_written[kExpandable] = std::string(kXlaVmm);
+  out.alias_note[kAllocator] = std::string(kXlaVmmNote);
+  out.alias_note[kExpandable] = std::string(kXlaVmmNote);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<EnvironmentSettings> ReadEnvironment(const EnvLookup& env) {
   EnvironmentSettings out;
   for (std::size_t i = 0; i < kKeys.size(); ++i) {
@@ -235,6 +263,7 @@ absl::StatusOr<EnvironmentSettings> ReadEnvironment(const EnvLookup& env) {
       }
     }
   }
+  GPUALLOC_RETURN_IF_ERROR(ApplyXlaVmm(out));
   return out;
 }
 

@@ -59,6 +59,9 @@ struct EnvironmentSettings {
   PerKey variable_written;
   PerKey alias_used;
   PerKey alias_written;
+  // Why an alias sets a key it does not name, for reports (gpualloc-info's
+  // source column); empty for the others.
+  PerKey alias_note;
 };
 
 // Every GPUALLOC_* variable set in `env` names a setting; JAX's unknown or

@@ -23,6 +23,13 @@ figures: stats() (PyTorch's key names), memory_allocated(),
 max_memory_reserved(), reset_peak_memory_stats(), memory_summary() and
 snapshot(path).
 
+Without enable(), torch's own caching allocator can stay on top and take
+gpualloc's memory for a pool of its own (PyTorch 2.5+, torch.cuda.MemPool):
+mem_pool(tag) makes such a pool, whose segments gpualloc allocates under
+`tag`, and sleep(tag) / wake(tag) give a whole pool back and map it again at
+the same addresses (vLLM's sleep mode). `with region(tag):` routes the
+thread's allocations to the tag's pool (torch_memory_saver's shape).
+
 Configuration: PyTorch's conventions (growth on demand; the whole device
 unless a fraction is set), then PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF
 / PYTORCH_HIP_ALLOC_CONF, the GPUALLOC_* variables, and enable(config=...)
@@ -32,10 +39,11 @@ ValueError naming it.
 import contextlib
 import ctypes
 import weakref
-import ctypes.util
 import json
 import os
 import threading
+
+from . import _native
 
 __all__ = [
     "enable", "enabled", "library_path", "last_error", "GpuallocError",
@@ -43,6 +51,7 @@ __all__ = [
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
     "memory_summary", "snapshot", "snapshot_json", "set_context",
     "release_stream", "tag", "sleep", "wake", "MIN_TORCH",
+    "mem_pool", "use_mem_pool", "region", "MIN_TORCH_MEMPOOL",
     "pinned_empty", "host_record_stream", "host_trim", "host_stats",
 ]
 
@@ -50,29 +59,14 @@ __all__ = [
 # graph hooks, set_capture_begin_fn and friends, are not served).
 MIN_TORCH = (2, 1)
 
-_LIBRARY = "libgpualloc_torch.so"
-_INVALID_ARGUMENT = 3
+# The oldest PyTorch with torch.cuda.MemPool (and use_mem_pool).
+MIN_TORCH_MEMPOOL = (2, 5)
 
+_LIBRARY = _native.TORCH_LIBRARY
+_INVALID_ARGUMENT = _native.INVALID_ARGUMENT
 
-class GpuallocError(RuntimeError):
-    """A call into libgpualloc_torch.so failed; the message says why."""
-
-
-class _Stats(ctypes.Structure):
-    """gpualloc_stats_t (include/gpualloc/gpualloc.h), field for field
-    (tests/bindings/stats_mirror_test.py checks it against the header)."""
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "struct_size", "num_allocs", "bytes_in_use", "peak_bytes_in_use",
-        "largest_alloc_size", "bytes_limit", "bytes_reserved",
-        "peak_bytes_reserved", "largest_free_block_bytes", "bytes_requested",
-        "peak_bytes_requested", "num_ooms", "backend_allocs", "backend_frees",
-        "events_recorded", "stream_waits", "host_waits")] + [
-        ("fragmentation", ctypes.c_double)] + [
-        (name, ctypes.c_uint64) for name in (
-            "pool_bytes_reserved", "pool_bytes_in_use", "bytes_sleeping",
-            "bytes_release_pending", "front_cache_bytes", "front_cache_hits",
-            "front_cache_misses", "bytes_exported", "bytes_held_for_importers",
-            "bytes_imported")]
+GpuallocError = _native.GpuallocError
+_Stats = _native.Stats
 
 
 # gpualloc_stats_t's fields under PyTorch's memory_stats() names where torch
@@ -94,30 +88,33 @@ _lock = threading.Lock()
 _lib = None
 _path = None
 _config = None
-_allocator = None  # torch's CUDAPluggableAllocator, kept alive
+_configured = False  # gpualloc_torch_configure ran (enable or mem_pool)
+_allocator = None  # torch's CUDAPluggableAllocator made current, kept alive
+_pool_allocator = None  # the CUDAPluggableAllocator the MemPools route to
 
 
 def library_path():
-    """Where enable() loads libgpualloc_torch.so from when not told: the
-    library installed with this module, else the dynamic linker's search."""
+    """Where enable() loads libgpualloc_torch.so from when not told: inside
+    this package (the wheel), else where `meson install` put it, else the
+    dynamic linker's search."""
+    return _native.library_path(_LIBRARY)
+
+
+def _import_torch():
     try:
-        from . import _paths
-        if os.path.exists(_paths.TORCH_LIBRARY):
-            return _paths.TORCH_LIBRARY
-    except ImportError:
-        pass
-    return ctypes.util.find_library("gpualloc_torch") or _LIBRARY
+        import torch
+    except ImportError as e:
+        raise ImportError(
+            f"gpualloc.torch needs PyTorch {MIN_TORCH[0]}.{MIN_TORCH[1]} or "
+            f"newer built with CUDA or ROCm, and `import torch` failed ({e}): "
+            "install it (pip install torch; in a virtual environment made "
+            "with --system-site-packages, Debian's python3-torch is seen "
+            "too)") from None
+    return torch
 
 
 def _load(path):
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise RuntimeError(
-            f"gpualloc: cannot load {path}: {e}. It needs the Abseil shared "
-            "libraries it was built with (Debian/Ubuntu: apt install "
-            "libabsl20220623; `ldd " + path + "` lists what is missing); "
-            "pass enable(library=...) to use another copy.") from None
+    lib = _native.open_library(path)
     lib.gpualloc_torch_last_error.restype = ctypes.c_char_p
     lib.gpualloc_torch_configure.argtypes = [ctypes.c_char_p]
     lib.gpualloc_torch_get_stats.argtypes = [ctypes.c_int,
@@ -196,8 +193,8 @@ def enable(config=None, library=None):
     has no CUDA/ROCm, or initialized CUDA already; ValueError naming the
     variable or key of a bad setting.
     """
-    global _lib, _path, _config, _allocator
-    import torch
+    global _lib, _path, _config, _allocator, _configured
+    torch = _import_torch()
     with _lock:
         path = library or library_path()
         if _allocator is not None:
@@ -214,11 +211,17 @@ def enable(config=None, library=None):
                 "torch.cuda.init() or a CUDA call ran), and torch cannot swap "
                 "an allocator that served memory: call gpualloc.torch.enable() "
                 "right after `import torch`.")
+        if _pool_allocator is not None:
+            raise RuntimeError(
+                "gpualloc: mem_pool() made torch's caching allocator take "
+                "gpualloc's memory already; torch's allocator cannot also be "
+                "replaced (use enable() or mem_pool(), not both)")
         _lib = _load(path)
         status = _lib.gpualloc_torch_configure(
             config.encode() if config else None)
         if status != 0:
             _raise_status(status, "setting up")
+        _configured = True
         allocator = torch.cuda.memory.CUDAPluggableAllocator(
             path, "gpualloc_torch_malloc", "gpualloc_torch_free")
         hooks = allocator.allocator()
@@ -258,7 +261,8 @@ def enabled():
 
 def _need():
     if _lib is None:
-        raise RuntimeError("gpualloc: call gpualloc.torch.enable() first")
+        raise RuntimeError("gpualloc: call gpualloc.torch.enable() (or "
+                           "mem_pool()) first")
     return _lib
 
 
@@ -392,34 +396,152 @@ def release_stream(stream):
         _raise_status(status, "release_stream")
 
 
+# Tags: an int from 1 to 2**31 - 1, or a name (torch_memory_saver's and
+# vLLM's "weights", "kv_cache"), which gets a value from 2**31 up, the same
+# for the life of the process.
+_NAMED_TAGS_FROM = 1 << 31
+_named_tags = {}
+_thread = threading.local()  # .tag: the value this thread allocates with
+
+
+def _tag_value(value):
+    if isinstance(value, str) and value:
+        with _lock:
+            return _named_tags.setdefault(
+                value, _NAMED_TAGS_FROM + len(_named_tags))
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            (0 < value < _NAMED_TAGS_FROM or value in _named_tags.values()):
+        return value
+    raise ValueError(f"gpualloc: tag {value!r}: a tag is an int from 1 to "
+                     f"{_NAMED_TAGS_FROM - 1} or a non-empty name")
+
+
 @contextlib.contextmanager
 def tag(value):
-    """Within the block, this thread's allocations carry `value` (e.g. the
-    weights), for sleep() and wake()."""
+    """Within the block, this thread's allocations carry `value` (an int or
+    a name, e.g. "weights"), for sleep() and wake(); the tag of an
+    enclosing block comes back at its end."""
     lib = _need()
+    value = _tag_value(value)
+    previous = getattr(_thread, "tag", 0)
     lib.gpualloc_torch_set_tag(value)
+    _thread.tag = value
     try:
         yield
     finally:
-        lib.gpualloc_torch_set_tag(0)
+        lib.gpualloc_torch_set_tag(previous)
+        _thread.tag = previous
 
 
 def sleep(tag_value, backup=False, device=None):
     """Gives the tag's physical memory back to the device, keeping its
     addresses (needs expandable regions); backup=True keeps the content in
-    host memory."""
-    status = _need().gpualloc_torch_sleep(_device(device), tag_value,
+    host memory. With mem_pool(), the whole pool's segments."""
+    value = _tag_value(tag_value)
+    status = _need().gpualloc_torch_sleep(_device(device), value,
                                           1 if backup else 0)
     if status != 0:
-        _raise_status(status, f"sleep({tag_value})")
+        _raise_status(status, f"sleep({tag_value!r})")
 
 
 def wake(tag_value, device=None):
     """Maps memory again under the tag's addresses (and restores a
     backup)."""
-    status = _need().gpualloc_torch_wake(_device(device), tag_value)
+    value = _tag_value(tag_value)
+    status = _need().gpualloc_torch_wake(_device(device), value)
     if status != 0:
-        _raise_status(status, f"wake({tag_value})")
+        _raise_status(status, f"wake({tag_value!r})")
+
+
+# --- torch.cuda.MemPool over gpualloc ----------------------------------------
+# torch's caching allocator stays torch's allocator and keeps its segments in
+# a private pool; the pool's CUDAPluggableAllocator, this hook, allocates each
+# segment (2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB, above that
+# the request rounded to 2 MiB), so gpualloc sees one call per segment, not
+# per tensor. Each pool carries a tag, set on the thread while its segments
+# are allocated, so sleep(tag) gives the whole pool back.
+
+_region_pools = {}  # tag value -> the MemPool region() uses
+
+
+def _check_mempool(torch):
+    version = getattr(torch, "__version__", "unknown")
+    if not (hasattr(torch.cuda, "MemPool") and
+            hasattr(torch.cuda, "use_mem_pool")):
+        raise RuntimeError(
+            f"gpualloc: mem_pool() needs torch.cuda.MemPool and "
+            f"torch.cuda.use_mem_pool (PyTorch {MIN_TORCH_MEMPOOL[0]}."
+            f"{MIN_TORCH_MEMPOOL[1]} or newer; this is {version}); upgrade "
+            "torch, or use enable() with tag() instead")
+
+
+def mem_pool(tag_value, config=None, library=None):
+    """A torch.cuda.MemPool whose segments gpualloc allocates under
+    `tag_value` (an int or a name). Allocate into it with
+    use_mem_pool(pool) or region(tag_value); sleep(tag_value) and
+    wake(tag_value) then act on all of it. `config` and `library` as for
+    enable(), used by the first call. Refused after enable(): with gpualloc
+    as torch's allocator there is no caching allocator above it to pool."""
+    global _lib, _path, _config, _configured, _pool_allocator
+    torch = _import_torch()
+    value = _tag_value(tag_value)
+    _check_torch(torch)
+    _check_mempool(torch)
+    with _lock:
+        if _allocator is not None:
+            raise RuntimeError(
+                "gpualloc: enable() made gpualloc torch's allocator, so torch "
+                "has no caching allocator above it to keep a MemPool: use "
+                "`with gt.tag(...)` to label allocations instead")
+        path = library or _path or library_path()
+        if _configured and (path, config) != (_path, _config) and \
+                (library is not None or config is not None):
+            raise RuntimeError(
+                f"gpualloc: the hook was set up already with library="
+                f"{_path!r}, config={_config!r}")
+        if not _configured:
+            _lib = _load(path)
+            status = _lib.gpualloc_torch_configure(
+                config.encode() if config else None)
+            if status != 0:
+                _raise_status(status, "setting up")
+            _path, _config, _configured = path, config, True
+        if _pool_allocator is None:
+            _pool_allocator = torch.cuda.memory.CUDAPluggableAllocator(
+                _path, "gpualloc_torch_malloc", "gpualloc_torch_free")
+    pool = torch.cuda.MemPool(_pool_allocator.allocator())
+    pool._gpualloc_tag = value
+    return pool
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool, device=None):
+    """torch.cuda.use_mem_pool(pool, device) for a pool mem_pool() made,
+    with the thread's allocations labelled with the pool's tag (a segment
+    allocated under torch.cuda.use_mem_pool alone carries no tag)."""
+    value = getattr(pool, "_gpualloc_tag", None)
+    if value is None:
+        raise ValueError("gpualloc: use_mem_pool takes a pool "
+                         "gpualloc.torch.mem_pool() made")
+    torch = _import_torch()
+    with torch.cuda.use_mem_pool(pool, device), tag(value):
+        yield
+
+
+@contextlib.contextmanager
+def region(tag_value, config=None, library=None):
+    """Within the block, the thread's allocations go to the tag's pool
+    (made by the first region of that tag, kept for the process): then
+    sleep(tag_value) / wake(tag_value), as torch_memory_saver's
+    region / pause / resume."""
+    value = _tag_value(tag_value)
+    pool = _region_pools.get(value)
+    if pool is None:
+        pool = mem_pool(tag_value, config, library)
+        _region_pools.setdefault(value, pool)
+        pool = _region_pools[value]
+    with use_mem_pool(pool):
+        yield
 
 
 # --- Pinned host memory ------------------------------------------------

@@ -304,6 +304,134 @@ def case_pinned_host():
         raise AssertionError("pinned_empty(0) passed")
 
 
+def _mempool_setup():
+    import torch
+    import gpualloc.torch as gt
+    gt.mem_pool("weights", config="backend=sim,device_memory=8GiB",
+                library=HOOK)  # sets the hook up
+    return torch, gt
+
+
+def case_mempool_segments():
+    """A MemPool over gpualloc: torch's caching allocator stays on top and
+    calls gpualloc once per segment (2 MiB for small tensors), on the stream
+    it allocates on, with the pool's tag; every tensor of a segment comes
+    out of that one call."""
+    torch, gt = _mempool_setup()
+    pool = gt.mem_pool("weights")
+    check(isinstance(pool, torch.cuda.MemPool), type(pool))
+    side = torch.cuda.Stream()
+    before = gt.stats()["allocation.all.allocated"]
+    with torch.cuda.stream(side), gt.use_mem_pool(pool):
+        tensors = [torch.empty(64 << 10, dtype=torch.uint8, device="cuda")
+                   for _ in range(16)]
+    s = gt.stats()
+    check(s["allocation.all.allocated"] - before == 1,
+          f"one segment for 16 tensors: {s}")
+    check(s["allocated_bytes.all.current"] == 2 * MiB, s)
+    chunks = [c for r in gt.snapshot_json()["regions"] for c in r["chunks"]
+              if c["state"] == "in_use"]
+    check(len(chunks) == 1 and chunks[0]["size"] == 2 * MiB, chunks)
+    check(chunks[0].get("tag") == gt._tag_value("weights"), chunks[0])
+    # A tag's memory is a pool of its own, whose chunks the snapshot lists
+    # with the streams they were allocated on.
+    pool_chunks = [c for p in gt.snapshot_json()["pools"]
+                   if p["id"] == gt._tag_value("weights")
+                   for r in p["regions"] for c in r["chunks"]]
+    check([c["stream"] for c in pool_chunks] == [side.cuda_stream],
+          f"allocated on the side stream: {pool_chunks}")
+    # A large tensor: a segment of its own, rounded to 2 MiB.
+    with gt.use_mem_pool(pool):
+        big = torch.empty(11 * MiB, dtype=torch.uint8, device="cuda")
+    check(gt.stats()["allocated_bytes.all.current"] == 14 * MiB, gt.stats())
+    del tensors, big
+    import gc
+    gc.collect()
+    # torch keeps the freed segments cached in the pool: nothing freed yet.
+    check(gt.stats()["allocated_bytes.all.current"] == 14 * MiB, gt.stats())
+    del pool
+    gc.collect()  # ~MemPool: its free segments go back to gpualloc
+    check(gt.stats()["allocated_bytes.all.current"] == 0, gt.stats())
+
+
+def case_region_sleep_wake():
+    """`with gt.region(tag):` (torch_memory_saver's shape): the pool of the
+    tag; sleep gives the whole pool back keeping its addresses, wake maps
+    it again; allocating into a sleeping pool is refused."""
+    torch, gt = _mempool_setup()
+    with gt.region("kv_cache"):
+        kv = torch.empty(5 * MiB, dtype=torch.uint8, device="cuda")
+        w = torch.empty(256 << 10, dtype=torch.uint8, device="cuda")
+    address = kv.data_ptr()
+    s = gt.stats()
+    check(s["reserved_bytes.all.current"] >= 22 * MiB, s)
+    gt.sleep("kv_cache")
+    s = gt.stats()
+    check(s["gpualloc.bytes_sleeping"] == 22 * MiB, f"20 + 2 MiB asleep: {s}")
+    try:
+        with gt.region("kv_cache"):
+            torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")
+    except RuntimeError as e:
+        check("asleep" in str(e), str(e))
+    else:
+        raise AssertionError("allocated into a sleeping pool")
+    gt.wake("kv_cache")
+    check(gt.stats()["gpualloc.bytes_sleeping"] == 0, gt.stats())
+    check(kv.data_ptr() == address, "same address after wake")
+    del kv, w
+
+
+def case_mempool_refusals():
+    """A bad tag, a pool not made by mem_pool, mem_pool after enable(),
+    and MemPool before PyTorch 2.5, each say what to do."""
+    import torch
+    import gpualloc.torch as gt
+    for bad in (0, -1, 1 << 31, "", 1.5):
+        try:
+            gt.mem_pool(bad, config="backend=sim", library=HOOK)
+        except ValueError as e:
+            check("tag" in str(e) and repr(bad) in str(e), str(e))
+        else:
+            raise AssertionError(f"mem_pool({bad!r}) passed")
+    try:
+        with gt.use_mem_pool(object()):
+            pass
+    except ValueError as e:
+        check("mem_pool()" in str(e), str(e))
+    else:
+        raise AssertionError("use_mem_pool of a foreign pool passed")
+    gt.enable(config="backend=sim", library=HOOK)
+    try:
+        gt.mem_pool(1)
+    except RuntimeError as e:
+        check("gt.tag" in str(e), str(e))
+    else:
+        raise AssertionError("mem_pool() after enable() passed")
+
+
+def case_mempool_old_torch():
+    """torch 2.4 has no MemPool: mem_pool() names the version needed."""
+    import gpualloc.torch as gt
+    try:
+        gt.mem_pool(1, config="backend=sim", library=HOOK)
+    except RuntimeError as e:
+        check("2.5 or newer" in str(e) and "2.4.1" in str(e), str(e))
+    else:
+        raise AssertionError("mem_pool() on torch 2.4 passed")
+
+
+def case_without_torch():
+    """enable() where torch is not installed says what to install."""
+    import gpualloc.torch as gt
+    try:
+        gt.enable(config="backend=sim", library=HOOK)
+    except ImportError as e:
+        check("pip install torch" in str(e) and "No module named" in str(e),
+              str(e))
+    else:
+        raise AssertionError("enable() without torch passed")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items()
          if name.startswith("case_")}
 # The stand-in torch each case runs against.
@@ -311,6 +439,7 @@ ENV = {
     "graph_pools_torch_2_2": {"STANDIN_TORCH_VERSION": "2.2.2"},
     "refusals": {"STANDIN_TORCH_VERSION": "2.0.1"},
     "init_checks_devices": {"STANDIN_DEVICE_COUNT": "2"},
+    "mempool_old_torch": {"STANDIN_TORCH_VERSION": "2.4.1"},
 }
 
 
@@ -321,6 +450,13 @@ class TorchHelper(unittest.TestCase):
 def _make(name):
     def run(self):
         env = dict(os.environ, **ENV.get(name, {}))
+        if name == "without_torch":  # gpualloc's package only, no torch
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                if "torch_standin" not in p)
+            if subprocess.run([sys.executable, "-c", "import torch"],
+                              env=env, capture_output=True).returncode == 0:
+                self.skipTest("a real torch is installed")
         r = subprocess.run([sys.executable, __file__, name], env=env,
                            capture_output=True, text=True, timeout=300)
         if r.returncode != 0:

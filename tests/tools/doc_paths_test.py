@@ -37,7 +37,7 @@ DOCUMENTS = ["README.md"] + sorted(
 PREFIXES = ["arch", "backends", "bindings", "core", "docs", "include",
             "python", "runtime", "tests", "tools"]
 PATH_RE = re.compile(
-    r"(?:^|(?<=[^A-Za-z0-9_./-]))((?:%s)/[A-Za-z0-9_.*+/-]*|gpualloc/[A-Za-z0-9_]+\.h)"
+    r"(?:^|(?<=[^A-Za-z0-9_./-]))((?:%s)/[A-Za-z0-9_.*+/-]*|gpualloc/[A-Za-z0-9_]+\.(?:hpp|h)\b)"
     % "|".join(PREFIXES))
 LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
 # docs/NAME.md, then (across comment markers and line breaks) "Section" or,

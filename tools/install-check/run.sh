@@ -7,7 +7,9 @@
 # command (when the tools are built), loads the installed PyTorch hook, builds
 # a Meson project that takes gpualloc as a subproject (and checks that it
 # leaves gpualloc's tools and tests out), and a CMake project that finds it
-# with find_package (tools/install-check/cmake).
+# with find_package (tools/install-check/cmake); the Python package and the
+# runtime adapters' headers against the stand-ins of tests/bindings; and that
+# gpualloc.pc is relocatable (its prefix relative to its own directory).
 #   tools/install-check/run.sh [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -18,9 +20,12 @@ trap 'rm -rf "$work"' EXIT
 meson install -C "$build" --destdir "$work/stage" >/dev/null
 pc="$(find "$work/stage" -name gpualloc.pc -print -quit)"
 [[ -n "$pc" ]] || { echo "install-check: no gpualloc.pc installed" >&2; exit 1; }
-export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$work/stage"
-# gpualloc.pc lies in LIBDIR/pkgconfig (pkg-config's --variable answers differ
-# between pkg-config and pkgconf under a sysroot).
+# Relocatable: its prefix is relative to its own directory, so the staged
+# copy points into the stage (no PKG_CONFIG_SYSROOT_DIR needed).
+grep -q '^prefix=${pcfiledir}/' "$pc" ||
+  { echo "install-check: gpualloc.pc is not relocatable: $(grep '^prefix=' "$pc")" >&2; exit 1; }
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+# gpualloc.pc lies in LIBDIR/pkgconfig.
 libdir="$(dirname "$(dirname "$pc")")"
 for f in "$libdir/libgpualloc.so" "$libdir/libgpualloc.a" \
   "$libdir/libgpualloc_torch.so"; do
@@ -80,14 +85,23 @@ if [[ -x "$build/tests/torch_hook_harness" ]]; then
     { echo "$out" >&2; exit 1; }
 fi
 
-# The installed Python helper (gpualloc.torch): it names the installed hook,
-# and, with the stand-in torch the tests built, enables it as torch would.
+# The installed Python package (gpualloc.torch, .cupy, .numba, .onnxruntime):
+# it finds the installed libraries relative to itself (_paths.py), so in the
+# staged tree too; with the stand-ins of tests/bindings, each adapter runs a
+# case of its test against the installed copy.
 helper="$(find "$work/stage" -path '*/gpualloc/torch.py' -print -quit)"
 [[ -n "$helper" ]] || { echo "install-check: gpualloc/torch.py not installed" >&2; exit 1; }
 site="$(dirname "$(dirname "$helper")")"
-want="$(PYTHONPATH="$site" python3 -c 'from gpualloc import _paths; print(_paths.TORCH_LIBRARY)')"
-[[ -e "$work/stage$want" ]] ||
-  { echo "install-check: gpualloc.torch names $want, which was not installed" >&2; exit 1; }
+for module in _native cupy numba onnxruntime; do
+  [[ -e "$site/gpualloc/$module.py" ]] ||
+    { echo "install-check: gpualloc/$module.py not installed" >&2; exit 1; }
+done
+for lib in libgpualloc.so libgpualloc_torch.so; do
+  want="$(PYTHONPATH="$site" python3 -c \
+    'import sys; from gpualloc import _native; print(_native.library_path(sys.argv[1]))' "$lib")"
+  [[ "$(realpath "$want")" == "$(realpath "$libdir/$lib")" ]] ||
+    { echo "install-check: the gpualloc package finds $want, not the installed $libdir/$lib" >&2; exit 1; }
+done
 if [[ -e "$build/tests/libtorch_standin.so" ]]; then
   out="$(PYTHONPATH="$root/tests/bindings/torch_standin:$site" \
     STANDIN_TORCH_LIB="$build/tests/libtorch_standin.so" \
@@ -95,6 +109,40 @@ if [[ -e "$build/tests/libtorch_standin.so" ]]; then
     python3 "$root/tests/bindings/torch_helper_test.py" registrations 2>&1)" ||
     { echo "$out" >&2; exit 1; }
 fi
+for adapter in cupy_adapter:cupy_standin numba_adapter:numba_standin \
+  onnxruntime_external:onnxruntime_standin; do
+  out="$(env -u ADAPTER_LIBRARY PYTHONPATH="$root/tests/bindings/${adapter#*:}:$site" \
+    python3 "$root/tests/bindings/${adapter%%:*}_test.py" allocate_free_stats 2>&1)" ||
+    { echo "$out" >&2; exit 1; }
+done
+
+# The adapters' installed headers, against the stand-ins of their runtimes:
+# gpualloc/rmm.hpp for both RMM interfaces, gpualloc/onnxruntime.h, and
+# gpualloc/miopen.h as C, which the MIOpen adapter test then drives.
+include_dir="$(find "$work/stage" -path '*/include/gpualloc/gpualloc.h' -printf '%h\n' -quit)"
+include_dir="$(dirname "$include_dir")"
+for h in adapters.h rmm.hpp onnxruntime.h miopen.h; do
+  [[ -e "$include_dir/gpualloc/$h" ]] ||
+    { echo "install-check: gpualloc/$h not installed" >&2; exit 1; }
+done
+standins="$root/tests/bindings"
+for rmm in rmm-25.08 rmm-26.06; do
+  echo '#include "gpualloc/rmm.hpp"' |
+    "${CXX:-c++}" -std=c++20 -fsyntax-only -x c++ - -I"$include_dir" \
+      -I"$standins/rmm_standin/$rmm" -I"$standins/rmm_standin/common" \
+      -I"$standins/rmm_standin/cccl"
+done
+printf '#include "gpualloc/onnxruntime.h"\n#include "gpualloc/adapters.h"\n' |
+  "${CXX:-c++}" -std=c++20 -fsyntax-only -x c++ - -I"$include_dir" \
+    -I"$standins/onnxruntime_standin/c"
+# shellcheck disable=SC2046
+"${CC:-cc}" -c "$standins/miopen_adapter_test.c" -I"$standins/miopen_standin" \
+  $(pkg-config --cflags gpualloc) -o "$work/miopen_adapter_test.o"
+# shellcheck disable=SC2046
+"${CXX:-c++}" -std=c++20 "$work/miopen_adapter_test.o" \
+  "$standins/miopen_standin/miopen_standin.cc" -I"$standins/miopen_standin" \
+  $(pkg-config --libs gpualloc) -o "$work/miopen_adapter_test"
+"$work/miopen_adapter_test" >/dev/null
 
 # The README's example programs (the C++ and the C block with a main), built
 # as the README says: shared, and static with Abseil's archives too.
@@ -145,7 +193,7 @@ project('gpualloc-subproject-check', 'cpp', default_options: ['cpp_std=c++20'])
 gpualloc = dependency('gpualloc', fallback: ['gpualloc', 'gpualloc_dep'])
 executable('consumer', 'consumer.cc', dependencies: gpualloc)
 MESON
-unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+unset PKG_CONFIG_PATH
 meson setup "$work/sub/build" "$work/sub" >/dev/null
 sub_targets="$(ninja -C "$work/sub/build" -t targets all)"
 if grep -Eq '^subprojects/gpualloc/(tests|tools)/' <<<"$sub_targets"; then
@@ -174,4 +222,4 @@ if [[ "$(ldd "$work/cmake/embed-static")" == *libgpualloc.so* ]]; then
 fi
 "$work/cmake/consumer"
 "$work/cmake/embed-static" >/dev/null
-echo "install-check: installed copy (C++ consumer, C example shared and static, the README's examples shared and static, PyTorch hook, the snapshot converter command when tools are built), subproject (library only by default) and CMake package all work"
+echo "install-check: installed copy (C++ consumer, C example shared and static, the README's examples shared and static, PyTorch hook, the Python package and its adapters, the adapters' headers, the snapshot converter command when tools are built), subproject (library only by default) and CMake package all work"

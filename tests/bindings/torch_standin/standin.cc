@@ -216,6 +216,20 @@ int standin_raw_delete(void* ptr) {
   return Guard([&] { current->raw_delete(ptr); });
 }
 
+// CUDAPluggableAllocator::raw_alloc and raw_delete: what the caching
+// allocator calls to allocate and release a segment of a MemPool whose
+// allocator is `a` (alloc_block and release_block of
+// c10/cuda/CUDACachingAllocator.cpp), on the current device and stream.
+int standin_allocator_raw_alloc(void* a, size_t size, int device,
+                                cudaStream_t stream, void** out) {
+  return Guard([&] {
+    *out = static_cast<PluggableAllocator*>(a)->malloc(size, device, stream);
+  });
+}
+int standin_allocator_raw_delete(void* a, void* ptr) {
+  return Guard([&] { static_cast<PluggableAllocator*>(a)->raw_delete(ptr); });
+}
+
 // torch.cuda.empty_cache -> emptyCache.
 int standin_empty_cache() {
   return Guard([&] {

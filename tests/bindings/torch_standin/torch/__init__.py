@@ -50,8 +50,14 @@ class Tensor:
         from . import cuda
         cuda._lazy_init()
         self._device = device
-        self._ptr = _standin._allocate(nbytes, device,
-                                 cuda.current_stream(device).cuda_stream)
+        stream = cuda.current_stream(device).cuda_stream
+        # Within use_mem_pool, the caching allocator serves it from the
+        # pool (torch._standin._PrivatePool).
+        self._pool = _standin._routed_pool(device)
+        if self._pool is not None:
+            self._ptr = self._pool.allocate(nbytes, device, stream)
+        else:
+            self._ptr = _standin._allocate(nbytes, device, stream)
 
     def data_ptr(self):
         return self._ptr
@@ -61,7 +67,10 @@ class Tensor:
 
     def __del__(self):
         if getattr(self, "_ptr", None):
-            _standin._raw_delete(self._ptr)
+            if getattr(self, "_pool", None) is not None:
+                self._pool.free(self._ptr)
+            else:
+                _standin._raw_delete(self._ptr)
             self._ptr = None
 
 

@@ -78,6 +78,10 @@ def _cuda_init():
 def _cuda_emptyCache():
     if _current is not None:
         torch._standin._check(torch._standin._lib.standin_empty_cache())
+    # Private pools nobody uses any more give their free segments back.
+    for pool in list(getattr(torch._standin, "_pools", {}).values()):
+        if pool.use_count == 0:
+            pool.release_free_segments()
 
 
 def _cuda_setMemoryFraction(fraction, device):
@@ -157,3 +161,59 @@ class _CUDAGraph:
 
 
 del _setter
+
+
+# MemPool's C++ half (torch/csrc/cuda/MemPool.cpp and the pool calls of
+# torch/csrc/cuda/Module.cpp, PyTorch 2.8): a user-created pool's id is
+# (0, uid); a thread's allocations on a device route to a pool between
+# _cuda_beginAllocateCurrentThreadToPool and _cuda_endAllocateToPool, each
+# begin taking a reference the matching _cuda_releasePool drops. The
+# caching allocator itself is torch._standin's _PrivatePool.
+if torch._version_tuple() >= (2, 5):
+    class _MemPool:
+        def __init__(self, allocator=None, is_user_created=True,
+                     use_on_oom=False, symmetric=False):
+            if allocator is None:
+                raise RuntimeError("the stand-in's MemPool needs an "
+                                   "allocator (it has no native one)")
+            uid = torch._standin._next_graph_uid()
+            self._id = (0, uid) if is_user_created else (uid, 0)
+            self._allocator = allocator
+            self._use_on_oom = use_on_oom
+            self._symmetric = symmetric
+            torch._standin._pools[self._id] = torch._standin._PrivatePool(
+                allocator._handle)
+
+        @property
+        def id(self):
+            return self._id
+
+        @property
+        def allocator(self):
+            return self._allocator
+
+        @property
+        def is_symmetric(self):
+            return self._symmetric
+
+        def use_count(self):
+            pool = torch._standin._pools.get(self._id)
+            return pool.use_count if pool else 0
+
+        def __del__(self):  # ~MemPool: releasePool, then emptyCache(id)
+            pool = torch._standin._pools.get(getattr(self, "_id", None))
+            if pool is not None:
+                pool.use_count -= 1
+                pool.release_free_segments()
+
+    def _cuda_beginAllocateCurrentThreadToPool(device, mempool_id):
+        pools = torch._standin._routing.__dict__.setdefault("pools", {})
+        pools.setdefault(device, []).append(tuple(mempool_id))
+        torch._standin._pools[tuple(mempool_id)].use_count += 1
+
+    def _cuda_endAllocateToPool(device, mempool_id):
+        stack = torch._standin._routing.pools[device]
+        stack.remove(tuple(mempool_id))
+
+    def _cuda_releasePool(device, mempool_id):
+        torch._standin._pools[tuple(mempool_id)].use_count -= 1

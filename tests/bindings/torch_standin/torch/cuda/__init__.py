@@ -13,6 +13,8 @@ from .memory import (empty_cache, max_memory_allocated,  # noqa: F401
                      memory_stats, reset_peak_memory_stats,
                      set_per_process_memory_fraction)
 from .graphs import CUDAGraph, graph, graph_pool_handle  # noqa: F401
+if torch._version_tuple() >= (2, 5):
+    from .memory import MemPool, use_mem_pool  # noqa: F401
 
 _initialized = False
 _device = 0

@@ -80,3 +80,37 @@ if torch._version_tuple() >= (2, 0):
 
     def _get_current_allocator() -> _CUDAAllocator:
         return _CUDAAllocator(torch._C._cuda_getAllocator())
+
+
+# torch.cuda.MemPool and use_mem_pool, as torch/cuda/memory.py of PyTorch 2.8
+# has them (MemPool came in 2.5: the stand-in offers both from 2.5).
+if torch._version_tuple() >= (2, 5):
+    __all__ += ["MemPool", "use_mem_pool"]
+
+    class MemPool(torch._C._MemPool):
+        def __init__(self, allocator=None, use_on_oom=False, symmetric=False):
+            super().__init__(allocator, True, use_on_oom, symmetric)
+
+        @property
+        def id(self):
+            return super().id
+
+        @property
+        def allocator(self):
+            return super().allocator
+
+        def use_count(self):
+            return super().use_count()
+
+    import contextlib as _contextlib
+
+    @_contextlib.contextmanager
+    def use_mem_pool(pool, device=None):
+        device_index = (torch.cuda.current_device() if device is None
+                        else torch.cuda._get_device_index(device))
+        torch._C._cuda_beginAllocateCurrentThreadToPool(device_index, pool.id)
+        try:
+            yield
+        finally:
+            torch._C._cuda_endAllocateToPool(device_index, pool.id)
+            torch._C._cuda_releasePool(device_index, pool.id)
