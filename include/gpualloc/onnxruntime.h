@@ -213,6 +213,12 @@ class OnnxRuntimeAllocator final : public OrtAllocator {
   static OrtStatus* ORT_API_CALL GetStatsImpl(const OrtAllocator* self,
                                               OrtKeyValuePairs** out) noexcept {
     const OnnxRuntimeAllocator* a = Self(self);
+    if (out == nullptr) {
+      return a->api_->CreateStatus(
+          ORT_INVALID_ARGUMENT,
+          "gpualloc's OrtAllocator GetStats: out is null (nowhere to put the "
+          "statistics)");
+    }
     gpualloc_stats_t s{};
     s.struct_size = sizeof(s);
     if (gpualloc_get_stats(a->allocator_, a->device_, &s) != GPUALLOC_OK) {

@@ -12,11 +12,12 @@ configuration then comes from the environment, or from configure()).
 MemoryManager is a numba.cuda.HostOnlyCUDAMemoryManager: Numba keeps its
 pinned and mapped host memory, and gpualloc serves memalloc. Numba's
 interface (version 1) carries no stream, so every block is allocated and
-freed on the legacy default stream (stream 0): it is reused at once by the
-next allocation, and the legacy default stream waits for the work of every
-blocking stream (every stream numba.cuda.stream() makes), so work queued
-there before the free has finished when the new owner's work starts. (A
-non-blocking stream, e.g. cuda.external_stream of one, is not ordered so.)
+freed on the legacy default stream (stream 0) and handed out again at once
+by the next allocation. That is safe for work on the default stream, which
+runs in order. Work on another stream (numba.cuda.stream(), an external
+stream) that uses an array must be synchronized before the array is
+dropped: the free queues nothing on that stream, so the block's next owner
+could overwrite it while that work still runs.
 Frees go through Numba's deallocation queue, so cuda.defer_cleanup() holds
 them back, as it does Numba's own. get_memory_info() is (limit - in use,
 limit); get_ipc_handle is refused (gpualloc makes no CUDA IPC handles).

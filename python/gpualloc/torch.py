@@ -436,7 +436,9 @@ def tag(value):
 def sleep(tag_value, backup=False, device=None):
     """Gives the tag's physical memory back to the device, keeping its
     addresses (needs expandable regions); backup=True keeps the content in
-    host memory. With mem_pool(), the whole pool's segments."""
+    host memory. With mem_pool(), the whole pool's segments; allocate
+    nothing into that pool until wake(): torch places a tensor that fits a
+    segment it holds without asking gpualloc."""
     value = _tag_value(tag_value)
     status = _need().gpualloc_torch_sleep(_device(device), value,
                                           1 if backup else 0)

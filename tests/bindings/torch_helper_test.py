@@ -357,7 +357,9 @@ def case_mempool_segments():
 def case_region_sleep_wake():
     """`with gt.region(tag):` (torch_memory_saver's shape): the pool of the
     tag; sleep gives the whole pool back keeping its addresses, wake maps
-    it again; allocating into a sleeping pool is refused."""
+    it again; a new segment for a sleeping pool is refused (a tensor that
+    fits a segment torch already holds is torch's to place: the program must
+    not allocate into a pool while it sleeps, as with vLLM's)."""
     torch, gt = _mempool_setup()
     with gt.region("kv_cache"):
         kv = torch.empty(5 * MiB, dtype=torch.uint8, device="cuda")

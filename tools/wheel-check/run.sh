@@ -24,9 +24,12 @@ fail() { echo "wheel-check: $*" >&2; exit 1; }
 
 git clone -q "$root" "$work/src"
 "$python" -m venv --system-site-packages "$work/v"
+# Offline (--no-index: nothing is downloaded) and bounded: the build is the
+# project's own, a few minutes on 2 cores.
 (cd "$work/src" &&
-  "$work/v/bin/pip" install --no-build-isolation --no-input -v . >"$work/pip.log" 2>&1) ||
-  { tail -n 40 "$work/pip.log" >&2; fail "pip install failed"; }
+  timeout 1200 "$work/v/bin/pip" install --no-index --no-build-isolation \
+    --no-input -v . >"$work/pip.log" 2>&1) ||
+  { tail -n 40 "$work/pip.log" >&2; fail "pip install failed (or ran past 20 minutes)"; }
 wheel="$(grep -o 'gpualloc-[^ /]*\.whl' "$work/pip.log" | head -n 1)"
 [[ "$wheel" == *-linux_"$(uname -m)".whl ]] || fail "wheel tag: '$wheel' does not name the platform"
 

@@ -19,7 +19,10 @@ them at its end; the session frees its initializers when it goes.
 """
 import ctypes
 
-from .capi.onnxruntime_pybind11_state import Fail, RuntimeException  # noqa: F401
+# (Its exceptions live in onnxruntime.capi.onnxruntime_pybind11_state, as in
+# ORT, and are not re-exported here.)
+from .capi.onnxruntime_pybind11_state import Fail as _Fail
+from .capi.onnxruntime_pybind11_state import RuntimeException as _RuntimeException
 
 __version__ = "1.24.0"
 
@@ -60,7 +63,7 @@ class _CUDAExternalAllocator:
         if size > 0:
             p = self._alloc(size)
             if not p:  # ORT_ENFORCE(p != nullptr)
-                raise RuntimeException(
+                raise _RuntimeException(
                     "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : "
                     "cuda_allocator.cc CUDAExternalAllocator::Alloc "
                     "p != nullptr was false.")
@@ -87,7 +90,7 @@ def _parse_address(options, key):
     try:
         value = int(text)
     except ValueError:
-        raise Fail(f"[ONNXRuntimeError] : 1 : FAIL : Failed to parse "
+        raise _Fail(f"[ONNXRuntimeError] : 1 : FAIL : Failed to parse "
                    f"provider option \"{key}\": \"{text}\"") from None
     return value
 

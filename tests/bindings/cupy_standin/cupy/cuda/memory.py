@@ -4,8 +4,7 @@ path: set_allocator / get_allocator / alloc, CFunctionAllocator, which calls
 C functions
     void* malloc(void* param, size_t size, int device_id)
     void  free(void* param, void* ptr, int device_id)
-(called here through ctypes; CuPy declares malloc `except +`, free
-`noexcept`), BaseMemory, MemoryPointer and OutOfMemoryError. The default
+(called here through ctypes), BaseMemory, MemoryPointer and OutOfMemoryError. The default
 allocator (_malloc, device memory through cudaMalloc) is absent: there is
 no device."""
 import ctypes

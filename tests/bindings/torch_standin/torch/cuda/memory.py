@@ -88,6 +88,8 @@ if torch._version_tuple() >= (2, 5):
     __all__ += ["MemPool", "use_mem_pool"]
 
     class MemPool(torch._C._MemPool):
+        # torch 2.8's signature; 2.5 had MemPool(allocator=None) only. The
+        # adapter passes the allocator alone, which both accept.
         def __init__(self, allocator=None, use_on_oom=False, symmetric=False):
             super().__init__(allocator, True, use_on_oom, symmetric)
 
