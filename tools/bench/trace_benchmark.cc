@@ -40,23 +40,6 @@ namespace {
 
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
-// The trace's most bytes live at once, as requested.
-std::uint64_t PeakRequested(const replay::Trace& trace) {
-  std::vector<std::uint64_t> size(trace.num_allocs + 1, 0);
-  std::uint64_t live = 0;
-  std::uint64_t peak = 0;
-  for (const replay::TraceOp& op : trace.ops) {
-    if (op.kind == replay::TraceOp::Kind::kAlloc) {
-      size[op.id] = op.size;
-      live += op.size;
-      peak = std::max(peak, live);
-    } else {
-      live -= size[op.id];
-    }
-  }
-  return peak;
-}
-
 // Replays `trace` one operation per benchmark iteration through
 // allocate(bytes, stream) -> void* and release(void*, stream).
 template <typename AllocateFn, typename ReleaseFn>
@@ -126,7 +109,8 @@ void RunGpualloc(benchmark::State& state, const replay::Trace& trace,
 
 void Register(const std::shared_ptr<const replay::Trace>& trace) {
   const std::uint64_t pool = std::max<std::uint64_t>(
-      2 * kGiB, (PeakRequested(*trace) * 5 / 4 + kGiB - 1) / kGiB * kGiB);
+      2 * kGiB,
+      (replay::PeakRequested(*trace) * 5 / 4 + kGiB - 1) / kGiB * kGiB);
   const std::string base = "BM_Trace/" + trace->name + "/";
   benchmark::RegisterBenchmark(
       (base + "tf_reference").c_str(), [trace, pool](benchmark::State& state) {
