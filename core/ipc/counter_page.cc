@@ -149,8 +149,10 @@ absl::StatusOr<std::uint32_t> CounterPage::Register(pid_t pid,
     if (__atomic_compare_exchange_n(&s[i], &expected, pid, false,
                                     __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
       // The slot is visible before the state is read (TryRetire stores the
-      // state before it reads the slots).
-      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      // state before it reads the slots): both sides use sequentially
+      // consistent operations, whose single total order rules out each
+      // missing the other's store (no fence needed; ThreadSanitizer
+      // refuses atomic_thread_fence).
       if (__atomic_load_n(state(), __ATOMIC_SEQ_CST) != kOpen ||
           !TokenIs(token)) {
         Unregister(i, pid);
@@ -191,8 +193,8 @@ std::uint32_t CounterPage::Live() {
 
 bool CounterPage::TryRetire() {
   if (retired()) return true;
+  // (Sequentially consistent, as Register's: see there.)
   __atomic_store_n(state(), kClosing, __ATOMIC_SEQ_CST);
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (Live() != 0) {
     __atomic_store_n(state(), kOpen, __ATOMIC_SEQ_CST);
     return false;
