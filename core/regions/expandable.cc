@@ -109,7 +109,6 @@ absl::Status ExpandableSpace::MapOne(DeviceAddress address, std::uint64_t bytes,
       reuse != 0 ? absl::StatusOr<PhysicalHandle>(reuse)
                  : backend_.CreatePhysical(bytes);
   if (!handle.ok()) return handle.status();
-  if (reuse != 0) ++reused_handles_;
   absl::Status mapped = backend_.Map(address, bytes, *handle);
   if (!mapped.ok()) {
     // (A refused release keeps the handle: the map's error says what failed.)
@@ -188,7 +187,8 @@ absl::Status ExpandableSpace::ReleaseSpares() {
   spare_bytes_ = 0;
   for (const Spare& s : todo) {
     // (Refused: kept as refused, with no mapping left.)
-    absl::Status status = GiveBack(0, s.bytes, s.handle, /*mapped=*/false);
+    absl::Status status =
+        GiveBack(s.unmapped_at, s.bytes, s.handle, /*mapped=*/false);
     if (!status.ok() && first_error.ok()) first_error = status;
   }
   return first_error;
@@ -290,7 +290,7 @@ absl::Status ExpandableSpace::Unmap(DeviceAddress address, std::uint64_t bytes,
     }
     it = mappings_.erase(it);
     if (keep_handles && !m.asleep && m.handle != 0) {
-      spares_.push_back(Spare{m.handle, m.bytes});
+      spares_.push_back(Spare{m.handle, m.bytes, at});
       spare_bytes_ += m.bytes;
       continue;
     }

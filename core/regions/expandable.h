@@ -127,8 +127,6 @@ class ExpandableSpace {
   absl::Status ReleaseSpares();
   // Bytes of the spare handles (unmapped, not released).
   std::uint64_t spare_bytes() const { return spare_bytes_; }
-  // Spare handles mapped again instead of created.
-  std::uint64_t reused_handles() const { return reused_handles_; }
   // Gives back what the device refused before (unmap, then release), each
   // once more; what it refuses again stays. The first error, or OK when
   // nothing is left.
@@ -252,10 +250,10 @@ class ExpandableSpace {
   struct Spare {
     PhysicalHandle handle = 0;
     std::uint64_t bytes = 0;
+    DeviceAddress unmapped_at = 0;  // where it was mapped (for errors)
   };
   std::vector<Spare> spares_;
   std::uint64_t spare_bytes_ = 0;
-  std::uint64_t reused_handles_ = 0;
   std::uint64_t maps_ = 0;
   std::uint64_t unmaps_ = 0;
 };

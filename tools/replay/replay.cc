@@ -261,17 +261,14 @@ ReplayResult DescribeRun(const Trace& trace, const std::string& config_string,
 }  // namespace
 
 std::uint64_t PeakRequested(const Trace& trace) {
-  std::vector<std::uint64_t> size(trace.num_allocs, 0);
   std::uint64_t live = 0, peak = 0;
   for (const TraceOp& op : trace.ops) {
-    if (op.id >= size.size()) size.resize(op.id + 1, 0);
+    // (A free carries its allocation's size.)
     if (op.kind == TraceOp::Kind::kAlloc) {
-      size[op.id] = op.size;
       live += op.size;
       peak = std::max(peak, live);
     } else {
-      live -= size[op.id];
-      size[op.id] = 0;
+      live -= op.size;
     }
   }
   return peak;
@@ -301,13 +298,13 @@ absl::StatusOr<ReplayResult> Replay(const Trace& trace,
   if (!overrides.ok()) return overrides.status();
   std::uint64_t limit_bytes = 0;
   if (options.limit_factor > 0) {
-    const double bytes =
-        options.limit_factor * static_cast<double>(PeakRequested(trace));
+    const std::uint64_t peak = PeakRequested(trace);
+    const double bytes = options.limit_factor * static_cast<double>(peak);
     if (!(bytes >= 1 && bytes < 1.8e19)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--limit-factor %g gives trace %s a limit of %.0f bytes (its peak "
           "of live requested bytes is %d): not a limit in bytes",
-          options.limit_factor, trace.name, bytes, PeakRequested(trace)));
+          options.limit_factor, trace.name, bytes, peak));
     }
     limit_bytes = static_cast<std::uint64_t>(bytes);
     overrides->memory_limit = limit_bytes;
